@@ -1,0 +1,28 @@
+"""Entry point of the ``tether`` command: the root group and its subcommands."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tether import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Tether: a service mesh implementing Linkerd 2.20's architecture."""
+
+
+@cli.command()
+def version() -> None:
+    """Print the client version."""
+    click.echo(f"Client version: {__version__}")
+
+
+def main() -> None:
+    """Run the CLI; never lets a Python traceback reach the user for bad input."""
+    try:
+        cli.main(prog_name="tether", standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)

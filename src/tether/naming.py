@@ -1,0 +1,113 @@
+"""The mesh's naming rules, in one place, pure, shared by control plane and proxy.
+
+Identity names follow Linkerd's DNS-like form
+``<sa>.<ns>.serviceaccount.identity.<control-plane-ns>.<trust-domain>``; service
+names follow Kubernetes' ``<svc>.<ns>.svc.<cluster-domain>``.  Nothing else in
+Tether formats or parses these names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_TRUST_DOMAIN = "cluster.local"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+DEFAULT_CONTROL_PLANE_NS = "linkerd"
+
+# RFC 1123 label, as Kubernetes validates namespace and service-account names.
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class InvalidName(ValueError):
+    """A name does not follow the mesh's naming rules."""
+
+
+def _check_label(what: str, value: str) -> str:
+    if not _LABEL.match(value):
+        raise InvalidName(f"{what} {value!r} is not a DNS-1123 label")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadIdentity:
+    """A service account's identity in the mesh."""
+
+    service_account: str
+    namespace: str
+    control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+
+    def __post_init__(self) -> None:
+        _check_label("service account", self.service_account)
+        _check_label("namespace", self.namespace)
+        _check_label("control-plane namespace", self.control_plane_ns)
+
+    @property
+    def dns_name(self) -> str:
+        return (
+            f"{self.service_account}.{self.namespace}.serviceaccount.identity."
+            f"{self.control_plane_ns}.{self.trust_domain}"
+        )
+
+    @property
+    def spiffe_uri(self) -> str:
+        return f"spiffe://{self.trust_domain}/ns/{self.namespace}/sa/{self.service_account}"
+
+    @classmethod
+    def parse(
+        cls,
+        name: str,
+        control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS,
+        trust_domain: str = DEFAULT_TRUST_DOMAIN,
+    ) -> "WorkloadIdentity":
+        """Parse a DNS-like identity issued by this control plane and trust domain."""
+        suffix = f".serviceaccount.identity.{control_plane_ns}.{trust_domain}"
+        if not name.endswith(suffix):
+            raise InvalidName(f"identity {name!r} does not end with {suffix!r}")
+        parts = name[: -len(suffix)].split(".")
+        if len(parts) != 2:
+            raise InvalidName(f"identity {name!r} is not <serviceaccount>.<namespace>{suffix}")
+        return cls(parts[0], parts[1], control_plane_ns, trust_domain)
+
+
+def issuer_name(control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS, trust_domain: str = DEFAULT_TRUST_DOMAIN) -> str:
+    """The issuer certificate's common name, as Linkerd's identity expects."""
+    return f"identity.{control_plane_ns}.{trust_domain}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAuthority:
+    """``<svc>.<ns>.svc.<cluster-domain>:<port>``: what proxies ask the destination for."""
+
+    service: str
+    namespace: str
+    port: int
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+
+    @property
+    def fqdn(self) -> str:
+        """The host part; also the name of the service's ServiceProfile."""
+        return f"{self.service}.{self.namespace}.svc.{self.cluster_domain}"
+
+    def __str__(self) -> str:
+        return f"{self.fqdn}:{self.port}"
+
+    @classmethod
+    def parse(cls, authority: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> "ServiceAuthority":
+        """Parse ``host[:port]``; port 80 when absent, as Linkerd's destination does."""
+        host, sep, port_s = authority.rpartition(":")
+        if not sep:
+            host, port_s = authority, "80"
+        if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+            raise InvalidName(f"authority {authority!r} has an invalid port")
+        host = host.rstrip(".")
+        suffix = f".svc.{cluster_domain}"
+        if not host.endswith(suffix):
+            raise InvalidName(f"authority {authority!r} is not a service in cluster domain {cluster_domain!r}")
+        parts = host[: -len(suffix)].split(".")
+        if len(parts) != 2:
+            raise InvalidName(f"authority {authority!r} is not <service>.<namespace>{suffix}")
+        _check_label("service", parts[0])
+        _check_label("namespace", parts[1])
+        return cls(parts[0], parts[1], int(port_s), cluster_domain)

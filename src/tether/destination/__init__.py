@@ -1,0 +1,1 @@
+"""The destination component: indexes over services and pods, Get and GetProfile streams."""

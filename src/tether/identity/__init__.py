@@ -1,0 +1,1 @@
+"""The identity component: trust anchor, issuer, leaf issuance and the Certify service."""

@@ -1,0 +1,1 @@
+"""The Platform seam: resource watches and workload-token verification, local or Kubernetes."""

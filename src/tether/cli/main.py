@@ -7,6 +7,7 @@ import sys
 import click
 
 from tether import __version__
+from tether.cli.resources_cmds import apply, delete, get
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +19,10 @@ def cli() -> None:
 def version() -> None:
     """Print the client version."""
     click.echo(f"Client version: {__version__}")
+
+
+for _command in (apply, get, delete):
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 # project needs. Re-runs only when this file or pyproject.toml/setup.py change.
 DEBIAN_PACKAGES="iptables iproute2 openssl nginx-light procps"
 
-stamp_input() { cat dev/setup.sh pyproject.toml setup.py proto/*.proto 2>/dev/null | sha256sum | cut -c1-16; }
+stamp_input() { cat dev/setup.sh pyproject.toml setup.py proto/*.proto proto/generate.py 2>/dev/null | sha256sum | cut -c1-16; }
 
 _missing_debs() {
   local p missing=""

@@ -1,0 +1,129 @@
+"""``tether apply/get/delete`` end to end: real executable, real SQLite store, real manifests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "emojivoto"
+Run = Any  # the `tether` fixture from conftest: run(*args, input=None, ok=True)
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for f in sorted(path.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def _contains(stored: object, given: object) -> bool:
+    """Everything in ``given`` is in ``stored`` unchanged (the store only adds metadata)."""
+    if isinstance(given, dict):
+        return isinstance(stored, dict) and all(k in stored and _contains(stored[k], v) for k, v in given.items())
+    if isinstance(given, list):
+        return isinstance(stored, list) and len(stored) == len(given) and all(map(_contains, stored, given))
+    return stored == given
+
+
+def test_apply_folder_then_get_yaml_gives_everything_back(tether: Run) -> None:
+    out = tether("apply", "-f", str(EXAMPLES)).stdout
+    assert "serviceprofile.linkerd.io/web-svc.emojivoto.svc.cluster.local created" in out
+    assert "httproute.gateway.networking.k8s.io/web-vote created" in out
+    for doc in _docs(EXAMPLES):
+        kind = doc["kind"].lower() + ("." + doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else "")
+        args = ["get", kind, doc["metadata"]["name"], "-o", "yaml"]
+        if "namespace" in doc["metadata"]:
+            args += ["-n", doc["metadata"]["namespace"]]
+        stored = yaml.safe_load(tether(*args).stdout)
+        assert _contains(stored, doc), (doc, stored)
+        meta = stored["metadata"]
+        assert meta["uid"] and meta["resourceVersion"] and meta["creationTimestamp"] and meta["generation"] == 1
+
+
+def test_reapply_is_unchanged_and_a_change_is_configured(tether: Run, tmp_path: Path) -> None:
+    tether("apply", "-f", str(EXAMPLES))
+    assert set(tether("apply", "-f", str(EXAMPLES)).stdout.split()) >= {"unchanged"}
+    assert "created" not in tether("apply", "-f", str(EXAMPLES)).stdout
+    svc = tmp_path / "svc.yaml"
+    doc = yaml.safe_load((EXAMPLES / "20-emoji.yaml").read_text().split("---")[1])
+    doc["spec"]["ports"][0]["port"] = 9090
+    svc.write_text(yaml.safe_dump(doc))
+    assert tether("apply", "-f", str(svc)).stdout.strip() == "service/emoji-svc configured"
+    stored = json.loads(tether("get", "svc", "emoji-svc", "-n", "emojivoto", "-o", "json").stdout)
+    assert stored["spec"]["ports"][0]["port"] == 9090 and stored["metadata"]["generation"] == 2
+
+
+def test_get_output_formats(tether: Run) -> None:
+    tether("apply", "-f", str(EXAMPLES))
+    listed = json.loads(tether("get", "svc", "-n", "emojivoto", "-o", "json").stdout)
+    assert listed["kind"] == "List" and {i["metadata"]["name"] for i in listed["items"]} == {"web-svc", "emoji-svc"}
+    assert tether("get", "sa", "-n", "emojivoto", "-o", "name").stdout.split() == [
+        "serviceaccount/emoji", "serviceaccount/web"]
+    table = tether("get", "svc", "-n", "emojivoto", "-o", "wide").stdout.splitlines()
+    assert table[0].split() == ["NAME", "TYPE", "CLUSTER-IP", "PORT(S)", "AGE", "SELECTOR"]
+    assert any(line.startswith("web-svc") and "80/TCP" in line and "app=web-svc" in line for line in table)
+    every = tether("get", "svc", "-A").stdout.splitlines()
+    assert every[0].split()[:2] == ["NAMESPACE", "NAME"]
+
+
+def test_get_by_file_and_by_selector(tether: Run, tmp_path: Path) -> None:
+    tether("apply", "-f", str(EXAMPLES))
+    one = json.loads(tether("get", "-f", str(EXAMPLES / "30-profile.yaml"), "-o", "json").stdout)
+    assert one["kind"] == "ServiceProfile"
+    several = json.loads(tether("get", "-f", str(EXAMPLES / "40-policy.yaml"), "-o", "json").stdout)
+    assert several["kind"] == "List" and len(several["items"]) == 3
+    names = tether("get", "srv", "-A", "-l", "app.kubernetes.io/part-of=emojivoto", "-o", "name").stdout.split()
+    assert names == ["server.policy.linkerd.io/emoji-grpc"]
+    assert tether("get", "srv", "-A", "-l", "app.kubernetes.io/part-of!=emojivoto", "-o", "name").stdout == ""
+
+
+def test_delete_by_file_and_by_name(tether: Run) -> None:
+    tether("apply", "-f", str(EXAMPLES))
+    out = tether("delete", "-f", str(EXAMPLES / "50-route.yaml")).stdout
+    assert out.strip() == "httproute.gateway.networking.k8s.io/web-vote deleted"
+    missing = tether("get", "httproutes.gateway.networking.k8s.io", "web-vote", "-n", "emojivoto", ok=False)
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert tether("delete", "sa", "web", "-n", "emojivoto").stdout.strip() == "serviceaccount/web deleted"
+    again = tether("delete", "sa", "web", "-n", "emojivoto", ok=False)
+    assert again.returncode == 1 and "not found" in again.stderr
+    tether("delete", "sa", "web", "-n", "emojivoto", "--ignore-not-found")
+
+
+def test_bad_document_names_the_field_and_stores_nothing(tether: Run, tmp_path: Path) -> None:
+    bad = tmp_path / "emoji.yaml"
+    good = (EXAMPLES / "10-web.yaml").read_text()
+    profile = yaml.safe_load((EXAMPLES / "30-profile.yaml").read_text())
+    profile["spec"]["routes"][0]["condition"]["method"] = ["GET"]
+    bad.write_text(good + "---\n" + yaml.safe_dump(profile))
+    proc = tether("apply", "-f", str(bad), ok=False)
+    assert proc.returncode == 1
+    assert (f"{bad} doc 4 ServiceProfile web-svc.emojivoto.svc.cluster.local: "
+            "spec.routes[0].condition.method: expected a string") in proc.stderr
+    assert tether("get", "sa", "-n", "emojivoto", "-o", "name").stdout == ""
+
+
+def test_stdin_apply_and_namespace_defaulting(tether: Run) -> None:
+    doc = "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: lonely\n"
+    assert tether("apply", "-f", "-", input=doc).stdout.strip() == "serviceaccount/lonely created"
+    assert json.loads(tether("get", "sa", "lonely", "-o", "json").stdout)["metadata"]["namespace"] == "default"
+    clash = tether("apply", "-n", "other", "-f", str(EXAMPLES / "10-web.yaml"), ok=False)
+    assert "namespace" in clash.stderr and clash.returncode == 1
+
+
+def test_usage_and_unknown_kind_errors(tether: Run, home: Path) -> None:
+    assert tether("get", ok=False).returncode == 2
+    assert tether("get", "svc", "-o", "toml", ok=False).returncode == 2
+    unknown = tether("get", "flurbs", ok=False)
+    assert unknown.returncode == 1 and "flurbs" in unknown.stderr
+    assert tether("apply", "-f", str(home / "nope.yaml"), ok=False).returncode == 1
+
+
+def test_corrupt_store_is_reported_and_left_alone(tether: Run, home: Path) -> None:
+    home.mkdir(parents=True)
+    db = home / "store.db"
+    db.write_bytes(b"this is not a database" * 100)
+    before = db.read_bytes()
+    proc = tether("get", "svc", ok=False)
+    assert proc.returncode == 1 and str(db) in proc.stderr
+    assert db.read_bytes() == before

@@ -1,0 +1,134 @@
+"""Pod IP address management for the local platform: persistent, deterministic, cross-process.
+
+Role: hand out pod addresses from a configurable IPv4 range (default ``10.213.0.0/16``; the
+addresses exist only inside the pod namespaces and on the host bridge).  The first host
+address is the gateway (the bridge's address); the network, broadcast and gateway addresses
+are never handed out.  Each owner (a pod) holds at most one address: asking again returns
+it, releasing frees it.  Addresses go round-robin after the last one handed out, so a freed
+address is not reused at once (a stale endpoint does not reach the next pod) - the same
+sequence of calls always yields the same addresses.
+
+State is a SQLite file (``ipam.db``) in the state directory; every change is one
+``BEGIN IMMEDIATE`` transaction, so processes sharing the directory never hand out the same
+address.  Callers: the local pod runner (allocate on create, release on delete) and tests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_POD_CIDR = ipaddress.IPv4Network("10.213.0.0/16")
+DB_FILE = "ipam.db"
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pool (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    cidr TEXT NOT NULL,
+    last INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS allocation (
+    address INTEGER PRIMARY KEY,
+    owner TEXT NOT NULL UNIQUE
+);
+"""
+
+
+class IpamError(RuntimeError):
+    """The pod range is misconfigured or cannot serve the request; the message says which."""
+
+
+class PoolExhausted(IpamError):
+    """Every pod address in the range is in use."""
+
+
+@dataclass(frozen=True)
+class IpamConfig:
+    state_dir: Path
+    pod_cidr: ipaddress.IPv4Network = DEFAULT_POD_CIDR
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pod_cidr, ipaddress.IPv4Network):
+            raise IpamError(f"pod_cidr: {self.pod_cidr!r} is not an IPv4 network")
+        if self.pod_cidr.prefixlen > 30:
+            raise IpamError(f"pod_cidr: {self.pod_cidr} is too small; it needs room for a gateway and pods (/30 or larger)")
+
+
+class Ipam:
+    """Allocates pod addresses from one range, backed by ``<state_dir>/ipam.db``."""
+
+    def __init__(self, config: IpamConfig) -> None:
+        self._cidr = config.pod_cidr
+        self._first = int(self._cidr.network_address) + 2  # after the gateway
+        self._last = int(self._cidr.broadcast_address) - 1
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._path = config.state_dir / DB_FILE
+        with closing(sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S)) as db:
+            db.executescript(_SCHEMA)
+        with self._transaction() as db:
+            row = db.execute("SELECT cidr FROM pool").fetchone()
+            if row is None:
+                db.execute("INSERT INTO pool VALUES (1, ?, ?)", (str(self._cidr), self._first - 1))
+            elif row[0] != str(self._cidr):
+                if db.execute("SELECT COUNT(*) FROM allocation").fetchone()[0]:
+                    raise IpamError(
+                        f"pod_cidr: {self._path} holds addresses from {row[0]}, not {self._cidr}; "
+                        "delete the pods (or purge the state) before changing the range"
+                    )
+                db.execute("UPDATE pool SET cidr = ?, last = ?", (str(self._cidr), self._first - 1))
+
+    @property
+    def gateway(self) -> ipaddress.IPv4Interface:
+        """The host bridge's address, with the range's prefix length."""
+        return self._interface(int(self._cidr.network_address) + 1)
+
+    def allocate(self, owner: str) -> ipaddress.IPv4Interface:
+        """The owner's address: the one it holds, else the next free one after the last handed out."""
+        with self._transaction() as db:
+            held = db.execute("SELECT address FROM allocation WHERE owner = ?", (owner,)).fetchone()
+            if held:
+                return self._interface(held[0])
+            used = {row[0] for row in db.execute("SELECT address FROM allocation")}
+            (last,) = db.execute("SELECT last FROM pool").fetchone()
+            start = last + 1 if self._first <= last < self._last else self._first
+            for address in [*range(start, self._last + 1), *range(self._first, start)]:
+                if address not in used:
+                    db.execute("INSERT INTO allocation VALUES (?, ?)", (address, owner))
+                    db.execute("UPDATE pool SET last = ?", (address,))
+                    return self._interface(address)
+        raise PoolExhausted(f"pod range {self._cidr} is exhausted: all {self._last - self._first + 1} pod addresses are in use")
+
+    def release(self, owner: str) -> ipaddress.IPv4Interface | None:
+        """Free the owner's address; returns it, or None when the owner held none."""
+        with self._transaction() as db:
+            held = db.execute("SELECT address FROM allocation WHERE owner = ?", (owner,)).fetchone()
+            if held is None:
+                return None
+            db.execute("DELETE FROM allocation WHERE owner = ?", (owner,))
+            return self._interface(held[0])
+
+    def allocations(self) -> dict[str, ipaddress.IPv4Interface]:
+        """Owner -> address, for every address in use."""
+        with self._transaction() as db:
+            rows = db.execute("SELECT owner, address FROM allocation ORDER BY address").fetchall()
+        return {owner: self._interface(address) for owner, address in rows}
+
+    def _interface(self, address: int) -> ipaddress.IPv4Interface:
+        return ipaddress.IPv4Interface((address, self._cidr.prefixlen))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write-locked transaction: committed on success, rolled back on error."""
+        with closing(sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None)) as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")

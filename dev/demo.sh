@@ -15,7 +15,7 @@ tether apply -f examples/emojivoto
 
 step "what the store holds"
 tether get svc -n emojivoto -o wide
-tether get deploy,sp -A 2>/dev/null || tether get sp -A
+tether get deploy,sp -A
 tether get server -n emojivoto
 
 step "the ServiceProfile comes back with nothing lost"

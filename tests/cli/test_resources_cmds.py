@@ -127,3 +127,11 @@ def test_corrupt_store_is_reported_and_left_alone(tether: Run, home: Path) -> No
     proc = tether("get", "svc", ok=False)
     assert proc.returncode == 1 and str(db) in proc.stderr
     assert db.read_bytes() == before
+
+
+def test_get_several_kinds_at_once(tether: Run) -> None:
+    tether("apply", "-f", str(EXAMPLES))
+    names = tether("get", "deploy,sp", "-A", "-o", "name").stdout.split()
+    assert names == ["deployment.apps/web", "serviceprofile.linkerd.io/web-svc.emojivoto.svc.cluster.local"]
+    table = tether("get", "sa,svc", "-n", "emojivoto").stdout
+    assert "serviceaccount/web" in table and "service/web-svc" in table

@@ -1,28 +1,52 @@
-"""Entry point of the ``tether`` command: the root group and its subcommands."""
+"""Entry point of the ``tether`` command: the root group and its subcommands.
+
+Subcommands are imported only when invoked, so ``tether get`` does not pay for
+importing gRPC servers and ``--help`` stays fast.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from tether import __version__
-from tether.cli.resources_cmds import apply, delete, get
+
+# name -> "module:attribute" of the click command; listed in help order.
+_COMMANDS = {
+    "apply": "tether.cli.resources_cmds:apply",
+    "get": "tether.cli.resources_cmds:get",
+    "delete": "tether.cli.resources_cmds:delete",
+    "identity": "tether.cli.identity:identity",
+    "destination": "tether.cli.destination:destination",
+    "diagnostics": "tether.cli.diagnostics:diagnostics",
+    "init": "tether.cli.init_cmd:init",
+    "version": "tether.cli.main:version",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = _COMMANDS.get(name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Tether: a service mesh implementing Linkerd 2.20's architecture."""
 
 
-@cli.command()
+@click.command()
 def version() -> None:
     """Print the client version."""
     click.echo(f"Client version: {__version__}")
-
-
-for _command in (apply, get, delete):
-    cli.add_command(_command)
 
 
 def main() -> None:

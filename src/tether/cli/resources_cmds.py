@@ -132,19 +132,22 @@ def get(kind: str | None, names: tuple[str, ...], files: tuple[str, ...], namesp
             missing = [f'{k[0]} "{k[2]}"' for k, o in found if o is None]
             single = len(wanted) == 1
         else:
-            rtype = _rtype(kind)
-            ns = None if (all_namespaces or not rtype.namespaced) else (namespace or DEFAULT_NAMESPACE)
-            if names:
-                found = {n: store.get(rtype.key, ns, n) for n in names}
-                objs = [o for o in found.values() if o is not None]
-                missing = [f'{rtype.plural} "{n}"' for n, o in found.items() if o is None]
-                single = len(names) == 1
-            else:
-                objs = store.list(rtype.key, namespace=ns, selector=sel).items
-                single = False
-                if not objs and output not in ("json", "yaml"):
-                    where = "" if ns is None else f" in {ns} namespace"
-                    click.echo(f"No resources found{where}.", err=True)
+            rtypes = [_rtype(k) for k in kind.split(",")]
+            if names and len(rtypes) > 1:
+                raise click.UsageError("names cannot be given with several kinds; use KIND/NAME forms one at a time")
+            objs, single = [], len(names) == 1
+            for rtype in rtypes:
+                ns = None if (all_namespaces or not rtype.namespaced) else (namespace or DEFAULT_NAMESPACE)
+                if names:
+                    found = {n: store.get(rtype.key, ns, n) for n in names}
+                    objs += [o for o in found.values() if o is not None]
+                    missing += [f'{rtype.plural} "{n}"' for n, o in found.items() if o is None]
+                else:
+                    objs += store.list(rtype.key, namespace=ns, selector=sel).items
+            if not objs and not names and output not in ("json", "yaml"):
+                scoped = not all_namespaces and any(r.namespaced for r in rtypes)
+                where = f" in {namespace or DEFAULT_NAMESPACE} namespace" if scoped else ""
+                click.echo(f"No resources found{where}.", err=True)
     echo(render(objs, output, single, all_namespaces))
     if missing:
         raise CliError("\n".join(f"{m} not found" for m in missing))

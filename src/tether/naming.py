@@ -17,15 +17,25 @@ DEFAULT_CONTROL_PLANE_NS = "linkerd"
 
 # RFC 1123 label, as Kubernetes validates namespace and service-account names.
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# RFC 1123 subdomain, as Linkerd's identity validates the trust domain.
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class InvalidName(ValueError):
     """A name does not follow the mesh's naming rules."""
 
 
-def _check_label(what: str, value: str) -> str:
+def check_label(what: str, value: str) -> str:
+    """Return ``value`` if it is a DNS-1123 label (as namespaces are), else raise ``InvalidName`` naming ``what``."""
     if not _LABEL.match(value):
         raise InvalidName(f"{what} {value!r} is not a DNS-1123 label")
+    return value
+
+
+def check_trust_domain(value: str) -> str:
+    """Return ``value`` if it is a valid trust domain (a DNS-1123 subdomain), else raise ``InvalidName``."""
+    if len(value) > 253 or not _SUBDOMAIN.match(value):
+        raise InvalidName(f"trust domain {value!r} is not a DNS-1123 subdomain")
     return value
 
 
@@ -39,9 +49,10 @@ class WorkloadIdentity:
     trust_domain: str = DEFAULT_TRUST_DOMAIN
 
     def __post_init__(self) -> None:
-        _check_label("service account", self.service_account)
-        _check_label("namespace", self.namespace)
-        _check_label("control-plane namespace", self.control_plane_ns)
+        check_label("service account", self.service_account)
+        check_label("namespace", self.namespace)
+        check_label("control-plane namespace", self.control_plane_ns)
+        check_trust_domain(self.trust_domain)
 
     @property
     def dns_name(self) -> str:
@@ -76,6 +87,21 @@ def issuer_name(control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS, trust_domain: 
     return f"identity.{control_plane_ns}.{trust_domain}"
 
 
+def trust_anchor_name(control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS, trust_domain: str = DEFAULT_TRUST_DOMAIN) -> str:
+    """The trust anchor's common name; distinct from the issuer's so the issuer never looks self-issued."""
+    return f"root.{control_plane_ns}.{trust_domain}"
+
+
+def control_plane_identity(
+    component: str, control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS, trust_domain: str = DEFAULT_TRUST_DOMAIN
+) -> WorkloadIdentity:
+    """A control-plane component's identity, e.g. ``linkerd-identity.<cp-ns>.serviceaccount.identity...``.
+
+    Linkerd's control-plane service accounts are ``linkerd-<component>`` in the control-plane namespace.
+    """
+    return WorkloadIdentity(f"linkerd-{component}", control_plane_ns, control_plane_ns, trust_domain)
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceAuthority:
     """``<svc>.<ns>.svc.<cluster-domain>:<port>``: what proxies ask the destination for."""
@@ -108,6 +134,6 @@ class ServiceAuthority:
         parts = host[: -len(suffix)].split(".")
         if len(parts) != 2:
             raise InvalidName(f"authority {authority!r} is not <service>.<namespace>{suffix}")
-        _check_label("service", parts[0])
-        _check_label("namespace", parts[1])
+        check_label("service", parts[0])
+        check_label("namespace", parts[1])
         return cls(parts[0], parts[1], int(port_s), cluster_domain)

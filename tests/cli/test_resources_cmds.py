@@ -135,3 +135,9 @@ def test_get_several_kinds_at_once(tether: Run) -> None:
     assert names == ["deployment.apps/web", "serviceprofile.linkerd.io/web-svc.emojivoto.svc.cluster.local"]
     table = tether("get", "sa,svc", "-n", "emojivoto").stdout
     assert "serviceaccount/web" in table and "service/web-svc" in table
+
+
+def test_namespace_on_a_cluster_scoped_kind_is_ignored_as_kubernetes_does(tether: Run) -> None:
+    doc = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  namespace: stray\n"
+    assert tether("apply", "-f", "-", input=doc).stdout.strip() == "namespace/shop created"
+    assert "namespace" not in json.loads(tether("get", "ns", "shop", "-o", "json").stdout)["metadata"]

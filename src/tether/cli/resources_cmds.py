@@ -60,6 +60,8 @@ def _load(files: Sequence[str], namespace: str | None) -> list[dict]:
                             source=source, doc_index=index, path="metadata.namespace",
                         )
                     meta.setdefault("namespace", namespace or DEFAULT_NAMESPACE)
+                elif meta is not None:
+                    meta.pop("namespace", None)  # the API server ignores it on cluster-scoped kinds
                 parse(obj, source=source, index=index)
                 objs.append(obj)
             except ValidationError as err:

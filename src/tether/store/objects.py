@@ -1,0 +1,104 @@
+"""How an applied object becomes the stored one: its key, the store-owned metadata, generation, no-op detection.
+
+Pure functions, called by ``tether.store.store`` inside its write transaction;
+they decide what to write, the caller writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tether.resources.errors import ValidationError
+from tether.resources.kinds import type_of
+from tether.resources.model import parse
+from tether.store.errors import Conflict
+
+# (type key, namespace or "" for cluster-scoped kinds, name): the primary key of a stored object.
+Key = tuple[str, str, str]
+
+
+def describe(key: Key) -> str:
+    """``Pod emojivoto/web-1`` or ``Namespace emojivoto``: how messages name an object."""
+    type_key, namespace, name = key
+    return f"{type_key} {namespace}/{name}" if namespace else f"{type_key} {name}"
+
+
+def prepare(obj: Mapping[str, Any]) -> tuple[Key, dict]:
+    """Validate ``obj`` and return its key and a private JSON copy (so the caller's dict is never touched).
+
+    Raises ``ValidationError`` for anything ``tether.resources`` rejects, for a
+    namespaced kind without ``metadata.namespace`` and for a cluster-scoped kind with one.
+    """
+    parse(obj)
+    rtype = type_of(obj)
+    metadata = obj["metadata"]
+    name = metadata["name"]
+    namespace = metadata.get("namespace")
+    if rtype.namespaced and not namespace:
+        raise ValidationError(
+            f"required: {rtype.key} is namespaced", path="metadata.namespace", kind=rtype.kind, name=name
+        )
+    if not rtype.namespaced and namespace:
+        raise ValidationError(
+            f"must be absent: {rtype.key} is cluster-scoped", path="metadata.namespace", kind=rtype.kind, name=name
+        )
+    try:
+        # A JSON round trip both deep-copies and normalises (tuples become lists), so the
+        # no-op comparison with what was stored (also JSON) is exact.
+        private = json.loads(json.dumps(obj, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValidationError(f"not representable as JSON ({e})", kind=rtype.kind, name=name) from None
+    return (rtype.key, namespace or "", name), private
+
+
+def _requested_version(obj: Mapping[str, Any]) -> str | None:
+    # Kubernetes treats an empty resourceVersion as "none given".
+    requested = obj["metadata"].get("resourceVersion")
+    return None if requested in (None, "") else str(requested)
+
+
+def _spec_part(obj: Mapping[str, Any]) -> dict:
+    """Everything a generation counts: the object without metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def created(key: Key, incoming: dict, *, uid: str, now: str) -> dict:
+    """The object to store when ``incoming`` creates ``key``; the caller sets its resourceVersion.
+
+    Raises ``Conflict`` when ``incoming`` carries a resourceVersion: the writer
+    expected to update an object that no longer exists.
+    """
+    requested = _requested_version(incoming)
+    if requested is not None:
+        raise Conflict(f"{describe(key)}: does not exist (the write expected resourceVersion {requested})")
+    incoming["metadata"].update(uid=uid, creationTimestamp=now, generation=1)
+    return incoming
+
+
+def updated(key: Key, incoming: dict, stored: Mapping[str, Any]) -> dict | None:
+    """The object to store when ``incoming`` is applied over ``stored``, or None when nothing would change.
+
+    The returned object keeps the stored resourceVersion; the caller sets the new
+    one.  An ``incoming`` without ``status`` keeps the stored status, so that
+    re-applying a manifest never wipes what a controller reported.  Raises
+    ``Conflict`` when ``incoming`` carries a resourceVersion other than the stored one.
+    """
+    stored_meta = stored["metadata"]
+    requested = _requested_version(incoming)
+    if requested is not None and requested != stored_meta["resourceVersion"]:
+        raise Conflict(
+            f"{describe(key)}: resourceVersion {requested} is stale, the stored one is "
+            f"{stored_meta['resourceVersion']}; read it again and retry"
+        )
+    if "status" not in incoming and "status" in stored:
+        incoming["status"] = stored["status"]
+    bump = 1 if _spec_part(incoming) != _spec_part(stored) else 0
+    incoming["metadata"].update(
+        uid=stored_meta["uid"],
+        creationTimestamp=stored_meta["creationTimestamp"],
+        generation=stored_meta["generation"] + bump,
+        resourceVersion=stored_meta["resourceVersion"],
+    )
+    return None if incoming == stored else incoming

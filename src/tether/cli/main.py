@@ -22,6 +22,18 @@ _COMMANDS = {
     "destination": "tether.cli.destination:destination",
     "diagnostics": "tether.cli.diagnostics:diagnostics",
     "init": "tether.cli.init_cmd:init",
+    "up": "tether.cli.up:up",
+    "down": "tether.cli.up:down",
+    "status": "tether.cli.up:status",
+    "logs": "tether.cli.up:logs",
+    "platform": "tether.cli.up:platform",
+    "proxy": "tether.cli.proxy_cmd:proxy",
+    "inject": "tether.cli.inject_cmd:inject",
+    "uninject": "tether.cli.inject_cmd:uninject",
+    "injector": "tether.cli.injector_cmd:injector",
+    "install": "tether.cli.install_cmd:install",
+    "upgrade": "tether.cli.install_cmd:upgrade",
+    "uninstall": "tether.cli.install_cmd:uninstall",
     "version": "tether.cli.main:version",
 }
 

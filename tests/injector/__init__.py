@@ -1,0 +1,1 @@
+"""Tests of tether.injector, tether inject/uninject and tether injector serve."""

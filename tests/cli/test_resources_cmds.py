@@ -141,3 +141,22 @@ def test_namespace_on_a_cluster_scoped_kind_is_ignored_as_kubernetes_does(tether
     doc = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  namespace: stray\n"
     assert tether("apply", "-f", "-", input=doc).stdout.strip() == "namespace/shop created"
     assert "namespace" not in json.loads(tether("get", "ns", "shop", "-o", "json").stdout)["metadata"]
+
+
+def test_pod_table_counts_native_sidecars_as_kubectl_does(tether: Run) -> None:
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "default"},
+        "spec": {"initContainers": [{"name": "linkerd-init", "image": "x"},
+                                    {"name": "linkerd-proxy", "image": "x", "restartPolicy": "Always"}],
+                 "containers": [{"name": "app", "image": "x"}]},
+        "status": {"phase": "Running", "podIP": "10.213.0.9",
+                   "initContainerStatuses": [{"name": "linkerd-init", "ready": False, "restartCount": 0},
+                                             {"name": "linkerd-proxy", "ready": True, "restartCount": 2}],
+                   "containerStatuses": [{"name": "app", "ready": True, "restartCount": 1}]},
+    }
+    tether("apply", "-f", "-", input=json.dumps(pod))
+    row = tether("get", "pods", "-o", "wide").stdout.splitlines()[1].split()
+    assert row[:4] == ["web-1", "2/2", "Running", "3"] and "10.213.0.9" in row
+    tether("apply", "-f", str(EXAMPLES))
+    header = tether("get", "deploy", "-n", "emojivoto").stdout.splitlines()[0].split()
+    assert header == ["NAME", "READY", "AGE"]

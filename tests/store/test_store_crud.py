@@ -202,3 +202,19 @@ def test_threads_may_share_a_store(store: Store) -> None:
         per_thread = list(pool.map(write, range(4)))
     assert all(versions == sorted(versions) for versions in per_thread)
     assert sorted(v for versions in per_thread for v in versions) == list(range(1, 201))
+
+
+def test_reapplying_a_service_keeps_its_allocated_cluster_ip(tmp_path) -> None:
+    from tether.store import Store
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}
+    with Store(tmp_path / "s.db") as store:
+        first = store.apply(svc)
+        allocated = {**first, "spec": {**first["spec"], "clusterIP": "10.214.0.7", "clusterIPs": ["10.214.0.7"]}}
+        allocated = store.apply(allocated)
+        again = store.apply(svc)
+        assert again["spec"]["clusterIP"] == "10.214.0.7"
+        assert again["metadata"]["resourceVersion"] == allocated["metadata"]["resourceVersion"]
+        changed = store.apply({**svc, "spec": {**svc["spec"], "ports": [{"port": 81}]}})
+        assert changed["spec"]["clusterIP"] == "10.214.0.7" and changed["spec"]["ports"] == [{"port": 81}]

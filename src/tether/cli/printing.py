@@ -30,15 +30,24 @@ def age(obj: dict, now: datetime | None = None) -> str:
     return f"{max(secs, 0)}s"
 
 
+def _pod_containers(pod: dict) -> tuple[list[dict], list[dict]]:
+    """The containers kubectl counts and their statuses: app containers plus native sidecars."""
+    spec, status = pod.get("spec", {}), pod.get("status", {})
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    containers = list(spec.get("containers") or []) + [c for c in spec.get("initContainers") or []
+                                                        if c.get("name") in sidecars]
+    statuses = list(status.get("containerStatuses") or []) + [
+        s for s in status.get("initContainerStatuses") or [] if s.get("name") in sidecars]
+    return containers, statuses
+
+
 def _pod_ready(pod: dict) -> str:
-    statuses = pod.get("status", {}).get("containerStatuses") or []
-    containers = pod.get("spec", {}).get("containers") or []
-    ready = sum(1 for s in statuses if s.get("ready"))
-    return f"{ready}/{len(containers)}"
+    containers, statuses = _pod_containers(pod)
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{len(containers)}"
 
 
 def _pod_restarts(pod: dict) -> str:
-    return str(sum(int(s.get("restartCount", 0)) for s in pod.get("status", {}).get("containerStatuses") or []))
+    return str(sum(int(s.get("restartCount", 0)) for s in _pod_containers(pod)[1]))
 
 
 def _svc_ports(svc: dict) -> str:
@@ -72,7 +81,7 @@ _COLUMNS: dict[str, tuple[list[Column], list[Column]]] = {
          ("PORT(S)", _svc_ports)],
         [("SELECTOR", _selector)],
     ),
-    "Deployment": (
+    "Deployment.apps": (
         [("READY", lambda d: f"{d.get('status', {}).get('readyReplicas', 0)}/{d.get('spec', {}).get('replicas', 1)}")],
         [],
     ),

@@ -18,6 +18,10 @@ from tether.store.errors import Conflict
 # (type key, namespace or "" for cluster-scoped kinds, name): the primary key of a stored object.
 Key = tuple[str, str, str]
 
+# Spec fields the platform allocates (as the API server does for a Service's cluster IP): an
+# apply that leaves them out keeps the allocated value instead of releasing it.
+ALLOCATED_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"Service": ("clusterIP", "clusterIPs")}
+
 
 def describe(key: Key) -> str:
     """``Pod emojivoto/web-1`` or ``Namespace emojivoto``: how messages name an object."""
@@ -77,6 +81,16 @@ def created(key: Key, incoming: dict, *, uid: str, now: str) -> dict:
     return incoming
 
 
+def _keep_allocated(type_key: str, incoming: dict, stored: Mapping[str, Any]) -> None:
+    stored_spec = stored.get("spec")
+    incoming_spec = incoming.get("spec")
+    if not isinstance(stored_spec, dict) or not isinstance(incoming_spec, dict):
+        return
+    for field in ALLOCATED_SPEC_FIELDS.get(type_key, ()):
+        if field not in incoming_spec and field in stored_spec:
+            incoming_spec[field] = stored_spec[field]
+
+
 def updated(key: Key, incoming: dict, stored: Mapping[str, Any]) -> dict | None:
     """The object to store when ``incoming`` is applied over ``stored``, or None when nothing would change.
 
@@ -94,6 +108,7 @@ def updated(key: Key, incoming: dict, stored: Mapping[str, Any]) -> dict | None:
         )
     if "status" not in incoming and "status" in stored:
         incoming["status"] = stored["status"]
+    _keep_allocated(key[0], incoming, stored)
     bump = 1 if _spec_part(incoming) != _spec_part(stored) else 0
     incoming["metadata"].update(
         uid=stored_meta["uid"],

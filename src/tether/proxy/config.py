@@ -10,7 +10,9 @@ Linkerd identity uses, with Linkerd's defaults; each field names its variable.
 Value formats live in one place each: ``durations``, ``ports``, ``addrs``.
 Variables for features Tether lacks are not read, except the SPIRE identity
 variables, which are refused so that a pod asking for SPIRE does not silently
-get Linkerd identity instead.
+get Linkerd identity instead. Three ``TETHER_PROXY_*`` variables are Tether's own,
+for running without iptables (``OrigDstFallback``, ``extra_listen_addrs``), and
+``TETHER_PROXY_CONTROL_LOOPBACK_TLS`` (``ControlAddr``).
 """
 
 from __future__ import annotations
@@ -82,9 +84,11 @@ class LogFormat(enum.Enum):
 class ControlAddr:
     """A control-plane service: where to connect and which identity it must present.
 
-    ``identity`` is None exactly when ``addr`` is loopback: then no TLS is used and
-    the ``_SVC_NAME`` variable is ignored. Otherwise it is both the expected
-    server identity and the SNI.
+    ``identity`` is the expected server identity and the SNI; None means plaintext.
+    As in Linkerd, a loopback address is plaintext and its ``_SVC_NAME`` ignored
+    (Linkerd's control-plane pods sit behind their own proxy). Tether's control-plane
+    services terminate TLS themselves, so ``TETHER_PROXY_CONTROL_LOOPBACK_TLS=true``
+    keeps a given ``_SVC_NAME`` for a loopback address too (tests on 127.0.0.1).
     """
 
     addr: SocketAddr | NameAddr
@@ -149,6 +153,25 @@ class OutboundConfig:
     connect_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_CONNECT_TIMEOUT, default 1s
     connect_backoff: Backoff  # LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF_*, default 100ms/60s/0.1
     discovery_idle_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT, default 5s
+    # LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT, default 3s: how long a connection waits for an endpoint.
+    tcp_failfast_timeout: timedelta = timedelta(seconds=3)
+    # TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS (Tether only): more outbound listeners, for running without
+    # iptables. An app connecting to one of them is taken to mean that very address (see OrigDstFallback).
+    extra_listen_addrs: tuple[SocketAddr, ...] = ()
+
+
+class OrigDstFallback(enum.Enum):
+    """``TETHER_PROXY_ORIG_DST_FALLBACK`` (Tether only): what a connection that was not redirected is for.
+
+    ``NONE`` is Linkerd's behaviour: without a ``SO_ORIGINAL_DST`` record the
+    connection is refused. ``LOCAL_ADDR`` takes the address the client connected
+    to as the original destination ("direct addressing"), so the proxy runs
+    without iptables on loopback: tests and benchmarks address its listeners
+    directly. Redirected connections are unaffected.
+    """
+
+    NONE = "none"
+    LOCAL_ADDR = "local-addr"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +198,8 @@ class ProxyConfig:
     log_format: LogFormat  # LINKERD2_PROXY_LOG_FORMAT, default PLAIN
     shutdown_grace_period: timedelta  # LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD, default 2m
     shutdown_endpoint_enabled: bool  # LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED, default false
+    metrics_retain_idle: timedelta = timedelta(minutes=10)  # LINKERD2_PROXY_METRICS_RETAIN_IDLE, default 10m
+    orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProxyConfig:
@@ -203,6 +228,8 @@ class ProxyConfig:
             log_format=e.get("LINKERD2_PROXY_LOG_FORMAT", _parse_log_format, "PLAIN"),
             shutdown_grace_period=e.get("LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD", parse_duration, "2m"),
             shutdown_endpoint_enabled=e.get("LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED", _parse_bool, "false"),
+            metrics_retain_idle=e.get("LINKERD2_PROXY_METRICS_RETAIN_IDLE", parse_duration, "10m"),
+            orig_dst_fallback=e.get("TETHER_PROXY_ORIG_DST_FALLBACK", _parse_orig_dst_fallback, "none"),
         )
 
 
@@ -268,6 +295,8 @@ def _outbound(e: _Env) -> OutboundConfig:
         connect_timeout=e.get("LINKERD2_PROXY_OUTBOUND_CONNECT_TIMEOUT", parse_duration, "1s"),
         connect_backoff=_backoff(e, "LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF", ("100ms", "60s", 0.1)),
         discovery_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "5s"),
+        tcp_failfast_timeout=e.get("LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT", parse_duration, "3s"),
+        extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
     )
 
 
@@ -276,7 +305,8 @@ def _control_addr(e: _Env, base: str) -> ControlAddr:
     addr = e.required(addr_var, parse_addr)
     name = e.optional(name_var, parse_dns_name)  # checked even when loopback ignores it
     if addr.is_loopback:
-        return ControlAddr(addr, None)
+        loopback_tls = e.get("TETHER_PROXY_CONTROL_LOOPBACK_TLS", _parse_bool, "false")
+        return ControlAddr(addr, name if loopback_tls else None)
     if name is None:
         raise ConfigError(name_var, None, f"must be set because {addr_var}={addr} is not a loopback address")
     return ControlAddr(addr, name)
@@ -391,6 +421,13 @@ def _parse_log_format(text: str) -> LogFormat:
         return LogFormat(text.upper())
     except ValueError:
         raise ValueError(f"{text!r} is not a log format (PLAIN or JSON)") from None
+
+
+def _parse_orig_dst_fallback(text: str) -> OrigDstFallback:
+    try:
+        return OrigDstFallback(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not one of none, local-addr") from None
 
 
 def _parse_bool(text: str) -> bool:

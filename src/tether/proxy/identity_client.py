@@ -19,7 +19,7 @@ import os
 import random
 import secrets
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,6 +188,29 @@ class IdentityClient:
                 listener(material)
             except Exception:  # a broken listener must not stop rotation for the others
                 log.exception("identity: rotation listener %r failed", listener)
+
+    # --- Addition for the proxy's transport (``tether.proxy.tls``), kept apart from the code above: ----------
+    # --- contexts and gRPC credentials for the same certificate, so the key never leaves this object. -------
+
+    def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
+        chain = material.certified.chain_pem()
+        anchors = self._config.trust_anchors_pem.decode()
+        server, client = _server_context(chain, self._key, anchors), _client_context(chain, self._key, anchors)
+        for ctx in (server, client):
+            ctx.set_alpn_protocols(list(alpn))
+        return server, client
+
+    def grpc_credentials(self, material: TlsMaterial) -> grpc.ChannelCredentials:
+        """Credentials for a control-plane channel: the trust anchors, and ``material`` as the client certificate."""
+        key_pem = self._key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._config.trust_anchors_pem,
+            private_key=key_pem,
+            certificate_chain=material.certified.chain_pem(),
+        )
 
 
 def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:

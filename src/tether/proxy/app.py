@@ -1,0 +1,315 @@
+"""The proxy process, assembled from its parts: identity, TLS state, discovery, listeners, driver, admin.
+
+``Proxy(config, env)`` binds every listener at ``start`` (so the ports exist
+from the first moment, and ``/ready`` can answer 503), starts the identity
+client, and only once the first certificate is in installs the TLS contexts,
+opens the destination channel and begins accepting on the inbound and
+outbound listeners -- until then connections wait in the backlog, as in
+Linkerd. Every certificate refresh installs new contexts (for new
+connections) and, for a TLS destination, a new channel (for new streams).
+
+``run(config, env)`` is the whole process: uvloop, signals, graceful drain.
+
+Callers: ``tether.proxy.main`` (the process) and tests (in-process proxies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+
+from tether.proxy import certs
+from tether.proxy.addrs import NameAddr, SocketAddr
+from tether.proxy.config import OrigDstFallback, ProxyConfig
+from tether.proxy.driver import Driver
+from tether.proxy.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
+from tether.proxy.inbound.layer import InboundSettings, inbound
+from tether.proxy.listeners import Listener, bind, local_addr, original_dst, peer_addr
+from tether.proxy.logs import LogFilter
+from tether.proxy.metrics import Registry, gauge, process_collector, samples
+from tether.proxy.outbound.discovery import Discovery
+from tether.proxy.outbound.layer import OutboundSettings, outbound
+from tether.proxy.tls import TlsState
+
+log = logging.getLogger(__name__)
+
+NOT_READY_WARNING_INTERVAL = 15.0  # seconds between "still waiting for a certificate" warnings
+
+
+class Proxy:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        env: Mapping[str, str],
+        *,
+        log_filter: LogFilter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._env = env
+        self.log_filter = log_filter or LogFilter(config.log_filter, apply=False)
+        self.metrics = Registry(retain_idle=config.metrics_retain_idle.total_seconds())
+        ident = config.identity
+        self.identity = IdentityClient(
+            IdentityClientConfig(
+                local_name=ident.local_name,
+                trust_anchors_pem=ident.trust_anchors_pem.encode(),
+                token_path=Path(ident.token_file),
+                svc_addr=_target(ident.svc.addr),
+                svc_name=ident.svc.identity,
+                refresh=certs.RefreshPolicy(min_refresh=ident.min_refresh, max_refresh=ident.max_refresh),
+            )
+        )
+        self.tls = TlsState(self.identity.contexts_for)
+        source = None
+        if config.orig_dst_fallback is OrigDstFallback.LOCAL_ADDR and config.inbound.ips:
+            source = str(min(config.inbound.ips, key=lambda ip: (ip.version, ip)))
+        self.driver = Driver(self.metrics, self.tls, source_ip=source)
+        out = config.outbound
+        self.discovery = Discovery(
+            context_token=config.destination_context,
+            idle_timeout=out.discovery_idle_timeout.total_seconds(),
+            backoff=out.connect_backoff,
+            failfast=out.tcp_failfast_timeout.total_seconds(),
+            clock=time.monotonic,
+            rng=rng,
+        )
+        self.stopping = asyncio.Event()
+        self._listeners: dict[str, list[Listener]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections: set[asyncio.Task[None]] = set()
+        self._admin = None
+        self._inbound_settings: InboundSettings | None = None
+        self._outbound_settings: OutboundSettings | None = None
+        self.metrics.add_collector(self._identity_collector)
+        self.metrics.add_collector(process_collector)
+        self.metrics.add_collector(_build_info)
+
+    # -- addresses, for tests and logs --------------------------------------------------------------------------
+
+    @property
+    def inbound_addr(self) -> SocketAddr:
+        return self._listeners["inbound"][0].addr
+
+    @property
+    def outbound_addrs(self) -> list[SocketAddr]:
+        return [listener.addr for listener in self._listeners["outbound"]]
+
+    @property
+    def admin_addr(self) -> SocketAddr:
+        return self._listeners["admin"][0].addr
+
+    @property
+    def ready(self) -> bool:
+        return self.tls.current is not None
+
+    async def idle(self) -> None:
+        """Wait until every connection open now has finished (tests use it to read settled metrics)."""
+        if self._connections:
+            await asyncio.wait(set(self._connections))
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind everything and start the admin server and identity; serving traffic follows the certificate."""
+        from tether.proxy.admin import AdminServer  # keeps the admin's imports off the data path's
+
+        config = self.config
+        try:
+            self._listeners["admin"] = [Listener("admin", bind(config.admin_listen_addr))]
+            self._listeners["inbound"] = [Listener("inbound", bind(config.inbound.listen_addr))]
+            outbound_addrs = (*config.outbound.listen_addrs, *config.outbound.extra_listen_addrs)
+            self._listeners["outbound"] = [Listener("outbound", bind(a)) for a in outbound_addrs]
+        except OSError:
+            self._close_listeners()
+            raise
+        admin = AdminServer(
+            registry=self.metrics,
+            ready=lambda: self.ready,
+            env=self._env,
+            log_filter=self.log_filter,
+            shutdown_enabled=config.shutdown_endpoint_enabled,
+            on_shutdown=self.stopping.set,
+        )
+        await admin.start(self._listeners["admin"][0].sock)
+        self._admin = admin
+        # The extra outbound listeners stand for their own address, the destination: not a loop.
+        extra = len(config.outbound.extra_listen_addrs)
+        main_outbound = self._listeners["outbound"][: len(self._listeners["outbound"]) - extra]
+        own = frozenset(listener.addr for listener in (*self._listeners["admin"], *self._listeners["inbound"],
+                                                       *main_outbound))
+        in_cfg, out_cfg = config.inbound, config.outbound
+        self._inbound_settings = InboundSettings(
+            local_name=config.identity.local_name,
+            inbound_port=self.inbound_addr.port,
+            detect_timeout=in_cfg.detect_timeout.total_seconds(),
+            connect_timeout=in_cfg.connect_timeout.total_seconds(),
+            opaque_ports=in_cfg.opaque_ports,
+            ips=in_cfg.ips,
+            default_policy=in_cfg.default_policy,
+            cluster_networks=config.cluster_networks,
+        )
+        self._outbound_settings = OutboundSettings(
+            detect_timeout=out_cfg.detect_timeout.total_seconds(),
+            connect_timeout=out_cfg.connect_timeout.total_seconds(),
+            failfast=out_cfg.tcp_failfast_timeout.total_seconds(),
+            profile_networks=config.profile_networks,
+            local_ips=in_cfg.ips,
+            own_addrs=own,
+            direct_addrs=frozenset(listener.addr for listener in self._listeners["outbound"][len(main_outbound):]),
+            refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
+        )
+        self.identity.add_listener(self._rotated)
+        self._spawn(self.identity.run(), "identity")
+        self._spawn(self._serve_when_ready(), "serve")
+
+    async def _serve_when_ready(self) -> None:
+        ready = asyncio.ensure_future(self.identity.ready())
+        try:
+            while True:
+                done, _ = await asyncio.wait({ready}, timeout=NOT_READY_WARNING_INTERVAL)
+                if done:
+                    break
+                log.warning("waiting for an identity certificate from %s", self.config.identity.svc.addr)
+        finally:
+            ready.cancel()
+        for listener in self._listeners["inbound"]:
+            self._spawn(listener.serve(self._accept_inbound), f"accept {listener.addr}")
+        for listener in self._listeners["outbound"]:
+            self._spawn(listener.serve(self._accept_outbound), f"accept {listener.addr}")
+        log.info("proxy ready: inbound %s, outbound %s, admin %s", self.inbound_addr,
+                 ", ".join(map(str, self.outbound_addrs)), self.admin_addr)
+
+    def _rotated(self, material: TlsMaterial) -> None:
+        self.tls.install(material)
+        destination = self.config.destination
+        target = _target(destination.addr)
+        if destination.identity is None:
+            if self.discovery.channel is None:
+                self.discovery.set_channel(grpc.aio.insecure_channel(target))
+            return
+        credentials = self.identity.grpc_credentials(material)
+        options = [("grpc.ssl_target_name_override", destination.identity)]
+        self.discovery.set_channel(grpc.aio.secure_channel(target, credentials, options=options))
+
+    async def run(self) -> None:
+        """Serve until ``stopping`` is set, then drain (bounded by the shutdown grace period) and stop."""
+        await self.start()
+        try:
+            await self.stopping.wait()
+        finally:
+            await self.stop(self.config.shutdown_grace_period.total_seconds())
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop accepting, let open connections finish for up to ``grace`` seconds, then close everything."""
+        self.stopping.set()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._close_listeners()
+        if self._connections and grace > 0:
+            await asyncio.wait(self._connections, timeout=grace)
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._admin is not None:
+            await self._admin.close()
+        await self.discovery.close()
+
+    def _close_listeners(self) -> None:
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.close()
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- connections ---------------------------------------------------------------------------------------------
+
+    def _accept_inbound(self, sock: socket.socket) -> None:
+        settings = self._inbound_settings
+        assert settings is not None
+        target = self._orig_dst(sock)
+        client = peer_addr(sock)
+        if target is None or client is None:
+            sock.close()
+            return
+        if self.driver.is_own_connection(client, target):
+            self.driver.refuse_loop("inbound", sock, target)
+            return
+        self._connection("inbound", sock, target, inbound(target, client, settings))
+
+    def _accept_outbound(self, sock: socket.socket) -> None:
+        settings = self._outbound_settings
+        assert settings is not None
+        target = self._orig_dst(sock)
+        client = peer_addr(sock)
+        if target is None or client is None:
+            sock.close()
+            return
+        if self.driver.is_own_connection(client, target):
+            self.driver.refuse_loop("outbound", sock, target)
+            return
+        self._connection("outbound", sock, target, outbound(target, settings, self.discovery))
+
+    def _orig_dst(self, sock: socket.socket) -> SocketAddr | None:
+        try:
+            target = original_dst(sock)
+        except OSError as exc:
+            log.debug("no original destination: %s", exc)
+            return None
+        if target is None and self.config.orig_dst_fallback is OrigDstFallback.LOCAL_ADDR:
+            target = local_addr(sock)
+        if target is None:
+            log.debug("refusing a connection that was not redirected (no SO_ORIGINAL_DST)")
+        return target
+
+    def _connection(self, direction: str, sock: socket.socket, target: SocketAddr, layer: object) -> None:
+        task = asyncio.get_running_loop().create_task(self.driver.run(direction, sock, target, layer))  # type: ignore[arg-type]
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    # -- metrics -------------------------------------------------------------------------------------------------
+
+    def _identity_collector(self, out: list[str]) -> None:
+        current = self.tls.current
+        gauge(out, "control_identity_cert_expiration_timestamp_seconds",
+              "Time when the this proxy's current mTLS identity certificate will expire (in seconds since the "
+              "UNIX epoch)", current.expires_at.timestamp() if current else None)
+        last = self.identity.last_refresh
+        gauge(out, "control_identity_cert_refresh_timestamp_seconds",
+              "Time when the this proxy's current mTLS identity certificate were last updated",
+              last.timestamp() if last else None)
+        samples(out, "control_identity_cert_refreshes_total", "counter",
+                "The total number of times this proxy's mTLS identity certificate has been refreshed by the "
+                "Identity provider.", [(f'result="{k}"', v) for k, v in self.identity.refreshes.items()])
+
+
+def _build_info(out: list[str]) -> None:
+    from tether import __version__
+
+    gauge(out, "proxy_build_info", "Proxy build info", 1, f'vendor="tether",version="{__version__}"')
+
+
+def _target(addr: SocketAddr | NameAddr) -> str:
+    """A gRPC target for a control-plane address."""
+    return str(addr)
+
+
+async def serve(config: ProxyConfig, env: Mapping[str, str], log_filter: LogFilter) -> None:
+    """The proxy as a process: serve until SIGTERM/SIGINT (or ``/shutdown``), then drain."""
+    proxy = Proxy(config, env, log_filter=log_filter)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, proxy.stopping.set)
+    await proxy.run()

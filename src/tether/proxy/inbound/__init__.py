@@ -1,0 +1,1 @@
+"""The inbound proxy: the connection layer (``layer``) and the default policies (``policy``)."""

@@ -1,0 +1,58 @@
+"""The proxy's process entry: configuration from the environment, logging, uvloop, ``app.serve``.
+
+``main(env)`` is called by ``python -m tether.proxy`` and by ``tether proxy``
+(``tether.cli.proxy_cmd``) with ``os.environ``; it is the only place that
+turns the environment into a ``ProxyConfig``. A bad variable prints
+``tether proxy: <message naming the variable>`` and exits 64, as linkerd2-proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+
+from tether.proxy.config import EX_CONFIG, ConfigError, LogFormat, ProxyConfig
+from tether.proxy.logs import LogFilter
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"timestamp": self.formatTime(record), "level": record.levelname, "target": record.name,
+                 "message": record.getMessage()}
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def main(env: Mapping[str, str]) -> int:
+    """Run the proxy until it is stopped; returns the exit status."""
+    try:
+        config = ProxyConfig.from_env(env)
+        log_filter = LogFilter(config.log_filter)
+    except ConfigError as exc:
+        print(f"tether proxy: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    except ValueError as exc:
+        print(f"tether proxy: invalid LINKERD2_PROXY_LOG: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    handler = logging.StreamHandler(sys.stderr)
+    if config.log_format is LogFormat.JSON:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+    import uvloop
+
+    from tether.proxy.app import serve
+
+    try:
+        uvloop.run(serve(config, env, log_filter))
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:  # a listener could not be bound
+        print(f"tether proxy: {exc}", file=sys.stderr)
+        return 1
+    return 0

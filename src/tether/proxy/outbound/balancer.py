@@ -1,0 +1,192 @@
+"""Endpoint choice per connection: power of two choices on peak-EWMA load (proxy.md §7.3), with failfast.
+
+The load of an endpoint is its peak-EWMA connect latency times (connections in
+flight + 1). The estimate starts at ``default_rtt``, jumps to any larger
+sample, decays towards smaller samples with weight ``exp(-elapsed/decay)``,
+and decays towards zero when read. ``pick`` draws two distinct endpoints at
+random and takes the less loaded one (endpoints in connect backoff only when
+nothing else is left).
+
+Failfast: ``wait`` answers an endpoint as soon as there is one; once the set
+has been empty for ``failfast`` seconds it answers None at once, until an
+endpoint appears again.
+
+Callers: ``outbound.discovery`` (updates from ``Destination.Get``) and the
+driver, on the outbound layer's ``Wait`` command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Iterable
+
+from tether.proxy.addrs import SocketAddr
+from tether.proxy.outbound.endpoint import Endpoint
+
+DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
+DECAY = 10.0  # seconds, Linkerd's decay
+
+
+class PeakEwma:
+    """A latency estimate that follows peaks at once and forgets them over ``decay`` seconds."""
+
+    __slots__ = ("estimate", "stamp", "decay")
+
+    def __init__(self, now: float, default_rtt: float = DEFAULT_RTT, decay: float = DECAY) -> None:
+        self.estimate = max(default_rtt, 0.001)
+        self.stamp = now
+        self.decay = decay
+
+    def observe(self, rtt: float, now: float) -> None:
+        if rtt > self.estimate:
+            self.estimate = rtt
+        else:
+            w = math.exp(-max(now - self.stamp, 0.0) / self.decay)
+            self.estimate = self.estimate * w + rtt * (1.0 - w)
+        self.stamp = now
+
+    def read(self, now: float) -> float:
+        self.estimate *= math.exp(-max(now - self.stamp, 0.0) / self.decay)
+        self.stamp = now
+        return self.estimate
+
+
+class Slot:
+    """An endpoint in a balancer: its metadata, latency estimate, connections in flight and backoff."""
+
+    __slots__ = ("endpoint", "ewma", "in_flight", "failures", "retry_at")
+
+    def __init__(self, endpoint: Endpoint, now: float) -> None:
+        self.endpoint = endpoint
+        self.ewma = PeakEwma(now)
+        self.in_flight = 0
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def load(self, now: float) -> float:
+        return self.ewma.read(now) * (self.in_flight + 1)
+
+
+class Balancer:
+    """The endpoints of one service and the P2C choice among them."""
+
+    def __init__(
+        self,
+        *,
+        failfast: float,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+        backoff: Callable[[int], float] = lambda n: min(0.1 * 2 ** min(n - 1, 10), 60.0),
+    ) -> None:
+        self._failfast = failfast
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._backoff = backoff
+        self._slots: dict[SocketAddr, Slot] = {}
+        self._list: list[Slot] = []
+        self._empty_since: float | None = clock()
+        self._changed = asyncio.Event()
+        self._watchers: list[asyncio.Future[None]] = []
+        self.updates = {"Reset": 0, "Add": 0, "Remove": 0}  # balancer_p2c_updates_total{op}
+
+    # -- updates from discovery -------------------------------------------------------------------------
+
+    def add(self, endpoints: Iterable[Endpoint]) -> None:
+        now = self._clock()
+        for endpoint in endpoints:
+            slot = self._slots.get(endpoint.addr)
+            if slot is None:
+                self._slots[endpoint.addr] = Slot(endpoint, now)
+            else:
+                slot.endpoint = endpoint  # insert-or-replace: new metadata, same statistics
+        self.updates["Add"] += 1
+        self._changed_now()
+
+    def remove(self, addrs: Iterable[SocketAddr]) -> None:
+        for addr in addrs:
+            self._slots.pop(addr, None)
+        self.updates["Remove"] += 1
+        self._changed_now()
+
+    def reset(self, endpoints: Iterable[Endpoint] = ()) -> None:
+        """Replace the whole set (``no_endpoints``, or the first message of a new stream)."""
+        old = self._slots
+        self._slots = {}
+        now = self._clock()
+        for endpoint in endpoints:
+            slot = old.get(endpoint.addr) or Slot(endpoint, now)
+            slot.endpoint = endpoint
+            self._slots[endpoint.addr] = slot
+        self.updates["Reset"] += 1
+        self._changed_now()
+
+    def updated(self) -> asyncio.Future[None]:
+        """Done at the next update from discovery (whether or not it changed anything)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.append(waiter)
+        return waiter
+
+    def _changed_now(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for waiter in watchers:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._list = list(self._slots.values())
+        if self._list:
+            self._empty_since = None
+            self._changed.set()
+        elif self._empty_since is None:
+            self._empty_since = self._clock()
+
+    # -- choice ---------------------------------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return [slot.endpoint for slot in self._list]
+
+    def pick(self) -> Slot | None:
+        """P2C among the endpoints not in backoff (all of them if every one is); None if there are none."""
+        slots = self._list
+        if not slots:
+            return None
+        now = self._clock()
+        ready = [s for s in slots if s.retry_at <= now] or slots
+        if len(ready) == 1:
+            return ready[0]
+        a, b = self._rng.sample(ready, 2)
+        return a if a.load(now) <= b.load(now) else b
+
+    def in_failfast(self) -> bool:
+        return self._empty_since is not None and self._clock() - self._empty_since >= self._failfast
+
+    async def wait(self, timeout: float) -> Slot | None:
+        """An endpoint, waiting for one up to ``timeout`` (or less, when failfast comes first)."""
+        deadline = self._clock() + timeout
+        while True:
+            slot = self.pick()
+            if slot is not None:
+                return slot
+            if self._empty_since is None:  # pragma: no cover - pick() answers whenever there are endpoints
+                return None
+            now = self._clock()
+            left = min(deadline, self._empty_since + self._failfast) - now
+            if left <= 0:
+                return None
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                pass
+
+    # -- results of connecting -----------------------------------------------------------------------------
+
+    def connected(self, slot: Slot, rtt: float) -> None:
+        slot.ewma.observe(rtt, self._clock())
+        slot.failures = 0
+        slot.retry_at = 0.0
+
+    def failed(self, slot: Slot) -> None:
+        slot.failures += 1
+        slot.retry_at = self._clock() + self._backoff(slot.failures)

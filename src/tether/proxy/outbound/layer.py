@@ -1,0 +1,146 @@
+"""The outbound connection layer: from an app's connection to a peer (proxy.md §3, §4.2, §5.2, §6.2, §7.10).
+
+For each connection accepted on the outbound listener: refuse loops; ask
+discovery about the original destination (only inside the profile networks);
+detect the protocol unless discovery says opaque; then hand the connection to
+the layer for that protocol. In this part every protocol is carried per
+connection by ``tcp_forward`` -- the seam is ``PROTOCOL_LAYERS``, where the
+HTTP/1 and HTTP/2 layers of the request-level proxy will take over ``Http1``
+and ``Http2``.
+
+``tcp_forward`` picks an endpoint (P2C, failing fast when the service has had
+none for the failfast timeout), connects with mTLS when the endpoint has an
+identity, sends the transport header when ALPN agreed to it, and forwards.
+A failed connect puts the endpoint in backoff and tries another, a few times.
+
+The layer yields ``tether.proxy.commands``; it does no I/O. Caller:
+``tether.proxy.driver`` (via ``tether.proxy.app``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from tether.proxy import labels
+from tether.proxy.addrs import IpAddress, IpNetwork, SocketAddr
+from tether.proxy.commands import Command, Connected, Detect, Failed, Forward, Layer, Refuse, Send, SetLabels, Wait
+from tether.proxy.outbound.discovery import FORWARD, Discovery, Resolution
+from tether.proxy.outbound.endpoint import Endpoint, plan
+from tether.proxy.protocol import detect
+from tether.proxy.protocol.transport_header import ALPN_PROTOCOL, SessionProtocol
+
+CONNECT_ATTEMPTS = 3
+TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundSettings:
+    """The parts of ``ProxyConfig`` the outbound layer uses."""
+
+    detect_timeout: float
+    connect_timeout: float
+    failfast: float
+    profile_networks: tuple[IpNetwork, ...]
+    local_ips: frozenset[IpAddress]  # LINKERD2_PROXY_INBOUND_IPS: our own pod
+    own_addrs: frozenset[SocketAddr]  # the proxy's own listeners: a connection to one is a loop
+    refuse_loopback: bool  # Linkerd refuses loopback targets; not when running without iptables
+    # Extra outbound listeners (no iptables): they stand for a destination, but connecting there is a loop too.
+    direct_addrs: frozenset[SocketAddr] = frozenset()
+
+
+def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discovery | None) -> Layer:
+    accept_labels = labels.accept_outbound(orig_dst)
+    yield SetLabels(accept_labels)
+    if orig_dst in settings.own_addrs or (settings.refuse_loopback and orig_dst.ip.is_loopback):
+        yield Refuse("loop")
+        return
+    watch = None
+    if discovery is not None and any(orig_dst.ip in net for net in settings.profile_networks):
+        watch = discovery.profile(orig_dst)
+    try:
+        resolution: Resolution = FORWARD
+        if watch is not None:
+            answer = yield Wait(watch, settings.failfast)
+            if isinstance(answer, Failed):
+                yield Refuse(answer.error)
+                return
+            resolution = answer
+        verdict: detect.Verdict = detect.Opaque()
+        if not resolution.opaque:
+            verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
+            if isinstance(verdict, detect.Closed):
+                yield Refuse("closed before detection")
+                return
+            if isinstance(verdict, detect.ReadTimeout):
+                verdict = detect.Opaque()  # Linkerd: "Continuing after timeout", as opaque
+        carry = PROTOCOL_LAYERS[type(verdict)]
+        yield from carry(orig_dst, resolution, settings)
+    finally:
+        if watch is not None:
+            watch.release()
+
+
+def tcp_forward(session: SessionProtocol | None) -> Callable[[SocketAddr, Resolution, OutboundSettings], Layer]:
+    """The per-connection carrier; ``session`` is what the transport header announces (None: opaque)."""
+
+    def carry(orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings) -> Layer:
+        balancer = resolution.balancer
+        if balancer is None:
+            endpoint = resolution.endpoint or Endpoint.forward(orig_dst)
+            failed = yield from _connect_and_forward(endpoint, session, resolution.authority, settings)
+            if failed is not None:
+                yield Refuse(failed.error)
+            return
+        failed = None
+        for _ in range(CONNECT_ATTEMPTS):
+            slot = yield Wait(balancer, settings.failfast)
+            if slot is None:
+                yield Refuse("failfast")
+                return
+            slot.in_flight += 1
+            try:
+                failed = yield from _connect_and_forward(slot.endpoint, session, resolution.authority, settings,
+                                                         on_connect=lambda rtt, s=slot: balancer.connected(s, rtt))
+            finally:
+                slot.in_flight -= 1
+            if failed is None:
+                return
+            balancer.failed(slot)
+        assert failed is not None
+        yield Refuse(failed.error)
+
+    return carry
+
+
+def _connect_and_forward(
+    endpoint: Endpoint,
+    session: SessionProtocol | None,
+    authority: str,
+    settings: OutboundSettings,
+    on_connect: Callable[[float], None] | None = None,
+) -> Generator[Command, Any, Failed | None]:
+    """Connect and forward; returns the ``Failed`` reply when the connection could not be made."""
+    route = plan(endpoint, local_ips=settings.local_ips, protocol=session, timeout=settings.connect_timeout,
+                 authority=authority)
+    if route.connect.addr in settings.own_addrs or route.connect.addr in settings.direct_addrs:
+        return Failed("loop")
+    reply = yield route.connect
+    if isinstance(reply, Failed):
+        return reply
+    assert isinstance(reply, Connected)
+    if on_connect is not None:
+        on_connect(reply.elapsed)
+    if route.header is not None and reply.alpn == TRANSPORT_ALPN:
+        yield Send(route.header)
+    yield Forward()
+    return None
+
+
+# The seam between detection and the request-level proxy: the layer that carries each detected protocol.
+PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[SocketAddr, Resolution, OutboundSettings], Layer]] = {
+    detect.Opaque: tcp_forward(None),
+    detect.Http1: tcp_forward(SessionProtocol.HTTP1),
+    detect.Http2: tcp_forward(SessionProtocol.HTTP2),
+}

@@ -1,0 +1,174 @@
+"""The inbound layer's decisions, driven without sockets: direct stack, TLS detection, policy, forwarding."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from layer_helpers import drive, kinds, replies
+
+from tether.proxy import commands as cmd
+from tether.proxy.addrs import SocketAddr, parse_socket_addr
+from tether.proxy.config import DefaultPolicy
+from tether.proxy.inbound.layer import InboundSettings, inbound
+from tether.proxy.inbound.policy import authorize
+from tether.proxy.ports import PortSet
+from tether.proxy.protocol import detect
+from tether.proxy.protocol.client_hello import ClientHello
+from tether.proxy.protocol.transport_header import HeaderReceived, NoHeader, SessionProtocol, TransportHeader
+
+ME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+CLIENT_ID = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+POD_IP = "10.1.0.5"
+DIRECT = parse_socket_addr(f"{POD_IP}:4143")
+APP = parse_socket_addr(f"{POD_IP}:8080")
+CLIENT = parse_socket_addr("10.1.0.9:51234")
+TRANSPORT = "transport.l5d.io/v1"
+FOR_ME = detect.Tls(ClientHello(ME, ()))
+
+
+def settings(**overrides: object) -> InboundSettings:
+    base = dict(local_name=ME, inbound_port=4143, detect_timeout=10.0, connect_timeout=0.3,
+                opaque_ports=PortSet.parse("25,3306"), ips=frozenset({ipaddress.ip_address(POD_IP)}),
+                default_policy=DefaultPolicy.ALL_UNAUTHENTICATED, cluster_networks=())
+    base.update(overrides)
+    return InboundSettings(**base)  # type: ignore[arg-type]
+
+
+def header(port: int = 8080, **kwargs: object) -> HeaderReceived:
+    return HeaderReceived(TransportHeader(port=port, **kwargs), b"")  # type: ignore[arg-type]
+
+
+def forwarded(seen: list[cmd.Command]) -> cmd.Connect:
+    assert kinds(seen)[-2:] == ["Connect", "Forward"], kinds(seen)
+    connect = seen[-2]
+    assert isinstance(connect, cmd.Connect) and connect.tls is None
+    return connect
+
+
+def labels_set(seen: list[cmd.Command]) -> str:
+    return next(c.labels for c in seen if isinstance(c, cmd.SetLabels))
+
+
+OK = {cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}
+
+
+def test_direct_connection_with_a_transport_header_goes_to_the_named_port() -> None:
+    seen = drive(inbound(DIRECT, CLIENT, settings()),
+                 replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT),
+                          cmd.ReadHeader: header(8080, protocol=SessionProtocol.HTTP2), **OK}))
+    assert kinds(seen) == ["Detect", "AcceptTls", "ReadHeader", "Count", "Count", "SetLabels", "Connect", "Forward"]
+    assert seen[1] == cmd.AcceptTls(alpn=True, timeout=10.0)
+    assert seen[3] == cmd.Count("inbound_tcp_transport_header_connections_total",
+                                f'session_protocol="http2",target_port="8080",target_name="",client_id="{CLIENT_ID}"')
+    assert forwarded(seen).addr == APP  # the pod's own IP, the header's port
+    assert f'tls="true",client_id="{CLIENT_ID}"' in labels_set(seen)
+
+
+@pytest.mark.parametrize(("answers", "error"), [
+    ({cmd.Detect: detect.Tls(ClientHello("someone.else", ()))}, "direct connections must be mutually authenticated"),
+    ({cmd.Detect: detect.Opaque()}, "direct connections must be mutually authenticated"),
+    ({cmd.Detect: detect.TlsTimeout()}, "tls detection timeout"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.Failed("untrusted client certificate")}, "untrusted client certificate"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(None, TRANSPORT)},
+     "direct connections must be mutually authenticated"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, None)},
+     "direct connections require transport header negotiation"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT), cmd.ReadHeader: NoHeader()},
+     "connection did not include a transport header"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT),
+      cmd.ReadHeader: cmd.Failed("invalid transport header")}, "invalid transport header"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT),
+      cmd.ReadHeader: header(8080, name="web.example.com")}, "gateway connections are not supported"),
+    ({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT), cmd.ReadHeader: header(4143)},
+     "loop"),
+])
+def test_direct_connections_refused(answers: dict[type, object], error: str) -> None:
+    seen = drive(inbound(DIRECT, CLIENT, settings()), replies(answers))
+    refuse = seen[-1]
+    assert isinstance(refuse, cmd.Refuse) and refuse.error == error
+    assert refuse.labels is not None and 'direction="inbound",peer="src"' in refuse.labels
+    assert "Connect" not in kinds(seen)
+
+
+def test_mesh_tls_on_an_application_port_is_terminated_then_sniffed() -> None:
+    seen = drive(inbound(APP, CLIENT, settings()),
+                 replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, None),
+                          cmd.Sniff: detect.Http1(), **OK}))
+    assert kinds(seen) == ["Detect", "AcceptTls", "Sniff", "Count", "SetLabels", "Connect", "Forward"]
+    assert seen[1] == cmd.AcceptTls(alpn=False, timeout=10.0)
+    assert forwarded(seen).addr == APP
+    assert f'tls="true",client_id="{CLIENT_ID}"' in labels_set(seen)
+
+
+def test_other_tls_passes_through_and_plaintext_is_forwarded() -> None:
+    seen = drive(inbound(APP, CLIENT, settings()),
+                 replies({cmd.Detect: detect.Tls(ClientHello("api.example.com", ())), **OK}))
+    assert "AcceptTls" not in kinds(seen)
+    assert 'tls="opaque",sni="api.example.com"' in labels_set(seen)
+    seen = drive(inbound(APP, CLIENT, settings()), replies({cmd.Detect: detect.Http1(), **OK}))
+    assert 'tls="no_identity",no_tls_reason="no_tls_from_remote"' in labels_set(seen)
+    assert forwarded(seen).addr == APP
+
+
+def test_opaque_ports_skip_detection() -> None:
+    target = parse_socket_addr(f"{POD_IP}:3306")
+    seen = drive(inbound(target, CLIENT, settings()), replies(OK))
+    assert kinds(seen) == ["Count", "SetLabels", "Connect", "Forward"]
+    assert 'no_tls_reason="port_skipped"' in labels_set(seen)
+    assert forwarded(seen).addr == target
+
+
+def test_refusals_before_forwarding() -> None:
+    other_ip = parse_socket_addr("10.9.9.9:8080")
+    seen = drive(inbound(other_ip, CLIENT, settings()), replies({}))
+    assert seen[-1].error == "ip not allowed"  # type: ignore[attr-defined]
+    for verdict, error in ((detect.TlsTimeout(), "tls detection timeout"), (detect.Closed(), "closed before detection")):
+        seen = drive(inbound(APP, CLIENT, settings()), replies({cmd.Detect: verdict}))
+        assert seen[-1].error == error  # type: ignore[attr-defined]
+    seen = drive(inbound(APP, CLIENT, settings()), replies({cmd.Detect: detect.Opaque(),
+                                                            cmd.Connect: cmd.Failed("i/o", "ECONNREFUSED")}))
+    assert seen[-1] == cmd.Refuse("i/o")
+
+
+def test_default_policies() -> None:
+    seen = drive(inbound(APP, CLIENT, settings(default_policy=DefaultPolicy.DENY)),
+                 replies({cmd.Detect: detect.Opaque()}))
+    assert kinds(seen) == ["Detect", "Count", "Refuse"] and seen[-1].error == "unauthorized"  # type: ignore[attr-defined]
+    assert seen[1].name == "inbound_tcp_authz_deny_total"  # type: ignore[attr-defined]
+    authenticated = settings(default_policy=DefaultPolicy.ALL_AUTHENTICATED)
+    seen = drive(inbound(APP, CLIENT, authenticated), replies({cmd.Detect: detect.Opaque()}))
+    assert seen[-1].error == "unauthorized"  # type: ignore[attr-defined]
+    seen = drive(inbound(APP, CLIENT, authenticated),
+                 replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, None),
+                          cmd.Sniff: detect.Opaque(), **OK}))
+    assert kinds(seen)[-2:] == ["Connect", "Forward"]
+
+
+def test_policy_table() -> None:
+    ip = ipaddress.ip_address
+    nets = (ipaddress.ip_network("10.0.0.0/8"),)
+    cases = [
+        (DefaultPolicy.ALL_UNAUTHENTICATED, "192.168.1.1", False, None, True),
+        (DefaultPolicy.ALL_AUTHENTICATED, "192.168.1.1", True, None, False),
+        (DefaultPolicy.ALL_AUTHENTICATED, "192.168.1.1", True, CLIENT_ID, True),
+        (DefaultPolicy.CLUSTER_UNAUTHENTICATED, "10.2.3.4", False, None, True),
+        (DefaultPolicy.CLUSTER_UNAUTHENTICATED, "192.168.1.1", False, None, False),
+        (DefaultPolicy.CLUSTER_AUTHENTICATED, "10.2.3.4", True, CLIENT_ID, True),
+        (DefaultPolicy.AUDIT, "192.168.1.1", False, None, True),
+        (DefaultPolicy.DENY, "10.2.3.4", True, CLIENT_ID, False),
+        (DefaultPolicy.ALL_AUTHENTICATED, "127.0.0.1", False, None, True),  # default:localhost
+        (DefaultPolicy.ALL_AUTHENTICATED, "::ffff:127.0.0.1", False, None, True),
+    ]
+    for policy, client, mesh_tls, client_id, allowed in cases:
+        decision = authorize(policy, client_ip=ip(client), mesh_tls=mesh_tls, client_id=client_id,
+                             cluster_networks=nets)
+        assert decision.allowed is allowed, (policy, client, client_id)
+
+
+def test_target_labels_of_the_direct_stack_name_the_app_port() -> None:
+    seen = drive(inbound(DIRECT, CLIENT, settings()),
+                 replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, TRANSPORT),
+                          cmd.ReadHeader: header(8080), **OK}))
+    assert f'target_addr="{SocketAddr(APP.ip, 8080)}"' in labels_set(seen)
+    assert 'srv_port="8080"' in labels_set(seen)

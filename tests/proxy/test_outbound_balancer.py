@@ -1,0 +1,133 @@
+"""Peak-EWMA, power of two choices, failfast and endpoint metadata, on a hand-moved clock."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+
+import pytest
+
+from tether.api import destination_pb2 as pb
+from tether.api.addresses import to_tcp_address
+from tether.proxy.addrs import parse_socket_addr
+from tether.proxy.outbound.balancer import DEFAULT_RTT, Balancer, PeakEwma
+from tether.proxy.outbound.endpoint import Endpoint
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def endpoint(n: int) -> Endpoint:
+    return Endpoint(parse_socket_addr(f"10.0.0.{n}:8080"))
+
+
+def test_peak_ewma_follows_peaks_at_once_and_decays_otherwise() -> None:
+    ewma = PeakEwma(now=0.0)
+    assert ewma.estimate == DEFAULT_RTT
+    ewma.observe(0.5, now=0.0)
+    assert ewma.estimate == 0.5  # a peak is taken as it is
+    ewma.observe(0.1, now=10.0)  # one decay period later, weight exp(-1) on the old estimate
+    assert ewma.estimate == pytest.approx(0.5 * math.exp(-1) + 0.1 * (1 - math.exp(-1)))
+    before = ewma.estimate
+    assert ewma.read(now=20.0) == pytest.approx(before * math.exp(-1))  # reading decays towards zero
+
+
+def test_p2c_prefers_the_less_loaded_of_two() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock, rng=random.Random(7))
+    balancer.add([endpoint(1), endpoint(2)])
+    slow, fast = balancer.pick(), None
+    assert slow is not None
+    balancer.connected(slow, 0.5)
+    for _ in range(20):
+        fast = balancer.pick()
+        assert fast is not None and fast.endpoint != slow.endpoint
+    # Load is latency x (in flight + 1): enough connections on the fast one tip the balance.
+    assert fast is not None
+    fast.in_flight = 100
+    assert balancer.pick() is slow
+
+
+def test_p2c_skips_endpoints_in_backoff_unless_none_is_left() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock, rng=random.Random(1), backoff=lambda n: 10.0)
+    balancer.add([endpoint(1), endpoint(2), endpoint(3)])
+    failing = balancer.pick()
+    assert failing is not None
+    balancer.failed(failing)
+    assert all(balancer.pick() is not failing for _ in range(30))
+    for slot in list(balancer._slots.values()):  # every one failing: they are still tried
+        balancer.failed(slot)
+    assert balancer.pick() is not None
+    clock.now += 11
+    assert balancer.pick() is not None
+
+
+def test_updates_replace_metadata_and_keep_statistics() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock)
+    balancer.add([endpoint(1)])
+    slot = balancer.pick()
+    assert slot is not None
+    balancer.connected(slot, 0.2)
+    balancer.add([Endpoint(endpoint(1).addr, weight=5)])
+    again = balancer.pick()
+    assert again is slot and again.endpoint.weight == 5 and again.ewma.estimate == 0.2
+    balancer.remove([endpoint(1).addr])
+    assert balancer.pick() is None
+    balancer.reset([endpoint(2), endpoint(3)])
+    assert {e.addr for e in balancer.endpoints} == {endpoint(2).addr, endpoint(3).addr}
+    assert balancer.updates == {"Reset": 1, "Add": 2, "Remove": 1}
+
+
+def test_failfast_after_the_set_has_been_empty_for_the_timeout() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        balancer = Balancer(failfast=3.0, clock=clock)
+        assert not balancer.in_failfast()
+        clock.now += 3.0
+        assert balancer.in_failfast()
+        assert await balancer.wait(timeout=10.0) is None  # at once: no waiting in failfast
+        balancer.add([endpoint(1)])
+        assert balancer.in_failfast() is False  # recovered as soon as an endpoint is there
+        slot = await balancer.wait(timeout=10.0)
+        assert slot is not None and slot.endpoint == endpoint(1)
+
+    asyncio.run(scenario())
+
+
+def test_waiting_for_the_first_endpoint() -> None:
+    async def scenario() -> None:
+        balancer = Balancer(failfast=30.0, clock=asyncio.get_running_loop().time)
+        waiting = asyncio.ensure_future(balancer.wait(timeout=30.0))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        balancer.add([endpoint(4)])
+        slot = await waiting
+        assert slot is not None and slot.endpoint == endpoint(4)
+
+    asyncio.run(scenario())
+
+
+def test_endpoint_from_the_destination_api() -> None:
+    weighted = pb.WeightedAddr(addr=to_tcp_address("10.1.0.5", 8080), weight=10000,
+                               metric_labels={"pod": "web-0", "zone": "a"})
+    weighted.tls_identity.dns_like_identity.name = "web.ns.serviceaccount.identity.linkerd.cluster.local"
+    weighted.protocol_hint.opaque_transport.inbound_port = 4143
+    weighted.protocol_hint.h2.SetInParent()
+    e = Endpoint.from_proto(weighted, {"service": "web", "zone": "set-level"})
+    assert e.addr == parse_socket_addr("10.1.0.5:8080")
+    assert (e.server_id, e.sni) == ("web.ns.serviceaccount.identity.linkerd.cluster.local",) * 2
+    assert (e.opaque_transport_port, e.h2, e.opaque) == (4143, True, False)
+    assert e.dst_labels == 'dst_pod="web-0",dst_service="web",dst_zone="a"'  # the address's own labels win
+    weighted.tls_identity.server_name.name = "sni.example"
+    assert Endpoint.from_proto(weighted).sni == "sni.example"
+    uri = pb.WeightedAddr(addr=to_tcp_address("10.1.0.5", 8080))
+    uri.tls_identity.uri_like_identity.uri = "spiffe://cluster.local/ns/x/sa/y"
+    assert Endpoint.from_proto(uri).server_id is None  # a URI identity without a server name: no TLS

@@ -33,7 +33,8 @@ from tether.identity.server import (
     split_host_port,
 )
 from tether.naming import DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, InvalidName, check_label, check_trust_domain
-from tether.platform.local.tokens import LocalTokenVerifier, TokenKey, TokenKeyError
+from tether.cli.platform_opts import Platform, platform_options
+from tether.platform.local.tokens import TokenKeyError
 
 ANCHOR_FILES = ("ca.crt", "ca.key")
 ISSUER_FILES = ("issuer.crt", "issuer.key")
@@ -218,10 +219,11 @@ def inspect(file: str, trust_anchors: Path | None) -> None:
               help="Also put the SPIFFE URI in issued certificates.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@platform_options
 def serve(
     trust_anchors: Path, issuer_cert: Path, issuer_key: Path, addr: str, admin_addr: str, trust_domain: str,
     control_plane_ns: str, state_dir: Path | None, issuance_lifetime: timedelta, clock_skew_allowance: timedelta,
-    spiffe_uri_san: bool, log_level: str,
+    spiffe_uri_san: bool, log_level: str, platform: Platform,
 ) -> None:
     """Run the identity service: Certify over gRPC/TLS, with tokens verified by the local platform."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -236,7 +238,7 @@ def serve(
         issuance=IssuanceSettings(issuance_lifetime, clock_skew_allowance, spiffe_uri_san),
     )
     try:
-        verifier = LocalTokenVerifier(TokenKey.load_or_create(state_dir or home.state_dir()))
+        verifier = platform.token_verifier(state_dir or home.state_dir())
         asyncio.run(_serve(IdentityService(config, verifier)))
     except (ConfigError, TokenKeyError) as exc:
         raise CliError(str(exc)) from None

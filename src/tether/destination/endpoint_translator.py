@@ -1,0 +1,158 @@
+"""Endpoints to ``Update`` messages: the ``WeightedAddr`` rules, and the per-stream ``Get`` translator.
+
+``EndpointEncoder`` (one per server) knows how a proxy must see an endpoint:
+weight 10000, metric labels, ``tls_identity`` only for pods meshed by this
+control plane, the protocol hint (h2, or opaque with ``opaque_transport``),
+``http2`` settings and ``resource_ref``.  It encodes each published
+``AddressSet`` once, however many streams receive it.
+
+``EndpointTranslator`` is the ``EndpointListener`` of one ``Get`` stream: it
+turns adds and removes into messages on the stream's bounded queue.  Its first
+message is the snapshot, or ``no_endpoints{exists: true}`` when the Service
+has none (the proxy API asks for a prompt first message); a deleted Service is
+``no_endpoints{exists: false}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from tether.api import destination_pb2 as pb
+from tether.api import meta_pb2
+from tether.api.addresses import InvalidAddress, to_tcp_address
+from tether.destination.config import DestinationConfig
+from tether.destination.stream import UpdateStream
+from tether.destination.watcher.facts import DEFAULT_INBOUND_PORT, PodFacts
+from tether.destination.watcher.listeners import Address, AddressSet
+from tether.naming import InvalidName, WorkloadIdentity
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WEIGHT = 10000
+
+NO_ENDPOINTS_EXISTS = pb.Update(no_endpoints=pb.NoEndpoints(exists=True)).SerializeToString()
+NO_ENDPOINTS_UNKNOWN = pb.Update(no_endpoints=pb.NoEndpoints(exists=False)).SerializeToString()
+
+
+def pod_resource(pod: PodFacts) -> meta_pb2.Metadata:
+    return meta_pb2.Metadata(resource=meta_pb2.Resource(group="core", kind="Pod", name=pod.name, namespace=pod.namespace))
+
+
+class EndpointEncoder:
+    """Builds ``WeightedAddr``s and encoded ``Update``s under one configuration."""
+
+    def __init__(self, config: DestinationConfig) -> None:
+        self._config = config
+        http2 = config.http2
+        self._http2 = pb.Http2ClientParams(
+            keep_alive=pb.Http2ClientParams.KeepAlive(
+                interval=timedelta(seconds=http2.keep_alive_interval),
+                timeout=timedelta(seconds=http2.keep_alive_timeout),
+                while_idle=http2.keep_alive_while_idle,
+            )
+        )
+
+    def control_plane_of(self, pod: PodFacts) -> str | None:
+        """The control plane that meshed the pod: its label, else ours if a proxy visibly runs there."""
+        if pod.control_plane_ns is not None:
+            return pod.control_plane_ns
+        return self._config.control_plane_ns if pod.proxy is not None else None
+
+    def weighted_addr(self, address: Address, *, namespace_label: bool = False) -> pb.WeightedAddr | None:
+        """The endpoint as a proxy must see it; None when it can't be encoded (logged)."""
+        try:
+            addr = to_tcp_address(address.ip, address.port)
+        except InvalidAddress as exc:
+            log.warning("skipping endpoint %s:%s: %s", address.ip, address.port, exc)
+            return None
+        weighted = pb.WeightedAddr(addr=addr, weight=DEFAULT_WEIGHT)
+        pod = address.pod
+        if pod is None:
+            return weighted
+        labels = weighted.metric_labels
+        labels["pod"] = pod.name
+        labels[pod.owner_kind] = pod.owner_name
+        labels["serviceaccount"] = pod.service_account
+        labels["zone"] = address.zone
+        if pod.pod_template_hash:
+            labels["pod_template_hash"] = pod.pod_template_hash
+        if pod.control_plane_ns:
+            labels["control_plane_ns"] = pod.control_plane_ns
+        if namespace_label:
+            labels["namespace"] = pod.namespace
+        weighted.resource_ref.CopyFrom(pod_resource(pod))
+        control_plane = self.control_plane_of(pod)
+        if control_plane is None or address.port in pod.skip_inbound_ports:
+            return weighted
+        config = self._config
+        weighted.http2.CopyFrom(self._http2)
+        hint = weighted.protocol_hint
+        meta_ports = pod.proxy.meta_ports if pod.proxy is not None else frozenset()
+        if address.port not in meta_ports and (config.force_opaque_transport or address.opaque):
+            inbound = pod.proxy.inbound_port if pod.proxy is not None else DEFAULT_INBOUND_PORT
+            hint.opaque_transport.inbound_port = inbound
+        if address.opaque:
+            hint.opaque.SetInParent()
+        elif config.enable_h2_upgrade:
+            hint.h2.SetInParent()
+        else:
+            hint.SetInParent()
+        if config.identity_trust_domain and control_plane == config.control_plane_ns:
+            try:
+                name = WorkloadIdentity(pod.service_account, pod.namespace, control_plane,
+                                        config.identity_trust_domain).dns_name
+            except InvalidName as exc:
+                log.warning("no identity for pod %s/%s: %s", pod.namespace, pod.name, exc)
+            else:
+                weighted.tls_identity.dns_like_identity.name = name
+                weighted.tls_identity.server_name.name = name
+        return weighted
+
+    def add(self, addresses: AddressSet) -> bytes:
+        encoded = addresses.memo.get(self)
+        if encoded is None:
+            addrs = [w for a in addresses.addresses if (w := self.weighted_addr(a)) is not None]
+            message = pb.Update(add=pb.WeightedAddrSet(addrs=addrs, metric_labels=addresses.labels))
+            encoded = addresses.memo[self] = message.SerializeToString()
+        assert isinstance(encoded, bytes)
+        return encoded
+
+    def remove(self, addresses: AddressSet) -> bytes:
+        encoded = addresses.memo.get(self)
+        if encoded is None:
+            addrs = []
+            for a in addresses.addresses:
+                try:
+                    addrs.append(to_tcp_address(a.ip, a.port))
+                except InvalidAddress:
+                    continue
+            encoded = addresses.memo[self] = pb.Update(remove=pb.AddrSet(addrs=addrs)).SerializeToString()
+        assert isinstance(encoded, bytes)
+        return encoded
+
+
+class EndpointTranslator:
+    """The ``EndpointListener`` of one ``Get`` stream."""
+
+    __slots__ = ("_encoder", "_stream", "_fresh")
+
+    def __init__(self, encoder: EndpointEncoder, stream: UpdateStream) -> None:
+        self._encoder = encoder
+        self._stream = stream
+        # True until the client has heard the Service's current state (again, after a deletion).
+        self._fresh = True
+
+    def add(self, addresses: AddressSet) -> None:
+        if addresses.addresses:
+            self._stream.send(self._encoder.add(addresses), addresses.at)
+        elif self._fresh:
+            self._stream.send(NO_ENDPOINTS_EXISTS, addresses.at)
+        self._fresh = False
+
+    def remove(self, addresses: AddressSet) -> None:
+        if not addresses.service_exists:
+            self._stream.send(NO_ENDPOINTS_UNKNOWN, addresses.at)
+            self._fresh = True
+        elif addresses.addresses:
+            self._stream.send(self._encoder.remove(addresses), addresses.at)

@@ -1,0 +1,105 @@
+"""One client stream's bounded outbox and its single writer: why a slow client can never hurt the server.
+
+Translators call ``send`` from the index's callbacks; it never blocks: it
+appends encoded bytes to a queue of at most ``capacity`` messages, or, when the
+queue is full, ends the stream (``OVERFLOW``) and drops what was queued.  The
+RPC handler in ``tether.destination.server`` runs ``run`` as the stream's only
+writer; it returns why the stream ended.  A write stuck on a client that
+stopped reading is interrupted by the overflow, so the handler can end the RPC
+with a status at once instead of waiting for the client.  Shutdown ends every
+stream the same way with ``SHUTDOWN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+class EndReason(enum.Enum):
+    OVERFLOW = "the client did not read its updates fast enough"
+    SHUTDOWN = "the destination service is shutting down"
+
+
+class UpdateStream:
+    """``send`` encoded messages; ``run`` writes them in order until the stream is ended."""
+
+    __slots__ = ("_capacity", "_items", "_wake", "_end", "_writer", "_writing", "_on_sent", "_on_overflow")
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        on_sent: Callable[[float | None], None] | None = None,
+        on_overflow: Callable[[], None] | None = None,
+    ) -> None:
+        self._capacity = capacity
+        self._items: deque[tuple[bytes, float | None]] = deque()
+        self._wake = asyncio.Event()
+        self._end: EndReason | None = None
+        self._writer: asyncio.Task[Any] | None = None
+        self._writing = False
+        self._on_sent = on_sent
+        self._on_overflow = on_overflow
+
+    @property
+    def queued(self) -> int:
+        return len(self._items)
+
+    @property
+    def ended(self) -> EndReason | None:
+        return self._end
+
+    def send(self, message: bytes, at: float | None) -> None:
+        """Queue ``message`` (caused by a change seen at monotonic time ``at``, if any); never blocks."""
+        if self._end is not None:
+            return
+        if len(self._items) >= self._capacity:
+            self._finish(EndReason.OVERFLOW)
+            if self._on_overflow is not None:
+                self._on_overflow()
+            return
+        self._items.append((message, at))
+        self._wake.set()
+
+    def end(self, reason: EndReason = EndReason.SHUTDOWN) -> None:
+        self._finish(reason)
+
+    def _finish(self, reason: EndReason) -> None:
+        if self._end is not None:
+            return
+        self._end = reason
+        self._items.clear()
+        self._wake.set()
+        if self._writing and self._writer is not None:
+            self._writer.cancel()  # the write waits on a client that does not read: give up on it
+
+    async def run(self, write: Callable[[bytes], Awaitable[None]]) -> EndReason:
+        """Write queued messages with ``write`` until the stream ends; return why it ended.
+
+        Cancellation from outside (the client went away) propagates.
+        """
+        self._writer = asyncio.current_task()
+        try:
+            while self._end is None:
+                if not self._items:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                message, at = self._items.popleft()
+                self._writing = True
+                try:
+                    await write(message)
+                finally:
+                    self._writing = False
+                if self._on_sent is not None:
+                    self._on_sent(None if at is None else time.monotonic() - at)
+        except asyncio.CancelledError:
+            if self._end is None or self._writer is None:
+                raise
+            self._writer.uncancel()  # our own cancellation of a stuck write: the stream has ended
+        return self._end

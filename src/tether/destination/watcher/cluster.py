@@ -1,0 +1,253 @@
+"""The cluster index: facts of every watched object, the lookups the watchers need, and change fan-out.
+
+``tether.destination.service`` feeds it one ``ResourceEvent`` at a time from
+the platform's watches (``apply``); after updating its dictionaries it hands a
+``Change`` to each observer (the endpoints, profile, opaque-ports and workload
+watchers), which decide what their subscribers must hear.  Lookups are
+indexed so one pod event costs work proportional to that pod's labels, not to
+the cluster: pods by (namespace, label, value), by IP; Services by cluster IP.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.destination.ports import PortSet, parse_port_set
+from tether.destination.watcher.facts import (
+    NamespaceFacts,
+    PodFacts,
+    ProfileFacts,
+    ServerFacts,
+    ServiceFacts,
+    facts_of,
+)
+from tether.platform.watch import ResourceEvent
+from tether.resources import kinds
+from tether.resources.selectors import LabelSelector, Operator
+
+ChangeKind = Literal["pod", "service", "server", "profile", "namespace"]
+
+# The resource types the destination watches, by ``ResourceType.key``, and what each is called in a Change.
+WATCHED: dict[str, ChangeKind] = {
+    kinds.NAMESPACE.key: "namespace",
+    kinds.SERVICE.key: "service",
+    kinds.POD.key: "pod",
+    kinds.SERVER.key: "server",
+    kinds.SERVICE_PROFILE.key: "profile",
+}
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces themselves
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One object changed: its facts before and after (None when absent), and when the platform saw it."""
+
+    kind: ChangeKind
+    key: Key
+    old: object | None
+    new: object | None
+    at: float
+
+    @property
+    def namespace(self) -> str:
+        return self.key[1] if self.kind == "namespace" else self.key[0]
+
+
+Observer = Callable[[Change], None]
+
+
+def selector_bucket(selector: LabelSelector) -> tuple[str, str] | None:
+    """A (label, value) every object the selector matches must carry, if there is one: the index key."""
+    for requirement in selector.requirements:
+        if requirement.operator is Operator.EQUALS or (
+            requirement.operator is Operator.IN and len(requirement.values) == 1
+        ):
+            return requirement.key, requirement.values[0]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _named_port_set(text: str, names: tuple[tuple[str, tuple[int, ...]], ...]) -> PortSet:
+    return parse_port_set(text, dict(names))[0]
+
+
+class ClusterIndex:
+    """What the destination knows of the cluster; ``default_opaque_ports`` applies where nothing says otherwise."""
+
+    def __init__(self, default_opaque_ports: PortSet) -> None:
+        self.default_opaque_ports = default_opaque_ports
+        self.pods: dict[Key, PodFacts] = {}
+        self.services: dict[Key, ServiceFacts] = {}
+        self.profiles: dict[Key, ProfileFacts] = {}
+        self.namespaces: dict[str, NamespaceFacts] = {}
+        self._servers: dict[str, dict[str, ServerFacts]] = {}
+        self._pods_by_ns: dict[str, dict[str, PodFacts]] = {}
+        self._pods_by_label: dict[tuple[str, str, str], set[str]] = {}
+        self._pods_by_ip: dict[str, set[Key]] = {}
+        self._services_by_ip: dict[str, set[Key]] = {}
+        self._observers: list[Observer] = []
+        self._synced: set[str] = set()
+
+    # -- feeding -------------------------------------------------------------
+
+    def observe(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def apply(self, type_key: str, event: ResourceEvent) -> None:
+        """Apply one platform event for resource type ``type_key`` and tell the observers."""
+        if event.type == "SYNCED":
+            self._synced.add(type_key)
+            return
+        kind = WATCHED[type_key]
+        key = event.key
+        new = None if event.type == "DELETED" or event.object is None else facts_of(event.object)
+        old = self._store(kind, key, new)
+        if old is None and new is None:
+            return
+        change = Change(kind, key, old, new, event.received_at)
+        for observer in self._observers:
+            observer(change)
+
+    def is_synced(self, type_key: str) -> bool:
+        return type_key in self._synced
+
+    @property
+    def synced(self) -> bool:
+        return all(key in self._synced for key in WATCHED)
+
+    def _store(self, kind: ChangeKind, key: Key, new: object | None) -> object | None:
+        """Replace the facts at ``key`` and keep the secondary indexes in step; return the old facts."""
+        namespace, name = key
+        if kind == "pod":
+            old_pod = self.pods.pop(key, None)
+            if old_pod is not None:
+                self._unindex_pod(old_pod)
+            if isinstance(new, PodFacts):
+                self.pods[key] = new
+                self._index_pod(new)
+            return old_pod
+        if kind == "service":
+            old_service = self.services.pop(key, None)
+            if old_service is not None:
+                for ip in old_service.cluster_ips:
+                    _discard(self._services_by_ip, ip, key)
+            if isinstance(new, ServiceFacts):
+                self.services[key] = new
+                for ip in new.cluster_ips:
+                    self._services_by_ip.setdefault(ip, set()).add(key)
+            return old_service
+        if kind == "server":
+            servers = self._servers.setdefault(namespace, {})
+            old_server = servers.pop(name, None)
+            if isinstance(new, ServerFacts):
+                servers[name] = new
+            elif not servers:
+                del self._servers[namespace]
+            return old_server
+        if kind == "profile":
+            old_profile = self.profiles.pop(key, None)
+            if isinstance(new, ProfileFacts):
+                self.profiles[key] = new
+            return old_profile
+        old_namespace = self.namespaces.pop(name, None)
+        if isinstance(new, NamespaceFacts):
+            self.namespaces[name] = new
+        return old_namespace
+
+    def _index_pod(self, pod: PodFacts) -> None:
+        self._pods_by_ns.setdefault(pod.namespace, {})[pod.name] = pod
+        for label, value in pod.labels.items():
+            self._pods_by_label.setdefault((pod.namespace, label, value), set()).add(pod.name)
+        if pod.ip is not None and not pod.host_network:
+            self._pods_by_ip.setdefault(pod.ip, set()).add((pod.namespace, pod.name))
+
+    def _unindex_pod(self, pod: PodFacts) -> None:
+        in_ns = self._pods_by_ns.get(pod.namespace)
+        if in_ns is not None:
+            in_ns.pop(pod.name, None)
+            if not in_ns:
+                del self._pods_by_ns[pod.namespace]
+        for label, value in pod.labels.items():
+            _discard(self._pods_by_label, (pod.namespace, label, value), pod.name)
+        if pod.ip is not None and not pod.host_network:
+            _discard(self._pods_by_ip, pod.ip, (pod.namespace, pod.name))
+
+    # -- lookups -------------------------------------------------------------
+
+    def pods_selected(self, namespace: str, selector: LabelSelector) -> Iterator[PodFacts]:
+        """Pods of ``namespace`` whose labels ``selector`` matches."""
+        if selector.selects_nothing:
+            return
+        in_ns = self._pods_by_ns.get(namespace, {})
+        bucket = selector_bucket(selector)
+        if bucket is None:
+            candidates: Iterable[PodFacts] = list(in_ns.values())
+        else:
+            candidates = [in_ns[n] for n in self._pods_by_label.get((namespace, *bucket), ()) if n in in_ns]
+        for pod in candidates:
+            if selector.matches(pod.labels):
+                yield pod
+
+    def running_pods_at(self, ip: str) -> list[PodFacts]:
+        """Running (pod-network) pods with this IP, by name; more than one means a conflict."""
+        pods = [self.pods[key] for key in self._pods_by_ip.get(ip, ()) if key in self.pods]
+        return sorted((p for p in pods if p.is_running), key=lambda p: (p.namespace, p.name))
+
+    def services_at(self, ip: str) -> list[ServiceFacts]:
+        """Services with this cluster IP; more than one means a conflict."""
+        return sorted((self.services[k] for k in self._services_by_ip.get(ip, ()) if k in self.services),
+                      key=lambda s: (s.namespace, s.name))
+
+    def servers_in(self, namespace: str) -> Iterable[ServerFacts]:
+        return self._servers.get(namespace, {}).values()
+
+    def pod_opaque_ports(self, pod: PodFacts) -> PortSet:
+        """The pod's opaque ports: its annotation, else its namespace's, else the defaults."""
+        if pod.opaque_ports is not None:
+            return pod.opaque_ports
+        namespace = self.namespaces.get(pod.namespace)
+        if namespace is not None and namespace.opaque_ports_annotation is not None:
+            names = tuple(sorted(pod.container_ports.items()))
+            return _named_port_set(namespace.opaque_ports_annotation, names)
+        return self.default_opaque_ports
+
+    def service_opaque_ports(self, namespace: str, name: str) -> PortSet:
+        """A Service's opaque ports: its annotation, else its namespace's, else the defaults (also when absent)."""
+        service = self.services.get((namespace, name))
+        if service is None:
+            return self.default_opaque_ports
+        if service.opaque_ports is not None:
+            return service.opaque_ports
+        ns = self.namespaces.get(namespace)
+        if ns is not None and ns.opaque_ports_annotation is not None:
+            names = tuple((p.name, (p.port,)) for p in service.ports if p.name)
+            return _named_port_set(ns.opaque_ports_annotation, names)
+        return self.default_opaque_ports
+
+    def is_opaque(self, pod: PodFacts, port: int) -> bool:
+        """Whether traffic to ``port`` of ``pod`` is opaque: by annotation (or default), or by a Server."""
+        if port in self.pod_opaque_ports(pod):
+            return True
+        return any(server.marks_opaque(pod, port) for server in self.servers_in(pod.namespace))
+
+    def sizes(self) -> dict[str, int]:
+        """How many objects of each watched kind the index holds (for the cache-size metrics)."""
+        return {
+            "pod": len(self.pods),
+            "service": len(self.services),
+            "serviceprofile": len(self.profiles),
+            "server": sum(len(s) for s in self._servers.values()),
+            "namespace": len(self.namespaces),
+        }
+
+
+def _discard(index: dict, key: object, member: object) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(member)
+        if not members:
+            del index[key]

@@ -1,0 +1,291 @@
+"""What the destination keeps of each object: small frozen facts read once from the typed resource model.
+
+``tether.destination.watcher.cluster`` turns every watched object into one of
+these (``facts_of``) and indexes only the facts, never the whole object, so the
+index stays small and every question the watchers ask (is this pod ready, which
+port does a named target port mean, is a proxy there, which control plane) is
+answered in one place.  No protobufs here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.destination.ports import PortSet, parse_port_set, port_of_address
+from tether.resources import kinds
+from tether.resources.core import ServicePort, ServiceSpec
+from tether.resources.errors import ValidationError
+from tether.resources.model import Resource, parse
+from tether.resources.policy import ServerSpec
+from tether.resources.profiles import ServiceProfileSpec
+from tether.resources.selectors import LabelSelector
+from tether.resources.workloads import Container, PodSpec, PodStatus
+
+log = logging.getLogger(__name__)
+
+# Linkerd's label and annotation names (pkg/k8s/labels.go).
+CONTROL_PLANE_NS_LABEL = "linkerd.io/control-plane-ns"
+PROXY_VERSION_ANNOTATION = "linkerd.io/proxy-version"
+OPAQUE_PORTS_ANNOTATION = "config.linkerd.io/opaque-ports"
+SKIP_INBOUND_PORTS_ANNOTATION = "config.linkerd.io/skip-inbound-ports"
+POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+PROXY_CONTAINER = "linkerd-proxy"
+PROXY_PORT_NAME = "linkerd-proxy"
+ADMIN_PORT_NAME = "linkerd-admin"
+DEFAULT_INBOUND_PORT = 4143
+INBOUND_ADDR_ENV = "LINKERD2_PROXY_INBOUND_LISTEN_ADDR"
+META_ADDR_ENVS = ("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "LINKERD2_PROXY_CONTROL_LISTEN_ADDR")
+
+# An owner kind as a metric label key (Linkerd's proxy labels: ``deployment``, ``k8s_job``...).
+_OWNER_LABEL = {"Job": "k8s_job"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyFacts:
+    """The pod's Linkerd proxy: where it accepts meshed traffic, and its own (meta) ports."""
+
+    inbound_port: int
+    meta_ports: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    namespace: str
+    name: str
+    resource_version: str
+    labels: Mapping[str, str]
+    ip: str | None
+    phase: str | None
+    ready: bool
+    terminating: bool
+    service_account: str
+    owner_kind: str  # the metric label key: deployment, statefulset, replicaset, k8s_job, pod...
+    owner_name: str
+    # Set when the pod says which control plane meshed it (label), else None.
+    control_plane_ns: str | None
+    # A proxy runs in the pod (a linkerd-proxy container or sidecar, or the proxy-version annotation).
+    proxy: ProxyFacts | None
+    opaque_ports: PortSet | None  # the pod's own annotation; None when absent
+    skip_inbound_ports: PortSet
+    container_ports: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    host_network: bool = False
+    node_name: str | None = None
+
+    @property
+    def pod_template_hash(self) -> str | None:
+        return self.labels.get(POD_TEMPLATE_HASH_LABEL)
+
+    @property
+    def is_endpoint(self) -> bool:
+        """Whether an EndpointSlice controller would list this pod as a ready endpoint."""
+        return self.ip is not None and self.phase == "Running" and self.ready and not self.terminating
+
+    @property
+    def is_running(self) -> bool:
+        """What endpoint profiles follow: running (readiness deliberately ignored, as Linkerd does)."""
+        return self.ip is not None and self.phase == "Running" and not self.terminating
+
+    def resolve_port(self, target: int | str) -> int | None:
+        """The port a Service ``targetPort`` means on this pod: the number, or the first container port so named."""
+        if isinstance(target, int):
+            return target
+        ports = self.container_ports.get(target)
+        return ports[0] if ports else None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceFacts:
+    namespace: str
+    name: str
+    resource_version: str
+    selector: LabelSelector
+    ports: tuple[ServicePort, ...]
+    type: str
+    cluster_ips: tuple[str, ...]
+    opaque_ports: PortSet | None  # the Service's own annotation (names resolved to service ports); None if absent
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_external_name(self) -> bool:
+        return self.type == "ExternalName"
+
+    def port(self, number: int) -> ServicePort | None:
+        return next((p for p in self.ports if p.port == number), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    namespace: str
+    name: str
+    pod_selector: LabelSelector | None
+    port: int | str
+    opaque: bool
+
+    def marks_opaque(self, pod: PodFacts, port: int) -> bool:
+        """Whether this Server makes ``port`` of ``pod`` opaque (number, or a container port name)."""
+        if not self.opaque or self.pod_selector is None or not self.pod_selector.matches(pod.labels):
+            return False
+        if isinstance(self.port, int):
+            return self.port == port
+        return port in pod.container_ports.get(self.port, ())
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFacts:
+    namespace: str
+    name: str
+    resource_version: str
+    spec: ServiceProfileSpec
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceFacts:
+    name: str
+    opaque_ports_annotation: str | None  # names resolve against each pod or service, so kept as text
+
+
+Facts = PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts
+
+
+def facts_of(obj: Mapping[str, Any]) -> Facts | None:
+    """The facts of one watched object, or None when it can't be read (logged) or is of another kind."""
+    try:
+        resource = parse(obj)
+    except ValidationError as exc:
+        log.warning("ignoring an object the destination can't read: %s", exc)
+        return None
+    rtype = resource.type
+    if rtype is kinds.POD:
+        return _pod(resource)
+    if rtype is kinds.SERVICE:
+        return _service(resource)
+    if rtype is kinds.SERVER:
+        return _server(resource)
+    if rtype is kinds.SERVICE_PROFILE:
+        assert isinstance(resource.spec, ServiceProfileSpec)
+        return ProfileFacts(resource.namespace or "", resource.name, resource.metadata.resource_version or "", resource.spec)
+    if rtype is kinds.NAMESPACE:
+        return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
+    return None
+
+
+def _ports_annotation(annotations: Mapping[str, str], key: str, names: Mapping[str, tuple[int, ...]], what: str) -> PortSet | None:
+    text = annotations.get(key)
+    if text is None:
+        return None
+    ports, skipped = parse_port_set(text, names)
+    if skipped:
+        log.warning("%s: %s: skipping invalid or unknown ports %s", what, key, ", ".join(skipped))
+    return ports
+
+
+def _pod(resource: Resource) -> PodFacts:
+    spec, status = resource.spec, resource.status
+    assert isinstance(spec, PodSpec)
+    status = status if isinstance(status, PodStatus) else PodStatus()
+    namespace = resource.namespace or ""
+    container_ports: dict[str, tuple[int, ...]] = {}
+    for container in (*spec.containers, *spec.init_containers):
+        for port in container.ports:
+            if port.name:
+                container_ports[port.name] = (*container_ports.get(port.name, ()), port.container_port)
+    owner_kind, owner_name = _owner(resource)
+    what = f"pod {namespace}/{resource.name}"
+    return PodFacts(
+        namespace=namespace,
+        name=resource.name,
+        resource_version=resource.metadata.resource_version or "",
+        labels=resource.labels,
+        ip=status.pod_ip or (status.pod_ips[0] if status.pod_ips else None),
+        phase=status.phase,
+        ready=status.ready,
+        terminating=resource.metadata.deletion_timestamp is not None,
+        service_account=spec.service_account_name or "default",
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        control_plane_ns=resource.labels.get(CONTROL_PLANE_NS_LABEL) or None,
+        proxy=_proxy(spec, resource.annotations, container_ports),
+        opaque_ports=_ports_annotation(resource.annotations, OPAQUE_PORTS_ANNOTATION, container_ports, what),
+        skip_inbound_ports=_ports_annotation(resource.annotations, SKIP_INBOUND_PORTS_ANNOTATION, container_ports, what)
+        or PortSet(),
+        container_ports=container_ports,
+        host_network=spec.host_network,
+        node_name=spec.node_name,
+    )
+
+
+def _proxy_container(spec: PodSpec) -> Container | None:
+    for container in spec.containers:
+        if container.name == PROXY_CONTAINER:
+            return container
+    # The native-sidecar form: an init container that keeps running.
+    for container in spec.init_containers:
+        if container.name == PROXY_CONTAINER:
+            return container
+    return None
+
+
+def _proxy(spec: PodSpec, annotations: Mapping[str, str], container_ports: Mapping[str, tuple[int, ...]]) -> ProxyFacts | None:
+    """Whether a proxy runs in the pod, and its ports (from its env, as Linkerd reads them, else its port names)."""
+    container = _proxy_container(spec)
+    if container is None and PROXY_VERSION_ANNOTATION not in annotations:
+        return None
+    env = {var.name: var.value for var in container.env} if container is not None else {}
+    inbound = port_of_address(env.get(INBOUND_ADDR_ENV) or "")
+    if inbound is None:
+        named = container_ports.get(PROXY_PORT_NAME)
+        inbound = named[0] if named else DEFAULT_INBOUND_PORT
+    meta = {port for name in META_ADDR_ENVS if (port := port_of_address(env.get(name) or "")) is not None}
+    if not meta:
+        meta.update(container_ports.get(ADMIN_PORT_NAME, ()))
+    return ProxyFacts(inbound, frozenset(meta))
+
+
+def _owner(resource: Resource) -> tuple[str, str]:
+    """The pod's owner as Linkerd labels it, collapsing ReplicaSet -> Deployment by the pod-template-hash."""
+    refs = resource.metadata.owner_references
+    owner = resource.metadata.controller or (refs[0] if refs else None)
+    if owner is None:
+        return "pod", resource.name
+    if owner.kind == "ReplicaSet":
+        template_hash = resource.labels.get(POD_TEMPLATE_HASH_LABEL)
+        # A Deployment names its ReplicaSets ``<deployment>-<pod-template-hash>``.
+        if template_hash and owner.name.endswith(f"-{template_hash}"):
+            return "deployment", owner.name[: -len(template_hash) - 1]
+        return "replicaset", owner.name
+    return _OWNER_LABEL.get(owner.kind, owner.kind.lower()), owner.name
+
+
+def _service(resource: Resource) -> ServiceFacts:
+    spec = resource.spec
+    assert isinstance(spec, ServiceSpec)
+    names = {p.name: (p.port,) for p in spec.ports if p.name}
+    namespace = resource.namespace or ""
+    return ServiceFacts(
+        namespace=namespace,
+        name=resource.name,
+        resource_version=resource.metadata.resource_version or "",
+        selector=spec.selector,
+        ports=spec.ports,
+        type=spec.type,
+        cluster_ips=tuple(dict.fromkeys(ip for ip in (spec.cluster_ip, *spec.cluster_ips) if ip)),
+        opaque_ports=_ports_annotation(
+            resource.annotations, OPAQUE_PORTS_ANNOTATION, names, f"service {namespace}/{resource.name}"
+        ),
+        labels=resource.labels,
+    )
+
+
+def _server(resource: Resource) -> ServerFacts:
+    spec = resource.spec
+    assert isinstance(spec, ServerSpec)
+    return ServerFacts(
+        namespace=resource.namespace or "",
+        name=resource.name,
+        pod_selector=spec.pod_selector,
+        port=spec.port,
+        opaque=spec.proxy_protocol == "opaque",
+    )

@@ -1,0 +1,79 @@
+"""The listener interfaces the watchers publish to, and the values they publish.
+
+Listeners are tiny (one or two methods) and are called synchronously from the
+index's event handling, so they must never block: the translators behind them
+only encode and enqueue.  ``at`` is the monotonic time the platform received
+the change that caused the call (for the delivery-lag metric), None for the
+answer a listener gets when it subscribes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tether.destination.ports import PortSet
+from tether.destination.watcher.facts import PodFacts, ProfileFacts
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """One endpoint: an IP and port, the pod behind it (None when none is known) and whether the port is opaque."""
+
+    ip: str
+    port: int
+    pod: PodFacts | None
+    opaque: bool
+    zone: str = ""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.ip, self.port
+
+    def changed_from(self, before: "Address") -> bool:
+        """Whether a client must be told again (Linkerd's rule: pod version or opaque flag differ)."""
+        if self.opaque != before.opaque or self.zone != before.zone:
+            return True
+        if self.pod is None or before.pod is None:
+            return self.pod is not before.pod
+        return self.pod.resource_version != before.pod.resource_version or self.pod.name != before.pod.name
+
+
+@dataclass(slots=True, eq=False)
+class AddressSet:
+    """Addresses delivered together, with the labels every one of them shares (service, namespace).
+
+    ``service_exists`` is False only in the ``remove`` that reports the Service
+    itself went away.  ``at`` is None for snapshots (no platform event caused them).  ``memo`` lets translators encode a set once however many
+    listeners receive it (the watch side never reads it).
+    """
+
+    addresses: tuple[Address, ...]
+    labels: Mapping[str, str]
+    at: float | None
+    service_exists: bool = True
+    memo: dict[object, object] = field(default_factory=dict)
+
+
+class EndpointListener(Protocol):
+    def add(self, addresses: AddressSet) -> None:
+        """These endpoints are new or changed; the first call after subscribing is the snapshot (maybe empty)."""
+
+    def remove(self, addresses: AddressSet) -> None:
+        """These endpoints are gone (all of them, and the Service too, when ``service_exists`` is False)."""
+
+
+class ProfileListener(Protocol):
+    def update(self, profile: ProfileFacts | None, at: float | None) -> None:
+        """The ServiceProfile now in force (None: there is none); called at once on subscribe."""
+
+
+class OpaquePortsListener(Protocol):
+    def update_ports(self, ports: PortSet, at: float | None) -> None:
+        """The Service's opaque ports now; called at once on subscribe."""
+
+
+class WorkloadListener(Protocol):
+    def update(self, target: Address, at: float | None) -> None:
+        """What is at the watched IP:port now (``target.pod`` None when nothing runs there)."""

@@ -1,0 +1,96 @@
+"""What runs at an IP:port, for endpoint profiles (``GetProfile`` on a pod IP).
+
+Keyed by (IP, port).  Follows whether a pod is *running* there, not whether it
+is ready (Linkerd does the same so StatefulSet peers can reach each other
+before they are ready).  The published ``Address`` carries the pod (or None
+when nothing runs at the IP) and whether the port is opaque: by the pod's
+annotation, its namespace's, the defaults, or a Server with ``proxyProtocol:
+opaque``.  Listeners hear the current target at once, then each change.
+"""
+
+from __future__ import annotations
+
+from tether.destination.metrics import DestinationMetrics
+from tether.destination.watcher.cluster import Change, ClusterIndex
+from tether.destination.watcher.errors import ConflictingAddress
+from tether.destination.watcher.facts import PodFacts
+from tether.destination.watcher.listeners import Address, WorkloadListener
+
+Target = tuple[str, int]
+
+
+class _Publisher:
+    __slots__ = ("target", "listeners")
+
+    def __init__(self, target: Address) -> None:
+        self.target = target
+        self.listeners: list[WorkloadListener] = []
+
+
+class WorkloadWatcher:
+    def __init__(self, index: ClusterIndex, metrics: DestinationMetrics) -> None:
+        self._index = index
+        self._metrics = metrics
+        self._publishers: dict[Target, _Publisher] = {}
+        self._ports_by_ip: dict[str, set[int]] = {}
+        index.observe(self._on_change)
+
+    def _target(self, ip: str, port: int) -> Address:
+        pods = self._index.running_pods_at(ip)
+        if not pods:
+            return Address(ip, port, None, port in self._index.default_opaque_ports)
+        pod = pods[0]
+        return Address(ip, port, pod, self._index.is_opaque(pod, port))
+
+    def subscribe(self, ip: str, port: int, listener: WorkloadListener) -> None:
+        """Raises ``ConflictingAddress`` when several running pods have this IP."""
+        pods = self._index.running_pods_at(ip)
+        if len(pods) > 1:
+            names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+            raise ConflictingAddress(f"pod IP address conflict: {ip} is used by {names}")
+        key = (ip, port)
+        publisher = self._publishers.get(key)
+        if publisher is None:
+            publisher = self._publishers[key] = _Publisher(self._target(ip, port))
+            self._ports_by_ip.setdefault(ip, set()).add(port)
+        publisher.listeners.append(listener)
+        self._count()
+        listener.update(publisher.target, None)
+
+    def unsubscribe(self, ip: str, port: int, listener: WorkloadListener) -> None:
+        key = (ip, port)
+        publisher = self._publishers.get(key)
+        if publisher is None or listener not in publisher.listeners:
+            return
+        publisher.listeners.remove(listener)
+        if not publisher.listeners:
+            del self._publishers[key]
+            ports = self._ports_by_ip[ip]
+            ports.discard(port)
+            if not ports:
+                del self._ports_by_ip[ip]
+        self._count()
+
+    def _count(self) -> None:
+        self._metrics.workload_subscribers.set(sum(len(p.listeners) for p in self._publishers.values()))
+
+    def _on_change(self, change: Change) -> None:
+        if not self._publishers:
+            return
+        if change.kind == "pod":
+            ips = {p.ip for p in (change.old, change.new) if isinstance(p, PodFacts) and p.ip is not None}
+            keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]
+        elif change.kind in ("server", "namespace"):
+            keys = [k for k, p in self._publishers.items() if p.target.pod is not None
+                    and p.target.pod.namespace == change.namespace]
+        else:
+            return
+        for key in keys:
+            publisher = self._publishers[key]
+            target = self._target(*key)
+            if not target.changed_from(publisher.target):
+                continue
+            publisher.target = target
+            self._metrics.workload_updates.inc()
+            for listener in tuple(publisher.listeners):
+                listener.update(target, change.at)

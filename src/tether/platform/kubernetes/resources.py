@@ -1,0 +1,68 @@
+"""Where each resource type lives on the Kubernetes API: group, version, plural, and the URL paths.
+
+``tether.platform.kubernetes.watch`` asks ``api_resource(type_key)`` for the list
+and watch paths of a type key (``ResourceType.key`` from ``tether.resources.kinds``,
+e.g. ``"Pod"`` or ``"Server.policy.linkerd.io"``).  Every type of the resource model
+is served at its preferred version; the few types the model does not parse but
+controllers still watch on Kubernetes (EndpointSlices) are added here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from tether.resources import kinds
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResource:
+    """One resource type as the API server serves it."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return self.version if not self.group else f"{self.group}/{self.version}"
+
+    @property
+    def key(self) -> str:
+        return self.kind if not self.group else f"{self.kind}.{self.group}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """``/api/v1/pods``, ``/api/v1/namespaces/ns/pods``, ``/apis/g/v/namespaces/ns/plural``."""
+        root = "/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace and self.namespaced:
+            return f"{root}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+
+ENDPOINT_SLICE = ApiResource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+ENDPOINTS = ApiResource("", "v1", "endpoints", "Endpoints")
+NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False)
+TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+_EXTRA = (ENDPOINT_SLICE, ENDPOINTS, NODE)
+
+
+def _from_model(rtype: kinds.ResourceType) -> ApiResource:
+    return ApiResource(rtype.group, rtype.versions[0], rtype.plural, rtype.kind, rtype.namespaced)
+
+
+API_RESOURCES: dict[str, ApiResource] = {r.key: r for r in (*map(_from_model, kinds.REGISTRY), *_EXTRA)}
+
+
+class UnknownResourceType(KeyError):
+    """A type key that names no resource the Kubernetes platform can watch."""
+
+
+def api_resource(type_key: str) -> ApiResource:
+    try:
+        return API_RESOURCES[type_key]
+    except KeyError:
+        known = ", ".join(sorted(API_RESOURCES))
+        raise UnknownResourceType(f"no Kubernetes resource for type key {type_key!r} (known: {known})") from None

@@ -1,0 +1,243 @@
+"""Helpers for the local platform's end-to-end tests: a platform per test run, host snapshots, waiting.
+
+Every name a run makes starts with ``tu<pid in hex><tag>`` (namespaces ``tu1a2bp-<pod>.<ns>``,
+veths ``tu1a2bp<hash>``, bridge ``tu1a2bpbr``), and its pod and service ranges are /27s picked
+from the pid and the tag, so runs in parallel (and a developer's own ``tether up``) never meet;
+``remove_dead_runs`` tears down what runs that are gone left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.platform.local.launcher import processes_matching
+from tether.platform.local.netns import HostNet, NetnsConfig
+from tether.store import Store
+
+TETHER = str(Path(sys.executable).parent / "tether")
+PYTHON = sys.executable
+TAGS = "pqrstvwxyz"
+_RUN_NAME = re.compile(r"^tu([0-9a-f]+)([p-z])(?:-|br$|[0-9a-f])")
+
+
+def _stdout(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def netns_names() -> set[str]:
+    return {n["name"] for n in json.loads(_stdout(["ip", "-j", "netns", "list"]) or "[]")}
+
+
+def link_names() -> set[str]:
+    return {link["ifname"] for link in json.loads(_stdout(["ip", "-j", "link", "show"]) or "[]")}
+
+
+def host_nat() -> list[str]:
+    """``iptables -t nat -S`` of the host (IPv4 and IPv6)."""
+    return _stdout(["iptables", "-t", "nat", "-S"]).splitlines() + _stdout(["ip6tables", "-t", "nat", "-S"]).splitlines()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def live_run_prefixes() -> set[str]:
+    """Prefixes (``tu<pid>``) of test runs whose process is alive, ours included."""
+    out = set()
+    for name in netns_names() | link_names():
+        match = _RUN_NAME.match(name)
+        if match and _alive(int(match.group(1), 16)):
+            out.add(f"tu{match.group(1)}")
+    return out
+
+
+def remove_dead_runs() -> None:
+    seen: set[tuple[str, str]] = set()
+    for name in netns_names() | link_names():
+        match = _RUN_NAME.match(name)
+        if match and not _alive(int(match.group(1), 16)):
+            seen.add((match.group(1), match.group(2)))
+    for pid_hex, tag in seen:
+        prefix = f"tu{pid_hex}{tag}"
+        HostNet(NetnsConfig(prefix=prefix, bridge=prefix + "br")).teardown_all()
+
+
+@dataclass
+class Snapshot:
+    netns: set[str]
+    links: set[str]
+    nat: list[str]
+
+    @classmethod
+    def take(cls) -> Snapshot:
+        return cls(netns_names(), link_names(), host_nat())
+
+    def leftovers(self, prefix: str) -> list[str]:
+        """What is there now that was not before: ours (by prefix), or anything else not another live run's."""
+        now = Snapshot.take()
+        others = tuple(p for p in live_run_prefixes() if not prefix.startswith(p)) + ("tp",)
+        new = (now.netns - self.netns) | (now.links - self.links)
+        problems = [f"left behind: {n}" for n in sorted(new) if n.startswith(prefix) or not n.startswith(others)]
+        if now.nat != self.nat:
+            problems.append(f"host nat table changed: {sorted(set(now.nat) ^ set(self.nat))}")
+        return problems
+
+
+@dataclass
+class Platform:
+    """One local platform of this test run: its state directory, names and ranges."""
+
+    home: Path
+    prefix: str
+    pod_cidr: str
+    service_cidr: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bridge(self) -> str:
+        return self.prefix + "br"
+
+    @property
+    def up_args(self) -> list[str]:
+        return ["--prefix", self.prefix, "--bridge", self.bridge, "--pod-cidr", self.pod_cidr,
+                "--service-cidr", self.service_cidr]
+
+    def tether(self, *args: str, ok: bool | None = True, input: str | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+        proc = subprocess.run([TETHER, *args], input=input, capture_output=True, text=True, env=self.env,
+                              timeout=timeout)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if ok is True:
+            assert proc.returncode == 0, f"tether {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+        elif ok is False:
+            assert proc.returncode != 0, proc.stdout
+        return proc
+
+    def apply(self, manifest: str) -> None:
+        self.tether("apply", "-f", "-", input=manifest)
+
+    @contextmanager
+    def store(self) -> Iterator[Store]:
+        with Store(self.home / "store.db") as store:
+            yield store
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        with self.store() as store:
+            return store.list("Pod", namespace).items
+
+    def netns_of(self, pod: dict[str, Any]) -> str:
+        return f"{self.prefix}-{pod['metadata']['name']}.{pod['metadata']['namespace']}"
+
+    def teardown(self) -> None:
+        """Everything this platform made goes, whatever state the test left it in."""
+        subprocess.run([TETHER, "down", "--purge"], env=self.env, capture_output=True, timeout=120)
+        for pid in processes_matching([str(self.home)]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        HostNet(NetnsConfig(prefix=self.prefix, bridge=self.bridge)).teardown_all()
+        for etc in Path("/etc/netns").glob(f"{self.prefix}-*"):
+            subprocess.run(["rm", "-rf", str(etc)], check=False)
+        subprocess.run(["rm", "-rf", f"/run/tether/{self.prefix}"], check=False)
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(int(s.get("restartCount", 0)) for s in (pod.get("status") or {}).get("containerStatuses") or ())
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def web_server(name: str, namespace: str, replicas: int, *, annotations: str = "") -> str:
+    """A Deployment of a tiny Python HTTP server on 8080 and its Service on port 80."""
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+      - name: http
+        image: python
+        command: [{PYTHON}, -u, -m, http.server, "8080", --bind, 0.0.0.0]
+        ports: [{{name: http, containerPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  selector: {{app: {name}}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+"""
+
+
+CLIENT_SCRIPT = """
+import sys, time, urllib.request
+url = sys.argv[1]
+while True:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            print("ok", r.status, flush=True)
+    except Exception as e:
+        print("error", e, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def client(name: str, namespace: str, url: str, *, annotations: str = "") -> str:
+    """A Deployment that GETs ``url`` five times a second and prints ``ok 200`` or the error."""
+    script = CLIENT_SCRIPT.replace("\n", "\\n").replace('"', '\\"')
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+      - name: client
+        image: python
+        command: [{PYTHON}, -u, -c, "{script}", "{url}"]
+"""

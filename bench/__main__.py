@@ -10,7 +10,7 @@ from pathlib import Path
 
 def _names() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.ispkg and not m.name.startswith("_"))
 
 
 def main(argv: list[str]) -> int:

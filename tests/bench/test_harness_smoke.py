@@ -1,0 +1,251 @@
+"""The data-plane benchmark harness starts, measures a tiny run and stops everything; its pure pieces compute right.
+
+Benchmarks never run in the suite: this only checks that the harness works, in seconds. Tests that need
+nginx or wrk (Debian packages from dev/setup.sh and dev/bench-setup.sh) skip without them; nothing here
+needs Envoy, HAProxy or matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.dataplane import openloop, report, runner  # noqa: E402
+from bench.dataplane.backend import nginx_binary, start_backend  # noqa: E402
+from bench.dataplane.closedloop import parse_wrk, wrk_binary  # noqa: E402
+from bench.dataplane.pki import issue_mesh_certs  # noqa: E402
+from bench.dataplane.procs import Pinning, Supervisor  # noqa: E402
+from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, rss_bytes  # noqa: E402
+from bench.dataplane.variants import VARIANTS, Context  # noqa: E402
+from bench.dataplane.variants.envoy import envoy_configs  # noqa: E402
+from bench.dataplane.variants.haproxy import haproxy_configs  # noqa: E402
+
+needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (dev/setup.sh)")
+needs_wrk = pytest.mark.skipif(wrk_binary() is None, reason="wrk not installed (dev/bench-setup.sh)")
+
+
+# -- the open-loop generator's pure pieces ---------------------------------------------------
+
+
+def test_parse_head_waits_for_the_whole_head_then_gives_status_and_length() -> None:
+    head = b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 1024\r\n\r\n"
+    assert openloop.parse_head(head[:20]) is None
+    assert openloop.parse_head(head) == (200, len(head) + 1024)
+    assert openloop.parse_head(b"HTTP/1.1 503 Busy\r\ncontent-length:3\r\n\r\nabc") == (503, 42)
+
+
+@pytest.mark.parametrize("bad", [b"SSH-2.0-x\r\n\r\n", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"])
+def test_parse_head_rejects_what_it_cannot_frame(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        openloop.parse_head(bad)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = list(range(1, 1001))
+    assert openloop.percentile(values, 50) == 500
+    assert openloop.percentile(values, 99.9) == 999
+    assert openloop.percentile(values, 100) == 1000
+    assert openloop.percentile([], 50) == 0.0
+
+
+def test_summary_judges_sustained_and_overload() -> None:
+    ok = openloop.summarize(100, 1.0, 4, 100, 100, 0, [0.001] * 100, [0.000001] * 100, 0, 0, 1)
+    assert ok.sustained and not ok.generator_overloaded
+    assert ok.latency_us["p99"] == pytest.approx(1000) and ok.achieved_rate == 100
+    saturated = openloop.summarize(100, 1.0, 4, 100, 100, 0, [0.5] * 100, [0.0] * 100, 90, 60, 60)
+    assert not saturated.sustained
+    late = openloop.summarize(100, 1.0, 4, 100, 90, 0, [0.001] * 90, [0.001] * 90, 0, 10, 14)
+    assert late.generator_overloaded and not late.sustained
+    assert json.loads(ok.to_json())["scheduled"] == 100
+
+
+# -- harness arithmetic ----------------------------------------------------------------------
+
+
+def test_high_rate_is_a_fraction_of_the_slowest_rounded_down() -> None:
+    assert runner.choose_high_rate({"direct": 90000, "envoy": 7304, "haproxy": 15000}, 0.75) == 5400
+    assert runner.choose_high_rate({"a": 120}, 0.75) == 90
+    assert runner.choose_high_rate({"a": 1}, 0.5) == 1
+
+
+def test_rotation_interleaves_every_variant_first_once() -> None:
+    names = ["direct", "envoy", "haproxy"]
+    firsts = {runner.rotated(names, k)[0] for k in range(3)}
+    assert firsts == set(names)
+    assert sorted(runner.rotated(names, 5)) == sorted(names)
+
+
+def test_parse_wrk() -> None:
+    out = """Running 5s test @ http://127.0.0.1:1/
+  1 threads and 32 connections
+  97555 requests in 3.04s, 109.88MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 4
+Requests/sec:  32088.72
+"""
+    r = parse_wrk(out)
+    assert (r.requests, r.seconds, r.errors) == (97555, 3.04, 7)
+    assert r.rps == pytest.approx(97555 / 3.04)
+
+
+def test_proc_readings() -> None:
+    line = "123 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0"
+    assert parse_stat_cpu(line) == pytest.approx(300 / os.sysconf("SC_CLK_TCK"))
+    assert rss_bytes(os.getpid()) > 1_000_000 and cpu_seconds(os.getpid()) > 0
+    assert rss_bytes(2**22 + 12345) == 0
+    t = MachineTimes.parse("cpu  100 0 50 800 50 7 9 0 0 0")
+    assert t.busy * os.sysconf("SC_CLK_TCK") == pytest.approx(150)
+
+
+# -- certificates and proxy configs ----------------------------------------------------------
+
+
+def _ctx(tmp_path: Path) -> Context:
+    return Context(tmp_path, ("127.0.0.1", 8080), issue_mesh_certs(tmp_path / "pki"))
+
+
+def test_mesh_certs_carry_mtls_between_the_two_identities(tmp_path: Path) -> None:
+    certs = issue_mesh_certs(tmp_path)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    server_ctx.load_cert_chain(certs.server.chain, certs.server.key)
+    server_ctx.load_verify_locations(certs.anchor)
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_cert_chain(certs.client.chain, certs.client.key)
+    client_ctx.load_verify_locations(certs.anchor)
+    a, b = socket.socketpair()
+    seen: dict[str, object] = {}
+
+    def serve() -> None:
+        with server_ctx.wrap_socket(a, server_side=True) as tls:
+            seen["peer"] = tls.getpeercert()
+            seen["version"] = tls.version()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    with client_ctx.wrap_socket(b, server_hostname=certs.server.name) as tls:
+        assert tls.version() == "TLSv1.3"
+    t.join(5)
+    for leaf in (certs.client, certs.server):
+        key = x509.load_pem_x509_certificate(leaf.chain.read_bytes()).public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1"
+    sans = dict(seen["peer"]["subjectAltName"])  # type: ignore[index]
+    assert sans["DNS"] == certs.client.name and certs.client.name.startswith("bench-client.bench.serviceaccount.")
+    assert seen["version"] == "TLSv1.3"
+
+
+def test_envoy_configs_are_fair(tmp_path: Path) -> None:
+    client, server = envoy_configs(_ctx(tmp_path), 1001, 1002, (1003, 1004))
+    text = json.dumps([client, server])
+    assert '"generate_request_id": false' in text and "access_log" not in text
+    assert text.count('"tls_minimum_protocol_version": "TLSv1_3"') == 2
+    assert '"suppress_envoy_headers": true' in text
+    limits = client["static_resources"]["clusters"][0]["circuit_breakers"]["thresholds"][0]
+    assert min(v for k, v in limits.items() if k.startswith("max_")) >= 1_000_000
+    tls = server["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"]
+    assert tls["require_client_certificate"] is True
+
+
+def test_haproxy_configs_are_fair(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    client, server = haproxy_configs(ctx, "http", 1001, 1002)
+    for cfg in (client, server):
+        assert "nbthread 1" in cfg and "ssl-min-ver TLSv1.3" in cfg and "mode http" in cfg
+        assert "http-reuse always" in cfg and "pool-purge-delay 1h" in cfg and "log " not in cfg
+    assert "verify required" in server and ctx.certs.client.name in server
+    tcp_client, _ = haproxy_configs(ctx, "tcp", 1001, 1002)
+    assert "mode tcp" in tcp_client and "http-reuse" not in tcp_client
+
+
+def test_variants_are_registered_with_names_and_descriptions() -> None:
+    assert {"direct", "envoy", "haproxy", "haproxy-tcp"} <= set(VARIANTS)
+    for name, cls in VARIANTS.items():
+        assert cls.name == name and cls.description
+        assert all(other in VARIANTS for other in cls.compare_to)
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def _fake_results() -> dict:
+    def lat(base: float) -> dict:
+        return {"latency_us": {"p50": base, "p90": base * 2, "p99": base * 4, "p99.9": base * 8, "max": base * 9},
+                "gen_lag_us": {"p50": 1, "p99": 20, "max": 30}, "sustained": True, "generator_overloaded": False,
+                "completed": 500, "sent": 500, "connections": 32}
+
+    variants = {
+        "direct": {"description": "d", "roles": [], "compare_to": [], "idle_rss": {}},
+        "envoy": {"description": "e", "roles": ["server", "client"], "compare_to": ["haproxy"],
+                  "idle_rss": {"client": 70 << 20, "server": 69 << 20},
+                  "checks": [{"what": "TLS 1.3", "ok": True, "detail": "yes"}]},
+        "haproxy": {"description": "h", "roles": ["server", "client"], "compare_to": [],
+                    "idle_rss": {"client": 20 << 20, "server": 15 << 20}},
+    }
+    thr = []
+    latency = []
+    for name, rps, base, cpu in (("direct", 90000, 100, 0), ("envoy", 7000, 500, 0.5), ("haproxy", 15000, 300, 0.4)):
+        roles = variants[name]["roles"]
+        thr.append({"variant": name, "round": 0, "rps": rps, "requests": rps * 5, "seconds": 5, "errors": 0,
+                    "cpu": {r: cpu for r in roles}, "rss_peak": {r: 30 << 20 for r in roles},
+                    "other_load_cores": 0.01})
+        for rate in (100.0, 5000.0):
+            latency.append({"variant": name, "round": 0, "rate": rate, "summary": lat(base),
+                            "cpu": {r: cpu / 10 for r in roles}, "rss_peak": {}, "other_load_cores": 0.0})
+    return {"meta": {"started": "now", "options": {"rounds": 1, "high_fraction": 0.75}}, "variants": variants,
+            "throughput": thr, "latency": latency, "rates": [100.0, 5000.0], "high_rate": 5000.0}
+
+
+def test_report_renders_absolute_added_and_ratio_figures() -> None:
+    res = _fake_results()
+    text = report.render(res, ["latency.png"])
+    assert "## Maximum throughput" in text and "| envoy | 7,000 |" in text
+    assert "## Added latency over direct" in text and "+400" in text  # envoy p50 500 - direct 100
+    assert "| envoy / haproxy | 0.47 |" in text
+    assert "✅ **envoy**: TLS 1.3" in text and "![latency.png](latency.png)" in text
+    m = report.summary_metrics(res, "envoy")
+    assert m["cpu_per_1k_max"] == pytest.approx(2 * 0.5 / 35000 * 1000)
+    assert m["rss_load_max"] == 30 << 20
+
+
+# -- the real thing, tiny ----------------------------------------------------------------------
+
+
+@needs_nginx
+def test_openloop_against_nginx_and_everything_stops(tmp_path: Path) -> None:
+    with Supervisor() as sup:
+        proc, (host, port) = start_backend(sup, Pinning(None, None), nice=0)
+        s = openloop.run(host, port, rate=200, duration=0.3, connections=4)
+        workdirs = list(sup.tmpdirs)
+    assert s.scheduled == 60 and s.completed == 60 and s.errors == 0 and s.sustained
+    assert 0 < s.latency_us["p50"] < 100_000
+    assert proc.popen.poll() is not None
+    assert not any(d.exists() for d in workdirs)
+
+
+@needs_nginx
+@needs_wrk
+def test_tiny_run_of_the_direct_variant() -> None:
+    opts = runner.Options(variants=["direct"], rounds=1, throughput_seconds=1, latency_seconds=0.3, min_samples=10,
+                          rates=["100", runner.HIGH], high_rate=300, warmup_seconds=1, nice=0, pin=False,
+                          log=lambda line: None)
+    res = runner.run(opts)
+    (thr,) = res["throughput"]
+    assert thr["rps"] > 100 and thr["errors"] == 0
+    assert [r["rate"] for r in res["latency"]] == [100.0, 300.0]
+    assert all(r["summary"]["completed"] == r["summary"]["scheduled"] for r in res["latency"])
+    assert res["generator_check"]["target_rate"] == 600
+    assert "| direct |" in report.render(res)

@@ -447,7 +447,7 @@ def platform_run(state_dir: Path, log_level: str) -> None:
     if config is None:
         raise CliError(f"{state_dir}: no platform settings; run `tether up`")
     # Imported here: the controller pulls in the platform's runtime only for this process.
-    from tether.platform.local.admin import AdminServer
+    from tether.admin import AdminServer
     from tether.platform.local.pods import PodController
     from tether.platform.local.tokens import LocalTokenSigner, TokenKey, TokenKeyError
 
@@ -469,7 +469,7 @@ def platform_run(state_dir: Path, log_level: str) -> None:
             path += ":" + extra
     controller = PodController(config, store, signer=signer, trust_anchors_pem=anchors, version=__version__,
                                base_env={"PATH": path})
-    admin = AdminServer(ready=controller.ready.is_set, metrics=controller.metrics_text)
+    admin = AdminServer(lambda: controller.metrics_text().encode(), controller.ready.is_set, "the store has not been read yet")
     try:
         asyncio.run(_run_platform(config, controller, admin))
     finally:

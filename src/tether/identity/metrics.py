@@ -1,7 +1,7 @@
 """The identity service's Prometheus metrics, in a registry of its own.
 
 Updated by ``tether.identity.server`` (Certify outcomes) and ``tether.identity.issuer_source``
-(issuer loads); served on ``/metrics`` by ``tether.identity.admin``.  ``issuer_cert_ttl_seconds``
+(issuer loads); served on ``/metrics`` by ``tether.admin``.  ``issuer_cert_ttl_seconds``
 keeps Linkerd's name so existing dashboards and checks read it unchanged.
 """
 

@@ -21,7 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from tether.api import identity_pb2, identity_pb2_grpc
 from tether.identity import pem
-from tether.identity.admin import AdminServer
+from tether.admin import AdminServer
 from tether.identity.ca import IssuanceSettings
 from tether.identity.certifier import Certifier, Issued
 from tether.identity.errors import CertifyError, Reason
@@ -96,7 +96,7 @@ class IdentityService:
             clock=clock,
         )
         self._servicer = _CertifyServicer(certifier, self.metrics)
-        self._admin = AdminServer(self.metrics.registry, lambda: self.ready)
+        self._admin = AdminServer.for_registry(self.metrics.registry, lambda: self.ready, "no issuer loaded yet")
         self._grpc: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = False

@@ -1,9 +1,11 @@
-"""The pod controller's admin HTTP port: ``/ready``, ``/live``, ``/ping``, ``/metrics``.
+"""The admin HTTP port every control-plane process serves: ``/metrics``, ``/ready``, ``/live``, ``/ping``.
 
-The same contract as the other components' admin ports, so ``tether up`` and ``tether status``
-check every component the same way: ``/ready`` is 200 once the controller has read the store
-and finished a reconcile pass.  ``/metrics`` is Prometheus text with a few gauges and counters
-about the pods.  One small GET per connection.  Caller: ``tether platform run``.
+Used by identity, destination and the local pod controller, so ``tether up``
+and ``tether status`` check every component the same way (Linkerd's admin
+contract: ``/live`` answers at once, ``/ready`` is 500 until the component
+serves).  One small GET per connection; request heads are capped and time
+out, anything else is 404/405.  The proxy has its own admin server with more
+routes, because it imports nothing of the control plane.
 """
 
 from __future__ import annotations
@@ -12,19 +14,28 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
 MAX_HEAD = 8 * 1024
 READ_TIMEOUT_S = 5.0
 _TEXT = "text/plain; charset=utf-8"
-_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class AdminServer:
-    def __init__(self, ready: Callable[[], bool], metrics: Callable[[], str]) -> None:
-        self._ready = ready
+    """Serves ``metrics()`` as Prometheus text and ``ready()`` as /ready's verdict."""
+
+    def __init__(self, metrics: Callable[[], bytes], ready: Callable[[], bool], not_ready: str = "not ready") -> None:
         self._metrics = metrics
+        self._ready = ready
+        self._not_ready = f"not ready: {not_ready}\n".encode()
         self._server: asyncio.Server | None = None
 
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry, ready: Callable[[], bool], not_ready: str) -> AdminServer:
+        return cls(lambda: generate_latest(registry), ready, not_ready)
+
     async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port``; return the bound port (``port`` 0 picks a free one)."""
         self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_HEAD)
         return self._server.sockets[0].getsockname()[1]
 
@@ -35,18 +46,17 @@ class AdminServer:
             self._server = None
 
     def respond(self, method: str, path: str) -> tuple[str, str, bytes]:
+        """(status line, content type, body) for one request."""
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", _TEXT, b"only GET and HEAD\n"
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, self._metrics()
         if path == "/ready":
-            if self._ready():
-                return "200 OK", _TEXT, b"ok\n"
-            return "500 Internal Server Error", _TEXT, b"not ready: the store has not been read yet\n"
+            return ("200 OK", _TEXT, b"ok\n") if self._ready() else ("500 Internal Server Error", _TEXT, self._not_ready)
         if path == "/live":
             return "200 OK", _TEXT, b"live\n"
         if path == "/ping":
             return "200 OK", _TEXT, b"pong\n"
-        if path == "/metrics":
-            return "200 OK", _METRICS, self._metrics().encode()
         return "404 Not Found", _TEXT, b"not found\n"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,7 +73,7 @@ class AdminServer:
                 writer.write(body)
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
-            pass
+            pass  # a client that sent junk or left gets no answer
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

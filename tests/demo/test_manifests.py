@@ -1,0 +1,109 @@
+"""The demo's manifests as rendered for the local platform, and the readers ``dev/demo.sh`` uses."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import pytest
+
+from demo.conftest import DEMO_DIR
+from tether.resources.loading import load_text
+from tether.resources.model import parse
+from tether.resources.selectors import LabelSelector
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"tether_demo_{name}", DEMO_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    text = _load("render").render("/opt/py/bin/python3", "/srv/checkout/demo")
+    return load_text(text, "<render>")
+
+
+def test_render_fills_in_every_placeholder_and_every_object_validates(docs: list[dict]) -> None:
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert kinds == [
+        ("Namespace", "emojivoto"),
+        ("ServiceAccount", "emoji"), ("Service", "emoji-svc"), ("Deployment", "emoji"),
+        ("ServiceAccount", "voting"), ("Service", "voting-svc"), ("Deployment", "voting"),
+        ("ServiceAccount", "web"), ("Service", "web-svc"), ("Deployment", "web"),
+        ("ServiceAccount", "vote-bot"), ("Deployment", "vote-bot"),
+        ("ServiceProfile", "web-svc.emojivoto.svc.cluster.local"),
+        ("ServiceProfile", "emoji-svc.emojivoto.svc.cluster.local"),
+        ("ServiceProfile", "voting-svc.emojivoto.svc.cluster.local"),
+    ]
+    for doc in docs:
+        parse(doc)  # raises ValidationError naming the field
+        assert "@PYTHON@" not in repr(doc) and "@DEMO_DIR@" not in repr(doc)
+
+
+def test_the_namespace_is_meshed_and_each_deployment_runs_its_module(docs: list[dict]) -> None:
+    namespace = docs[0]
+    assert namespace["metadata"]["annotations"]["linkerd.io/inject"] == "enabled"
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    for deploy in (d for d in docs if d["kind"] == "Deployment"):
+        spec = deploy["spec"]
+        template = spec["template"]
+        assert LabelSelector.from_spec(spec["selector"], "spec.selector").matches(template["metadata"]["labels"])
+        (container,) = template["spec"]["containers"]
+        assert container["command"][0] == "/opt/py/bin/python3" and container["workingDir"] == "/srv/checkout/demo"
+        module = container["command"][-1]
+        assert module.startswith("emojivoto.") and importlib.util.find_spec(module) is not None
+        assert template["spec"]["serviceAccountName"] == deploy["metadata"]["name"]
+        if deploy["metadata"]["name"] != "vote-bot":
+            svc = services[f"{deploy['metadata']['name']}-svc"]
+            assert LabelSelector.for_service(svc["spec"]["selector"], "spec.selector").matches(
+                template["metadata"]["labels"])
+            (port,) = container["ports"]
+            assert port["containerPort"] == svc["spec"]["ports"][0]["targetPort"]
+
+
+def test_render_defaults_and_vote_rate() -> None:
+    render = _load("render")
+    text = render.render(sys.executable, str(DEMO_DIR), vote_rate=7.5)
+    bot = next(d for d in load_text(text, "<render>") if d["metadata"]["name"] == "vote-bot" and d["kind"] ==
+               "Deployment")
+    env = {e["name"]: e["value"] for e in bot["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["VOTE_RATE"] == "7.5" and env["WEB_HOST"] == "web-svc.emojivoto:80"
+
+
+def _pod(app: str, ready: bool, ip: str = "10.0.0.4") -> dict:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {"metadata": {"name": f"{app}-abc-x", "labels": {"linkerd.io/proxy-deployment": app}},
+            "status": {"phase": "Running" if ready else "Pending", "conditions": conditions, "podIP": ip}}
+
+
+def test_checks_summarise_pods_and_find_the_web_page() -> None:
+    checks = _load("checks")
+    doc = {"items": [_pod("web", True), _pod("emoji", False)]}
+    assert checks.pods(doc) == "1 2 emoji Pending  web ✓"
+    assert checks.pods({"items": []}) == "0 0 (no pods yet)"
+    assert checks.web_url(doc) == "http://10.0.0.4:8080/"
+    assert checks.web_url({"items": [_pod("web", False)]}) == ""
+
+
+def _row(name: str, clients: list[str], meshed: str = "1/1", mtls: float | None = 1.0) -> dict:
+    return {"name": name, "meshed": meshed, "mtls": mtls,
+            "clients": [{"tls": "true", "identity": f"{c}.emojivoto.serviceaccount.identity.linkerd.cluster.local",
+                         "open": 1} for c in clients]}
+
+
+def test_checks_traffic_wants_every_edge_meshed_and_mtls() -> None:
+    checks = _load("checks")
+    good = [_row("web", ["vote-bot"]), _row("emoji", ["web"]), _row("voting", ["web"]),
+            _row("vote-bot", [], mtls=None)]
+    assert checks.traffic(good) == []
+    bad = [_row("web", []), _row("emoji", ["web"], meshed="0/1"), _row("voting", ["web"], mtls=0.5)]
+    problems = checks.traffic(bad)
+    assert "vote-bot: no such deployment" in problems
+    assert "emoji: meshed 0/1" in problems
+    assert any(p.startswith("web: no mTLS connection from vote-bot") for p in problems)
+    assert not any(p.startswith("voting") for p in problems)  # some mTLS, from web: fine

@@ -1,11 +1,19 @@
-"""Certificates for the proxies' mTLS: a trust anchor, an issuer, two leaves.
+"""The benchmark's PKI, made with Tether's identity tooling: a trust anchor, an issuer, leaves.
 
-The chain has the mesh's shape (ECDSA P-256; anchor -> issuer -> 24 h leaf with
-the workload identity as DNS SAN and CN, usable for server and client auth), so
-Envoy and HAProxy do the same crypto a Tether proxy does. ``issue_mesh_certs``
-is the one place that makes them: when the identity tooling can issue to files,
-that function becomes a call to it (the Tether variants use the real identity
-component instead).
+``issue_mesh_certs`` makes, once per run:
+
+- a trust anchor and an issuer with ``tether.identity.pki`` (what
+  ``tether identity create-trust-anchor`` / ``create-issuer`` write), ECDSA P-256;
+- a client and a server leaf (24 h, the workload identity as DNS SAN and CN,
+  server and client auth) signed by the identity component's own CA code
+  (``tether.identity.ca.CertificateAuthority``, the code behind Certify), for
+  the proxies that read certificates from files (Envoy, HAProxy);
+- the destination service's serving certificate, for the Tether variants.
+
+The Tether variants do not use the leaves: they run ``tether identity serve``
+with this issuer, and each proxy gets its certificate from it through Certify
+with a local-platform token. Every proxy in the run trusts the same anchor, so
+the harness's TLS probe (as ``CLIENT_IDENTITY``) works against every variant.
 """
 
 from __future__ import annotations
@@ -14,15 +22,13 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-from tether.naming import WorkloadIdentity, issuer_name, trust_anchor_name
+from tether.identity import pem, pki
+from tether.identity.ca import CertificateAuthority, Issuer, IssuanceSettings
+from tether.naming import DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, WorkloadIdentity, control_plane_identity
 
 CLIENT_IDENTITY = WorkloadIdentity("bench-client", "bench")
 SERVER_IDENTITY = WorkloadIdentity("bench-server", "bench")
+DESTINATION_IDENTITY = control_plane_identity("destination")
 
 
 @dataclass(frozen=True)
@@ -38,78 +44,33 @@ class MeshCerts:
     anchor: Path  # the trust anchor, PEM: what every proxy trusts
     client: Leaf
     server: Leaf
+    issuer_cert: Path | None = None  # the issuer (for `tether identity serve`)
+    issuer_key: Path | None = None
+    destination: Leaf | None = None  # the destination service's serving certificate
 
 
 def issue_mesh_certs(directory: Path) -> MeshCerts:
-    """Write an anchor, an issuer and a client and a server leaf into ``directory``."""
+    """Write an anchor, an issuer and the leaves into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
-    anchor_key = ec.generate_private_key(ec.SECP256R1())
-    anchor = _cert(trust_anchor_name(), anchor_key, trust_anchor_name(), anchor_key, now, 365, ca_path=1)
-    issuer_key = ec.generate_private_key(ec.SECP256R1())
-    issuer = _cert(issuer_name(), issuer_key, trust_anchor_name(), anchor_key, now, 365, ca_path=0)
-    (directory / "anchor.crt").write_bytes(_pem(anchor))
+    names = {"control_plane_ns": DEFAULT_CONTROL_PLANE_NS, "trust_domain": DEFAULT_TRUST_DOMAIN}
+    anchor, anchor_key = pki.create_trust_anchor(valid_for=dt.timedelta(days=365), now=now, **names)
+    issuer, issuer_key = pki.create_issuer(anchor, anchor_key, valid_for=dt.timedelta(days=365), now=now, **names)
+    pem.write_file(directory / "anchor.crt", pem.certificate_pem(anchor), private=False)
+    pem.write_file(directory / "issuer.crt", pem.certificate_pem(issuer), private=False)
+    pem.write_file(directory / "issuer.key", pem.private_key_pem(issuer_key), private=True)
+    ca = CertificateAuthority(Issuer.validated([issuer], issuer_key, [anchor]), IssuanceSettings())
 
     def leaf(identity: WorkloadIdentity, stem: str) -> Leaf:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _cert(identity.dns_name, key, issuer_name(), issuer_key, now, 1, ca_path=None)
-        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
-        chain = _pem(cert) + _pem(issuer)
+        key = pki.new_key()
+        cert = ca.issue(key.public_key(), identity, now + dt.timedelta(minutes=5))
+        chain = pem.certificate_pem(cert, issuer)
+        key_pem = pem.private_key_pem(key)
         paths = Leaf(identity.dns_name, directory / f"{stem}.crt", directory / f"{stem}.key", directory / f"{stem}.pem")
-        paths.chain.write_bytes(chain)
-        paths.key.write_bytes(key_pem)
-        paths.bundle.write_bytes(chain + key_pem)
-        for p in (paths.key, paths.bundle):
-            p.chmod(0o600)
+        pem.write_file(paths.chain, chain, private=False)
+        pem.write_file(paths.key, key_pem, private=True)
+        pem.write_file(paths.bundle, chain + key_pem, private=True)
         return paths
 
-    return MeshCerts(directory / "anchor.crt", leaf(CLIENT_IDENTITY, "client"), leaf(SERVER_IDENTITY, "server"))
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _cert(
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: str,
-    signer: ec.EllipticCurvePrivateKey,
-    not_before: dt.datetime,
-    days: int,
-    ca_path: int | None,
-) -> x509.Certificate:
-    is_ca = ca_path is not None
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_before + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=ca_path), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
-    )
-    if is_ca:
-        b = b.add_extension(
-            x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-    else:
-        b = (
-            b.add_extension(
-                x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                              data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                              encipher_only=False, decipher_only=False),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
-        )
-    return b.sign(signer, hashes.SHA256())
+    return MeshCerts(directory / "anchor.crt", leaf(CLIENT_IDENTITY, "client"), leaf(SERVER_IDENTITY, "server"),
+                     directory / "issuer.crt", directory / "issuer.key", leaf(DESTINATION_IDENTITY, "destination"))

@@ -18,8 +18,11 @@ from bench.dataplane.variants.base import Check, Context, Plan, ProxySpec, Varia
 from bench.dataplane.variants.direct import Direct
 from bench.dataplane.variants.envoy import Envoy
 from bench.dataplane.variants.haproxy import HAProxyHTTP, HAProxyTCP
+from bench.dataplane.variants.tether import TetherHTTP, TetherTCP
 
 # Order matters only for display; measurements are interleaved and rotated.
-VARIANTS: dict[str, type[Variant]] = {v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP)}
+VARIANTS: dict[str, type[Variant]] = {
+    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherTCP)
+}
 
 __all__ = ["VARIANTS", "Check", "Context", "Plan", "ProxySpec", "Variant"]

@@ -1,0 +1,365 @@
+"""tether-http and tether-tcp: load -> Tether proxy -> mTLS -> Tether proxy -> nginx, with a real control plane.
+
+Each variant starts, in its own temp dir:
+
+- ``tether identity serve`` with the run's issuer (``bench/dataplane/pki.py``,
+  the same anchor every other variant uses) and a local-platform token key;
+- ``tether destination serve`` over a temp store holding a Namespace, a
+  Service (``bench/bench-server``, on a loopback "cluster IP") and two Pods:
+  ``bench-server-0`` at 127.0.0.1 -- nginx's address, its container port the
+  backend's port, with a ``linkerd-proxy`` container whose inbound port is the
+  server-side proxy's -- and ``bench-client-0`` on a loopback IP of its own;
+- the server-side proxy (``python -m tether.proxy``, pod IP 127.0.0.1) and the
+  client-side proxy (pod IP 127.a.b.c). Each makes its key, and gets its
+  certificate from identity via Certify with a token minted by
+  ``tether.platform.local.tokens``.
+
+There is no iptables: the proxies run in Tether's direct-addressing mode
+(``TETHER_PROXY_ORIG_DST_FALLBACK=local-addr``). The client proxy listens on
+the Service's cluster IP and port (``TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS``)
+and the load goes there, so the original destination is the Service: the proxy
+asks the destination for its profile and endpoints (GetProfile, Get), gets the
+server pod with its identity, and connects over mTLS (TLS 1.3, P-256) to the
+server proxy's inbound port. Since nothing redirects the inbound side, the
+destination runs with ``--outbound-transport-mode transport-header`` (Linkerd
+has that mode too): every meshed endpoint gets opaque transport, and the
+client proxy sends the transport header (ALPN ``transport.l5d.io/v1``) naming
+the backend port; the server proxy then connects to nginx at 127.0.0.1 and
+that port.
+
+- **tether-http**: the port is not opaque. The client proxy detects HTTP/1.1
+  from the first bytes and puts the session protocol in the transport header.
+  With proxy part 1 alone, detected HTTP is carried per connection: one mTLS
+  connection per client connection, bytes forwarded. Once the request-level
+  proxy (``tether.proxy.http``, part 2) is in the tree, the same variant
+  measures it; ``version()`` says which one ran.
+- **tether-tcp**: the port is opaque (``config.linkerd.io/opaque-ports`` on
+  the Service, for the service port, and on the Pod, for the container port --
+  the profile says ``opaque_protocol`` and the endpoint is hinted opaque): no
+  detection, no session protocol, the transport header alone.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bench.dataplane.pki import CLIENT_IDENTITY, SERVER_IDENTITY
+from bench.dataplane.procs import Pinning, StartError, Supervisor
+from bench.dataplane.variants.base import LOOPBACK, Check, Context, Plan, ProxySpec, Variant, tls13_probe
+
+NS = SERVER_IDENTITY.namespace
+OPAQUE_PORTS = "config.linkerd.io/opaque-ports"
+
+
+def tether_argv() -> list[str]:
+    """The ``tether`` command of this interpreter's environment."""
+    script = Path(sys.executable).with_name("tether")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from tether.cli.main import main; main()"]
+
+
+def loopback_ips(n: int) -> list[str]:
+    """``n`` loopback addresses from a random /24 (not 127.0.0.0/24), for pods and cluster IPs."""
+    rng = random.SystemRandom()
+    base = f"127.{rng.randrange(64, 250)}.{rng.randrange(0, 256)}."
+    return [f"{base}{i + 1}" for i in range(n)]
+
+
+def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_port: int, backend_port: int,
+                  inbound_port: int, opaque: bool) -> list[dict[str, Any]]:
+    """What the destination reads (pure: tested without processes)."""
+
+    def pod(name: str, sa: str, ip: str, app_port: int, proxy_inbound: int,
+            annotations: dict[str, str]) -> dict[str, Any]:
+        proxy = {"name": "linkerd-proxy", "image": "tether/proxy",
+                 "ports": [{"name": "linkerd-proxy", "containerPort": proxy_inbound}],
+                 "env": [{"name": "LINKERD2_PROXY_INBOUND_LISTEN_ADDR", "value": f"0.0.0.0:{proxy_inbound}"}]}
+        app = {"name": sa, "image": "bench", "ports": [{"name": "http", "containerPort": app_port}]}
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "annotations": annotations,
+                         "labels": {"app": sa, "linkerd.io/control-plane-ns": "linkerd"}},
+            "spec": {"serviceAccountName": sa, "containers": [proxy, app]},
+            "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    server_sa, client_sa = SERVER_IDENTITY.service_account, CLIENT_IDENTITY.service_account
+    svc_annotations = {OPAQUE_PORTS: str(service_port)} if opaque else {}
+    pod_annotations = {OPAQUE_PORTS: str(backend_port)} if opaque else {}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": server_sa, "namespace": NS, "annotations": svc_annotations},
+         "spec": {"selector": {"app": server_sa}, "clusterIP": service_ip,
+                  "ports": [{"name": "http", "port": service_port, "targetPort": backend_port}]}},
+        pod(f"{server_sa}-0", server_sa, server_ip, backend_port, inbound_port, pod_annotations),
+        pod(f"{client_sa}-0", client_sa, client_ip, 8080, 4143, {}),
+    ]
+
+
+class _Tether(Variant):
+    opaque: ClassVar[bool]
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            import tether.proxy  # noqa: F401
+        except ImportError as e:  # pragma: no cover - the harness runs in the project's venv
+            return f"tether not importable: {e}"
+        return None
+
+    @classmethod
+    def version(cls) -> str:
+        import platform
+
+        from tether import __version__
+
+        try:
+            import uvloop
+
+            loop = f"uvloop {uvloop.__version__}"
+        except ImportError:  # pragma: no cover
+            loop = "asyncio"
+        # Which proxy was measured: part 1 carries detected HTTP per connection; with the request-level
+        # layer (tether.proxy.http, proxy part 2) HTTP/1 is routed per request.
+        http = "HTTP/1 per request" if importlib.util.find_spec("tether.proxy.http") else "HTTP per connection"
+        return f"tether {__version__} ({http}; Python {platform.python_version()}, {loop})"
+
+    def plan(self, ctx: Context) -> Plan:
+        from tether.naming import WorkloadIdentity, control_plane_identity
+        from tether.platform.local.tokens import LocalTokenSigner, TokenKey
+        from tether.store import Store
+
+        certs = ctx.certs
+        if certs.issuer_cert is None or certs.issuer_key is None or certs.destination is None:
+            raise StartError(f"{self.name}: the run's PKI has no issuer (bench/dataplane/pki.py)")
+        work = ctx.workdir
+        backend_host, backend_port = ctx.backend
+        # The server pod is at nginx's address: the server proxy connects to the app at the pod IP.
+        server_ip = backend_host
+        client_ip, service_ip = loopback_ips(2)
+        service_port = ctx.port()
+        identity_port, identity_admin = ctx.port(), ctx.port()
+        destination_port, destination_admin = ctx.port(), ctx.port()
+        inbound_port, server_outbound, server_admin = ctx.port(), ctx.port(), ctx.port()
+        client_inbound, client_outbound, client_admin = ctx.port(), ctx.port(), ctx.port()
+
+        store = Store(work / "store.db")
+        try:
+            store.apply_many(store_objects(server_ip=server_ip, client_ip=client_ip, service_ip=service_ip,
+                                           service_port=service_port, backend_port=backend_port,
+                                           inbound_port=inbound_port, opaque=self.opaque))
+        finally:
+            store.close()
+        state = work / "state"
+        signer = LocalTokenSigner(TokenKey.load_or_create(state))
+        anchors = certs.anchor.read_text()
+        tether = tether_argv()
+
+        identity = ProxySpec("identity", tether + [
+            "identity", "serve", "--trust-anchors", str(certs.anchor), "--issuer-cert", str(certs.issuer_cert),
+            "--issuer-key", str(certs.issuer_key), "--addr", f"{LOOPBACK}:{identity_port}",
+            "--admin-addr", f"{LOOPBACK}:{identity_admin}", "--state-dir", str(state), "--log-level", "warning",
+        ], (LOOPBACK, identity_port))
+        destination = ProxySpec("destination", tether + [
+            "destination", "serve", "--store", str(work / "store.db"), "--addr", f"{LOOPBACK}:{destination_port}",
+            "--admin-addr", f"{LOOPBACK}:{destination_admin}", "--tls-cert", str(certs.destination.chain),
+            "--tls-key", str(certs.destination.key), "--outbound-transport-mode", "transport-header",
+            "--log-level", "warning",
+        ], (LOOPBACK, destination_port))
+
+        def proxy_env(sa: str, ip: str, inbound: int, outbound: int, admin: int,
+                      extra_listen: list[str]) -> dict[str, str]:
+            pod = f"{sa}-0"
+            token = work / f"token-{sa}"
+            token.write_bytes(signer.mint(namespace=NS, service_account=sa, pod=pod))
+            (work / f"identity-{sa}").mkdir(exist_ok=True)
+            return {
+                "LINKERD2_PROXY_LOG": "warn",
+                "LINKERD2_PROXY_INBOUND_LISTEN_ADDR": f"{ip}:{inbound}",
+                "LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR": f"{ip}:{outbound}",
+                "LINKERD2_PROXY_ADMIN_LISTEN_ADDR": f"{ip}:{admin}",
+                "LINKERD2_PROXY_INBOUND_IPS": ip,
+                "TETHER_PROXY_ORIG_DST_FALLBACK": "local-addr",
+                "TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS": ",".join(extra_listen),
+                "TETHER_PROXY_CONTROL_LOOPBACK_TLS": "true",
+                "LINKERD2_PROXY_DESTINATION_SVC_ADDR": f"{LOOPBACK}:{destination_port}",
+                "LINKERD2_PROXY_DESTINATION_SVC_NAME": control_plane_identity("destination").dns_name,
+                "LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS": "127.0.0.0/8",
+                "LINKERD2_PROXY_DESTINATION_CONTEXT": json.dumps({"ns": NS, "nodeName": "bench", "pod": pod}),
+                "LINKERD2_PROXY_POLICY_SVC_ADDR": f"{LOOPBACK}:9",
+                "LINKERD2_PROXY_POLICY_WORKLOAD": json.dumps({"ns": NS, "pod": pod}),
+                "LINKERD2_PROXY_IDENTITY_DIR": str(work / f"identity-{sa}"),
+                "LINKERD2_PROXY_IDENTITY_TOKEN_FILE": str(token),
+                "LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS": anchors,
+                "LINKERD2_PROXY_IDENTITY_LOCAL_NAME": WorkloadIdentity(sa, NS).dns_name,
+                "LINKERD2_PROXY_IDENTITY_SVC_ADDR": f"{LOOPBACK}:{identity_port}",
+                "LINKERD2_PROXY_IDENTITY_SVC_NAME": control_plane_identity("identity").dns_name,
+            }
+
+        proxy = [sys.executable, "-m", "tether.proxy"]
+        server_env = proxy_env(SERVER_IDENTITY.service_account, server_ip, inbound_port, server_outbound,
+                               server_admin, [])
+        client_env = proxy_env(CLIENT_IDENTITY.service_account, client_ip, client_inbound, client_outbound,
+                               client_admin, [f"{service_ip}:{service_port}"])
+        assert server_env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == SERVER_IDENTITY.dns_name
+        return Plan(
+            proxies=[identity, destination,
+                     ProxySpec("server", proxy, (server_ip, inbound_port), env=server_env),
+                     ProxySpec("client", proxy, (service_ip, service_port), env=client_env)],
+            entry=(service_ip, service_port),
+            meta={"admin": {"client": (client_ip, client_admin), "server": (server_ip, server_admin)},
+                  "inbound": (server_ip, inbound_port), "identity_admin": identity_admin},
+        )
+
+    def start(self, ctx: Context, sup: Supervisor, pinning: Pinning, nice: int) -> None:
+        """As every variant (all processes on the proxy CPU), then wait until both proxies hold a certificate.
+
+        A Tether proxy binds its listeners at once but accepts only once identity has issued its
+        certificate, so the listening port alone does not say it is ready: ``/ready`` does.
+        """
+        super().start(ctx, sup, pinning, nice)
+        assert self.plan_ is not None
+        deadline = time.monotonic() + 30
+        for role in ("server", "client"):
+            host, port = self.plan_.meta["admin"][role]
+            while True:
+                if self.procs[role].popen.poll() is not None:
+                    raise StartError(f"{self.name}/{role} exited\n{self.procs[role].log_tail()}")
+                try:
+                    status, _ = _get(host, port, "/ready")
+                    if status == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise StartError(f"{self.name}/{role}: not ready after 30 s (no certificate from identity?)\n"
+                                     f"{self.procs[role].log_tail()}")
+                time.sleep(0.1)
+
+    def verify(self, ctx: Context) -> list[Check]:
+        assert self.plan_ is not None
+        meta = self.plan_.meta
+        try:
+            client = parse_metrics(_get(*meta["admin"]["client"], "/metrics")[1])
+            server = parse_metrics(_get(*meta["admin"]["server"], "/metrics")[1])
+        except OSError as e:
+            return [Check("Tether proxy metrics readable", False, str(e))]
+        accepted = total(client, "tcp_open_total", direction="outbound", peer="src")
+        mtls = total(client, "tcp_open_total", direction="outbound", peer="dst", tls="true",
+                     server_id=SERVER_IDENTITY.dns_name)
+        plain_out = total(client, "tcp_open_total", direction="outbound", peer="dst") - mtls
+        inbound_tls = total(server, "tcp_open_total", direction="inbound", peer="src", tls="true",
+                            client_id=CLIENT_IDENTITY.dns_name)
+        headers = total(server, "inbound_tcp_transport_header_connections_total")
+        out_errors = errors_by_reason(client, "outbound_tcp_errors_total")
+        in_errors = errors_by_reason(server, "inbound_tcp_errors_total")
+        # Expected: connections closed before sending a byte (the harness's readiness probe of each
+        # listener, idle load-generator connections); the probe of the inbound port shows as one
+        # "direct connections must be mutually authenticated". Anything else is a real error.
+        unexpected = {k: v for k, v in out_errors.items() if k != "closed before detection"}
+        unexpected.update({k: v for k, v in in_errors.items()
+                           if k != "closed before detection"
+                           and not (k == "direct connections must be mutually authenticated" and v <= 1)})
+        errors = "; ".join(f"{side}{{error={k}}}={v:.0f}" for side, d in
+                           (("outbound_tcp_errors_total", out_errors), ("inbound_tcp_errors_total", in_errors))
+                           for k, v in d.items()) or "none"
+        issued = identity_issued(LOOPBACK, int(meta["identity_admin"]))
+        checks = [
+            Check("Tether proxies got their certificates from the identity component",
+                  issued >= 2, f"identity_certificates_issued_total={issued:.0f}"),
+            Check("client proxy connected over mTLS to the server identity (from discovery)",
+                  mtls > 0 and plain_out == 0,
+                  f"tcp_open_total{{peer=dst,tls=true,server_id={SERVER_IDENTITY.dns_name}}}={mtls:.0f}, "
+                  f"plaintext={plain_out:.0f}"),
+            Check("server proxy saw the client identity and transport headers",
+                  inbound_tls > 0 and headers > 0,
+                  f"tcp_open_total{{inbound,peer=src,tls=true,client_id=bench-client…}}={inbound_tls:.0f}, "
+                  f"inbound_tcp_transport_header_connections_total={headers:.0f}"),
+            Check("one mTLS connection per client connection (no handshake per request)",
+                  0 < mtls <= accepted + 8,
+                  f"{mtls:.0f} mTLS connections for {accepted:.0f} accepted client connections"),
+            Check("no connection errors in the proxies (apart from probes closed before a byte)",
+                  not unexpected, errors),
+        ]
+        return checks + tls13_probe(*meta["inbound"], ctx.certs)
+
+
+def _get(host: str, port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus text as ``(name, labels, value)`` samples."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.fullmatch(line)
+        if m:
+            name, labels, value = m.groups()
+            try:
+                out.append((name, dict(_LABEL.findall(labels or "")), float(value)))
+            except ValueError:
+                continue
+    return out
+
+
+def total(samples: list[tuple[str, dict[str, str], float]], name: str, **want: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``want``."""
+    return sum(v for n, labels, v in samples if n == name and all(labels.get(k) == w for k, w in want.items()))
+
+
+def errors_by_reason(samples: list[tuple[str, dict[str, str], float]], name: str) -> dict[str, float]:
+    """``name``'s non-zero counts by their ``error`` label (what the proxy refused, and why)."""
+    out: dict[str, float] = {}
+    for n, labels, v in samples:
+        if n == name and v:
+            reason = labels.get("error", "?")
+            out[reason] = out.get(reason, 0.0) + v
+    return out
+
+
+def identity_issued(host: str, admin_port: int) -> float:
+    try:
+        return total(parse_metrics(_get(host, admin_port, "/metrics")[1]), "identity_certificates_issued_total")
+    except OSError:
+        return 0.0
+
+
+class TetherHTTP(_Tether):
+    name = "tether-http"
+    description = ("load -> Tether proxy -> mTLS (TLS 1.3, P-256) -> Tether proxy -> nginx; HTTP/1 detected, "
+                   "routed per request by the request-level proxy when present, else carried per connection "
+                   "(the version says which); identity and destination from a real control plane")
+    compare_to = ("envoy", "haproxy")
+    opaque = False
+
+
+class TetherTCP(_Tether):
+    name = "tether-tcp"
+    description = ("load -> Tether proxy -> mTLS (TLS 1.3, P-256) -> Tether proxy -> nginx; opaque port "
+                   "(config.linkerd.io/opaque-ports): transport header, no detection")
+    compare_to = ("haproxy-tcp",)
+    opaque = True
+

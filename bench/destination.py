@@ -1,6 +1,6 @@
 """Destination benchmark: endpoint propagation, from the store write that makes a pod ready to every stream.
 
-``python -m bench destination [-- --streams N --rounds R --large --large-only ...]``.
+``python -m bench destination [-- --streams N --rounds R --small-only|--large-only ...]`` (about a minute).
 
 The destination runs as its own process (``tether destination serve`` over TLS,
 on a store in a temp dir); this process is every client and the writer.  Each
@@ -12,9 +12,8 @@ per-stream delay, p50 and p99 of the per-round time until the *last* stream
 had it, the destination's own delivery-lag p99 (from its ``/metrics``), and
 the destination process's RSS (now and peak).
 
-Cases: 1 service x 1,000 streams (default); with ``--large`` also 1,000
-services x 10 endpoints x 5,000 streams (5 per service, rounds spread over the
-services).  Both sides share this machine's cores, so client-side reading
+Cases: 1 service x 1,000 streams, and 1,000 services x 10 endpoints x 5,000
+streams (5 per service, rounds spread over the services).  Both sides share this machine's cores, so client-side reading
 time is included in the figures.  Asserts nothing.
 """
 
@@ -27,8 +26,8 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +132,11 @@ class Destination:
         total = buckets[-1][1]
         return next(le for le, count in buckets if count >= 0.99 * total)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, every thread) the destination process has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -225,6 +229,8 @@ class Result:
     per_stream: list[float]
     per_round: list[float]
     server_lag_p99: float | None
+    server_cpu_ms: float  # destination CPU per measured round
+    client_cpu_ms: float  # this process's CPU per measured round (every stream's reading, the store write)
     rss_now: float
     rss_peak: float
     setup_s: float
@@ -240,25 +246,33 @@ def _pct(values: Sequence[float], q: float) -> float:
 
 
 async def _rounds(store: Store, subscribers: Subscribers, targets: list[tuple[str, int, str]], rounds: int,
-                  streams_per_round: int) -> tuple[list[float], list[float]]:
-    """Flip one pod per round (service chosen round-robin over ``targets``) and time the diffs."""
+                  streams_per_round: int, destination: Destination) -> tuple[list[float], list[float], float, float]:
+    """Flip one pod per round (service chosen round-robin over ``targets``) and time the diffs.
+
+    Returns the per-stream and per-round delays, and the destination's and this process's CPU
+    milliseconds per measured round.
+    """
     per_stream: list[float] = []
     per_round: list[float] = []
     ready = {t[0]: False for t in targets}
+    server_cpu = client_cpu = 0.0
     for round_ in range(rounds + 2):  # two warm-up rounds, not counted
         app, index, ip = targets[round_ % len(targets)]
         ready[app] = not ready[app]
         subscribers.reset()
         await asyncio.sleep(0.05)  # let the previous round's stragglers settle
+        server_before, client_before = destination.cpu_seconds(), time.process_time()
         start = time.monotonic()
         store.apply(_pod(app, index, ip, ready[app]))
         await subscribers.wait(streams_per_round, timeout=60)
         if round_ < 2:
             continue
+        server_cpu += destination.cpu_seconds() - server_before
+        client_cpu += time.process_time() - client_before
         delays = [at - start for at in subscribers.received.values()]
         per_stream.extend(delays)
         per_round.append(max(delays))
-    return per_stream, per_round
+    return per_stream, per_round, server_cpu / rounds * 1e3, client_cpu / rounds * 1e3
 
 
 async def _case(tmp: Path, services: int, pods: int, streams: int, rounds: int, channels: int,
@@ -287,7 +301,9 @@ async def _case(tmp: Path, services: int, pods: int, streams: int, rounds: int, 
         # The flapping pod of each service is an extra one (index ``pods``), so snapshots stay as set up.
         targets = [(f"svc-{s}", pods, _ip(s, pods)) for s in random.Random(7).sample(range(services),
                                                                                      min(services, rounds))]
-        per_stream, per_round = await _rounds(store, subscribers, targets, rounds, per_service)
+        per_stream, per_round, server_cpu, client_cpu = await _rounds(
+            store, subscribers, targets, rounds, per_service, destination
+        )
         rss_now, rss_peak = destination.rss_mb()
         lag = destination.lag_p99()
     finally:
@@ -295,25 +311,30 @@ async def _case(tmp: Path, services: int, pods: int, streams: int, rounds: int, 
         destination.stop()
         store.close()
     return Result(f"{services} service(s) x {pods} endpoints", per_service * services, rounds, per_stream,
-                  per_round, lag, rss_now, rss_peak, setup)
+                  per_round, lag, server_cpu, client_cpu, rss_now, rss_peak, setup)
 
 
 def _print(results: list[Result]) -> None:
     table = Table(title="destination: endpoint propagation (store write -> diff on every subscribed stream)")
-    for column in ("case", "streams", "rounds", "per-stream p50", "per-stream p99", "last-stream p50",
-                   "last-stream p99", "server lag p99", "RSS now / peak", "setup"):
+    for column in ("case", "streams", "rounds", "stream p50", "stream p99", "last p50", "last p99",
+                   "server lag p99", "CPU/round server, client", "RSS now / peak", "setup"):
         table.add_column(column, justify="left" if column == "case" else "right")
     for r in results:
         table.add_row(
-            r.case, f"{r.streams:,}", str(r.rounds),
+            r.case.replace("service(s)", "svc"), f"{r.streams:,}", str(r.rounds),
             f"{_pct(r.per_stream, 0.5) * 1e3:.1f} ms", f"{_pct(r.per_stream, 0.99) * 1e3:.1f} ms",
             f"{_pct(r.per_round, 0.5) * 1e3:.1f} ms", f"{_pct(r.per_round, 0.99) * 1e3:.1f} ms",
             "-" if r.server_lag_p99 is None else f"≤{r.server_lag_p99 * 1e3:g} ms",
+            f"{r.server_cpu_ms:.1f}, {r.client_cpu_ms:.1f} ms",
             f"{r.rss_now:.0f} / {r.rss_peak:.0f} MiB", f"{r.setup_s:.1f} s",
         )
-    Console().print(table)
-    Console().print(f"{os.cpu_count()} CPUs shared by the destination process and this client process "
-                    "(all streams and the store writer).")
+    console = Console(width=max(140, shutil.get_terminal_size().columns))
+    console.print(table)
+    console.print("stream: the delay until each subscribed stream had the diff; last: until the last one of the "
+                  "round had it; server lag: the destination's own histogram bucket (event seen -> write done).")
+    console.print(f"{os.cpu_count()} CPUs shared by the destination process and this client process "
+                    "(all streams and the store writer); on a busy machine the delays grow, the CPU per round "
+                    "does not.")
 
 
 def run(argv: list[str]) -> None:
@@ -321,8 +342,8 @@ def run(argv: list[str]) -> None:
     parser.add_argument("--streams", type=int, default=1000, help="streams of the small case (one service)")
     parser.add_argument("--rounds", type=int, default=30, help="measured rounds per case")
     parser.add_argument("--channels", type=int, default=20, help="client connections the streams share")
-    parser.add_argument("--large", action="store_true", help="also 1,000 services x 10 endpoints x 5,000 streams")
-    parser.add_argument("--large-only", action="store_true", help="only the large case")
+    parser.add_argument("--small-only", action="store_true", help="only 1 service x --streams streams")
+    parser.add_argument("--large-only", action="store_true", help="only 1,000 services x 10 endpoints x 5,000 streams")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args(argv)
     results = []
@@ -331,13 +352,14 @@ def run(argv: list[str]) -> None:
         pki = _pki(tmp)
         if not args.large_only:
             results.append(asyncio.run(_case(tmp, 1, 10, args.streams, args.rounds, args.channels, pki)))
-        if args.large or args.large_only:
+        if not args.small_only:
             results.append(asyncio.run(_case(tmp, 1000, 10, 5000, args.rounds, max(args.channels, 50), pki)))
     _print(results)
     if args.json:
         print(json.dumps([{"case": r.case, "streams": r.streams,
                            "p50_ms": _pct(r.per_stream, 0.5) * 1e3, "p99_ms": _pct(r.per_stream, 0.99) * 1e3,
                            "last_p50_ms": _pct(r.per_round, 0.5) * 1e3, "last_p99_ms": _pct(r.per_round, 0.99) * 1e3,
+                           "server_cpu_ms_per_round": r.server_cpu_ms, "client_cpu_ms_per_round": r.client_cpu_ms,
                            "rss_mib": r.rss_now, "rss_peak_mib": r.rss_peak} for r in results]))
 
 

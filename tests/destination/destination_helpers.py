@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def pod(name: str, ip: str | None, *, app: str = "web", ns: str = NS, ready: boo
     if meshed:
         proxy: dict[str, Any] = {
             "name": "linkerd-proxy", "image": "cr.l5d.io/linkerd/proxy:edge",
-            "ports": [{"name": "linkerd-proxy", "containerPort": 4143}, {"name": "linkerd-admin", "containerPort": 4191}],
+            "ports": [{"name": "linkerd-proxy", "containerPort": 4143},
+                      {"name": "linkerd-admin", "containerPort": 4191}],
         }
         if proxy_env:
             proxy["env"] = [
@@ -307,6 +309,13 @@ class Harness:
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         return self.service.metrics.registry.get_sample_value(name, labels or {})
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Wait for server-side bookkeeping that sends no message (an unsubscribe after a cancel)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 def addrs(update: dict[str, Any]) -> list[str]:

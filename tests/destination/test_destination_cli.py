@@ -139,3 +139,22 @@ def test_serve_refuses_to_run_without_tls(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "--tls-cert" in proc.stderr
+
+
+def test_watch_prints_every_update(running: Running) -> None:
+    env = {**os.environ, "TETHER_HOME": str(running.home)}
+    proc = subprocess.Popen(
+        [TETHER, "diagnostics", "endpoints", AUTHORITY, "--watch", "-o", "json", "--destination-addr", running.addr,
+         "--trust-anchors", str(running.pki.ca)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert len(first["add"]["addrs"]) == 2
+        running.store.apply(pod("web-3", "10.1.0.3"))
+        second = json.loads(proc.stdout.readline())
+        assert [a["addr"] for a in second["add"]["addrs"]] == ["10.1.0.3:8080"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -16,6 +14,7 @@ from destination_helpers import (
     addrs,
     authority,
     by_addr,
+    eventually,
     namespace,
     pod,
     server,
@@ -23,13 +22,6 @@ from destination_helpers import (
 )
 
 WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for server-side bookkeeping (e.g. an unsubscribe after a cancel) that sends no message."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 async def test_snapshot_then_diffs_on_scale_up_and_scale_down(workdir: Path, pki: Pki) -> None:
@@ -51,10 +43,13 @@ async def test_snapshot_then_diffs_on_scale_up_and_scale_down(workdir: Path, pki
 
 
 async def test_readiness_phase_and_ip_decide_membership(workdir: Path, pki: Pki) -> None:
-    async with Harness(workdir, pki, namespace(), service(), pod("web-1", "10.1.0.1"),
-                pod("web-pending", "10.1.0.7", phase="Pending", ready=False),
-                pod("web-no-ip", None, phase="Pending", ready=False),
-                pod("web-unready", "10.1.0.8", ready=False)) as h:
+    objects = [
+        namespace(), service(), pod("web-1", "10.1.0.1"),
+        pod("web-pending", "10.1.0.7", phase="Pending", ready=False),
+        pod("web-no-ip", None, phase="Pending", ready=False),
+        pod("web-unready", "10.1.0.8", ready=False),
+    ]
+    async with Harness(workdir, pki, *objects) as h:
         stream = h.get(authority())
         assert addrs(await stream.next()) == ["10.1.0.1:8080"]
 
@@ -80,13 +75,14 @@ async def test_changes_to_unselected_pods_send_nothing(workdir: Path, pki: Pki) 
 
 
 async def test_named_target_port_resolves_per_pod(workdir: Path, pki: Pki) -> None:
-    async with Harness(workdir, pki, 
-            namespace(),
-            service(ports=[{"name": "http", "port": 80, "targetPort": "web-http"}]),
-            pod("web-1", "10.1.0.1", ports=[("web-http", 8080)]),
-            pod("web-2", "10.1.0.2", ports=[("web-http", 9090)]),
-            pod("web-3", "10.1.0.3", ports=[("other", 7000)]),  # lacks the named port: not an endpoint
-        ) as h:
+    objects = [
+        namespace(),
+        service(ports=[{"name": "http", "port": 80, "targetPort": "web-http"}]),
+        pod("web-1", "10.1.0.1", ports=[("web-http", 8080)]),
+        pod("web-2", "10.1.0.2", ports=[("web-http", 9090)]),
+        pod("web-3", "10.1.0.3", ports=[("other", 7000)]),  # lacks the named port: not an endpoint
+    ]
+    async with Harness(workdir, pki, *objects) as h:
         stream = h.get(authority())
         assert addrs(await stream.next()) == ["10.1.0.1:8080", "10.1.0.2:9090"]
         # The Service retargets to a number: every address changes port.
@@ -156,11 +152,14 @@ async def test_identity_and_hint_per_pod(workdir: Path, pki: Pki, pod_kwargs: di
 
 
 async def test_opaque_by_default_ports_and_namespace_annotation(workdir: Path, pki: Pki) -> None:
-    async with Harness(workdir, pki, namespace(annotations={"config.linkerd.io/opaque-ports": "9000"}),
-                service("db", ports=[{"name": "mysql", "port": 3306, "targetPort": 3306}]),
-                service(ports=[{"name": "http", "port": 80, "targetPort": 9000}]),
-                pod("db-1", "10.1.2.1", app="db", ports=[("mysql", 3306)]),
-                pod("web-1", "10.1.0.1", ports=[("http", 9000)])) as h:
+    objects = [
+        namespace(annotations={"config.linkerd.io/opaque-ports": "9000"}),
+        service("db", ports=[{"name": "mysql", "port": 3306, "targetPort": 3306}]),
+        service(ports=[{"name": "http", "port": 80, "targetPort": 9000}]),
+        pod("db-1", "10.1.2.1", app="db", ports=[("mysql", 3306)]),
+        pod("web-1", "10.1.0.1", ports=[("http", 9000)]),
+    ]
+    async with Harness(workdir, pki, *objects) as h:
         [db] = (await h.get(authority("db", 3306)).next())["add"]["addrs"]
         [web] = (await h.get(authority()).next())["add"]["addrs"]
         # The namespace's annotation replaces the defaults for pods without their own.
@@ -169,7 +168,8 @@ async def test_opaque_by_default_ports_and_namespace_annotation(workdir: Path, p
 
 
 async def test_server_makes_a_port_opaque_while_subscribed(workdir: Path, pki: Pki) -> None:
-    async with Harness(workdir, pki, namespace(), service(), pod("web-1", "10.1.0.1"), pod("admin-1", "10.1.0.9", app="admin")) as h:
+    objects = [namespace(), service(), pod("web-1", "10.1.0.1"), pod("admin-1", "10.1.0.9", app="admin")]
+    async with Harness(workdir, pki, *objects) as h:
         stream = h.get(authority())
         assert by_addr(await stream.next())["10.1.0.1:8080"]["protocol_hint"] == "h2"
         h.apply(server("web-http", port="http"))  # by container-port name
@@ -182,7 +182,8 @@ async def test_server_makes_a_port_opaque_while_subscribed(workdir: Path, pki: P
 
 
 async def test_transport_header_mode_and_disabled_h2(workdir: Path, pki: Pki) -> None:
-    async with Harness(workdir, pki, namespace(), service(), pod("web-1", "10.1.0.1"), force_opaque_transport=True, enable_h2_upgrade=False) as h:
+    objects = [namespace(), service(), pod("web-1", "10.1.0.1")]
+    async with Harness(workdir, pki, *objects, force_opaque_transport=True, enable_h2_upgrade=False) as h:
         [endpoint] = (await h.get(authority()).next())["add"]["addrs"]
         assert endpoint["protocol_hint"] == "unknown"
         assert endpoint["opaque_transport_port"] == 4143

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tether.destination.context_token import ContextToken, parse_context_token
 from tether.destination.ports import DEFAULT_OPAQUE_PORTS, PortSet, parse_port_set, port_of_address
 from tether.destination.server import InvalidAuthority, split_host_port
-from tether.destination.watcher.facts import PodFacts, facts_of
+from tether.destination.watcher.facts import PodFacts, ServiceFacts, facts_of
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "tether"
 
@@ -46,7 +46,8 @@ def test_port_set_ranges_merge_and_stay_small() -> None:
 @given(st.lists(st.integers(1, 65535), max_size=30))
 def test_port_set_membership_matches_a_plain_set(ports: list[int]) -> None:
     parsed = parse_port_set(",".join(map(str, ports)))[0]
-    assert {p for p in range(1, 65536) if p in parsed} == set(ports)
+    probes = {1, 65535} | {q for p in ports for q in (p - 1, p, p + 1) if 1 <= q <= 65535}
+    assert {p for p in probes if p in parsed} == set(ports)
 
 
 @pytest.mark.parametrize(
@@ -118,8 +119,8 @@ def test_pod_facts() -> None:
 def test_service_facts_resolve_annotation_names() -> None:
     facts = facts_of(service(ports=[{"name": "http", "port": 80}, {"name": "admin", "port": 9990}],
                              annotations={"config.linkerd.io/opaque-ports": "admin,3306"}))
-    assert facts is not None and facts.opaque_ports is not None  # type: ignore[union-attr]
-    assert 9990 in facts.opaque_ports and 3306 in facts.opaque_ports and 80 not in facts.opaque_ports  # type: ignore[union-attr]
+    assert isinstance(facts, ServiceFacts) and facts.opaque_ports is not None
+    assert 9990 in facts.opaque_ports and 3306 in facts.opaque_ports and 80 not in facts.opaque_ports
 
 
 def test_watch_code_imports_no_generated_protobufs() -> None:

@@ -6,10 +6,11 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from destination_helpers import NS, Harness, Pki, addrs, authority, namespace, pod, service
-from test_get import eventually
+from destination_helpers import NS, Harness, Pki, addrs, authority, eventually, namespace, pod, service
 
+from tether.destination import ConfigError, DestinationConfig, DestinationService
 from tether.destination.stream import EndReason, UpdateStream
+from tether.platform.local.watch import LocalResourceWatcher
 
 
 async def test_a_full_queue_ends_the_stream_and_drops_its_backlog() -> None:
@@ -178,3 +179,19 @@ async def test_admin_port_serves_health_and_metrics(workdir: Path, pki: Pki) -> 
         assert "destination_delivery_lag_seconds_bucket" in metrics
         await h.service.stop()
         assert h.service.ready is False
+
+
+async def test_a_taken_port_is_a_config_error_and_nothing_is_left_running(workdir: Path, pki: Pki) -> None:
+    async with Harness(workdir, pki, namespace()) as h:
+        second = DestinationService(
+            DestinationConfig(addr=h.address, admin_addr="127.0.0.1:0", tls=h.service.config.tls),
+            LocalResourceWatcher(h.store),
+        )
+        try:
+            await second.start()
+        except ConfigError as exc:
+            assert h.address in str(exc)
+        else:
+            await second.stop()
+            raise AssertionError("two servers on one port")
+        assert second.ready is False and second.server.open_streams == 0

@@ -64,7 +64,8 @@ def weighted_addr_dict(addr: pb.WeightedAddr) -> dict[str, Any]:
     if addr.HasField("tls_identity"):
         identity = addr.tls_identity
         kind = identity.WhichOneof("strategy")
-        out["tls_identity"] = identity.dns_like_identity.name if kind == "dns_like_identity" else identity.uri_like_identity.uri
+        dns_like = kind == "dns_like_identity"
+        out["tls_identity"] = identity.dns_like_identity.name if dns_like else identity.uri_like_identity.uri
         if identity.HasField("server_name"):
             out["server_name"] = identity.server_name.name
     if addr.HasField("protocol_hint"):
@@ -140,7 +141,8 @@ def profile_dict(profile: pb.DestinationProfile) -> dict[str, Any]:
             "metrics_labels": dict(route.metrics_labels),
             "condition": _request_match(route.condition),
             "response_classes": [
-                {"condition": _response_match(rc.condition), "is_failure": rc.is_failure} for rc in route.response_classes
+                {"condition": _response_match(rc.condition), "is_failure": rc.is_failure}
+                for rc in route.response_classes
             ],
             "is_retryable": route.is_retryable,
         }

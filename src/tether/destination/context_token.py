@@ -37,7 +37,9 @@ def parse_context_token(token: str) -> ContextToken:
             return ContextToken()
         if not isinstance(doc, dict):
             return ContextToken()
-        return ContextToken(ns=_string(doc.get("ns")), node_name=_string(doc.get("nodeName")), pod=_string(doc.get("pod")))
+        return ContextToken(
+            ns=_string(doc.get("ns")), node_name=_string(doc.get("nodeName")), pod=_string(doc.get("pod"))
+        )
     if text.startswith("ns:"):
         log.debug("legacy context token %.80r", text)
         return ContextToken(ns=text[3:].strip())

@@ -36,7 +36,8 @@ NO_ENDPOINTS_UNKNOWN = pb.Update(no_endpoints=pb.NoEndpoints(exists=False)).Seri
 
 
 def pod_resource(pod: PodFacts) -> meta_pb2.Metadata:
-    return meta_pb2.Metadata(resource=meta_pb2.Resource(group="core", kind="Pod", name=pod.name, namespace=pod.namespace))
+    resource = meta_pb2.Resource(group="core", kind="Pod", name=pod.name, namespace=pod.namespace)
+    return meta_pb2.Metadata(resource=resource)
 
 
 class EndpointEncoder:

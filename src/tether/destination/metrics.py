@@ -26,7 +26,9 @@ class _CacheSizes(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         for kind, size in sorted(self._sizes().items()):
-            family = GaugeMetricFamily(f"{kind}_cache_size", f"Number of {kind} objects in the index", labels=["cluster"])
+            family = GaugeMetricFamily(
+                f"{kind}_cache_size", f"Number of {kind} objects in the index", labels=["cluster"]
+            )
             family.add_metric(["local"], size)
             yield family
 

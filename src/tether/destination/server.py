@@ -181,8 +181,9 @@ class DestinationServer:
         except _Rejected as rejected:
             await context.abort(rejected.code, rejected.message)
             return
-        metric = self._metrics.endpoint_updates_queue_overflow.labels(str(authority))
-        stream = self._new_stream("endpoints", metric.inc)
+        overflows = self._metrics.endpoint_updates_queue_overflow
+        # The labelled series is made only on overflow: clients choose the names, don't let them mint series.
+        stream = self._new_stream("endpoints", lambda: overflows.labels(str(authority)).inc())
         translator = EndpointTranslator(self._encoder, stream)
         ns, name, port = authority.namespace, authority.service, authority.port
         try:
@@ -255,8 +256,8 @@ class DestinationServer:
     async def _service_profile(
         self, authority: ServiceAuthority, token: ContextToken, context: grpc.aio.ServicerContext
     ) -> None:
-        metric = self._metrics.profile_updates_queue_overflow.labels(authority.fqdn, str(authority.port))
-        stream = self._new_stream("profile", metric.inc)
+        overflows = self._metrics.profile_updates_queue_overflow
+        stream = self._new_stream("profile", lambda: overflows.labels(authority.fqdn, str(authority.port)).inc())
         adaptor = OpaquePortsAdaptor(ProfileTranslator(authority, stream), authority.port)
         ns, service, profile_name = authority.namespace, authority.service, authority.fqdn
         # The profile named after the service, in the client's namespace first, then in the service's.

@@ -12,13 +12,15 @@ and the watches.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import os
 from pathlib import Path
 
 import grpc
 
-from tether.destination.admin import AdminServer
+from tether.admin import AdminServer
 from tether.destination.config import DestinationConfig, TlsFiles
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.server import DestinationServer
@@ -33,6 +35,23 @@ log = logging.getLogger(__name__)
 
 # Let other tasks (streams) run between this many events of a large batch.
 _EVENTS_PER_YIELD = 64
+# gRPC core queues incoming calls the (single-threaded) asyncio server has not picked up yet, and by
+# default stalls calls beyond 1,000 (soft) / 3,000 (hard) pending: every proxy reconnecting at once
+# after a restart would wait.  Found by bench/destination.py --large (5,000 streams opened together).
+_SERVER_OPTIONS = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.server.max_pending_requests", 1 << 20),
+    ("grpc.server.max_pending_requests_hard_limit", 1 << 20),
+]
+
+
+def _release_listing_memory() -> None:
+    """Give back to the OS what the initial listing used (the whole store, decoded), once the index holds facts."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the memory is reused, just not returned
 
 
 class ConfigError(Exception):
@@ -105,7 +124,9 @@ class DestinationService:
         self.server = DestinationServer(
             config, self.index, self.endpoints, self.profiles, self.opaque_ports, self.workloads, self.metrics
         )
-        self._admin = AdminServer(self.metrics.registry, ready=lambda: self._serving)
+        self._admin = AdminServer.for_registry(
+            self.metrics.registry, ready=lambda: self._serving, not_ready="the index has not synced"
+        )
         self._grpc: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._synced = asyncio.Event()
@@ -118,34 +139,48 @@ class DestinationService:
         return self._serving
 
     async def start(self) -> None:
-        """Open the admin port, sync the index, then serve gRPC."""
+        """Open the admin port, sync the index, then serve gRPC; on any failure undo what was started."""
         grpc_host, grpc_port = split_addr(self.config.addr)
         admin_host, admin_port = split_addr(self.config.admin_addr)
         certificate = _ServingCertificate(self.config.tls) if self.config.tls is not None else None
-        self.admin_port = await self._admin.start(admin_host, admin_port)
+        try:
+            self.admin_port = await self._admin.start(admin_host, admin_port)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {self.config.admin_addr}: {exc.strerror}") from None
+        try:
+            await self._sync()
+            _release_listing_memory()
+            server = grpc.aio.server(options=_SERVER_OPTIONS)
+            server.add_generic_rpc_handlers((self.server.handler(),))
+            self._grpc = server
+            bind = f"[{grpc_host}]:{grpc_port}" if ":" in grpc_host else f"{grpc_host}:{grpc_port}"
+            try:
+                if certificate is None:
+                    self.port = server.add_insecure_port(bind)
+                else:
+                    self.port = server.add_secure_port(bind, certificate.credentials())
+            except RuntimeError:
+                self.port = 0
+            if not self.port:
+                raise ConfigError(f"cannot listen on {self.config.addr}")
+            await server.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._serving = True
+        log.info("destination serving gRPC on port %s, admin on port %s", self.port, self.admin_port)
+
+    async def _sync(self) -> None:
+        """Start one watch per resource type and wait until every one has listed (SYNCED)."""
         self._tasks = [asyncio.create_task(self._watch(type_key), name=f"watch {type_key}") for type_key in WATCHED]
         synced = asyncio.create_task(self._synced.wait())
         done, _ = await asyncio.wait([synced, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        if synced not in done:
-            synced.cancel()
-            await self.stop()
-            failed = next(iter(done))
-            raise RuntimeError(f"a resource watch ended before the index synced: {failed.get_name()}") from (
-                failed.exception() if not failed.cancelled() else None
-            )
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        server.add_generic_rpc_handlers((self.server.handler(),))
-        bind = f"[{grpc_host}]:{grpc_port}" if ":" in grpc_host else f"{grpc_host}:{grpc_port}"
-        if certificate is None:
-            self.port = server.add_insecure_port(bind)
-        else:
-            self.port = server.add_secure_port(bind, certificate.credentials())
-        if not self.port:
-            raise ConfigError(f"cannot listen on {self.config.addr}")
-        await server.start()
-        self._grpc = server
-        self._serving = True
-        log.info("destination serving gRPC on port %s, admin on port %s", self.port, self.admin_port)
+        if synced in done:
+            return
+        synced.cancel()
+        failed = next(iter(done))
+        cause = None if failed.cancelled() else failed.exception()
+        raise RuntimeError(f"a resource watch ended before the index synced: {failed.get_name()}") from cause
 
     async def stop(self) -> None:
         """End every stream cleanly (status OK), stop serving, stop the watches."""

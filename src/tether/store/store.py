@@ -106,6 +106,10 @@ class Store:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Close the file; running watches end (their iteration stops) at their next step."""
         with self._lock:

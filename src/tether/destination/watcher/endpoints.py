@@ -189,15 +189,17 @@ class PortPublisher:
 class ServicePublisher:
     """One subscribed Service: its facts and a ``PortPublisher`` per requested port."""
 
-    def __init__(self, key: Key, service: ServiceFacts, index: ClusterIndex, metrics: DestinationMetrics,
-                 mark_dirty: Callable[[PortPublisher], None]) -> None:
+    def __init__(
+        self, key: Key, service: ServiceFacts, index: ClusterIndex, metrics: DestinationMetrics,
+        mark_dirty: Callable[[PortPublisher], None], discard_dirty: Callable[[PortPublisher], None],
+    ) -> None:
         self.key = key
-        self.mark_dirty = mark_dirty
         self.service: ServiceFacts | None = service
         self.index = index
         self.metrics = metrics
+        self.mark_dirty = mark_dirty  # the watcher flushes a dirty port publisher on the next loop turn
+        self.discard_dirty = discard_dirty
         self.ports: dict[int, PortPublisher] = {}
-        self.discard_dirty: Callable[[PortPublisher], None] = lambda publisher: None
         # Where ``EndpointsWatcher`` filed this publisher for pod lookups: (index, key).
         self.filed_under: tuple[dict, object] | None = None
 
@@ -278,9 +280,9 @@ class EndpointsWatcher:
             raise InvalidService(f"Service {namespace}/{service} is an ExternalName service: no endpoints to discover")
         publisher = self._publishers.get(key)
         if publisher is None:
-            publisher = self._publishers[key] = ServicePublisher(key, facts, self._index, self._metrics,
-                                                                 self._mark_dirty)
-            publisher.discard_dirty = self._discard_dirty
+            publisher = self._publishers[key] = ServicePublisher(
+                key, facts, self._index, self._metrics, self._mark_dirty, self._discard_dirty
+            )
             self._file(publisher)
         publisher.subscribe(port, listener)
 

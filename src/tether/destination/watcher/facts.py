@@ -9,7 +9,9 @@ answered in one place.  No protobufs here.
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,13 +168,16 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
         return _server(resource)
     if rtype is kinds.SERVICE_PROFILE:
         assert isinstance(resource.spec, ServiceProfileSpec)
-        return ProfileFacts(resource.namespace or "", resource.name, resource.metadata.resource_version or "", resource.spec)
+        version = resource.metadata.resource_version or ""
+        return ProfileFacts(resource.namespace or "", resource.name, version, resource.spec)
     if rtype is kinds.NAMESPACE:
         return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
     return None
 
 
-def _ports_annotation(annotations: Mapping[str, str], key: str, names: Mapping[str, tuple[int, ...]], what: str) -> PortSet | None:
+def _ports_annotation(
+    annotations: Mapping[str, str], key: str, names: Mapping[str, tuple[int, ...]], what: str
+) -> PortSet | None:
     text = annotations.get(key)
     if text is None:
         return None
@@ -195,17 +200,17 @@ def _pod(resource: Resource) -> PodFacts:
     owner_kind, owner_name = _owner(resource)
     what = f"pod {namespace}/{resource.name}"
     return PodFacts(
-        namespace=namespace,
+        namespace=sys.intern(namespace),
         name=resource.name,
         resource_version=resource.metadata.resource_version or "",
-        labels=resource.labels,
+        labels=_interned(resource.labels),
         ip=status.pod_ip or (status.pod_ips[0] if status.pod_ips else None),
         phase=status.phase,
         ready=status.ready,
         terminating=resource.metadata.deletion_timestamp is not None,
-        service_account=spec.service_account_name or "default",
-        owner_kind=owner_kind,
-        owner_name=owner_name,
+        service_account=sys.intern(spec.service_account_name or "default"),
+        owner_kind=sys.intern(owner_kind),
+        owner_name=sys.intern(owner_name),
         control_plane_ns=resource.labels.get(CONTROL_PLANE_NS_LABEL) or None,
         proxy=_proxy(spec, resource.annotations, container_ports),
         opaque_ports=_ports_annotation(resource.annotations, OPAQUE_PORTS_ANNOTATION, container_ports, what),
@@ -228,7 +233,9 @@ def _proxy_container(spec: PodSpec) -> Container | None:
     return None
 
 
-def _proxy(spec: PodSpec, annotations: Mapping[str, str], container_ports: Mapping[str, tuple[int, ...]]) -> ProxyFacts | None:
+def _proxy(
+    spec: PodSpec, annotations: Mapping[str, str], container_ports: Mapping[str, tuple[int, ...]]
+) -> ProxyFacts | None:
     """Whether a proxy runs in the pod, and its ports (from its env, as Linkerd reads them, else its port names)."""
     container = _proxy_container(spec)
     if container is None and PROXY_VERSION_ANNOTATION not in annotations:
@@ -241,7 +248,18 @@ def _proxy(spec: PodSpec, annotations: Mapping[str, str], container_ports: Mappi
     meta = {port for name in META_ADDR_ENVS if (port := port_of_address(env.get(name) or "")) is not None}
     if not meta:
         meta.update(container_ports.get(ADMIN_PORT_NAME, ()))
-    return ProxyFacts(inbound, frozenset(meta))
+    return _proxy_facts(inbound, frozenset(meta))
+
+
+@functools.lru_cache(maxsize=256)
+def _proxy_facts(inbound: int, meta: frozenset[int]) -> ProxyFacts:
+    # Nearly every pod's proxy looks the same: share one object (the index holds one per pod).
+    return ProxyFacts(inbound, meta)
+
+
+def _interned(labels: Mapping[str, str]) -> dict[str, str]:
+    # Label keys and values repeat across thousands of pods (app, pod-template-hash, linkerd.io/...).
+    return {sys.intern(k): sys.intern(v) for k, v in labels.items()}
 
 
 def _owner(resource: Resource) -> tuple[str, str]:

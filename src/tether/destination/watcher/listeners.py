@@ -45,7 +45,8 @@ class AddressSet:
     """Addresses delivered together, with the labels every one of them shares (service, namespace).
 
     ``service_exists`` is False only in the ``remove`` that reports the Service
-    itself went away.  ``at`` is None for snapshots (no platform event caused them).  ``memo`` lets translators encode a set once however many
+    itself went away.  ``at`` is None for snapshots (no platform event caused them).
+    ``memo`` lets translators encode a set once however many
     listeners receive it (the watch side never reads it).
     """
 

@@ -24,17 +24,22 @@ from tether.store import Gone, ListResult, Store, StoreError
 
 log = logging.getLogger(__name__)
 
-# (namespace or "", name) -> what DELETED needs to name the object, plus its version.
-_Known = dict[tuple[str, str], tuple[str, dict[str, Any]]]
+# (namespace or "", name) -> (resourceVersion, apiVersion, kind) of each object yielded: enough to
+# tell a changed object after a relist and to name a vanished one, without keeping whole objects.
+_Known = dict[tuple[str, str], tuple[str, str, str]]
 
 
-def _stub(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Enough of an object to name it in a DELETED event, without keeping the whole object."""
-    metadata = obj["metadata"]
-    stub_meta = {"name": metadata["name"], "resourceVersion": metadata.get("resourceVersion", "")}
-    if metadata.get("namespace"):
-        stub_meta["namespace"] = metadata["namespace"]
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": stub_meta}
+def _remember(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    return obj["metadata"].get("resourceVersion", ""), obj.get("apiVersion", ""), obj.get("kind", "")
+
+
+def _stub(key: tuple[str, str], known: tuple[str, str, str]) -> dict[str, Any]:
+    """A DELETED event's object after a relist: its type, name and namespace."""
+    namespace, name = key
+    metadata: dict[str, Any] = {"name": name, "resourceVersion": known[0]}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": known[1], "kind": known[2], "metadata": metadata}
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -73,18 +78,21 @@ class LocalResourceWatcher:
                 await self._sleep(delay)
                 delay = min(delay * 2, self._retry_max)
                 continue
-            for event in self._resync(known, listed):
-                yield event
-            yield ResourceEvent("SYNCED", None, str(listed.resource_version), self._clock())
+            version = listed.resource_version
+            events = self._resync(known, listed)
+            del listed  # the listing may be large: keep nothing of it but what was yielded
+            while events:
+                yield events.pop()
+            yield ResourceEvent("SYNCED", None, str(version), self._clock())
             try:
-                async with aclosing(self._store.watch(type_key, listed.resource_version, namespace)) as changes:
+                async with aclosing(self._store.watch(type_key, version, namespace)) as changes:
                     async for change in changes:
                         delay = self._retry_initial  # the store answers again
                         obj = change.object
                         if change.type == "DELETED":
                             known.pop(_key(obj), None)
                         else:
-                            known[_key(obj)] = (obj["metadata"].get("resourceVersion", ""), _stub(obj))
+                            known[_key(obj)] = _remember(obj)
                         yield ResourceEvent(change.type, obj, str(change.resource_version), self._clock())
                 return  # the store was closed
             except Gone as exc:
@@ -102,17 +110,19 @@ class LocalResourceWatcher:
         version = str(listed.resource_version)
         fresh = {_key(obj): obj for obj in listed.items}
         events = [
-            ResourceEvent("DELETED", known.pop(key)[1], version, now) for key in [k for k in known if k not in fresh]
+            ResourceEvent("DELETED", _stub(key, known.pop(key)), version, now)
+            for key in [k for k in known if k not in fresh]
         ]
         for key, obj in fresh.items():
-            object_version = obj["metadata"].get("resourceVersion", "")
+            remembered = _remember(obj)
             before = known.get(key)
-            if before is not None and before[0] == object_version:
+            if before is not None and before[0] == remembered[0]:
                 continue
-            known[key] = (object_version, _stub(obj))
-            events.append(ResourceEvent("ADDED" if before is None else "MODIFIED", obj, object_version, now))
+            known[key] = remembered
+            events.append(ResourceEvent("ADDED" if before is None else "MODIFIED", obj, remembered[0], now))
+        # Yielded from the end (``pop()``), so each object is released as soon as it is consumed.
+        events.reverse()
         return events
 
     def _store_closed(self) -> bool:
-        # ``Store`` has no public "closed" property yet; once closed, it refuses every call.
-        return bool(getattr(self._store, "_closed", False))
+        return self._store.closed

@@ -30,6 +30,8 @@ from tether.proxy import certs
 from tether.proxy.addrs import NameAddr, SocketAddr
 from tether.proxy.config import OrigDstFallback, ProxyConfig
 from tether.proxy.driver import Driver
+from tether.proxy.http.layer import HttpSettings
+from tether.proxy.http.metrics import HttpMetrics
 from tether.proxy.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 from tether.proxy.inbound.layer import InboundSettings, inbound
 from tether.proxy.listeners import Listener, bind, local_addr, original_dst, peer_addr
@@ -73,6 +75,9 @@ class Proxy:
         if config.orig_dst_fallback is OrigDstFallback.LOCAL_ADDR and config.inbound.ips:
             source = str(min(config.inbound.ips, key=lambda ip: (ip.version, ip)))
         self.driver = Driver(self.metrics, self.tls, source_ip=source)
+        # The request-level HTTP/1 layer (tether.proxy.http) and its metrics.
+        self.http_metrics = HttpMetrics(time.monotonic, config.metrics_retain_idle.total_seconds())
+        self.metrics.add_collector(self.http_metrics.render, before_tcp=True)
         out = config.outbound
         self.discovery = Discovery(
             context_token=config.destination_context,
@@ -115,6 +120,7 @@ class Proxy:
         """Wait until every connection open now has finished (tests use it to read settled metrics)."""
         if self._connections:
             await asyncio.wait(set(self._connections))
+        self.driver.close_idle()  # pooled upstream connections: a peer's connections can then finish too
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -156,6 +162,7 @@ class Proxy:
             ips=in_cfg.ips,
             default_policy=in_cfg.default_policy,
             cluster_networks=config.cluster_networks,
+            http=HttpSettings("inbound", time.monotonic, self.http_metrics),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -166,6 +173,7 @@ class Proxy:
             own_addrs=own,
             direct_addrs=frozenset(listener.addr for listener in self._listeners["outbound"][len(main_outbound):]),
             refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
+            http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True),
         )
         self.identity.add_listener(self._rotated)
         self._spawn(self.identity.run(), "identity")
@@ -217,6 +225,7 @@ class Proxy:
         self._close_listeners()
         if self._connections and grace > 0:
             await asyncio.wait(self._connections, timeout=grace)
+        self.driver.close_idle()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)

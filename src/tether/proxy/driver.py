@@ -21,6 +21,12 @@ command it does not know. Everything that waits on a socket is here:
   half-closes and then waits for an answer across the mesh does not get it --
   a documented limit (docs/proxy.md).
 
+HTTP (``tether.proxy.http.commands``): the client's connection is read and
+written per request (writes wait for the transport to drain), upstream
+connections are checked out of and back into ``http.pool.Pool`` (opened as
+``Connect`` does, metered until they close), and ``Tunnel`` links two
+connections after a protocol switch as ``Forward`` does.
+
 Metrics: a ``Meter`` per connection side (``tether.proxy.metrics``); ``Refuse``
 counts ``<direction>_tcp_errors_total{error}``.
 
@@ -41,14 +47,23 @@ from typing import Any
 from tether.proxy import commands as cmd
 from tether.proxy import labels
 from tether.proxy.addrs import SocketAddr
+from tether.proxy.http import commands as http_cmd
+from tether.proxy.http.pool import Pool
 from tether.proxy.metrics import Meter, Registry
 from tether.proxy.protocol import detect
 from tether.proxy.protocol.client_hello import MAX_CLIENT_HELLO_SIZE
 from tether.proxy.protocol.common import NEED_DATA, RemoteProtocolError
-from tether.proxy.protocol.transport_header import MAX_HEADER_LENGTH, HeaderReceived, TransportHeaderDecoder
+from tether.proxy.protocol.transport_header import (
+    ALPN_PROTOCOL,
+    MAX_HEADER_LENGTH,
+    HeaderReceived,
+    TransportHeaderDecoder,
+)
 from tether.proxy.tls import TlsState, client_identity, server_matches
 
 log = logging.getLogger(__name__)
+
+TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
 
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linux/in.h
 # Bytes a stream buffers before it is linked (transport header, sniffed bytes, a server's first words).
@@ -62,6 +77,10 @@ HELP = {
     "inbound_tcp_authz_allow_total": "The total number of inbound TCP connections that were authorized.",
     "inbound_tcp_authz_deny_total": "The total number of inbound TCP connections that were denied.",
     "inbound_tcp_transport_header_connections_total": "The number of connections with a transport header.",
+    "inbound_http_errors_total": "The total number of inbound HTTP requests that could not be processed due to a "
+                                 "proxy error.",
+    "outbound_http_errors_total": "The total number of outbound HTTP requests that could not be processed due to a "
+                                  "proxy error.",
 }
 
 
@@ -76,7 +95,7 @@ class Stream(asyncio.Protocol):
     """One side of a proxied connection: buffers until linked, then writes every read to its peer."""
 
     __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
-                 "source")
+                 "source", "paused", "_drain")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
@@ -91,6 +110,8 @@ class Stream(asyncio.Protocol):
         self.done: asyncio.Future[None] = loop.create_future()
         self._waiter: asyncio.Future[None] | None = None
         self.source: tuple[str, int, str, int] | None = None  # (local, dialed) address of a connection we made
+        self.paused = False  # the transport's write buffer is over its high-water mark (HTTP writes wait)
+        self._drain: asyncio.Future[None] | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------------------
 
@@ -133,16 +154,20 @@ class Stream(asyncio.Protocol):
         if not self.done.done():
             self.done.set_result(None)
         self._wake()
+        self._drained()
         peer = self.peer
         if peer is not None and not peer.lost:
             peer.transport.close()  # after what is buffered for it has been written
 
     def pause_writing(self) -> None:
+        self.paused = True
         peer = self.peer
         if peer is not None and not peer.lost:
             peer.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.paused = False
+        self._drained()
         peer = self.peer
         if peer is not None and not peer.lost:
             peer.transport.resume_reading()
@@ -164,6 +189,20 @@ class Stream(asyncio.Protocol):
         if not self.lost and not self.transport.is_closing():
             self.transport.resume_reading()
         return data
+
+    def drain(self) -> Awaitable[None]:
+        """Done once the write buffer is below its low-water mark again (or the connection is gone)."""
+        waiter = self._drain
+        if waiter is None:
+            waiter = self._drain = asyncio.get_running_loop().create_future()
+        return waiter
+
+    def _drained(self) -> None:
+        waiter = self._drain
+        if waiter is not None:
+            self._drain = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -207,7 +246,8 @@ def _pass_eof(dst: Stream) -> None:
 class _Conn:
     """What the driver holds for one accepted connection."""
 
-    __slots__ = ("direction", "sock", "down", "up", "accept_labels", "target", "down_meter", "up_meter")
+    __slots__ = ("direction", "sock", "down", "up", "accept_labels", "target", "down_meter", "up_meter",
+                 "checked_out")
 
     def __init__(self, direction: str, sock: socket.socket, target: SocketAddr) -> None:
         self.direction = direction
@@ -218,6 +258,7 @@ class _Conn:
         self.target = target
         self.down_meter: Meter | None = None
         self.up_meter: Meter | None = None
+        self.checked_out: set[http_cmd.Upstream] = set()  # pooled connections this connection's requests hold
 
 
 class _NoBytes:
@@ -247,13 +288,21 @@ class Driver:
             cmd.Connect: self._connect,
             cmd.Forward: self._forward,
             cmd.Wait: self._wait,
+            http_cmd.RecvDown: self._recv_down,
+            http_cmd.SendDown: self._send_down,
+            http_cmd.Checkout: self._checkout,
+            http_cmd.RecvUp: self._recv_up,
+            http_cmd.SendUp: self._send_up,
+            http_cmd.Tunnel: self._tunnel,
         }
         self._immediate: dict[type[cmd.Command], Callable[[_Conn, Any], None]] = {
             cmd.SetLabels: self._set_labels,
             cmd.Count: self._count,
             cmd.Send: self._send,
             cmd.Refuse: self._refuse,
+            http_cmd.Checkin: self._checkin,
         }
+        self._pool = Pool()
 
     def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
         """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
@@ -411,6 +460,18 @@ class Driver:
     # -- commands on the connected side -------------------------------------------------------------------------
 
     async def _connect(self, conn: _Conn, command: cmd.Connect) -> cmd.Connected | cmd.Failed:
+        opened = await self._open(command)
+        if isinstance(opened, cmd.Failed):
+            return opened
+        stream, connected = opened
+        if conn.up is not None:  # a previous attempt's stream (only ever when retrying)
+            conn.up.transport.abort()
+        conn.up = stream
+        conn.up_meter = self._metrics.tcp.open(command.labels, stream)
+        return connected
+
+    async def _open(self, command: cmd.Connect) -> tuple[Stream, cmd.Connected] | cmd.Failed:
+        """TCP, then TLS if asked, with the peer's identity checked: a stream not yet metered nor linked."""
         ctx = None
         tls = command.tls
         if tls is not None:
@@ -458,11 +519,7 @@ class Driver:
                 self._own_sources.discard(key)  # type: ignore[arg-type]
                 return cmd.Failed("unexpected server identity")
             alpn = ssl_object.selected_alpn_protocol()
-        if conn.up is not None:  # a previous attempt's stream (only ever when retrying)
-            conn.up.transport.abort()
-        conn.up = stream
-        conn.up_meter = self._metrics.tcp.open(command.labels, stream)
-        return cmd.Connected(alpn, elapsed)
+        return stream, cmd.Connected(alpn, elapsed)
 
     async def _tcp_connect(self, sock: socket.socket, addr: SocketAddr) -> tuple[str, int, str, int]:
         sock.setblocking(False)
@@ -522,9 +579,98 @@ class Driver:
     async def _wait(self, conn: _Conn, command: cmd.Wait) -> Any:
         return await command.source.wait(command.timeout)
 
+    # -- HTTP (tether.proxy.http): the client's connection read and written per request, a pool upstream ---------
+
+    async def _ensure_down(self, conn: _Conn) -> Stream | None:
+        down = conn.down
+        if down is None:
+            sock = conn.sock
+            assert sock is not None
+            loop = asyncio.get_running_loop()
+            down = Stream(loop)
+            conn.sock = None
+            try:
+                await loop.connect_accepted_socket(lambda: down, sock)
+            except OSError as exc:
+                log.debug("accepted socket unusable: %s", exc)
+                return None
+            conn.down = down
+        if conn.down_meter is None:
+            conn.down_meter = self._metrics.tcp.open(conn.accept_labels or "", down)
+        return down
+
+    async def _recv_down(self, conn: _Conn, command: http_cmd.RecvDown) -> bytes:
+        down = await self._ensure_down(conn)
+        if down is None:
+            return b""
+        await down.readable()
+        return down.take() if down.buffer else b""
+
+    async def _send_down(self, conn: _Conn, command: http_cmd.SendDown) -> bool:
+        down = await self._ensure_down(conn)
+        return down is not None and await _write(down, command.data)
+
+    async def _checkout(self, conn: _Conn, command: http_cmd.Checkout) -> http_cmd.Upstream | cmd.Failed:
+        connect = command.connect
+        key = (connect.addr, connect.tls)
+        up = self._pool.take(key)
+        if up is None:
+            opened = await self._open(connect)
+            if isinstance(opened, cmd.Failed):
+                return opened
+            stream, connected = opened
+            meter = self._metrics.tcp.open(connect.labels, stream)
+            stream.done.add_done_callback(lambda _, s=stream, m=meter: self._pooled_closed(s, m))
+            if command.header is not None and connected.alpn == TRANSPORT_ALPN:
+                stream.tx += len(command.header)
+                stream.transport.write(command.header)
+            up = http_cmd.Upstream(key, stream, connected.elapsed, reused=False)
+        conn.checked_out.add(up)
+        return up
+
+    def _pooled_closed(self, stream: Stream, meter: Meter) -> None:
+        meter.close(stream.errno)
+        if stream.source is not None:
+            self._own_sources.discard(stream.source)
+
+    def _checkin(self, conn: _Conn, command: http_cmd.Checkin) -> None:
+        up = command.up
+        conn.checked_out.discard(up)
+        if command.reuse:
+            self._pool.put(up)
+        elif not up.io.lost:
+            up.io.transport.close()
+
+    async def _recv_up(self, conn: _Conn, command: http_cmd.RecvUp) -> bytes:
+        stream: Stream = command.up.io
+        await stream.readable()
+        return stream.take() if stream.buffer else b""
+
+    async def _send_up(self, conn: _Conn, command: http_cmd.SendUp) -> bool:
+        return await _write(command.up.io, command.data)
+
+    async def _tunnel(self, conn: _Conn, command: http_cmd.Tunnel) -> None:
+        down = await self._ensure_down(conn)
+        up: Stream = command.up.io
+        if down is None:
+            return
+        down.buffer[:0] = command.to_up
+        up.buffer[:0] = command.to_down
+        link(down, up)
+        await down.done
+        await up.done
+
+    def close_idle(self) -> None:
+        """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
+        self._pool.close()
+
     # -- the end ------------------------------------------------------------------------------------------------
 
     def _close(self, conn: _Conn) -> None:
+        for up in conn.checked_out:
+            if not up.io.lost:
+                up.io.transport.close()
+        conn.checked_out.clear()
         if conn.sock is not None:
             conn.sock.close()
             conn.sock = None
@@ -539,6 +685,18 @@ class Driver:
         if conn.up_meter is not None and conn.up is not None:
             conn.up_meter.close(conn.up.errno)
             conn.up_meter = None
+
+
+async def _write(stream: Stream, data: bytes) -> bool:
+    """Write, then wait while the transport's buffer is over its high-water mark; False if the peer is gone."""
+    if stream.lost or stream.transport.is_closing():
+        return False
+    if data:
+        stream.tx += len(data)
+        stream.transport.write(data)
+    while stream.paused and not stream.lost:
+        await stream.drain()
+    return not stream.lost
 
 
 def _unmapped(host: str) -> str:

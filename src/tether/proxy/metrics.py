@@ -182,6 +182,7 @@ class Registry:
         self.tcp = TcpMetrics(clock, retain_idle)
         self.counters: dict[str, Counter] = {}
         self._collectors: list[Collector] = []
+        self._early: list[Collector] = []  # the legacy HTTP family (request_total...), printed before tcp_*
 
     def counter(self, name: str, help_: str) -> Counter:
         family = self.counters.get(name)
@@ -189,13 +190,15 @@ class Registry:
             family = self.counters[name] = Counter(name, help_, self.clock, self.retain_idle)
         return family
 
-    def add_collector(self, collector: Collector) -> None:
-        self._collectors.append(collector)
+    def add_collector(self, collector: Collector, *, before_tcp: bool = False) -> None:
+        (self._early if before_tcp else self._collectors).append(collector)
 
     def render(self) -> str:
         out: list[str] = []
         for family in self.counters.values():
             family.render(out)
+        for collector in self._early:
+            collector(out)
         self.tcp.render(out)
         for collector in self._collectors:
             collector(out)

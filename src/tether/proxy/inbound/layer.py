@@ -14,8 +14,9 @@ For each connection accepted on the inbound listener:
 Then the default policy decides (``inbound.policy``), and the layer for the
 detected protocol carries the connection to the app at the original
 destination IP and the target port -- never to the inbound port. As outbound,
-``PROTOCOL_LAYERS`` is the seam for the request-level proxy; here every
-protocol is forwarded per connection.
+``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
+to ``tether.proxy.http`` (requests to the app over pooled keep-alive
+connections); the rest is forwarded per connection.
 
 The layer yields ``tether.proxy.commands``; it does no I/O. Caller:
 ``tether.proxy.driver`` (via ``tether.proxy.app``).
@@ -24,7 +25,7 @@ The layer yields ``tether.proxy.commands``; it does no I/O. Caller:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tether.proxy import labels
 from tether.proxy.addrs import IpAddress, IpNetwork, SocketAddr
@@ -43,6 +44,8 @@ from tether.proxy.commands import (
     TlsAccepted,
 )
 from tether.proxy.config import DefaultPolicy
+from tether.proxy.http.layer import HttpSettings, http1
+from tether.proxy.http.routes import inbound_router
 from tether.proxy.inbound.policy import authorize
 from tether.proxy.ports import PortSet
 from tether.proxy.protocol import detect
@@ -63,6 +66,7 @@ class InboundSettings:
     ips: frozenset[IpAddress]  # empty: any destination IP
     default_policy: DefaultPolicy
     cluster_networks: tuple[IpNetwork, ...]
+    http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +201,27 @@ def _accept_labels(target: SocketAddr, tls_labels: str, settings: InboundSetting
     return labels.accept_inbound(target, tls_labels, labels.server_labels(settings.default_policy.value, target.port))
 
 
+# -- HTTP/1 per request (tether.proxy.http) ------------------------------------------------------------------
+
+
+def http1_requests(session: Session, settings: InboundSettings) -> Layer:
+    """HTTP/1 requests to the app, with keep-alive to it, when an HTTP layer is configured; else per connection."""
+    if settings.http is None:
+        yield from tcp_forward(session, settings)
+        return
+    target = session.target
+    metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
+                                labels.server_labels(settings.default_policy.value, target.port),
+                                labels.render(("route_group", ""), ("route_kind", "default"),
+                                              ("route_name", "default")))
+    http = replace(settings.http, meshed_client=session.mesh_tls and session.client_id is not None,
+                   client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels)
+    yield from http1(inbound_router(target, settings.connect_timeout, metric_labels), http)
+
+
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.
 PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[Session, InboundSettings], Layer]] = {
     detect.Opaque: tcp_forward,
-    detect.Http1: tcp_forward,
+    detect.Http1: http1_requests,
     detect.Http2: tcp_forward,
 }

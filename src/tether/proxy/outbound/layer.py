@@ -3,10 +3,10 @@
 For each connection accepted on the outbound listener: refuse loops; ask
 discovery about the original destination (only inside the profile networks);
 detect the protocol unless discovery says opaque; then hand the connection to
-the layer for that protocol. In this part every protocol is carried per
-connection by ``tcp_forward`` -- the seam is ``PROTOCOL_LAYERS``, where the
-HTTP/1 and HTTP/2 layers of the request-level proxy will take over ``Http1``
-and ``Http2``.
+the layer for that protocol (``PROTOCOL_LAYERS``): ``Http1`` goes to the
+request-level layer (``tether.proxy.http``, via ``http1_requests``); opaque and
+HTTP/2 are carried per connection by ``tcp_forward`` (HTTP/2 per stream is
+still to come).
 
 ``tcp_forward`` picks an endpoint (P2C, failing fast when the service has had
 none for the failfast timeout), connects with mTLS when the endpoint has an
@@ -20,12 +20,14 @@ The layer yields ``tether.proxy.commands``; it does no I/O. Caller:
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tether.proxy import labels
 from tether.proxy.addrs import IpAddress, IpNetwork, SocketAddr
 from tether.proxy.commands import Command, Connected, Detect, Failed, Forward, Layer, Refuse, Send, SetLabels, Wait
+from tether.proxy.http.layer import HttpSettings, http1
+from tether.proxy.http.routes import outbound_router
 from tether.proxy.outbound.discovery import FORWARD, Discovery, Resolution
 from tether.proxy.outbound.endpoint import Endpoint, plan
 from tether.proxy.protocol import detect
@@ -48,6 +50,7 @@ class OutboundSettings:
     refuse_loopback: bool  # Linkerd refuses loopback targets; not when running without iptables
     # Extra outbound listeners (no iptables): they stand for a destination, but connecting there is a loop too.
     direct_addrs: frozenset[SocketAddr] = frozenset()
+    http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discovery | None) -> Layer:
@@ -138,9 +141,27 @@ def _connect_and_forward(
     return None
 
 
+# -- HTTP/1 per request (tether.proxy.http) ------------------------------------------------------------------
+
+
+def http1_requests(orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings) -> Layer:
+    """HTTP/1 routed per request when the proxy has an HTTP layer configured; else carried per connection."""
+    if settings.http is None:
+        yield from _HTTP1_TCP(orig_dst, resolution, settings)
+        return
+    router = outbound_router(orig_dst, resolution, local_ips=settings.local_ips,
+                             connect_timeout=settings.connect_timeout, failfast=settings.failfast,
+                             loop_addrs=settings.own_addrs | settings.direct_addrs)
+    error_labels = labels.join('direction="outbound"', labels.render(("authority", resolution.authority))
+                               if resolution.authority else "", labels.target(orig_dst))
+    yield from http1(router, replace(settings.http, error_labels=error_labels))
+
+
+_HTTP1_TCP = tcp_forward(SessionProtocol.HTTP1)
+
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.
 PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[SocketAddr, Resolution, OutboundSettings], Layer]] = {
     detect.Opaque: tcp_forward(None),
-    detect.Http1: tcp_forward(SessionProtocol.HTTP1),
+    detect.Http1: http1_requests,
     detect.Http2: tcp_forward(SessionProtocol.HTTP2),
 }

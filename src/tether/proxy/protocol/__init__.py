@@ -11,4 +11,5 @@ I/O layers own the sockets, the timers and the buffers, and call in here.
 - ``request_line``: Linkerd's "does this start like an HTTP/1 request" rule.
 - ``detect``: protocol detection on a new connection (TLS, HTTP/1, HTTP/2, opaque).
 - ``transport_header``: the opaque-transport header codec (``transport.l5d.io/v1``).
+- ``http1``: an HTTP/1.1 connection for either role (framing, keep-alive, upgrades).
 """

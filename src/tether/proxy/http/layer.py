@@ -1,0 +1,425 @@
+"""The HTTP/1 layer: one client connection, its requests routed one at a time (proxy.md §7.3, §7.8, §7.9, §9.2).
+
+For each request on the accepted connection (parsed by
+``protocol.http1.Http1Connection`` in the server role):
+
+1. the ``Router`` (``http.routes``) picks where it goes -- per request, so a
+   balancer's P2C choice and its endpoint set apply to every request, and a
+   new endpoint takes traffic from the next one;
+2. an upstream connection to that endpoint is checked out of the driver's pool
+   (a new one with mTLS and the transport header as the endpoint says, or an
+   idle one kept from an earlier request); a failed connect puts the endpoint
+   in backoff and the request tries another, up to three times;
+3. the head goes up without hop-by-hop headers, then the body, chunk by chunk
+   as it arrives (never buffered whole); the response comes back the same way,
+   re-framed for the client (chunked when the upstream gave no length);
+4. the connection goes back to the pool when both sides allow keep-alive, and
+   the client's connection waits for its next request.
+
+An ``Upgrade`` answered with ``101`` or a ``CONNECT`` answered with 2xx ends
+HTTP on both connections: the driver then joins them byte for byte
+(``Tunnel``), with whatever each codec had read past the head.
+
+Errors are answered as Linkerd answers them (``http.errors``): no endpoint
+within the failfast timeout is 504, a failed connect 502 (504 on a timeout),
+an upstream that fails before its response head 502; a malformed request 400,
+an oversized head 431, and the connection is closed after each of these.
+``l5d-proxy-error`` (and ``l5d-proxy-connection``) coming from a remote proxy
+are removed on the outbound side; inbound, ``l5d-client-id`` is set from the
+verified client identity, or removed.
+
+Metrics (``http.metrics``): ``request_total``, ``response_total`` and
+``response_latency_ms`` under the endpoint's labels.
+
+The layer yields commands (``tether.proxy.commands``, ``tether.proxy.http.commands``)
+and does no I/O. Callers: ``outbound.layer`` and ``inbound.layer`` (their
+``PROTOCOL_LAYERS`` entry for ``Http1``), via the driver.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.proxy.commands import Command, Count, Failed, Layer
+from tether.proxy.http import errors
+from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Tunnel, Upstream
+from tether.proxy.http.errors import ProxyError
+from tether.proxy.http.metrics import HttpMetrics
+from tether.proxy.protocol.http1 import (
+    MAX_HEAD_SIZE,
+    BadMessage,
+    BadStartLine,
+    Body,
+    ConnectionClosed,
+    EndOfMessage,
+    Event,
+    Headers,
+    Http1Connection,
+    RequestHead,
+    ResponseHead,
+    Role,
+    State,
+)
+
+CONNECT_ATTEMPTS = 3
+
+# Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded as they are; framing is redone by the codec.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
+                        b"upgrade", b"trailer"})
+L5D_PROXY_ERROR = b"l5d-proxy-error"
+L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
+L5D_CLIENT_ID = b"l5d-client-id"
+
+
+@dataclass(slots=True)
+class Pick:
+    """Where one request goes: the upstream connection to use and what to tell the balancer."""
+
+    connect: Any  # commands.Connect
+    header: bytes | None  # transport header for a new connection
+    labels: str  # request metric labels (endpoint labels)
+    authority: bytes  # Host for a request that has none
+    observe: Callable[[float], None] = lambda rtt: None  # a latency sample for the endpoint
+    failed: Callable[[], None] = lambda: None  # the endpoint could not be reached
+    release: Callable[[], None] = lambda: None  # the request is over (in-flight count)
+
+
+Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    direction: str  # "inbound" | "outbound": also the prefix of <direction>_http_errors_total
+    clock: Callable[[], float]
+    metrics: HttpMetrics | None = None
+    strip_proxy_errors: bool = False  # outbound: l5d-proxy-error from the remote proxy is not for the app
+    meshed_client: bool = False  # inbound: the client is a proxy (gets l5d-proxy-connection)
+    client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
+    max_head_size: int = MAX_HEAD_SIZE
+    error_labels: str = field(default="")  # labels of requests that got no endpoint
+
+
+class _UpClient:
+    """What the layer keeps with a pooled upstream connection: its client codec and parsed, unread events."""
+
+    __slots__ = ("conn", "pending")
+
+    def __init__(self, conn: Http1Connection) -> None:
+        self.conn = conn
+        self.pending: deque[Event] = deque()
+
+
+class _UpstreamFailed(Exception):
+    """The upstream connection ended or broke the protocol; the proxy answers for it."""
+
+
+def http1(router: Router, settings: HttpSettings) -> Layer:
+    """Serve the accepted connection's requests until it closes (or an error closes it)."""
+    server = Http1Connection(Role.SERVER, max_head_size=settings.max_head_size)
+    pending: deque[Event] = deque()
+    try:
+        try:
+            event = yield from _next_down(server, pending)
+        except BadStartLine:
+            # Detection said HTTP/1 (its rule only sees a prefix) but the first line is not: carry it as opaque.
+            yield from _opaque(server, router)
+            return
+        pending.appendleft(event)
+        while True:
+            keep = yield from _exchange(server, pending, router, settings)
+            if not keep or not server.keep_alive:
+                return
+            server.start_next_cycle()
+    except BadMessage as exc:
+        if server.our_state is State.IDLE:
+            reply = errors.response(errors.bad_request(exc.status_hint, str(exc)), meshed_client=False)
+            yield SendDown(server.send_head(reply) + server.send_end())
+
+
+def _opaque(server: Http1Connection, router: Router) -> Generator[Command, Any, None]:
+    pick = yield from router(RequestHead(b"GET", b"/"))
+    if isinstance(pick, ProxyError):
+        return
+    try:
+        up = yield Checkout(pick.connect, pick.header)
+        if isinstance(up, Upstream):
+            yield Tunnel(up, to_up=server.received, to_down=b"")
+        else:
+            pick.failed()
+    finally:
+        pick.release()
+
+
+def _exchange(server: Http1Connection, pending: deque[Event], router: Router,
+              settings: HttpSettings) -> Generator[Command, Any, bool]:
+    """One request and its response; False when the client's connection must close."""
+    event = yield from _next_down(server, pending)
+    if isinstance(event, ConnectionClosed):
+        return False
+    assert isinstance(event, RequestHead)
+    request = event
+    start = settings.clock()
+    last_error: ProxyError | None = None
+    pick: Pick | ProxyError | None = None
+    up: Upstream | None = None
+    for _ in range(CONNECT_ATTEMPTS):
+        pick = yield from router(request)
+        if isinstance(pick, ProxyError):
+            last_error = pick
+            break
+        reply = yield Checkout(pick.connect, pick.header)
+        if isinstance(reply, Failed):
+            pick.failed()
+            pick.release()
+            last_error = errors.connect_failed(pick.connect.addr, reply.error, reply.errno)
+            continue
+        up = reply
+        break
+    if up is None or not isinstance(pick, Pick):
+        assert last_error is not None
+        yield from _answer_error(server, last_error, settings, start, None)
+        return False
+    try:
+        return (yield from _forward(server, pending, request, pick, up, settings, start))
+    finally:
+        pick.release()
+
+
+def _forward(server: Http1Connection, pending: deque[Event], request: RequestHead, pick: Pick, up: Upstream,
+             settings: HttpSettings, start: float) -> Generator[Command, Any, bool]:
+    metrics = settings.metrics
+    if metrics is not None:
+        metrics.request(pick.labels)
+    bodiless = bool(pending) and isinstance(pending[0], EndOfMessage)
+    for attempt in range(2):
+        if up.codec is None:
+            up.codec = _UpClient(Http1Connection(Role.CLIENT, max_head_size=settings.max_head_size))
+        client = up.codec.conn
+        first = client.send_head(_upstream_request(request, pick, settings))
+        try:
+            if attempt == 0:
+                yield from _stream_request(server, pending, client, up, first)
+            else:
+                sent = yield SendUp(up, first + client.send_end())
+                if not sent:
+                    raise _UpstreamFailed()
+            head = yield from _response_head(server, client, up, pick, settings, start)
+            break
+        except _UpstreamFailed:
+            yield Checkin(up, reuse=False)
+            if attempt == 0 and up.reused and bodiless:
+                # An idle pooled connection the server had closed: a request with no body is safe to send again.
+                reply = yield Checkout(pick.connect, pick.header)
+                if isinstance(reply, Upstream):
+                    up = reply
+                    continue
+            yield from _answer_error(server, errors.io_error(pick.connect.addr), settings, start, pick)
+            return False
+    # The response head is in hand (and the request fully sent, or refused early by the server).
+    if client.switched:
+        if server.their_state is not State.DONE:
+            yield Checkin(up, reuse=False)
+            return False
+        yield SendDown(server.send_head(_downstream_response(head, request, server, settings)))
+        _record(settings, pick.labels, head.status, True, start)
+        yield Tunnel(up, to_up=server.trailing_data, to_down=client.trailing_data)
+        return False
+    down_head = _downstream_response(head, request, server, settings)
+    chunked = _is_chunked(down_head.headers)
+    # What is parsed together is written together: one write (one TLS record) for a small response.
+    out = server.send_head(down_head)
+    queue = up.codec.pending
+    ok = True
+    try:
+        while ok:
+            if not queue:
+                ok = yield SendDown(out)
+                out = b""
+                if not ok:
+                    break
+            event = yield from _next_up(client, up)
+            if isinstance(event, Body):
+                out += server.send_body(event.data)
+            elif isinstance(event, EndOfMessage):
+                ok = yield SendDown(out + server.send_end(event.trailers if chunked else ()))
+                break
+            else:
+                raise _UpstreamFailed()
+    except _UpstreamFailed:
+        yield Checkin(up, reuse=False)
+        server.send_failed()
+        _record(settings, pick.labels, head.status, False, start, "unclassified")
+        return False
+    _record(settings, pick.labels, head.status, ok and head.status < 500, start)
+    if not ok:
+        yield Checkin(up, reuse=False)
+        return False
+    if server.their_state is not State.DONE:
+        # The server answered before the whole request came (say 413): the rest cannot be passed on.
+        yield Checkin(up, reuse=False)
+        return False
+    reuse = client.keep_alive and client.our_state is State.DONE and client.their_state is State.DONE
+    if reuse:
+        client.start_next_cycle()
+    yield Checkin(up, reuse=reuse)
+    return True
+
+
+def _stream_request(server: Http1Connection, pending: deque[Event], client: Http1Connection,
+                    up: Upstream, out: bytes) -> Generator[Command, Any, None]:
+    """The head's bytes ``out``, the request body as it arrives, then its end; parsed together, written together."""
+    while True:
+        if not pending:
+            sent = yield SendUp(up, out)
+            out = b""
+            if not sent:
+                raise _UpstreamFailed()
+        event = yield from _next_down(server, pending)
+        if isinstance(event, Body):
+            out += client.send_body(event.data)
+        elif isinstance(event, EndOfMessage):
+            sent = yield SendUp(up, out + client.send_end(event.trailers))  # trailers only come with chunked
+            if not sent:
+                raise _UpstreamFailed()
+            return
+        else:  # pragma: no cover - the codec ends a request with EndOfMessage or an error
+            raise BadMessage("unexpected event in a request body")
+
+
+def _response_head(server: Http1Connection, client: Http1Connection, up: Upstream, pick: Pick,
+                   settings: HttpSettings, start: float) -> Generator[Command, Any, ResponseHead]:
+    """Read up to the final response head, passing 1xx heads on; the first head is the endpoint's RTT sample."""
+    sampled = False
+    while True:
+        event = yield from _next_up(client, up)
+        if not isinstance(event, ResponseHead):
+            raise _UpstreamFailed()
+        if not sampled:
+            pick.observe(settings.clock() - start)
+            sampled = True
+        if event.status < 200 and not client.switched:
+            if server.our_state is State.IDLE:
+                yield SendDown(server.send_head(ResponseHead(event.status, _end_to_end(event.headers),
+                                                             event.reason)))
+            continue
+        return event
+
+
+def _next_down(server: Http1Connection, pending: deque[Event]) -> Generator[Command, Any, Event]:
+    while not pending:
+        data = yield RecvDown()
+        events = server.receive_data(data)
+        if not events and not data:
+            raise BadMessage("connection closed")
+        pending.extend(events)
+    return pending.popleft()
+
+
+def _next_up(client: Http1Connection, up: Upstream) -> Generator[Command, Any, Event]:
+    queue = up.codec.pending
+    while not queue:
+        data = yield RecvUp(up)
+        try:
+            events = client.receive_data(data)
+        except BadMessage as exc:
+            raise _UpstreamFailed() from exc
+        if not events and not data:
+            raise _UpstreamFailed()
+        queue.extend(events)
+    return queue.popleft()
+
+
+def _answer_error(server: Http1Connection, error: ProxyError, settings: HttpSettings, start: float,
+                  pick: Pick | None) -> Generator[Command, Any, None]:
+    if error.metric:
+        yield Count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+    labels = pick.labels if pick is not None else settings.error_labels
+    if settings.metrics is not None and labels and pick is None:
+        settings.metrics.request(labels)
+    if server.our_state is State.IDLE:
+        head = errors.response(error, meshed_client=settings.meshed_client)
+        yield SendDown(server.send_head(head) + server.send_end())
+        if labels:
+            _record(settings, labels, error.status, False, start)
+    else:
+        server.send_failed()
+
+
+def _record(settings: HttpSettings, labels: str, status: int, success: bool, start: float, error: str = "") -> None:
+    if settings.metrics is not None:
+        settings.metrics.response(labels, status, success, int((settings.clock() - start) * 1000), error)
+
+
+# -- headers ----------------------------------------------------------------------------------------------------
+
+
+def _connection_tokens(headers: Headers) -> set[bytes]:
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b","))
+    return tokens
+
+
+def _end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> tuple[tuple[bytes, bytes], ...]:
+    listed = _connection_tokens(headers) - keep
+    return tuple((n, v) for n, v in headers
+                 if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed))
+
+
+def _framing_headers(headers: Headers) -> tuple[tuple[bytes, bytes], ...]:
+    """Transfer-Encoding (hop-by-hop, so dropped with the others) back in: the body is sent with the same framing."""
+    return tuple((n, v) for n, v in headers if n.lower() == b"transfer-encoding")
+
+
+def _wants_switch(request: RequestHead) -> bool:
+    return request.method == b"CONNECT" or any(n.lower() == b"upgrade" for n, _ in request.headers)
+
+
+def _upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -> RequestHead:
+    switch = _wants_switch(request) and request.method != b"CONNECT"
+    headers = list(_end_to_end(request.headers, frozenset({b"upgrade"}) if switch else frozenset()))
+    if switch:
+        headers.append((b"connection", b"upgrade"))
+    if settings.direction == "inbound":
+        headers = [(n, v) for n, v in headers if n.lower() != L5D_CLIENT_ID]
+        if settings.client_id:
+            headers.append((L5D_CLIENT_ID, settings.client_id.encode()))
+    if not any(n.lower() == b"host" for n, _ in headers):
+        headers.insert(0, (b"host", pick.authority))
+    headers.extend(_framing_headers(request.headers))
+    return RequestHead(request.method, request.target, tuple(headers), b"1.1")
+
+
+def _downstream_response(head: ResponseHead, request: RequestHead, server: Http1Connection,
+                         settings: HttpSettings) -> ResponseHead:
+    switching = head.status == 101 or (request.method == b"CONNECT" and 200 <= head.status < 300)
+    keep = frozenset({b"upgrade"}) if head.status == 101 else frozenset()
+    headers = [(n, v) for n, v in _end_to_end(head.headers, keep) if n.lower() != b"content-length"]
+    if settings.strip_proxy_errors:
+        headers = [(n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]
+    if head.status == 101:
+        headers.append((b"connection", b"upgrade"))
+    elif not switching:
+        no_body = request.method == b"HEAD" or head.status in (204, 304)
+        length = [(n, v) for n, v in head.headers if n.lower() == b"content-length"]
+        chunked_up = any(n.lower() == b"transfer-encoding" for n, _ in head.headers)
+        if no_body:
+            headers.extend(length)
+        elif length and not chunked_up:
+            headers.extend(length)
+        elif request.version == b"1.1":
+            headers.append((b"transfer-encoding", b"chunked"))
+        # else: an HTTP/1.0 client reads until the close.
+        if not server.keep_alive:
+            headers.append((b"connection", b"close"))
+        elif request.version == b"1.0":
+            headers.append((b"connection", b"keep-alive"))
+    return ResponseHead(head.status, tuple(headers), head.reason, b"1.1")
+
+
+def _is_chunked(headers: Headers) -> bool:
+    return any(n.lower() == b"transfer-encoding" for n, _ in headers)

@@ -248,28 +248,29 @@ class Proxy:
     def _accept_inbound(self, sock: socket.socket) -> None:
         settings = self._inbound_settings
         assert settings is not None
-        target = self._orig_dst(sock)
-        client = peer_addr(sock)
-        if target is None or client is None:
-            sock.close()
-            return
-        if self.driver.is_own_connection(client, target):
-            self.driver.refuse_loop("inbound", sock, target)
-            return
-        self._connection("inbound", sock, target, inbound(target, client, settings))
+        admitted = self._admit("inbound", sock)
+        if admitted is not None:
+            target, client = admitted
+            self._connection("inbound", sock, target, inbound(target, client, settings))
 
     def _accept_outbound(self, sock: socket.socket) -> None:
         settings = self._outbound_settings
         assert settings is not None
+        admitted = self._admit("outbound", sock)
+        if admitted is not None:
+            self._connection("outbound", sock, admitted[0], outbound(admitted[0], settings, self.discovery))
+
+    def _admit(self, direction: str, sock: socket.socket) -> tuple[SocketAddr, SocketAddr] | None:
+        """(original destination, client) of an accepted socket, or None when it was closed or refused."""
         target = self._orig_dst(sock)
         client = peer_addr(sock)
         if target is None or client is None:
             sock.close()
-            return
+            return None
         if self.driver.is_own_connection(client, target):
-            self.driver.refuse_loop("outbound", sock, target)
-            return
-        self._connection("outbound", sock, target, outbound(target, settings, self.discovery))
+            self.driver.refuse_loop(direction, sock, target)
+            return None
+        return target, client
 
     def _orig_dst(self, sock: socket.socket) -> SocketAddr | None:
         try:

@@ -558,20 +558,9 @@ class Driver:
     async def _forward(self, conn: _Conn, command: cmd.Forward) -> None:
         up = conn.up
         assert up is not None, "Forward before Connect"
-        down = conn.down
+        down = await self._ensure_down(conn)
         if down is None:
-            sock = conn.sock
-            assert sock is not None
-            loop = asyncio.get_running_loop()
-            down = Stream(loop)
-            conn.sock = None
-            try:
-                await loop.connect_accepted_socket(lambda: down, sock)
-            except OSError as exc:
-                log.debug("accepted socket unusable: %s", exc)
-                return
-            conn.down = down
-        conn.down_meter = self._metrics.tcp.open(conn.accept_labels or "", down)
+            return
         link(down, up)
         await down.done
         await up.done

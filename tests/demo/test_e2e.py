@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -91,8 +90,8 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
     emoji_ip = pods["emoji"]["status"]["podIP"]
     first = uplab.wait_for("mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(emoji_ip),
                            timeout=30)
-    time.sleep(2)
-    assert _inbound_tls_bytes(emoji_ip) > first
+    uplab.wait_for("more mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(emoji_ip) > first,
+                   timeout=30)
 
     bot = pods["vote-bot"]["metadata"]["name"]
     tally = uplab.wait_for("a tally from vote-bot",

@@ -256,7 +256,11 @@ class PodController:
 
     def _reconcile(self) -> None:
         snap = self.index.snapshot()
-        namespaces = {name: (obj["metadata"].get("annotations") or {}) for (_, name), obj in snap[NAMESPACE].items()}
+        # Read namespaces from the store, not the index: the index's per-kind watches may deliver a
+        # Deployment before the Namespace applied with it, and the injection decision (like the
+        # admission webhook's) must see the namespace as stored when the pod is made.
+        namespaces = {ns["metadata"]["name"]: (ns["metadata"].get("annotations") or {})
+                      for ns in self.store.list(NAMESPACE).items}
         self._sync_deployments(snap, namespaces)
         self._sync_services(snap)
         self._admit_bare_pods(snap, namespaces)

@@ -408,3 +408,32 @@ def test_fuzz_mutated_requests(wire: bytes, at: int, junk: bytes, replace: bool)
     except RemoteProtocolError:
         return
     assert all(isinstance(e, (RequestHead, Body, EndOfMessage, ConnectionClosed)) for e in events)
+
+
+# -- llhttp agrees with the Python rules -------------------------------------------------------------------------
+
+HEADER_BYTES = st.binary(max_size=12) | st.sampled_from([b"Host", b"Content-Length", b"L5D-x", b"te", b" v", b"v ", b"a\tb", b"\x7f",
+                                                         b"\x80", b"a b", b"", b":", b"Transfer-Encoding"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(HEADER_BYTES, HEADER_BYTES), max_size=4), st.booleans())
+def test_fast_head_parser_is_never_laxer_than_the_python_rules(pairs: list[tuple[bytes, bytes]],
+                                                               request: bool) -> None:
+    """``_parse_head`` (llhttp, falling back to Python) gives what ``_parse_headers`` gives, or the same refusal."""
+    from tether.proxy.protocol.http1 import HOP_BY_HOP, _parse_head, _parse_headers, scan_framing
+
+    lines = [name + b":" + value for name, value in pairs]
+    if any(b"\r" in line or b"\n" in line for line in lines):
+        return  # not a head line
+    start = b"GET / HTTP/1.1" if request else b"HTTP/1.1 200 OK"
+    head = b"\r\n".join([start, *lines]) + b"\r\n"
+    try:
+        expected = _parse_headers(lines)
+    except BadMessage:
+        with pytest.raises(BadMessage):
+            _parse_head(head, request)
+        return
+    names = [k.lower() for k, _ in expected]
+    rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n.startswith(b"l5d-") for n in names)
+    assert _parse_head(head, request) == (expected, scan_framing(expected), names.count(b"host"), rewrite)

@@ -49,6 +49,7 @@ from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, Send
 from tether.proxy.http.errors import ProxyError
 from tether.proxy.http.metrics import HttpMetrics
 from tether.proxy.protocol.http1 import (
+    HOP_BY_HOP,
     MAX_HEAD_SIZE,
     BadMessage,
     BadStartLine,
@@ -62,13 +63,11 @@ from tether.proxy.protocol.http1 import (
     ResponseHead,
     Role,
     State,
+    scan_framing,
 )
 
 CONNECT_ATTEMPTS = 3
 
-# Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded as they are; framing is redone by the codec.
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
-                        b"upgrade", b"trailer"})
 L5D_PROXY_ERROR = b"l5d-proxy-error"
 L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
 L5D_CLIENT_ID = b"l5d-client-id"
@@ -228,7 +227,7 @@ def _forward(server: Http1Connection, pending: deque[Event], request: RequestHea
         yield Tunnel(up, to_up=server.trailing_data, to_down=client.trailing_data)
         return False
     down_head = _downstream_response(head, request, server, settings)
-    chunked = _is_chunked(down_head.headers)
+    chunked = b"transfer-encoding" in _found(down_head)
     # What is parsed together is written together: one write (one TLS record) for a small response.
     out = server.send_head(down_head)
     queue = up.codec.pending
@@ -354,6 +353,9 @@ def _record(settings: HttpSettings, labels: str, status: int, success: bool, sta
 
 
 # -- headers ----------------------------------------------------------------------------------------------------
+# The parser marks heads that hold nothing to rewrite (``rewrite``) and hands over their framing values
+# (``found``): the common request and response then pass with their header tuple as it is, and the codec
+# does not scan it again to frame the body.
 
 
 def _connection_tokens(headers: Headers) -> set[bytes]:
@@ -370,56 +372,72 @@ def _end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> tuple
                  if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed))
 
 
-def _framing_headers(headers: Headers) -> tuple[tuple[bytes, bytes], ...]:
-    """Transfer-Encoding (hop-by-hop, so dropped with the others) back in: the body is sent with the same framing."""
-    return tuple((n, v) for n, v in headers if n.lower() == b"transfer-encoding")
+def _found(head: RequestHead | ResponseHead) -> dict[bytes, list[bytes]]:
+    return head.found if head.found is not None else scan_framing(head.headers)
 
 
-def _wants_switch(request: RequestHead) -> bool:
-    return request.method == b"CONNECT" or any(n.lower() == b"upgrade" for n, _ in request.headers)
+def _wants_switch(request: RequestHead, found: dict[bytes, list[bytes]]) -> bool:
+    return request.method == b"CONNECT" or b"upgrade" in found
 
 
 def _upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -> RequestHead:
-    switch = _wants_switch(request) and request.method != b"CONNECT"
-    headers = list(_end_to_end(request.headers, frozenset({b"upgrade"}) if switch else frozenset()))
-    if switch:
+    found = _found(request)
+    switch = _wants_switch(request, found)
+    client_id = settings.client_id.encode() if settings.client_id else None
+    if not request.rewrite and not switch and request.found is not None and request.version == b"1.1":
+        # Parsed, HTTP/1.1 (so it has its one Host), nothing hop-by-hop: the headers go up as they came.
+        headers = request.headers
+        if client_id is not None:
+            headers += ((L5D_CLIENT_ID, client_id),)
+        return RequestHead(request.method, request.target, headers, b"1.1", False, found)
+    upgrade = switch and request.method != b"CONNECT"
+    headers = list(_end_to_end(request.headers, frozenset({b"upgrade"}) if upgrade else frozenset()))
+    if upgrade:
         headers.append((b"connection", b"upgrade"))
     if settings.direction == "inbound":
         headers = [(n, v) for n, v in headers if n.lower() != L5D_CLIENT_ID]
-        if settings.client_id:
-            headers.append((L5D_CLIENT_ID, settings.client_id.encode()))
+        if client_id is not None:
+            headers.append((L5D_CLIENT_ID, client_id))
     if not any(n.lower() == b"host" for n, _ in headers):
         headers.insert(0, (b"host", pick.authority))
-    headers.extend(_framing_headers(request.headers))
+    if b"transfer-encoding" in found:  # hop-by-hop, so dropped above: the body is sent with the same framing
+        headers.extend((n, v) for n, v in request.headers if n.lower() == b"transfer-encoding")
     return RequestHead(request.method, request.target, tuple(headers), b"1.1")
 
 
 def _downstream_response(head: ResponseHead, request: RequestHead, server: Http1Connection,
                          settings: HttpSettings) -> ResponseHead:
-    switching = head.status == 101 or (request.method == b"CONNECT" and 200 <= head.status < 300)
-    keep = frozenset({b"upgrade"}) if head.status == 101 else frozenset()
-    headers = [(n, v) for n, v in _end_to_end(head.headers, keep) if n.lower() != b"content-length"]
-    if settings.strip_proxy_errors:
-        headers = [(n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]
-    if head.status == 101:
+    status = head.status
+    if status == 101:
+        headers = list(_end_to_end(head.headers, frozenset({b"upgrade"})))
         headers.append((b"connection", b"upgrade"))
-    elif not switching:
-        no_body = request.method == b"HEAD" or head.status in (204, 304)
-        length = [(n, v) for n, v in head.headers if n.lower() == b"content-length"]
-        chunked_up = any(n.lower() == b"transfer-encoding" for n, _ in head.headers)
-        if no_body:
-            headers.extend(length)
-        elif length and not chunked_up:
-            headers.extend(length)
-        elif request.version == b"1.1":
-            headers.append((b"transfer-encoding", b"chunked"))
-        # else: an HTTP/1.0 client reads until the close.
-        if not server.keep_alive:
-            headers.append((b"connection", b"close"))
-        elif request.version == b"1.0":
-            headers.append((b"connection", b"keep-alive"))
-    return ResponseHead(head.status, tuple(headers), head.reason, b"1.1")
+        return ResponseHead(status, _strip_proxy_errors(headers, settings), head.reason, b"1.1")
+    if request.method == b"CONNECT" and 200 <= status < 300:  # a tunnel: no body framing to speak of
+        headers = [(n, v) for n, v in _end_to_end(head.headers) if n.lower() != b"content-length"]
+        return ResponseHead(status, _strip_proxy_errors(headers, settings), head.reason, b"1.1")
+    up_found = _found(head)
+    headers = _end_to_end(head.headers) if head.rewrite else head.headers
+    if head.rewrite and settings.strip_proxy_errors:
+        headers = _strip_proxy_errors(headers, settings)
+    found: dict[bytes, list[bytes]] = {}
+    no_body = request.method == b"HEAD" or status in (204, 304)
+    extra: tuple[tuple[bytes, bytes], ...] = ()
+    if b"content-length" in up_found:  # kept by _end_to_end; the codec refused it next to Transfer-Encoding
+        found[b"content-length"] = up_found[b"content-length"]
+    elif not no_body and request.version == b"1.1":
+        extra = ((b"transfer-encoding", b"chunked"),)
+        found[b"transfer-encoding"] = [b"chunked"]
+    # else: no body, or an HTTP/1.0 client reads until the close.
+    if not server.keep_alive:
+        extra += ((b"connection", b"close"),)
+        found[b"connection"] = [b"close"]
+    elif request.version == b"1.0":
+        extra += ((b"connection", b"keep-alive"),)
+        found[b"connection"] = [b"keep-alive"]
+    return ResponseHead(status, headers + extra if extra else headers, head.reason, b"1.1", False, found)
 
 
-def _is_chunked(headers: Headers) -> bool:
-    return any(n.lower() == b"transfer-encoding" for n, _ in headers)
+def _strip_proxy_errors(headers: Headers, settings: HttpSettings) -> tuple[tuple[bytes, bytes], ...]:
+    if not settings.strip_proxy_errors:
+        return tuple(headers)
+    return tuple((n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION))

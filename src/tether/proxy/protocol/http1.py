@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import httptools
 
 from tether.proxy.protocol.common import LocalProtocolError, RemoteProtocolError
 
@@ -82,12 +84,20 @@ class Event:
     __slots__ = ()
 
 
+# Two facts the parser learns for free and a proxy needs for every message (``compare=False``: they are
+# derived from ``headers``). ``rewrite``: the head may hold headers a proxy rewrites -- hop-by-hop ones or
+# ``l5d-*`` (True unless the parser saw none, so a head built by hand is always filtered). ``found``: the
+# lowercased values of the framing headers, as ``scan_framing`` gives them (None: not known; ``send_head`` scans).
+
+
 @dataclass(frozen=True, slots=True)
 class RequestHead(Event):
     method: bytes
     target: bytes
     headers: Headers = ()
     version: bytes = b"1.1"
+    rewrite: bool = field(default=True, compare=False, repr=False)
+    found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +106,8 @@ class ResponseHead(Event):
     headers: Headers = ()
     reason: bytes = b""
     version: bytes = b"1.1"
+    rewrite: bool = field(default=True, compare=False, repr=False)
+    found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +206,13 @@ def header(headers: Headers, name: bytes) -> bytes | None:
 
 
 _FRAMING_HEADERS = frozenset({b"transfer-encoding", b"content-length", b"connection", b"upgrade"})
+# Hop-by-hop headers (RFC 9110 §7.6.1): a proxy never forwards them as they are.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
+                        b"upgrade", b"trailer"})
 _NONE: list[bytes] = []
 
 
-def _scan(headers: Headers) -> dict[bytes, list[bytes]]:
+def scan_framing(headers: Headers) -> dict[bytes, list[bytes]]:
     """One pass over a head: the comma-separated, lowercased values of the headers framing depends on."""
     found: dict[bytes, list[bytes]] = {}
     for key, value in headers:
@@ -209,6 +224,8 @@ def _scan(headers: Headers) -> dict[bytes, list[bytes]]:
 
 def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exception]) -> tuple[_Framing, int]:
     """The framing a head's headers declare; requests with neither have no body, responses run until close."""
+    if not found:
+        return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
     te = found.get(b"transfer-encoding", _NONE)
     lengths = found.get(b"content-length", _NONE)
     if te:
@@ -356,16 +373,17 @@ class Http1Connection:
             return False
         if end + 4 > self.max_head_size:
             raise HeadTooLarge("head too large")
-        lines = bytes(buf[:end]).split(b"\r\n")
+        head = bytes(buf[: end + 2])  # the start line and each header line, CRLF-terminated
         if self.role is Role.SERVER:
-            go_on = self._got_request(lines[0], lines, events)
+            go_on = self._got_request(head, events)
         else:
-            go_on = self._got_response(lines[0], lines, events)
+            go_on = self._got_response(head, events)
         del buf[: end + 4]  # only now: after an error the buffer still holds everything the peer sent
         self._searched = 0
         return go_on
 
-    def _got_request(self, line: bytes, lines: list[bytes], events: list[Event]) -> bool:
+    def _got_request(self, head: bytes, events: list[Event]) -> bool:
+        line = head[: head.find(b"\r\n")]
         parts = line.split(b" ")
         if len(parts) != 3:
             raise BadStartLine("malformed request line")
@@ -373,11 +391,10 @@ class Http1Connection:
         match = _VERSION.match(version)
         if match is None or not _TOKEN.match(method) or not target or _BAD_TARGET.search(target):
             raise BadStartLine("malformed request line")
-        headers = _parse_headers(lines[1:])
+        headers, found, hosts, rewrite = _parse_head(head, True)
         version = b"1." + match.group(1)
-        if version == b"1.1" and sum(1 for k, _ in headers if k.lower() == b"host") != 1:
+        if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
-        found = _scan(headers)
         framing, length = _framing(found, True, BadMessage)
         if method == b"CONNECT":
             framing, length = _Framing.NONE, 0
@@ -385,12 +402,12 @@ class Http1Connection:
         self._switch_asked = _wants_switch(method, found)
         if _wants_close(found, version):
             self.keep_alive = False
-        events.append(RequestHead(method, target, headers, version))
+        events.append(RequestHead(method, target, headers, version, rewrite, found))
         self._begin_read(framing, length, events)
         return True
 
-    def _got_response(self, line: bytes, lines: list[bytes], events: list[Event]) -> bool:
-        parts = line.split(b" ", 2)
+    def _got_response(self, head: bytes, events: list[Event]) -> bool:
+        parts = head[: head.find(b"\r\n")].split(b" ", 2)
         if len(parts) < 2:
             raise BadMessage("malformed status line")
         match = _VERSION.match(parts[0])
@@ -400,20 +417,19 @@ class Http1Connection:
         status = int(status_text)
         if status < 100:
             raise BadMessage("malformed status line")
-        headers = _parse_headers(lines[1:])
+        headers, found, _, rewrite = _parse_head(head, False)
         version = b"1." + match.group(1)
         reason = parts[2] if len(parts) == 3 else b""
-        head = ResponseHead(status, headers, reason, version)
-        found = _scan(headers)
+        head_event = ResponseHead(status, headers, reason, version, rewrite, found)
         if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
             if not self._switch_asked:
                 raise BadMessage("a protocol switch nobody asked for")
-            events.append(head)
+            events.append(head_event)
             self.their_state = _step(self.their_state, Input.SWITCH, False)
             self.our_state = _step(self.our_state, Input.SWITCH, False)
             return False
         if status < 200:
-            events.append(head)
+            events.append(head_event)
             self.their_state = _step(self.their_state, Input.INFORMATIONAL, False)
             return True
         if self._method == b"HEAD" or status in (204, 304):
@@ -422,7 +438,7 @@ class Http1Connection:
             framing, length = _framing(found, False, BadMessage)
         if framing is _Framing.UNTIL_CLOSE or _wants_close(found, version):
             self.keep_alive = False
-        events.append(head)
+        events.append(head_event)
         self._begin_read(framing, length, events)
         return True
 
@@ -526,7 +542,9 @@ class Http1Connection:
         if self.our_state is State.ERROR:
             raise LocalProtocolError("connection already failed")
         headers = head.headers
-        found = _scan(headers)
+        found = head.found
+        if found is None:
+            found = scan_framing(headers)
         if isinstance(head, RequestHead):
             if self.role is not Role.CLIENT:
                 raise LocalProtocolError("a server sends responses")
@@ -595,6 +613,61 @@ class Http1Connection:
         """We could not finish our message (the other end of the proxy failed): the connection is unusable."""
         self.our_state = State.ERROR
         self.keep_alive = False
+
+
+class _HeadCollector:
+    """httptools callbacks for one head: its headers, the framing-relevant values, and the Host count."""
+
+    __slots__ = ("headers", "found", "hosts", "rewrite")
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.found: dict[bytes, list[bytes]] = {}
+        self.hosts = 0
+        self.rewrite = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value.rstrip(b" \t")))  # llhttp drops leading whitespace only
+        low = name.lower()
+        if low in _NOTABLE:
+            self._notable(low, value)
+        elif low[:4] == b"l5d-":
+            self.rewrite = True
+
+    def _notable(self, low: bytes, value: bytes) -> None:
+        if low == b"host":
+            self.hosts += 1
+            return
+        if low in HOP_BY_HOP:
+            self.rewrite = True
+        if low in _FRAMING_HEADERS:
+            self.found.setdefault(low, []).extend(v.strip().lower() for v in value.split(b",") if v.strip())
+
+
+_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
+
+
+def _parse_head(head: bytes, is_request: bool) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
+    """A head's headers, its framing-relevant values, its number of Host headers, and its ``rewrite`` flag.
+
+    llhttp (httptools) parses the common case several times faster than
+    Python can; whatever it refuses (an extension method it does not know,
+    say) is parsed again by ``_parse_headers``, whose rules decide. So the rules
+    are the Python ones, and llhttp is only allowed to be stricter, never
+    laxer: tests/proxy/test_http1_codec.py checks both agree.
+    """
+    collector = _HeadCollector()
+    parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(collector)
+    try:
+        parser.feed_data(head + b"\r\n")
+    except httptools.HttpParserUpgrade:
+        pass  # the head is complete; what follows it is the caller's business
+    except httptools.HttpParserError:
+        headers = _parse_headers(head.split(b"\r\n")[1:-1])
+        names = [k.lower() for k, _ in headers]
+        rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
+        return headers, scan_framing(headers), names.count(b"host"), rewrite
+    return tuple(collector.headers), collector.found, collector.hosts, collector.rewrite
 
 
 def _parse_headers(lines: list[bytes]) -> Headers:

@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--retry-other-load", type=float, metavar="CPUS",
                     help="run a measurement again when other processes kept more CPUs than this busy "
                          "(default 0.5; quick: never)")
+    ap.add_argument("--profile-seconds", type=float,
+                    help="seconds of py-spy sampling per Tether proxy at maximum load, last (default 8, quick 4; "
+                         "0: no profile)")
     ap.add_argument("--no-setup", action="store_true", help="skip dev/bench-setup.sh")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
@@ -121,6 +124,9 @@ def run(argv: list[str]) -> None:
         opts.rounds, opts.throughput_seconds, opts.latency_seconds, opts.min_samples = 1, 2.0, 2.0, 200
         opts.warmup_seconds = 1.0
         opts.retry_other_load = float("inf")
+        opts.profile_seconds = 4.0
+    if args.profile_seconds is not None:
+        opts.profile_seconds = args.profile_seconds
     if args.retry_other_load is not None:
         opts.retry_other_load = args.retry_other_load
     if args.rounds:

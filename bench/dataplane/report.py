@@ -254,6 +254,7 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
         out += targets_section(res, metrics) + [""]
 
     # Checks
+    out += profile_section(res)
     out += ["## Fairness checks", ""]
     any_check = False
     for n in names:
@@ -343,3 +344,27 @@ def targets_section(res: dict[str, Any], metrics: dict[str, dict[str, float]]) -
         row("stretch: tether-tcp max throughput ≥ haproxy-tcp's", tt["max_rps"], ht["max_rps"],
             tt["max_rps"] >= ht["max_rps"])
     return ["### Targets (issue 8)", ""] + _table(["target", "tether", "bar", ""], rows)
+
+
+def profile_section(res: dict[str, Any]) -> list[str]:
+    """py-spy's view of each Tether proxy at maximum load: busy samples by area, then the hottest frames."""
+    profiles = res.get("profiles") or {}
+    if not profiles:
+        return []
+    out = ["## Where the time goes (py-spy, at maximum throughput)", "",
+           "Samples of each proxy process while wrk drove it at its maximum, after every measurement above. "
+           "Idle samples (threads waiting in epoll or futex, such as gRPC's) are left out; each busy sample is "
+           "attributed to the area of its innermost frame (bench/dataplane/profile.py).", ""]
+    for name, prof in profiles.items():
+        roles = prof["roles"]
+        out += [f"### {name} ({_n(prof['rps'])} req/s while sampled)", ""]
+        areas = sorted({a for r in roles.values() for a in r["areas"]},
+                       key=lambda a: -max(r["areas"].get(a, 0.0) for r in roles.values()))
+        out += _table(["area", *roles], [[a, *(f"{r['areas'].get(a, 0.0) * 100:.1f} %" for r in roles.values())]
+                                         for a in areas])
+        out.append("")
+        for role, r in roles.items():
+            out += [f"Hottest innermost frames, {role} proxy ({r['busy_samples']} busy samples):", ""]
+            out += _table(["frame", "share"], [[f"`{f}`", f"{v * 100:.1f} %"] for f, v in r["top"][:10]])
+            out.append("")
+    return out

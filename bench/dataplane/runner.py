@@ -66,6 +66,8 @@ class Options:
     # A measurement during which processes outside the benchmark kept more than this many CPUs busy
     # is run once more, and the quieter of the two kept.
     retry_other_load: float = 0.5
+    # Seconds of py-spy sampling of each Tether proxy under maximum load, after the measurements (0: none).
+    profile_seconds: float = 8.0
     log: Callable[[str], None] = print
 
     def latency_duration(self, rate: float) -> float:
@@ -78,7 +80,9 @@ class Options:
             rate = float(r) if r != HIGH else 5000.0
             per_round += n * (self.latency_duration(rate) + 0.8)
         probes = n * (min(2.0, self.latency_seconds) + 0.8) * 1.5
-        return 10 + n * (self.warmup_seconds + 2) + self.rounds * per_round + probes + self.latency_seconds + 2
+        profiled = sum(1 for v in self.variants if v.startswith("tether")) * (self.profile_seconds + 3)
+        return (10 + n * (self.warmup_seconds + 2) + self.rounds * per_round + probes + self.latency_seconds + 2
+                + profiled)
 
 
 def rotated(items: Sequence[str], k: int) -> list[str]:
@@ -255,6 +259,31 @@ class Harness:
                          f"{'  errors ' + str(load['errors']) if load['errors'] else ''}{_noise(sample)}")
         self.results["throughput"] = rows
 
+    def profile(self) -> None:
+        """py-spy on each Tether proxy while wrk drives it at its maximum: where the time goes (measured last,
+        so the sampling cannot disturb the figures above)."""
+        from bench.dataplane import profile
+
+        why = profile.available()
+        names = [n for n in self.variants if n.startswith("tether")]
+        if not names or self.opts.profile_seconds <= 0:
+            return
+        if why is not None:
+            self.opts.log(f"no profile: {why}")
+            return
+        out: dict[str, Any] = {}
+        for name in names:
+            seconds = self.opts.profile_seconds
+            variant = self.variants[name]
+            pids = {role: p.pid for role, p in variant.procs.items() if role in ("client", "server")}
+            running = profile.start(pids, seconds, self.sup.tempdir(f"profile-{name}"))
+            load = self.wrk(variant.entry, seconds + 1.0)
+            folded = profile.finish(running, timeout=seconds + 30)
+            out[name] = {"rps": load["rps"], "roles": {role: profile.summarize(text) for role, text in folded.items()}}
+            self.opts.log(f"  profiled {name} at {load['rps']:.0f} req/s: " + ", ".join(
+                f"{role} {r['busy_samples']} busy samples" for role, r in out[name]["roles"].items()))
+        self.results["profiles"] = out
+
     def choose_high(self) -> float:
         """The highest rate every variant sustains: start from a fraction of the lowest maximum
         throughput, probe each variant (slowest first) open loop, step down 20 % until all sustain it."""
@@ -399,6 +428,8 @@ def run(opts: Options) -> dict[str, Any]:
             opts.log("latency at fixed rates (open loop)")
             h.latency(rates)
             h.verify()
+            opts.log("profile (py-spy, at maximum throughput)")
+            h.profile()
             h.results["meta"]["seconds"] = time.monotonic() - t0
             h.results["meta"]["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
         finally:

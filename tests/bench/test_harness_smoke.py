@@ -249,3 +249,24 @@ def test_tiny_run_of_the_direct_variant() -> None:
     assert all(r["summary"]["completed"] == r["summary"]["scheduled"] for r in res["latency"])
     assert res["generator_check"]["target_rate"] == 600
     assert "| direct |" in report.render(res)
+
+
+def test_profile_summary_leaves_idle_out_and_names_areas() -> None:
+    from bench.dataplane import profile
+
+    folded = "\n".join([
+        "main;run;epoll_wait (libc.so.6) 50",  # a waiting thread: not work
+        "main;run;Http1Connection._read_head (tether/proxy/protocol/http1.py:358) 30",
+        "main;run;write (libc.so.6) 20",
+        "main;run;_forward (tether/proxy/http/layer.py:200) 10",
+        "main;run;SSLObject.read (ssl.py:921) 40",
+        "garbage line",
+    ])
+    s = profile.summarize(folded)
+    assert (s["busy_samples"], s["idle_samples"]) == (100, 50)
+    assert s["areas"] == {"TLS": 0.4, "HTTP/1 codec": 0.3, "syscalls": 0.2, "HTTP layer": 0.1}
+    assert s["top"][0] == ["SSLObject.read (ssl.py:921)", 0.4]
+    res = {"profiles": {"tether-http": {"rps": 1234.0, "roles": {"client": s, "server": s}}}}
+    text = "\n".join(report.profile_section(res))
+    assert "### tether-http (1,234 req/s while sampled)" in text
+    assert "| TLS | 40.0 % | 40.0 % |" in text

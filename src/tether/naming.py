@@ -15,10 +15,24 @@ DEFAULT_TRUST_DOMAIN = "cluster.local"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 DEFAULT_CONTROL_PLANE_NS = "linkerd"
 
-# RFC 1123 label, as Kubernetes validates namespace and service-account names.
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# RFC 1123 subdomain, as Linkerd's identity validates the trust domain.
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# DNS-1123 (RFC 1123) names as Kubernetes validates them: a label (namespaces, service accounts,
+# container and Service port names) and a subdomain (most object names; Linkerd's trust domain).
+# ``tether.resources.formats`` reports these rules with Kubernetes' messages.
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+_LABEL_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL = re.compile(_LABEL_PATTERN)
+_SUBDOMAIN = re.compile(rf"{_LABEL_PATTERN}(\.{_LABEL_PATTERN})*")
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Lower case letters, digits and '-', starting and ending with a letter or digit, at most 63 long."""
+    return len(value) <= DNS1123_LABEL_MAX and _LABEL.fullmatch(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """Dot-separated DNS-1123 labels, at most 253 long (like Kubernetes, no per-label length check)."""
+    return len(value) <= DNS1123_SUBDOMAIN_MAX and _SUBDOMAIN.fullmatch(value) is not None
 
 
 class InvalidName(ValueError):
@@ -27,14 +41,14 @@ class InvalidName(ValueError):
 
 def check_label(what: str, value: str) -> str:
     """Return ``value`` if it is a DNS-1123 label (as namespaces are), else raise ``InvalidName`` naming ``what``."""
-    if not _LABEL.match(value):
+    if not is_dns1123_label(value):
         raise InvalidName(f"{what} {value!r} is not a DNS-1123 label")
     return value
 
 
 def check_trust_domain(value: str) -> str:
     """Return ``value`` if it is a valid trust domain (a DNS-1123 subdomain), else raise ``InvalidName``."""
-    if len(value) > 253 or not _SUBDOMAIN.match(value):
+    if not is_dns1123_subdomain(value):
         raise InvalidName(f"trust domain {value!r} is not a DNS-1123 subdomain")
     return value
 

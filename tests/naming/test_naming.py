@@ -2,7 +2,7 @@
 
 import pytest
 
-from tether.naming import InvalidName, ServiceAuthority, WorkloadIdentity, issuer_name
+from tether.naming import InvalidName, ServiceAuthority, WorkloadIdentity, is_dns1123_label, is_dns1123_subdomain, issuer_name
 
 
 def test_identity_dns_name_matches_linkerds_form() -> None:
@@ -53,3 +53,21 @@ def test_authority_defaults_to_port_80_and_accepts_trailing_dot() -> None:
 def test_authority_rejects_ips_other_domains_and_bad_ports(authority: str) -> None:
     with pytest.raises(InvalidName):
         ServiceAuthority.parse(authority)
+
+
+@pytest.mark.parametrize(
+    ("value", "label", "subdomain"),
+    [
+        ("web", True, True),
+        ("a" * 63, True, True),
+        ("a" * 64, False, True),
+        ("web-svc.emojivoto.svc", False, True),
+        ("-web", False, False),
+        ("Web", False, False),
+        ("web\n", False, False),  # fullmatch: a trailing newline is not allowed in
+        ("a." * 126 + "a", False, True),  # 253 characters
+        ("a." * 127, False, False),
+    ],
+)
+def test_dns1123_rules(value: str, label: bool, subdomain: bool) -> None:
+    assert (is_dns1123_label(value), is_dns1123_subdomain(value)) == (label, subdomain)

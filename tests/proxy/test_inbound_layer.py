@@ -7,12 +7,12 @@ import ipaddress
 import pytest
 from layer_helpers import drive, kinds, replies
 
+from tether.ports import PortSet
 from tether.proxy import commands as cmd
 from tether.proxy.addrs import SocketAddr, parse_socket_addr
 from tether.proxy.config import DefaultPolicy
 from tether.proxy.inbound.layer import InboundSettings, inbound
 from tether.proxy.inbound.policy import authorize
-from tether.proxy.ports import PortSet
 from tether.proxy.protocol import detect
 from tether.proxy.protocol.client_hello import ClientHello
 from tether.proxy.protocol.transport_header import HeaderReceived, NoHeader, SessionProtocol, TransportHeader

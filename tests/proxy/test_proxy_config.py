@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tether.ports import PortSet
 from tether.proxy.addrs import NameAddr, SocketAddr
 from tether.proxy.config import (
     EX_CONFIG,
@@ -22,7 +23,6 @@ from tether.proxy.config import (
     ProxyConfig,
     parse_socket_addr,
 )
-from tether.proxy.ports import PortSet
 
 P = "LINKERD2_PROXY_"
 DST_ID = "linkerd-destination.linkerd.serviceaccount.identity.linkerd.cluster.local"

@@ -19,7 +19,6 @@ from tether.cli import home
 from tether.cli.errors import CliError
 from tether.destination import ConfigError, DestinationConfig, DestinationService, TlsFiles
 from tether.destination.config import DEFAULT_ADDR, DEFAULT_ADMIN_ADDR, DEFAULT_STREAM_QUEUE_CAPACITY
-from tether.destination.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.naming import (
     DEFAULT_CLUSTER_DOMAIN,
     DEFAULT_CONTROL_PLANE_NS,
@@ -30,6 +29,7 @@ from tether.naming import (
 )
 from tether.cli.platform_opts import Platform, platform_options
 from tether.platform.watch import ResourceWatcher
+from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.store import Store, StoreError
 
 _FILE = click.Path(dir_okay=False, path_type=Path)

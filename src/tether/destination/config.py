@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.destination.ports import DEFAULT_OPAQUE_PORTS, PortSet
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
+from tether.ports import DEFAULT_OPAQUE_PORTS, PortSet
 
 DEFAULT_ADDR = "0.0.0.0:8086"
 DEFAULT_ADMIN_ADDR = "0.0.0.0:9996"

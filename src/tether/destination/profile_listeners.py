@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tether.destination.ports import PortSet
 from tether.destination.watcher.facts import ProfileFacts
+from tether.ports import PortSet
 
 _UNSET = object()
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
+from tether.ports import format_span, parse_port, parse_port_ranges
 from tether.resources.durations import parse_duration
 from tether.resources.quantities import parse_quantity
 
@@ -129,40 +130,13 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (true or false)")
 
 
-_PORT_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
 def parse_port_list(text: str, *, names: Mapping[str, int] | None = None) -> list[str]:
-    """Linkerd's port list (``80,8000-8010``), items normalised; ``names`` resolves container port names.
+    """Linkerd's port list (``80,8000-8010``; the rule is ``tether.ports``), items normalised, in written order.
 
-    Raises `ValueError` for an item that is neither a port, a range nor a known name.
+    ``names`` resolves container port names.  Raises ``ValueError`` naming the first item that is
+    neither a port, a range nor a known name.
     """
-    items = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        match = _PORT_ITEM.match(item)
-        if match:
-            first = int(match.group(1))
-            last = int(match.group(2) or first)
-            if not 0 < first <= last <= 65535:
-                raise ValueError(f"{item!r} is not a port or a range of ports (1-65535)")
-            items.append(str(first) if first == last else f"{first}-{last}")
-        elif names is not None and item in names:
-            items.append(str(names[item]))
-        else:
-            raise ValueError(f"{item!r} is not a port, a port range or a container port name")
-    return items
-
-
-def port_set(items: list[str]) -> set[int]:
-    """The ports of a normalised list (ranges expanded)."""
-    out: set[int] = set()
-    for item in items:
-        first, _, last = item.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
+    return [format_span(span) for span in parse_port_ranges(text, names=names)]
 
 
 class AnnotationReader:
@@ -190,7 +164,7 @@ class AnnotationReader:
         return self.read(key, _non_empty, default)
 
     def port(self, key: str, default: int) -> int:
-        return self.read(key, _port, default)
+        return self.read(key, lambda text: parse_port(text.strip()), default)
 
     def integer(self, key: str, default: int, *, minimum: int) -> int:
         def parse(text: str) -> int:
@@ -266,10 +240,3 @@ def _int(text: str) -> int:
     if not re.fullmatch(r"-?\d+", text.strip()):
         raise ValueError("expected an integer")
     return int(text)
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 0 < value <= 65535:
-        raise ValueError("expected a TCP port (1-65535)")
-    return value

@@ -17,13 +17,14 @@ from typing import Any
 
 from tether import __version__
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, check_label, check_trust_domain
+from tether.ports import DEFAULT_OPAQUE_PORTS as _DEFAULT_OPAQUE_PORT_SET
 from tether.resources.errors import ValidationError
 from tether.resources.fields import Fields
 
 DEFAULT_PROXY_IMAGE = "tether/proxy"
 DEFAULT_DEBUG_IMAGE = "cr.l5d.io/linkerd/debug"
 DEFAULT_CLUSTER_NETWORKS = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8"
-DEFAULT_OPAQUE_PORTS = "25,587,3306,4444,5432,6379,9300,11211"
+DEFAULT_OPAQUE_PORTS = str(_DEFAULT_OPAQUE_PORT_SET)  # Helm values hold the text
 DEFAULT_SKIP_PORTS = "4567,4568"
 DEFAULT_KUBE_API_SERVER_PORTS = "443,6443"
 DEFAULT_LOG_LEVEL = "warn,linkerd=info,hickory=error"

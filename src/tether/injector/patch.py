@@ -27,6 +27,7 @@ from tether.injector import sidecar
 from tether.injector.config import DEFAULT_PROXY_IMAGE, MeshConfig
 from tether.injector.decision import PROXY_CONTAINER, Decision, Origin, SkipReason, decide, unsupported
 from tether.injector.workloads import KINDS, Owner, PodTemplate, owner_of, pod_template, workload_kind
+from tether.ports import PortSet
 
 __all__ = ["InjectResult", "Origin", "Report", "SkipReason", "inject", "mark_for_injection", "uninject"]
 
@@ -291,7 +292,7 @@ def _service_opaque_ports(
 
 def _service_default_opaque_ports(service: Mapping[str, Any], config: MeshConfig) -> str:
     """Service ports whose port (without targetPort) or numeric targetPort is a default opaque port."""
-    defaults = a.port_set(a.parse_port_list(config.opaque_ports))
+    defaults = PortSet.parse(config.opaque_ports)
     spec = service.get("spec") if isinstance(service.get("spec"), Mapping) else {}
     ports = set()
     for port in spec.get("ports") or []:

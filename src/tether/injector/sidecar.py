@@ -19,6 +19,7 @@ from tether.injector import annotations as a
 from tether.injector.config import DEFAULT_POLICIES, IDENTITY_AUDIENCE, MeshConfig, ProbeTiming
 from tether.injector.decision import DEBUG_CONTAINER, INIT_CONTAINER, PROXY_CONTAINER, VALIDATOR_CONTAINER
 from tether.naming import ServiceAuthority, WorkloadIdentity, control_plane_identity
+from tether.ports import PortSet
 from tether.resources.quantities import parse_quantity
 
 END_ENTITY_VOLUME = "linkerd-identity-end-entity"
@@ -202,9 +203,9 @@ def resolve(
 
 def default_opaque_ports(config: MeshConfig, spec: Mapping[str, Any]) -> str:
     """The default opaque ports the pod exposes as container ports (what the patch annotates)."""
-    defaults = a.port_set(a.parse_port_list(config.opaque_ports))
+    defaults = PortSet.parse(config.opaque_ports)
     exposed = {p for c in spec.get("containers") or [] for p in _ports_of(c)}
-    return ",".join(str(p) for p in sorted(defaults & exposed))
+    return ",".join(str(p) for p in sorted(p for p in exposed if p in defaults))
 
 
 def _ports_of(container: Mapping[str, Any]) -> list[int]:

@@ -19,7 +19,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from tether.proxy.ports import parse_port
+from tether.ports import parse_port
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 from tether.proxy import certs
+from tether.ports import PortSet
 from tether.proxy.addrs import (
     IpAddress,
     IpNetwork,
@@ -37,7 +38,6 @@ from tether.proxy.addrs import (
     parse_socket_addr,
 )
 from tether.proxy.durations import parse_duration
-from tether.proxy.ports import PortSet
 
 # sysexits.h EX_CONFIG: linkerd2-proxy's exit status for any invalid variable.
 EX_CONFIG = 64

@@ -1,5 +1,8 @@
 """The string formats Kubernetes validates (names, label keys and values, port names, IPs), each written once.
 
+The DNS-1123 label and subdomain rules themselves live in ``tether.naming`` (shared with the
+identity names); this module adds Kubernetes' reasons.
+
 Every check returns ``None`` when the value is fine, else the reason, so callers
 (`meta`, `selectors`, `references`, the per-kind modules) attach their own field path.
 """
@@ -9,8 +12,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+from tether.naming import DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1123_label, is_dns1123_subdomain
+
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
@@ -20,8 +23,8 @@ _HAS_LETTER = re.compile(r"[a-z]")
 _DNS_LIKE_IDENTITY = re.compile(r"(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SPIFFE_ID = re.compile(r"spiffe://[a-z0-9\-._]+(/[A-Za-z0-9\-._]+)*")
 
-LABEL_MAX = 63
-SUBDOMAIN_MAX = 253
+LABEL_MAX = DNS1123_LABEL_MAX
+SUBDOMAIN_MAX = DNS1123_SUBDOMAIN_MAX
 IANA_SVC_NAME_MAX = 15
 
 
@@ -29,7 +32,7 @@ def dns1123_label(value: str) -> str | None:
     """Namespaces, container names, Service port names: ``my-name``."""
     if len(value) > LABEL_MAX:
         return f"must be no more than {LABEL_MAX} characters"
-    if not _DNS1123_LABEL.fullmatch(value):
+    if not is_dns1123_label(value):
         return (
             "must be a DNS-1123 label: lower case letters, digits and '-', "
             "starting and ending with a letter or digit"
@@ -41,7 +44,7 @@ def dns1123_subdomain(value: str) -> str | None:
     """Most object names: ``my-name`` or ``web-svc.emojivoto.svc.cluster.local``."""
     if len(value) > SUBDOMAIN_MAX:
         return f"must be no more than {SUBDOMAIN_MAX} characters"
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+    if not is_dns1123_subdomain(value):
         return (
             "must be a DNS-1123 subdomain: lower case letters, digits, '-' and '.', "
             "starting and ending with a letter or digit"

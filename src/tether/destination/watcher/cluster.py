@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.destination.ports import PortSet, parse_port_set
 from tether.destination.watcher.facts import (
     NamespaceFacts,
     PodFacts,
@@ -25,6 +24,7 @@ from tether.destination.watcher.facts import (
     facts_of,
 )
 from tether.platform.watch import ResourceEvent
+from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
 from tether.resources.selectors import LabelSelector, Operator
 

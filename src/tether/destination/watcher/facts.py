@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.destination.ports import PortSet, parse_port_set, port_of_address
+from tether.ports import PortSet, parse_port_set, port_of_address
 from tether.resources import kinds
 from tether.resources.core import ServicePort, ServiceSpec
 from tether.resources.errors import ValidationError

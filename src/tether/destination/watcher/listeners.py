@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tether.destination.ports import PortSet
 from tether.destination.watcher.facts import PodFacts, ProfileFacts
+from tether.ports import PortSet
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ namespace's annotation changes or the Service is deleted.
 from __future__ import annotations
 
 from tether.destination.metrics import DestinationMetrics
-from tether.destination.ports import PortSet
 from tether.destination.watcher.cluster import Change, ClusterIndex, Key
 from tether.destination.watcher.listeners import OpaquePortsListener
+from tether.ports import PortSet
 
 
 class _Publisher:

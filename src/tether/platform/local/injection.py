@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tether.ports import DEFAULT_OPAQUE_PORTS, format_span, read_port_list
+
 INJECT = "linkerd.io/inject"
 CONFIG = "config.linkerd.io/"
 SKIP_INBOUND_PORTS = CONFIG + "skip-inbound-ports"
@@ -47,7 +49,6 @@ _VALUES = (ENABLED, DISABLED, INGRESS)
 _PROXY_CONTAINERS = ("linkerd-proxy", "istio-proxy")
 _INIT_CONTAINERS = ("linkerd-init", "linkerd-network-validator", "istio-init")
 
-DEFAULT_OPAQUE_PORTS = (25, 587, 3306, 4444, 5432, 6379, 9300, 11211)
 DEFAULT_SKIP_PORTS = "4567,4568"
 DEFAULT_POLICIES = (
     "all-unauthenticated",
@@ -109,50 +110,6 @@ def effective_annotations(pod_annotations: Mapping[str, str], namespace_annotati
 
 
 @dataclass(frozen=True)
-class PortList:
-    """A parsed Linkerd port list: single ports and inclusive ranges, as ``a`` or ``a-b`` text."""
-
-    items: tuple[tuple[int, int], ...] = ()
-
-    def __str__(self) -> str:
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.items)
-
-    def __contains__(self, port: object) -> bool:
-        return isinstance(port, int) and any(a <= port <= b for a, b in self.items)
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-
-def parse_ports(text: str, named: Mapping[str, int] | None = None) -> tuple[PortList, list[str]]:
-    """Parse ``"80,8080-8090,http"``; names resolve through ``named`` (container port names).
-
-    Returns the list and the items that could not be read (Linkerd logs and ignores them).
-    """
-    items: list[tuple[int, int]] = []
-    bad: list[str] = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        first, sep, last = item.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if sep else low
-        except ValueError:
-            if not sep and named and item in named:
-                items.append((named[item], named[item]))
-            else:
-                bad.append(item)
-            continue
-        if 0 < low <= high <= 65535:
-            items.append((low, high))
-        else:
-            bad.append(item)
-    return PortList(tuple(dict.fromkeys(items))), bad
-
-
-@dataclass(frozen=True)
 class MeshSettings:
     """What the annotations ask of the proxy and of proxy-init for one pod."""
 
@@ -180,10 +137,11 @@ def settings(
     def ports(key: str, default: str) -> str:
         if key not in annotations:
             return default
-        parsed, bad = parse_ports(annotations[key], container_ports)
-        if bad:
-            problems.append(f"{key}: ignored {', '.join(bad)}")
-        return str(parsed)
+        spans, errors = read_port_list(annotations[key], names=container_ports)
+        if errors:
+            problems.append(f"{key}: ignored {', '.join(err.item for err in errors)}")
+        # Written order, repeats dropped: the value reaches proxy-init and the proxy as the user wrote it.
+        return ",".join(format_span(span) for span in dict.fromkeys(spans))
 
     policy = annotations.get(DEFAULT_INBOUND_POLICY, default_policy)
     if policy not in DEFAULT_POLICIES:

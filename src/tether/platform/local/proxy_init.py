@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tether.ports import PortListError, is_port, parse_port_ranges
+
 REDIRECT_CHAIN = "PROXY_INIT_REDIRECT"
 OUTPUT_CHAIN = "PROXY_INIT_OUTPUT"
 # iptables' multiport match takes at most 15 ports; a range counts as two.
@@ -63,26 +65,18 @@ PROXY_INBOUND_PORTS_TO_IGNORE = _ports(4190, 4191)
 # Linkerd's default skip ports (Galera), inbound and outbound.
 DEFAULT_PORTS_TO_IGNORE = _ports(4567, 4568)
 
-_PORT_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
 def parse_ports(values: str | Iterable[str], field: str) -> tuple[PortRange, ...]:
-    """Parse Linkerd's port-list syntax: ``"4190,4191,4000-4010"``, one string or several."""
+    """Parse Linkerd's port-list syntax (``tether.ports``): ``"4190,4191,4000-4010"``, one string or several.
+
+    Keeps the written order, which the rules follow, as Linkerd's do; a bad item raises
+    ``ProxyInitError`` naming ``field`` and the item.
+    """
     items = [values] if isinstance(values, str) else list(values)
-    ranges: list[PortRange] = []
-    for item in ",".join(items).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        match = _PORT_RANGE.match(item)
-        if not match:
-            raise ProxyInitError(field, f"{item!r} is not a port or a port range like 4000-4010")
-        first = int(match.group(1))
-        last = int(match.group(2) or first)
-        if not (0 < first <= last <= 65535):
-            raise ProxyInitError(field, f"{item!r} is not a range of TCP ports (1-65535, low-high)")
-        ranges.append(PortRange(first, last))
-    return tuple(ranges)
+    try:
+        spans = parse_port_ranges(",".join(items))
+    except PortListError as err:
+        raise ProxyInitError(field, str(err)) from None
+    return tuple(PortRange(first, last) for first, last in spans)
 
 
 def parse_subnets(values: str | Iterable[str], field: str) -> tuple[Network, ...]:
@@ -121,7 +115,7 @@ class ProxyInitConfig:
     def __post_init__(self) -> None:
         for name in ("incoming_proxy_port", "outgoing_proxy_port"):
             port = getattr(self, name)
-            if not (isinstance(port, int) and 0 < port <= 65535):
+            if not (isinstance(port, int) and is_port(port)):
                 raise ProxyInitError(name, f"{port!r} is not a valid TCP port number")
         for name in ("proxy_uid", "proxy_gid"):
             ident = getattr(self, name)

@@ -25,6 +25,7 @@ from typing import Any
 
 from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local import injection
+from tether.ports import DEFAULT_OPAQUE_PORTS
 
 PROXY_CONTAINER = "linkerd-proxy"
 INIT_CONTAINER = "linkerd-init"
@@ -153,7 +154,7 @@ def _proxy_container(
     local = WorkloadIdentity(service_account, namespace, ctx.control_plane_ns, ctx.trust_domain)
     identity_svc = control_plane_identity("identity", ctx.control_plane_ns, ctx.trust_domain)
     destination_svc = control_plane_identity("destination", ctx.control_plane_ns, ctx.trust_domain)
-    opaque = settings.opaque_ports or ",".join(str(p) for p in injection.DEFAULT_OPAQUE_PORTS)
+    opaque = settings.opaque_ports or str(DEFAULT_OPAQUE_PORTS)
     env = [
         _field("_pod_name", "metadata.name"),
         _field("_pod_ns", "metadata.namespace"),

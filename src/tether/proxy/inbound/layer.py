@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tether.ports import PortSet
 from tether.proxy import labels
 from tether.proxy.addrs import IpAddress, IpNetwork, SocketAddr
 from tether.proxy.commands import (
@@ -47,7 +48,6 @@ from tether.proxy.config import DefaultPolicy
 from tether.proxy.http.layer import HttpSettings, http1
 from tether.proxy.http.routes import inbound_router
 from tether.proxy.inbound.policy import authorize
-from tether.proxy.ports import PortSet
 from tether.proxy.protocol import detect
 from tether.proxy.protocol.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from tether.api import destination_pb2 as pb
 from tether.api.addresses import InvalidAddress, from_tcp_address
+from tether.ports import is_port
 from tether.proxy import labels
 from tether.proxy.addrs import IpAddress, SocketAddr, is_dns_name, parse_ip
 from tether.proxy.commands import ClientTls, Connect
-from tether.proxy.ports import is_port
 from tether.proxy.protocol.transport_header import SessionProtocol, TransportHeader, encode
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from tether.api import transport_pb2
+from tether.ports import MAX_PORT, MIN_PORT, is_port
 from tether.proxy.addrs import is_dns_name
-from tether.proxy.ports import MAX_PORT, MIN_PORT, is_port
 from tether.proxy.protocol.common import NEED_DATA, LocalProtocolError, NeedData, RemoteProtocolError
 
 ALPN_PROTOCOL = b"transport.l5d.io/v1"

@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from layer_helpers import drive, kinds
 
 from tether.proxy import commands as cmd
 from tether.proxy.addrs import SocketAddr, parse_ip
 from tether.proxy.http import errors
-from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Upstream
-from tether.proxy.http.layer import HttpSettings, Pick, http1
+from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Tunnel, Upstream
+from tether.proxy.http.layer import HttpSettings, InFlight, Pick, http1
 from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.protocol.http1 import RequestHead
+from tether.proxy.protocol.http1 import Http1Connection, RequestHead, ResponseHead, Role
 
 ADDR = SocketAddr(parse_ip("10.0.0.7"), 8080)
 CONNECT = cmd.Connect(ADDR, None, 1.0, "x")
@@ -154,6 +157,24 @@ def test_no_endpoint_is_504_failfast() -> None:
                                    b"fail-fast\r\n")
 
 
+def test_requests_over_the_in_flight_limit_are_shed_with_503() -> None:
+    limit = InFlight(2)
+    limit.count = 2  # two requests of other connections are waiting for their responses
+    events: list[str] = []
+    fake = Fake(down=[b"GET / HTTP/1.1\r\nHost: web\r\n\r\n"], ups=[])
+    drive(http1(fixed_router(events), settings(in_flight=limit)), fake)
+    assert fake.to_down.startswith(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
+                                   b"l5d-proxy-error: service unavailable: too many requests in flight\r\n"
+                                   b"connection: close\r\n")
+    assert events == [] and limit.count == 2  # never routed, nothing taken
+
+    limit.count = 1  # room for one: it goes through, and gives its place back when its response has ended
+    fake = Fake(down=[b"GET / HTTP/1.1\r\nHost: web\r\n\r\n"], ups=[[b"HTTP/1.1 204 No Content\r\n\r\n"]])
+    drive(http1(fixed_router(events), settings(in_flight=limit)), fake)
+    assert fake.to_down.startswith(b"HTTP/1.1 204 No Content\r\n")
+    assert limit.count == 1
+
+
 def test_stale_pooled_connection_is_retried_for_a_bodiless_request() -> None:
     events: list[str] = []
     fake = Fake(down=[b"GET / HTTP/1.1\r\nHost: web\r\n\r\n"],
@@ -232,3 +253,71 @@ def test_pool_reuses_open_connections_and_sweeps_idle_ones() -> None:
         pool.close()
 
     asyncio.run(scenario())
+
+
+# -- fuzzing the entry points -------------------------------------------------------------------------------------
+
+VALID_REQUEST = b"GET /a HTTP/1.1\r\nHost: web\r\n\r\n"
+
+
+class TunnelingFake(Fake):
+    """Also takes the end of HTTP: a switch, or a first line that is not HTTP/1 after all (opaque)."""
+
+    def __call__(self, command: cmd.Command) -> Any:
+        if isinstance(command, Tunnel):
+            return None  # the driver would now copy bytes both ways
+        return super().__call__(command)
+CLIENT_BYTES = st.lists(st.binary(max_size=64) | st.sampled_from([
+    VALID_REQUEST, b"POST / HTTP/1.1\r\nHost: w\r\nContent-Length: 3\r\n\r\nabc",
+    b"POST / HTTP/1.1\r\nHost: w\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: w\r\nUpgrade: ws\r\nConnection: upgrade\r\n\r\n", b"\r\n", b"HTTP/1.1 200 OK\r\n",
+    b"GET / HTTP/1.0\r\n\r\n", b"X: y\r\n", b"Content-Length: 99999999999999999999\r\n"]), max_size=8)
+
+
+def _responses(data: bytes) -> list[ResponseHead]:
+    """Every response head the client got, parsed as a client would (raises if the bytes are not HTTP/1)."""
+    client = Http1Connection(Role.CLIENT)
+    heads = []
+    for _ in range(16):
+        if not data:
+            break
+        client.send_head(RequestHead(b"GET", b"/", ((b"host", b"w"),)))
+        client.send_end()
+        events = client.receive_data(data)
+        data = b""
+        heads += [e for e in events if isinstance(e, ResponseHead)]
+        if not (client.our_state.value == client.their_state.value == "DONE" and client.keep_alive):
+            break
+        leftover = client.trailing_data
+        client.start_next_cycle()
+        data = leftover
+    return heads
+
+
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CLIENT_BYTES)
+def test_fuzz_client_bytes_end_in_answers_or_a_close(chunks: list[bytes]) -> None:
+    """Whatever a client sends, the layer ends without raising and writes only well-formed HTTP/1 responses."""
+    events: list[str] = []
+    response = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    fake = TunnelingFake(down=chunks, ups=[[response] * 16 for _ in range(16)])
+    fake.drive(fixed_router(events), settings())
+    for head in _responses(fake.to_down):
+        assert head.status in (101, 200, 400, 431, 502)
+    assert events.count("route") == events.count("release")  # every routed request gave its endpoint back
+
+
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=64) | st.sampled_from([b"HTTP/1.1 200 OK\r\n", b"content-length: 5\r\n",
+                                                           b"\r\n", b"hello", b"HTTP/1.1 100 Continue\r\n\r\n",
+                                                           b"transfer-encoding: chunked\r\n"]), max_size=6))
+def test_fuzz_upstream_bytes_end_in_its_answer_or_a_502(chunks: list[bytes]) -> None:
+    """Whatever an upstream answers, the client gets that answer re-framed, or a 502, or a close mid-body."""
+    events: list[str] = []
+    fake = TunnelingFake(down=[VALID_REQUEST], ups=[list(chunks)] + [[] for _ in range(3)])
+    fake.drive(fixed_router(events), settings())
+    if fake.to_down:
+        # Only the head needs to be well formed: a body cut short by the upstream is cut short for the client.
+        head = fake.to_down.split(b"\r\n", 1)[0]
+        assert head.startswith(b"HTTP/1.1 ")
+    assert events.count("route") == events.count("release")

@@ -71,6 +71,8 @@ def test_defaults(minimal_env: dict[str, str]) -> None:
     assert c.inbound.connect_backoff == Backoff(ms(100), s(10), 0.1)
     assert c.outbound.connect_backoff == Backoff(ms(100), s(60), 0.1)
     assert (c.inbound.discovery_idle_timeout, c.outbound.discovery_idle_timeout) == (s(90), s(5))
+    assert (c.inbound.max_in_flight, c.outbound.max_in_flight) == (100_000, 100_000)
+    assert (c.inbound.http1_pool_idle_timeout, c.outbound.http1_pool_idle_timeout) == (s(3), s(3))
     assert c.destination == ControlAddr(NameAddr("linkerd-dst-headless.linkerd.svc.cluster.local.", 8086), DST_ID)
     assert c.destination_context == ""
     assert c.profile_suffixes == ("svc.cluster.local.",)
@@ -147,6 +149,10 @@ VALID: list[tuple[str, str, Getter, object]] = [
     ("SHUTDOWN_GRACE_PERIOD", "30s", lambda c: c.shutdown_grace_period, s(30)),
     ("SHUTDOWN_ENDPOINT_ENABLED", "true", lambda c: c.shutdown_endpoint_enabled, True),
     ("SHUTDOWN_ENDPOINT_ENABLED", "false", lambda c: c.shutdown_endpoint_enabled, False),
+    ("INBOUND_MAX_IN_FLIGHT", "10", lambda c: c.inbound.max_in_flight, 10),
+    ("OUTBOUND_MAX_IN_FLIGHT", "250000", lambda c: c.outbound.max_in_flight, 250_000),
+    ("INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "10s", lambda c: c.inbound.http1_pool_idle_timeout, s(10)),
+    ("OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "500ms", lambda c: c.outbound.http1_pool_idle_timeout, ms(500)),
 ]
 
 
@@ -203,6 +209,10 @@ INVALID: list[tuple[str, str, str]] = [
     ("SHUTDOWN_GRACE_PERIOD", "2 m", "not a duration"),
     ("SHUTDOWN_ENDPOINT_ENABLED", "True", "not a boolean"),
     ("SHUTDOWN_ENDPOINT_ENABLED", "1", "not a boolean"),
+    ("INBOUND_MAX_IN_FLIGHT", "0", "not a positive integer"),
+    ("OUTBOUND_MAX_IN_FLIGHT", "-5", "not a positive integer"),
+    ("OUTBOUND_MAX_IN_FLIGHT", "1_000", "not a positive integer"),
+    ("INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "3", "has no unit"),
 ]
 
 

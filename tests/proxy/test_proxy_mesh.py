@@ -92,8 +92,9 @@ def _echo_service() -> grpc.GenericRpcHandler:
     })
 
 
-def test_grpc_carried_per_connection(tmp_path: Path) -> None:
-    """gRPC (HTTP/2 prior knowledge): unary and bidirectional streaming calls through the mesh."""
+def test_grpc_through_the_mesh_with_the_http2_session_protocol(tmp_path: Path) -> None:
+    """gRPC (HTTP/2 prior knowledge): unary and bidirectional streaming calls through the mesh; between the
+    proxies the transport header says the session is HTTP/2."""
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:

@@ -30,7 +30,7 @@ from tether.proxy import certs
 from tether.proxy.addrs import NameAddr, SocketAddr
 from tether.proxy.config import OrigDstFallback, ProxyConfig
 from tether.proxy.driver import Driver
-from tether.proxy.http.layer import HttpSettings
+from tether.proxy.http.layer import HttpSettings, InFlight
 from tether.proxy.http.metrics import HttpMetrics
 from tether.proxy.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 from tether.proxy.inbound.layer import InboundSettings, inbound
@@ -74,7 +74,10 @@ class Proxy:
         source = None
         if config.orig_dst_fallback is OrigDstFallback.LOCAL_ADDR and config.inbound.ips:
             source = str(min(config.inbound.ips, key=lambda ip: (ip.version, ip)))
-        self.driver = Driver(self.metrics, self.tls, source_ip=source)
+        self.driver = Driver(self.metrics, self.tls, source_ip=source, pool_idle_timeouts={
+            "inbound": config.inbound.http1_pool_idle_timeout.total_seconds(),
+            "outbound": config.outbound.http1_pool_idle_timeout.total_seconds(),
+        })
         # The request-level HTTP/1 layer (tether.proxy.http) and its metrics.
         self.http_metrics = HttpMetrics(time.monotonic, config.metrics_retain_idle.total_seconds())
         self.metrics.add_collector(self.http_metrics.render, before_tcp=True)
@@ -162,7 +165,8 @@ class Proxy:
             ips=in_cfg.ips,
             default_policy=in_cfg.default_policy,
             cluster_networks=config.cluster_networks,
-            http=HttpSettings("inbound", time.monotonic, self.http_metrics),
+            http=HttpSettings("inbound", time.monotonic, self.http_metrics,
+                              in_flight=InFlight(config.inbound.max_in_flight)),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -173,7 +177,9 @@ class Proxy:
             own_addrs=own,
             direct_addrs=frozenset(listener.addr for listener in self._listeners["outbound"][len(main_outbound):]),
             refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
-            http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True),
+            http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True,
+                              in_flight=InFlight(out_cfg.max_in_flight)),
+            named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
         )
         self.identity.add_listener(self._rotated)
         self._spawn(self.identity.run(), "identity")

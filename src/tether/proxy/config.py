@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from tether.proxy import certs
 from tether.ports import PortSet
+from tether.proxy import certs
 from tether.proxy.addrs import (
     IpAddress,
     IpNetwork,
@@ -141,6 +141,10 @@ class InboundConfig:
     connect_timeout: timedelta  # LINKERD2_PROXY_INBOUND_CONNECT_TIMEOUT, default 300ms
     connect_backoff: Backoff  # LINKERD2_PROXY_INBOUND_CONNECT_EXP_BACKOFF_*, default 100ms/10s/0.1
     discovery_idle_timeout: timedelta  # LINKERD2_PROXY_INBOUND_DISCOVERY_IDLE_TIMEOUT, default 90s
+    # LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT, default 100000: requests awaiting their response head; more are shed (503).
+    max_in_flight: int = 100_000
+    # LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to the app.
+    http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +159,16 @@ class OutboundConfig:
     discovery_idle_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT, default 5s
     # LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT, default 3s: how long a connection waits for an endpoint.
     tcp_failfast_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT, default 100000: requests awaiting their response head; more are shed.
+    max_in_flight: int = 100_000
+    # LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to endpoints.
+    http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
     # TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS (Tether only): more outbound listeners, for running without
     # iptables. An app connecting to one of them is taken to mean that very address (see OrigDstFallback).
     extra_listen_addrs: tuple[SocketAddr, ...] = ()
+    # LINKERD2_PROXY_INGRESS_MODE, default false: an ingress's proxy, where an HTTP request's
+    # l5d-dst-override header names its target (docs/proxy.md, Service profiles).
+    ingress_mode: bool = False
 
 
 class OrigDstFallback(enum.Enum):
@@ -282,6 +293,9 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         connect_timeout=e.get("LINKERD2_PROXY_INBOUND_CONNECT_TIMEOUT", parse_duration, "300ms"),
         connect_backoff=_backoff(e, "LINKERD2_PROXY_INBOUND_CONNECT_EXP_BACKOFF", ("100ms", "10s", 0.1)),
         discovery_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "90s"),
+        max_in_flight=e.get("LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
+        http1_pool_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
+                                      "3s"),
     )
 
 
@@ -296,7 +310,11 @@ def _outbound(e: _Env) -> OutboundConfig:
         connect_backoff=_backoff(e, "LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF", ("100ms", "60s", 0.1)),
         discovery_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "5s"),
         tcp_failfast_timeout=e.get("LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT", parse_duration, "3s"),
+        max_in_flight=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
+        http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
+                                      "3s"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
+        ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
     )
 
 
@@ -435,6 +453,13 @@ def _parse_bool(text: str) -> bool:
     if text not in ("true", "false"):
         raise ValueError(f"{text!r} is not a boolean (true or false)")
     return text == "true"
+
+
+def _parse_positive_int(text: str) -> int:
+    # As Rust's usize parsing: digits only, no sign, no underscores, no spaces.
+    if not text.isascii() or not text.isdigit() or int(text) == 0:
+        raise ValueError(f"{text!r} is not a positive integer")
+    return int(text)
 
 
 def _parse_jitter(text: str) -> float:

@@ -25,7 +25,9 @@ HTTP (``tether.proxy.http.commands``): the client's connection is read and
 written per request (writes wait for the transport to drain), upstream
 connections are checked out of and back into ``http.pool.Pool`` (opened as
 ``Connect`` does, metered until they close), and ``Tunnel`` links two
-connections after a protocol switch as ``Forward`` does.
+connections after a protocol switch as ``Forward`` does. HTTP/2 (``http.h2``)
+writes and waits on all of a connection's sockets at once with ``Poll``, and
+runs discovery waits and connects in the background with ``Start``.
 
 Metrics: a ``Meter`` per connection side (``tether.proxy.metrics``); ``Refuse``
 counts ``<direction>_tcp_errors_total{error}``.
@@ -68,6 +70,10 @@ TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linux/in.h
 # Bytes a stream buffers before it is linked (transport header, sniffed bytes, a server's first words).
 PRELINK_LIMIT = MAX_HEADER_LENGTH + 1024
+# HTTP/2 (Poll): a connection with this much unwritten is not read until it drains. The layer writes data only
+# within the peer's windows and holds it while a buffer is over its high-water mark; what grows past this is
+# answers to a peer that sends (PINGs, SETTINGS...) and does not read.
+POLL_FLOOD_LIMIT = 4 * 1024 * 1024
 
 HELP = {
     "inbound_tcp_errors_total": "The total number of inbound TCP connections that could not be processed due to a "
@@ -91,11 +97,17 @@ def errno_name(exc: BaseException | None) -> str:
     return ""
 
 
-class Stream(asyncio.Protocol):
+# Every read lands here first (asyncio.BufferedProtocol): the loop reads into it and calls buffer_updated at once,
+# before any other callback, so one buffer serves every connection. uvloop's TLS transport otherwise allocates
+# a fresh 256 KiB bytes object per read (mmap, mremap, munmap each time: measured in the HTTP benchmark).
+READ_BUFFER = memoryview(bytearray(256 * 1024))
+
+
+class Stream(asyncio.BufferedProtocol):
     """One side of a proxied connection: buffers until linked, then writes every read to its peer."""
 
     __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
-                 "source", "paused", "_drain")
+                 "source", "paused", "_drain", "_loop", "reading_paused")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
@@ -112,11 +124,19 @@ class Stream(asyncio.Protocol):
         self.source: tuple[str, int, str, int] | None = None  # (local, dialed) address of a connection we made
         self.paused = False  # the transport's write buffer is over its high-water mark (HTTP writes wait)
         self._drain: asyncio.Future[None] | None = None
+        self._loop = loop  # not asyncio.get_running_loop(): that costs a getpid() per call
+        self.reading_paused = False  # by us, for a full buffer (not by a linked peer's backpressure)
 
-    # -- asyncio.Protocol -----------------------------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return READ_BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(READ_BUFFER[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         n = len(data)
@@ -130,7 +150,8 @@ class Stream(asyncio.Protocol):
                 self.transport.close()
             return
         self.buffer += data
-        if len(self.buffer) > PRELINK_LIMIT:
+        if len(self.buffer) > PRELINK_LIMIT and not self.reading_paused:
+            self.reading_paused = True
             self.transport.pause_reading()
         self._wake()
 
@@ -176,7 +197,7 @@ class Stream(asyncio.Protocol):
 
     def readable(self) -> Awaitable[None]:
         """Done when there are buffered bytes, or EOF, or the connection is gone."""
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = self._loop.create_future()
         if self.buffer or self.eof or self.lost:
             waiter.set_result(None)
         else:
@@ -186,15 +207,17 @@ class Stream(asyncio.Protocol):
     def take(self) -> bytes:
         data = bytes(self.buffer)
         self.buffer.clear()
-        if not self.lost and not self.transport.is_closing():
-            self.transport.resume_reading()
+        if self.reading_paused:
+            self.reading_paused = False
+            if not self.lost and not self.transport.is_closing():
+                self.transport.resume_reading()
         return data
 
     def drain(self) -> Awaitable[None]:
         """Done once the write buffer is below its low-water mark again (or the connection is gone)."""
         waiter = self._drain
         if waiter is None:
-            waiter = self._drain = asyncio.get_running_loop().create_future()
+            waiter = self._drain = self._loop.create_future()
         return waiter
 
     def _drained(self) -> None:
@@ -247,7 +270,7 @@ class _Conn:
     """What the driver holds for one accepted connection."""
 
     __slots__ = ("direction", "sock", "down", "up", "accept_labels", "target", "down_meter", "up_meter",
-                 "checked_out")
+                 "checked_out", "jobs")
 
     def __init__(self, direction: str, sock: socket.socket, target: SocketAddr) -> None:
         self.direction = direction
@@ -259,6 +282,7 @@ class _Conn:
         self.down_meter: Meter | None = None
         self.up_meter: Meter | None = None
         self.checked_out: set[http_cmd.Upstream] = set()  # pooled connections this connection's requests hold
+        self.jobs: dict[asyncio.Future[Any], tuple[object, cmd.Command]] = {}  # Start-ed commands: (tag, command)
 
 
 class _NoBytes:
@@ -271,7 +295,8 @@ class _NoBytes:
 class Driver:
     """Executes connection layers. One per proxy; ``run`` is called once per accepted connection."""
 
-    def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None) -> None:
+    def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None,
+                 pool_idle_timeouts: dict[str, float] | None = None) -> None:
         self._metrics = metrics
         self._tls = tls
         # Without iptables (tests on loopback), connections leave from the pod's IP, as they would in a pod.
@@ -294,6 +319,8 @@ class Driver:
             http_cmd.RecvUp: self._recv_up,
             http_cmd.SendUp: self._send_up,
             http_cmd.Tunnel: self._tunnel,
+            http_cmd.OpenUp: self._open_up,  # HTTP/2
+            http_cmd.Poll: self._poll,
         }
         self._immediate: dict[type[cmd.Command], Callable[[_Conn, Any], None]] = {
             cmd.SetLabels: self._set_labels,
@@ -301,8 +328,11 @@ class Driver:
             cmd.Send: self._send,
             cmd.Refuse: self._refuse,
             http_cmd.Checkin: self._checkin,
+            http_cmd.Start: self._start,  # HTTP/2
         }
-        self._pool = Pool()
+        # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT).
+        timeouts = pool_idle_timeouts or {}
+        self._pools = {d: Pool(timeouts[d]) if d in timeouts else Pool() for d in ("inbound", "outbound")}
 
     def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
         """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
@@ -589,33 +619,46 @@ class Driver:
         return down
 
     async def _recv_down(self, conn: _Conn, command: http_cmd.RecvDown) -> bytes:
-        down = await self._ensure_down(conn)
-        if down is None:
-            return b""
-        await down.readable()
+        down = conn.down
+        if down is None or conn.down_meter is None:
+            down = await self._ensure_down(conn)
+            if down is None:
+                return b""
+        if not down.buffer:
+            await down.readable()
         return down.take() if down.buffer else b""
 
     async def _send_down(self, conn: _Conn, command: http_cmd.SendDown) -> bool:
-        down = await self._ensure_down(conn)
+        down = conn.down
+        if down is None or conn.down_meter is None:
+            down = await self._ensure_down(conn)
         return down is not None and await _write(down, command.data)
 
     async def _checkout(self, conn: _Conn, command: http_cmd.Checkout) -> http_cmd.Upstream | cmd.Failed:
         connect = command.connect
         key = (connect.addr, connect.tls)
-        up = self._pool.take(key)
+        up = self._pools[conn.direction].take(key)
         if up is None:
-            opened = await self._open(connect)
+            opened = await self._open_upstream(connect, command.header)
             if isinstance(opened, cmd.Failed):
                 return opened
-            stream, connected = opened
-            meter = self._metrics.tcp.open(connect.labels, stream)
-            stream.done.add_done_callback(lambda _, s=stream, m=meter: self._pooled_closed(s, m))
-            if command.header is not None and connected.alpn == TRANSPORT_ALPN:
-                stream.tx += len(command.header)
-                stream.transport.write(command.header)
-            up = http_cmd.Upstream(key, stream, connected.elapsed, reused=False)
+            up = opened
         conn.checked_out.add(up)
         return up
+
+    async def _open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
+        """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent
+        when ALPN agreed to one."""
+        opened = await self._open(connect)
+        if isinstance(opened, cmd.Failed):
+            return opened
+        stream, connected = opened
+        meter = self._metrics.tcp.open(connect.labels, stream)
+        stream.done.add_done_callback(lambda _, s=stream, m=meter: self._pooled_closed(s, m))
+        if header is not None and connected.alpn == TRANSPORT_ALPN:
+            stream.tx += len(header)
+            stream.transport.write(header)
+        return http_cmd.Upstream((connect.addr, connect.tls), stream, connected.elapsed, reused=False)
 
     def _pooled_closed(self, stream: Stream, meter: Meter) -> None:
         meter.close(stream.errno)
@@ -626,13 +669,20 @@ class Driver:
         up = command.up
         conn.checked_out.discard(up)
         if command.reuse:
-            self._pool.put(up)
+            self._pools[conn.direction].put(up)
         elif not up.io.lost:
             up.io.transport.close()
 
-    async def _recv_up(self, conn: _Conn, command: http_cmd.RecvUp) -> bytes:
+    async def _recv_up(self, conn: _Conn, command: http_cmd.RecvUp) -> bytes | None:
         stream: Stream = command.up.io
-        await stream.readable()
+        if not stream.buffer:
+            if command.timeout is None:
+                await stream.readable()
+            else:
+                try:
+                    await asyncio.wait_for(stream.readable(), command.timeout)
+                except TimeoutError:
+                    return None  # a profile route's timeout passed first
         return stream.take() if stream.buffer else b""
 
     async def _send_up(self, conn: _Conn, command: http_cmd.SendUp) -> bool:
@@ -651,11 +701,87 @@ class Driver:
 
     def close_idle(self) -> None:
         """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
-        self._pool.close()
+        for pool in self._pools.values():
+            pool.close()
+
+    # -- HTTP/2 (tether.proxy.http.h2): one Poll over every connection of the layer, commands in the background --
+
+    async def _open_up(self, conn: _Conn, command: http_cmd.OpenUp) -> http_cmd.Upstream | cmd.Failed:
+        up = await self._open_upstream(command.connect, command.header)
+        if isinstance(up, http_cmd.Upstream):
+            conn.checked_out.add(up)
+        return up
+
+    def _start(self, conn: _Conn, command: http_cmd.Start) -> None:
+        handler = self._blocking.get(type(command.command))
+        if handler is None or not command.command.blocking:
+            raise TypeError(f"the driver cannot start {command.command!r}")
+        job = asyncio.ensure_future(handler(conn, command.command))
+        conn.jobs[job] = (command.tag, command.command)
+
+    async def _poll(self, conn: _Conn, command: http_cmd.Poll) -> http_cmd.Polled:
+        down = await self._ensure_down(conn)
+        if down is None and command.down:
+            return http_cmd.Polled(down=b"")  # the accepted socket was unusable: as good as closed
+        for target, data in command.writes:
+            stream = down if target is None else target.io
+            if data and stream is not None and not stream.lost and not stream.transport.is_closing():
+                stream.tx += len(data)
+                stream.transport.write(data)
+        sides: list[tuple[http_cmd.Upstream | None, Stream]] = [(up, up.io) for up in command.ups]
+        if command.down and down is not None:
+            sides.insert(0, (None, down))
+        watched: dict[http_cmd.Upstream | None, Stream] = dict(sides)
+        for target, _ in command.writes:
+            stream = down if target is None else target.io
+            if stream is not None:
+                watched[target] = stream
+        was_blocked = {t for t, stream in watched.items() if stream.paused and not stream.lost}
+        jobs = conn.jobs
+        while True:
+            polled = http_cmd.Polled()
+            for target, stream in sides:
+                if not stream.lost and stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT:
+                    continue  # see Poll: a peer that does not read its answers is not read either
+                if stream.buffer:
+                    data = stream.take()
+                elif stream.eof or stream.lost:
+                    data = b""
+                else:
+                    continue
+                if target is None:
+                    polled.down = data
+                else:
+                    polled.ups.append((target, data))
+            for job in [j for j in jobs if j.done()]:
+                tag, _ = jobs.pop(job)
+                polled.done.append((tag, job.result()))  # a handler's exception is a bug: run() logs it
+            blocked = frozenset(t for t, stream in watched.items() if stream.paused and not stream.lost)
+            polled.blocked = blocked
+            if polled.down is not None or polled.ups or polled.done or not was_blocked <= blocked:
+                return polled
+            waits: list[Awaitable[Any]] = [
+                stream.drain() if stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT else stream.readable()
+                for _, stream in sides if not stream.lost]
+            waits.extend(watched[t].drain() for t in was_blocked)
+            waits.extend(jobs)
+            if not waits:
+                return polled
+            await asyncio.wait([asyncio.ensure_future(w) for w in waits], return_when=asyncio.FIRST_COMPLETED)
+
+    def _end_jobs(self, conn: _Conn) -> None:
+        """The connection is over: discovery waits are cancelled; connects finish, and what they open is closed."""
+        for job, (_, command) in conn.jobs.items():
+            if isinstance(command, cmd.Wait):
+                job.cancel()
+            else:
+                job.add_done_callback(_close_opened)
+        conn.jobs.clear()
 
     # -- the end ------------------------------------------------------------------------------------------------
 
     def _close(self, conn: _Conn) -> None:
+        self._end_jobs(conn)
         for up in conn.checked_out:
             if not up.io.lost:
                 up.io.transport.close()
@@ -686,6 +812,15 @@ async def _write(stream: Stream, data: bytes) -> bool:
     while stream.paused and not stream.lost:
         await stream.drain()
     return not stream.lost
+
+
+def _close_opened(job: asyncio.Future[Any]) -> None:
+    """A background connect that finished after its connection ended: close what it opened."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    up = job.result()
+    if isinstance(up, http_cmd.Upstream) and not up.io.lost:
+        up.io.transport.close()
 
 
 def _unmapped(host: str) -> str:

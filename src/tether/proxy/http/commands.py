@@ -57,9 +57,13 @@ class Checkout(Command):
 
 @dataclass(frozen=True, slots=True)
 class RecvUp(Command):
-    """Read from an upstream connection. Reply: bytes, ``b""`` at EOF (or when it is gone)."""
+    """Read from an upstream connection. Reply: bytes, ``b""`` at EOF (or when it is gone).
+
+    With ``timeout`` (seconds; a profile route's deadline): None when nothing came in that time.
+    """
 
     up: Upstream = field(compare=False)
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +90,61 @@ class Tunnel(Command):
     up: Upstream = field(compare=False)
     to_up: bytes
     to_down: bytes
+
+
+# -- HTTP/2 (tether.proxy.http.h2): many streams in one layer -------------------------------------------------
+#
+# An HTTP/2 connection carries many requests at once, so its layer cannot wait on one socket at a time: it
+# writes and waits on all its connections with one ``Poll``, and runs the slow steps of a stream (discovery's
+# ``Wait``, a connect) in the background with ``Start``, so that only the stream that asked waits for them.
+
+
+@dataclass(frozen=True, slots=True)
+class OpenUp(Command):
+    """A new upstream connection, never pooled (an HTTP/2 connection the layer multiplexes itself).
+
+    Opened, metered and given the transport header as ``Checkout`` does; closed
+    with ``Checkin(up, reuse=False)`` (or when the accepted connection ends).
+    Reply: ``Upstream`` or ``commands.Failed``.
+    """
+
+    connect: Connect
+    header: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Start(Command):
+    """Run the blocking ``command`` in the background; its reply comes with ``tag`` in a later ``Polled.done``."""
+
+    blocking: ClassVar[bool] = False
+    tag: object = field(compare=False)
+    command: Command
+
+
+@dataclass(frozen=True, slots=True)
+class Poll(Command):
+    """Write ``writes``, then wait for the first of: bytes (or EOF) from the accepted connection (when
+    ``down``) or from one of ``ups``; a started command's end; a full write buffer draining.
+
+    Writes (``None``: the accepted connection) do not wait for the buffer to
+    drain: the caller bounds what it writes (HTTP/2 windows) and holds back
+    data for the connections ``Polled.blocked`` names until they drain. Every
+    connection is read meanwhile (its peer's window updates are what unblock
+    the other side), except one with megabytes unwritten
+    (``driver.POLL_FLOOD_LIMIT``): a peer that sends PINGs or SETTINGS and
+    does not read their answers is not read either. Reply: ``Polled``.
+    """
+
+    down: bool
+    ups: tuple[Upstream, ...] = field(compare=False)
+    writes: tuple[tuple[Upstream | None, bytes], ...] = field(compare=False, default=())
+
+
+@dataclass(slots=True)
+class Polled:
+    """What a ``Poll`` found; bytes are ``b""`` at EOF (or when the connection is gone)."""
+
+    down: bytes | None = None  # None: nothing from the accepted connection this time
+    ups: list[tuple[Upstream, bytes]] = field(default_factory=list)
+    done: list[tuple[object, Any]] = field(default_factory=list)  # (tag, reply) of started commands
+    blocked: frozenset[Upstream | None] = frozenset()  # connections whose write buffer is full (None: downstream)

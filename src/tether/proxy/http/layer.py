@@ -23,13 +23,23 @@ HTTP on both connections: the driver then joins them byte for byte
 Errors are answered as Linkerd answers them (``http.errors``): no endpoint
 within the failfast timeout is 504, a failed connect 502 (504 on a timeout),
 an upstream that fails before its response head 502; a malformed request 400,
-an oversized head 431, and the connection is closed after each of these.
+an oversized head 431, more requests in flight than the direction allows
+(``InFlight``, ``*_MAX_IN_FLIGHT``) 503; the connection is closed after each
+of these.
 ``l5d-proxy-error`` (and ``l5d-proxy-connection``) coming from a remote proxy
 are removed on the outbound side; inbound, ``l5d-client-id`` is set from the
 verified client identity, or removed.
 
 Metrics (``http.metrics``): ``request_total``, ``response_total`` and
 ``response_latency_ms`` under the endpoint's labels.
+
+Every request takes the same path (``_attempt``: endpoint, request, response
+head; ``_relay``: the response). A request whose service has ServiceProfile
+routes (``Pick.route``, set by the router) goes through ``_routed``, which
+wraps it: the route's timeout bounds the wait for the
+response head over every attempt (504), a failure is retried while the
+profile's retry budget allows (the body kept up to 64 KiB), and the
+``route_*`` families are recorded (proxy.md §7.5, §7.6, §9.2).
 
 The layer yields commands (``tether.proxy.commands``, ``tether.proxy.http.commands``)
 and does no I/O. Callers: ``outbound.layer`` and ``inbound.layer`` (their
@@ -71,6 +81,8 @@ CONNECT_ATTEMPTS = 3
 L5D_PROXY_ERROR = b"l5d-proxy-error"
 L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
 L5D_CLIENT_ID = b"l5d-client-id"
+L5D_DST_OVERRIDE = b"l5d-dst-override"
+L5D_DST_CANONICAL = b"l5d-dst-canonical"
 
 
 @dataclass(slots=True)
@@ -84,9 +96,25 @@ class Pick:
     observe: Callable[[float], None] = lambda rtt: None  # a latency sample for the endpoint
     failed: Callable[[], None] = lambda: None  # the endpoint could not be reached
     release: Callable[[], None] = lambda: None  # the request is over (in-flight count)
+    route: Any = None  # its ServiceProfile route (``http.profiles.Route``): timeout, retries, route metrics
+    strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
 
 
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]
+
+
+class InFlight:
+    """Requests of one direction (all connections) in flight; past ``limit`` a new one is shed with a 503.
+
+    Linkerd counts a request until its response head; this counts it until its
+    response ends, which sheds no later than Linkerd would under the same limit.
+    """
+
+    __slots__ = ("limit", "count")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +127,7 @@ class HttpSettings:
     client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
     max_head_size: int = MAX_HEAD_SIZE
     error_labels: str = field(default="")  # labels of requests that got no endpoint
+    in_flight: InFlight | None = None  # *_MAX_IN_FLIGHT, shared by the direction's connections
 
 
 class _UpClient:
@@ -161,150 +190,38 @@ def _exchange(server: Http1Connection, pending: deque[Event], router: Router,
     assert isinstance(event, RequestHead)
     request = event
     start = settings.clock()
-    last_error: ProxyError | None = None
-    pick: Pick | ProxyError | None = None
-    up: Upstream | None = None
-    for _ in range(CONNECT_ATTEMPTS):
-        pick = yield from router(request)
-        if isinstance(pick, ProxyError):
-            last_error = pick
-            break
-        reply = yield Checkout(pick.connect, pick.header)
-        if isinstance(reply, Failed):
-            pick.failed()
-            pick.release()
-            last_error = errors.connect_failed(pick.connect.addr, reply.error, reply.errno)
-            continue
-        up = reply
-        break
-    if up is None or not isinstance(pick, Pick):
-        assert last_error is not None
-        yield from _answer_error(server, last_error, settings, start, None)
-        return False
-    try:
-        return (yield from _forward(server, pending, request, pick, up, settings, start))
-    finally:
-        pick.release()
-
-
-def _forward(server: Http1Connection, pending: deque[Event], request: RequestHead, pick: Pick, up: Upstream,
-             settings: HttpSettings, start: float) -> Generator[Command, Any, bool]:
-    metrics = settings.metrics
-    if metrics is not None:
-        metrics.request(pick.labels)
-    bodiless = bool(pending) and isinstance(pending[0], EndOfMessage)
-    for attempt in range(2):
-        if up.codec is None:
-            up.codec = _UpClient(Http1Connection(Role.CLIENT, max_head_size=settings.max_head_size))
-        client = up.codec.conn
-        first = client.send_head(_upstream_request(request, pick, settings))
+    in_flight = settings.in_flight
+    if in_flight is not None:
+        if in_flight.count >= in_flight.limit:
+            yield from _answer_error(server, errors.load_shed(), settings, start, None)
+            return False
+        in_flight.count += 1
         try:
-            if attempt == 0:
-                yield from _stream_request(server, pending, client, up, first)
-            else:
-                sent = yield SendUp(up, first + client.send_end())
-                if not sent:
-                    raise _UpstreamFailed()
-            head = yield from _response_head(server, client, up, pick, settings, start)
-            break
-        except _UpstreamFailed:
-            yield Checkin(up, reuse=False)
-            if attempt == 0 and up.reused and bodiless:
-                # An idle pooled connection the server had closed: a request with no body is safe to send again.
-                reply = yield Checkout(pick.connect, pick.header)
-                if isinstance(reply, Upstream):
-                    up = reply
-                    continue
-            yield from _answer_error(server, errors.io_error(pick.connect.addr), settings, start, pick)
-            return False
-    # The response head is in hand (and the request fully sent, or refused early by the server).
-    if client.switched:
-        if server.their_state is not State.DONE:
-            yield Checkin(up, reuse=False)
-            return False
-        yield SendDown(server.send_head(_downstream_response(head, request, server, settings)))
-        _record(settings, pick.labels, head.status, True, start)
-        yield Tunnel(up, to_up=server.trailing_data, to_down=client.trailing_data)
-        return False
-    down_head = _downstream_response(head, request, server, settings)
-    chunked = b"transfer-encoding" in _found(down_head)
-    # What is parsed together is written together: one write (one TLS record) for a small response.
-    out = server.send_head(down_head)
-    queue = up.codec.pending
-    ok = True
+            return (yield from _route_and_forward(server, pending, request, router, settings, start))
+        finally:
+            in_flight.count -= 1
+    return (yield from _route_and_forward(server, pending, request, router, settings, start))
+
+
+def _route_and_forward(server: Http1Connection, pending: deque[Event], request: RequestHead, router: Router,
+                       settings: HttpSettings, start: float) -> Generator[Command, Any, bool]:
+    pick = yield from router(request)
+    if pick.route is not None:  # a profile route (a ProxyError carries it too): the one check it costs
+        return (yield from _routed(server, pending, request, router, settings, start, pick))
+    # Without a route nothing is kept for a retry: a request is sent again only on a fresh connection when an
+    # idle pooled one turned out closed, and only if it has no body (what an empty _Replay allows).
+    attempt = yield from _attempt(server, pending, request, router, settings, None, _Replay(0), pick)
+    tried = attempt.pick
     try:
-        while ok:
-            if not queue:
-                ok = yield SendDown(out)
-                out = b""
-                if not ok:
-                    break
-            event = yield from _next_up(client, up)
-            if isinstance(event, Body):
-                out += server.send_body(event.data)
-            elif isinstance(event, EndOfMessage):
-                ok = yield SendDown(out + server.send_end(event.trailers if chunked else ()))
-                break
-            else:
-                raise _UpstreamFailed()
-    except _UpstreamFailed:
-        yield Checkin(up, reuse=False)
-        server.send_failed()
-        _record(settings, pick.labels, head.status, False, start, "unclassified")
-        return False
-    _record(settings, pick.labels, head.status, ok and head.status < 500, start)
-    if not ok:
-        yield Checkin(up, reuse=False)
-        return False
-    if server.their_state is not State.DONE:
-        # The server answered before the whole request came (say 413): the rest cannot be passed on.
-        yield Checkin(up, reuse=False)
-        return False
-    reuse = client.keep_alive and client.our_state is State.DONE and client.their_state is State.DONE
-    if reuse:
-        client.start_next_cycle()
-    yield Checkin(up, reuse=reuse)
-    return True
-
-
-def _stream_request(server: Http1Connection, pending: deque[Event], client: Http1Connection,
-                    up: Upstream, out: bytes) -> Generator[Command, Any, None]:
-    """The head's bytes ``out``, the request body as it arrives, then its end; parsed together, written together."""
-    while True:
-        if not pending:
-            sent = yield SendUp(up, out)
-            out = b""
-            if not sent:
-                raise _UpstreamFailed()
-        event = yield from _next_down(server, pending)
-        if isinstance(event, Body):
-            out += client.send_body(event.data)
-        elif isinstance(event, EndOfMessage):
-            sent = yield SendUp(up, out + client.send_end(event.trailers))  # trailers only come with chunked
-            if not sent:
-                raise _UpstreamFailed()
-            return
-        else:  # pragma: no cover - the codec ends a request with EndOfMessage or an error
-            raise BadMessage("unexpected event in a request body")
-
-
-def _response_head(server: Http1Connection, client: Http1Connection, up: Upstream, pick: Pick,
-                   settings: HttpSettings, start: float) -> Generator[Command, Any, ResponseHead]:
-    """Read up to the final response head, passing 1xx heads on; the first head is the endpoint's RTT sample."""
-    sampled = False
-    while True:
-        event = yield from _next_up(client, up)
-        if not isinstance(event, ResponseHead):
-            raise _UpstreamFailed()
-        if not sampled:
-            pick.observe(settings.clock() - start)
-            sampled = True
-        if event.status < 200 and not client.switched:
-            if server.our_state is State.IDLE:
-                yield SendDown(server.send_head(ResponseHead(event.status, _end_to_end(event.headers),
-                                                             event.reason)))
-            continue
-        return event
+        if attempt.error is not None:
+            yield from _answer_error(server, attempt.error, settings, start, tried)
+            return False
+        assert attempt.head is not None and attempt.up is not None and tried is not None
+        return (yield from _relay(server, request, attempt.head, attempt.up, tried, settings, start,
+                                  attempt.head.status < 500, ""))
+    finally:
+        if tried is not None:
+            tried.release()
 
 
 def _next_down(server: Http1Connection, pending: deque[Event]) -> Generator[Command, Any, Event]:
@@ -317,10 +234,21 @@ def _next_down(server: Http1Connection, pending: deque[Event]) -> Generator[Comm
     return pending.popleft()
 
 
-def _next_up(client: Http1Connection, up: Upstream) -> Generator[Command, Any, Event]:
+def _next_up(client: Http1Connection, up: Upstream, deadline: float | None = None,
+             clock: Callable[[], float] | None = None) -> Generator[Command, Any, Event]:
+    """The upstream's next event; with a ``deadline`` (on ``clock``), ``_TimedOut`` once it has passed."""
     queue = up.codec.pending
     while not queue:
-        data = yield RecvUp(up)
+        if deadline is None:
+            data = yield RecvUp(up)
+        else:
+            assert clock is not None
+            left = deadline - clock()
+            if left <= 0:
+                raise _TimedOut()
+            data = yield RecvUp(up, left)
+            if data is None:
+                raise _TimedOut()
         try:
             events = client.receive_data(data)
         except BadMessage as exc:
@@ -441,3 +369,314 @@ def _strip_proxy_errors(headers: Headers, settings: HttpSettings) -> tuple[tuple
     if not settings.strip_proxy_errors:
         return tuple(headers)
     return tuple((n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION))
+
+
+# -- ServiceProfile routes (proxy.md §7.5, §7.6, §9.2) ---------------------------------------------------------
+# A request whose service has profile routes comes here from ``_route_and_forward`` (its ``Pick.route`` is
+# set): ``_routed`` adds the route's timeout, retries and metrics around the attempt every request makes.
+
+MAX_REPLAY = 64 * 1024  # request body bytes kept for a retry (Linkerd's); a larger body is not retried
+
+
+class _Replay:
+    """The request body as read so far, kept for another attempt while it stays within ``limit`` bytes."""
+
+    __slots__ = ("events", "size", "limit", "done", "overflow")
+
+    def __init__(self, limit: int) -> None:
+        self.events: list[Body | EndOfMessage] = []
+        self.size = 0
+        self.limit = limit
+        self.done = False  # the whole body has come from the client
+        self.overflow = False  # it was too large to keep: the request cannot be sent again
+
+    def keep(self, event: Event) -> None:
+        if isinstance(event, EndOfMessage):
+            self.done = True
+        elif isinstance(event, Body):
+            self.size += len(event.data)
+            if self.size > self.limit:
+                self.overflow = True
+                self.events.clear()
+        if not self.overflow:
+            self.events.append(event)  # type: ignore[arg-type]
+
+
+class _TimedOut(Exception):
+    """The route's timeout passed before the response head came."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One try of a routed request: the endpoint tried, and its response head or what the proxy answers instead."""
+
+    pick: Pick | None  # None: no endpoint could be reached
+    head: ResponseHead | None = None
+    up: Upstream | None = None
+    error: ProxyError | None = None
+    timed_out: bool = False
+
+
+def _routed(server: Http1Connection, pending: deque[Event], request: RequestHead, router: Router,
+            settings: HttpSettings, start: float, pick: Pick | ProxyError) -> Generator[Command, Any, bool]:
+    """A request on a profile route: its timeout over every attempt, retries within the budget, route metrics.
+
+    As Linkerd's profile stack: a failure (by the route's response classes; an
+    endpoint that cannot be reached or breaks before its head answers 502/504
+    and is classified the same way) is retried while the budget allows and the
+    body was kept (up to 64 KiB), with no backoff and no other limit; a
+    request that ends without a retry deposits into the budget. The timeout
+    bounds the wait for the response head across all attempts (504, the
+    connection closed).
+    """
+    route = pick.route
+    labels = route.metric_labels  # empty for an l5d-dst-override target without profile routes: not counted
+    routes = settings.metrics.routes if settings.metrics is not None and labels else None
+    budget = route.budget
+    if routes is not None:
+        routes.request(labels, budget is not None)
+    deadline = None if route.timeout is None else start + route.timeout
+    replay = _Replay(MAX_REPLAY if budget is not None else 0)
+    given: Pick | ProxyError | None = pick
+    tried: Pick | None = None  # the endpoint of the attempt in hand, released when it is over (or on any exit)
+    try:
+        while True:
+            attempt = yield from _attempt(server, pending, request, router, settings, deadline, replay, given)
+            given = None
+            tried = attempt.pick
+            error = attempt.error
+            if attempt.timed_out:
+                yield from _answer_error(server, errors.response_timeout(route.timeout), settings, start, tried)
+                if routes is not None:
+                    routes.response(labels, 0, False, int((settings.clock() - start) * 1000), "timeout",
+                                    actual=False)
+                return False
+            if error is None:
+                assert attempt.head is not None and tried is not None and attempt.up is not None
+                status = attempt.head.status
+            else:
+                status = error.status
+            failure = route.is_failure(status)
+            # Linkerd answers for an endpoint error below its retry layer (so it is a 502/504 like any other);
+            # fail-fast comes from above it and is not retried.
+            retryable = failure and not replay.overflow and (error is None or error.metric == "i/o")
+            if budget is not None and retryable:
+                expired = deadline is not None and settings.clock() >= deadline
+                withdrew = not expired and budget.withdraw()
+                if routes is not None:
+                    if not expired:
+                        routes.retryable(labels, withdrew)
+                    if withdrew or expired:
+                        routes.actual_response(labels, status, False)
+                if withdrew or expired:
+                    if tried is not None:
+                        _record(settings, tried.labels, status, status < 500, start)
+                        tried.release()
+                        tried = None
+                    if attempt.up is not None:
+                        yield Checkin(attempt.up, reuse=False)  # the failed response is not read further
+                    if withdrew:
+                        continue
+                    # The timeout wraps the retries: it has passed, so the request ends here.
+                    yield from _answer_only(server, errors.response_timeout(route.timeout), settings)
+                    if routes is not None:
+                        routes.response(labels, 0, False, int((settings.clock() - start) * 1000), "timeout",
+                                        actual=False)
+                    return False
+            elif budget is not None:
+                budget.deposit()
+            if error is not None:
+                yield from _answer_error(server, error, settings, start, tried)
+                if routes is not None:
+                    routes.response(labels, status, not failure, int((settings.clock() - start) * 1000))
+                return False
+            assert attempt.head is not None and attempt.up is not None and tried is not None
+            return (yield from _relay(server, request, attempt.head, attempt.up, tried, settings, start,
+                                      not failure, labels))
+    finally:
+        if tried is not None:
+            tried.release()
+
+
+def _answer_only(server: Http1Connection, error: ProxyError, settings: HttpSettings) -> Generator[Command, Any, None]:
+    """``_answer_error`` for a request already recorded (under the endpoint it tried)."""
+    if error.metric:
+        yield Count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+    if server.our_state is State.IDLE:
+        head = errors.response(error, meshed_client=settings.meshed_client)
+        yield SendDown(server.send_head(head) + server.send_end())
+    else:
+        server.send_failed()
+
+
+def _attempt(server: Http1Connection, pending: deque[Event], request: RequestHead, router: Router,
+             settings: HttpSettings, deadline: float | None, replay: _Replay,
+             pick: Pick | ProxyError | None) -> Generator[Command, Any, _Attempt]:
+    """An endpoint (a failed connect tries another, as for any request), the request, its response head."""
+    error: ProxyError | None = None
+    up: Upstream | None = None
+    for _ in range(CONNECT_ATTEMPTS):
+        if pick is None:
+            pick = yield from router(request)
+        if isinstance(pick, ProxyError):
+            return _Attempt(None, error=pick)
+        reply = yield Checkout(pick.connect, pick.header)
+        if isinstance(reply, Failed):
+            pick.failed()
+            pick.release()
+            error = errors.connect_failed(pick.connect.addr, reply.error, reply.errno)
+            pick = None
+            continue
+        up = reply
+        break
+    if up is None or pick is None:
+        assert error is not None
+        return _Attempt(None, error=error)
+    if settings.metrics is not None:
+        settings.metrics.request(pick.labels)
+    begun = settings.clock()
+    outcome: _Attempt | None = None
+    try:
+        for resend in range(2):
+            if up.codec is None:
+                up.codec = _UpClient(Http1Connection(Role.CLIENT, max_head_size=settings.max_head_size))
+            client = up.codec.conn
+            try:
+                yield from _send_request(server, pending, request, pick, client, up, settings, replay)
+                head = yield from _response_head(server, client, up, pick, settings, begun, deadline)
+                outcome = _Attempt(pick, head, up)
+            except _UpstreamFailed:
+                yield Checkin(up, reuse=False)
+                if resend == 0 and up.reused and not replay.overflow:
+                    # An idle pooled connection the server had closed: what was kept is safe to send again.
+                    reply = yield Checkout(pick.connect, pick.header)
+                    if isinstance(reply, Upstream):
+                        up = reply
+                        continue
+                outcome = _Attempt(pick, error=errors.io_error(pick.connect.addr))
+            except _TimedOut:
+                yield Checkin(up, reuse=False)
+                outcome = _Attempt(pick, timed_out=True)
+            return outcome
+    finally:
+        if outcome is None:  # a broken request, or the connection closing under us: the endpoint is not held
+            pick.release()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _send_request(server: Http1Connection, pending: deque[Event], request: RequestHead, pick: Pick,
+               client: Http1Connection, up: Upstream, settings: HttpSettings,
+               replay: _Replay) -> Generator[Command, Any, None]:
+    """The head, what was kept of the body, then the rest as it arrives from the client (kept as well, within
+    the replay's limit); parsed together, written together."""
+    head = _upstream_request(request, pick, settings)
+    dst = pick.route.dst if pick.route is not None else b""
+    if dst or pick.strip_override:
+        # Linkerd names the profile's service to the peer (l5d-dst-canonical), and an ingress does not pass on
+        # the l5d-dst-override it acted on.
+        drop = (L5D_DST_CANONICAL, L5D_DST_OVERRIDE) if pick.strip_override else (L5D_DST_CANONICAL,)
+        headers = tuple((n, v) for n, v in head.headers if n.lower() not in drop)
+        if dst:
+            headers += ((L5D_DST_CANONICAL, dst),)
+        head = RequestHead(head.method, head.target, headers, head.version, head.rewrite, head.found)
+    out = client.send_head(head)
+    for kept in replay.events:
+        out += client.send_body(kept.data) if isinstance(kept, Body) else client.send_end(kept.trailers)
+    if replay.done:
+        if not (yield SendUp(up, out)):
+            raise _UpstreamFailed()
+        return
+    while True:
+        if not pending:
+            sent = yield SendUp(up, out)
+            out = b""
+            if not sent:
+                raise _UpstreamFailed()
+        event = yield from _next_down(server, pending)
+        replay.keep(event)
+        if isinstance(event, Body):
+            out += client.send_body(event.data)
+        elif isinstance(event, EndOfMessage):
+            if not (yield SendUp(up, out + client.send_end(event.trailers))):
+                raise _UpstreamFailed()
+            return
+        else:  # pragma: no cover - the codec ends a request with EndOfMessage or an error
+            raise BadMessage("unexpected event in a request body")
+
+
+def _response_head(server: Http1Connection, client: Http1Connection, up: Upstream, pick: Pick, settings: HttpSettings,
+             begun: float, deadline: float | None) -> Generator[Command, Any, ResponseHead]:
+    """Read up to the final response head, passing 1xx heads on; the first head is the endpoint's RTT sample
+    (from ``begun``, when the request went out). With a ``deadline`` (a route's timeout) every read is bounded."""
+    sampled = False
+    clock = settings.clock
+    while True:
+        event = yield from _next_up(client, up, deadline, clock)
+        if not isinstance(event, ResponseHead):
+            raise _UpstreamFailed()
+        if not sampled:
+            pick.observe(clock() - begun)
+            sampled = True
+        if event.status < 200 and not client.switched:
+            if server.our_state is State.IDLE:
+                yield SendDown(server.send_head(ResponseHead(event.status, _end_to_end(event.headers),
+                                                             event.reason)))
+            continue
+        return event
+
+
+def _relay(server: Http1Connection, request: RequestHead, head: ResponseHead, up: Upstream, pick: Pick,
+           settings: HttpSettings, start: float, success: bool, labels: str) -> Generator[Command, Any, bool]:
+    """From the response head on: the response streamed to the client (or the two joined after a switch), the
+    upstream connection back to the pool when both ends allow; the route's metrics too when ``labels`` (its
+    ``success`` by the route's response classes)."""
+    client = up.codec.conn
+    routes = settings.metrics.routes if settings.metrics is not None and labels else None
+    if client.switched:
+        if server.their_state is not State.DONE:
+            yield Checkin(up, reuse=False)
+            return False
+        yield SendDown(server.send_head(_downstream_response(head, request, server, settings)))
+        _record(settings, pick.labels, head.status, True, start)
+        if routes is not None:
+            routes.response(labels, head.status, success, int((settings.clock() - start) * 1000))
+        yield Tunnel(up, to_up=server.trailing_data, to_down=client.trailing_data)
+        return False
+    down_head = _downstream_response(head, request, server, settings)
+    chunked = b"transfer-encoding" in _found(down_head)
+    out = server.send_head(down_head)
+    queue = up.codec.pending
+    ok = True
+    try:
+        while ok:
+            if not queue:
+                ok = yield SendDown(out)
+                out = b""
+                if not ok:
+                    break
+            event = yield from _next_up(client, up)
+            if isinstance(event, Body):
+                out += server.send_body(event.data)
+            elif isinstance(event, EndOfMessage):
+                ok = yield SendDown(out + server.send_end(event.trailers if chunked else ()))
+                break
+            else:
+                raise _UpstreamFailed()
+    except _UpstreamFailed:
+        yield Checkin(up, reuse=False)
+        server.send_failed()
+        _record(settings, pick.labels, head.status, False, start, "unclassified")
+        if routes is not None:
+            routes.response(labels, head.status, False, int((settings.clock() - start) * 1000), "unclassified")
+        return False
+    _record(settings, pick.labels, head.status, ok and head.status < 500, start)
+    if routes is not None:
+        routes.response(labels, head.status, ok and success, int((settings.clock() - start) * 1000))
+    if not ok or server.their_state is not State.DONE:
+        yield Checkin(up, reuse=False)
+        return False
+    reuse = client.keep_alive and client.our_state is State.DONE and client.their_state is State.DONE
+    if reuse:
+        client.start_next_cycle()
+    yield Checkin(up, reuse=reuse)
+    return True

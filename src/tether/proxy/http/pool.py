@@ -3,7 +3,8 @@
 A connection goes back in the pool after a request when both ends allow
 keep-alive; ``take`` hands out the most recently used one still open with
 nothing unread (a server that closed or spoke out of turn is dropped). An
-idle connection is closed after ``idle_timeout`` and each key keeps at most
+idle connection is closed after ``idle_timeout`` (the driver keeps one pool
+per direction, each with its configured timeout) and each key keeps at most
 ``max_idle``. The key is the ``Connect`` command's address and TLS, so two
 endpoints, or one reached with and without mTLS, never share a connection.
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from tether.proxy.http.commands import Upstream
 
-IDLE_TIMEOUT = 20.0  # seconds; below the usual 60 s server keep-alive, so the server rarely closes first
+IDLE_TIMEOUT = 3.0  # seconds: Linkerd's default (LINKERD2_PROXY_*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT)
 MAX_IDLE = 100  # per key
 
 

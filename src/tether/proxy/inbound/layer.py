@@ -16,7 +16,8 @@ detected protocol carries the connection to the app at the original
 destination IP and the target port -- never to the inbound port. As outbound,
 ``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
 to ``tether.proxy.http`` (requests to the app over pooled keep-alive
-connections); the rest is forwarded per connection.
+connections), ``Http2`` to its per-stream HTTP/2 layer; the rest is
+forwarded per connection.
 
 The layer yields ``tether.proxy.commands``; it does no I/O. Caller:
 ``tether.proxy.driver`` (via ``tether.proxy.app``).
@@ -45,7 +46,8 @@ from tether.proxy.commands import (
     TlsAccepted,
 )
 from tether.proxy.config import DefaultPolicy
-from tether.proxy.http.layer import HttpSettings, http1
+from tether.proxy.http.h2 import http2
+from tether.proxy.http.layer import HttpSettings, Router, http1
 from tether.proxy.http.routes import inbound_router
 from tether.proxy.inbound.policy import authorize
 from tether.proxy.protocol import detect
@@ -209,19 +211,33 @@ def http1_requests(session: Session, settings: InboundSettings) -> Layer:
     if settings.http is None:
         yield from tcp_forward(session, settings)
         return
+    yield from http1(*_request_level(session, settings, settings.http))
+
+
+def http2_requests(session: Session, settings: InboundSettings) -> Layer:
+    """HTTP/2 streams to the app (one HTTP/2 connection to it per client connection), downgrading those a
+    linkerd2-proxy upgraded (``l5d-orig-proto``) to HTTP/1 on pooled connections; else per connection."""
+    if settings.http is None:
+        yield from tcp_forward(session, settings)
+        return
+    yield from http2(*_request_level(session, settings, settings.http), downgrade=True)
+
+
+def _request_level(session: Session, settings: InboundSettings, http: HttpSettings) -> tuple[Router, HttpSettings]:
+    """The router to the app and the HTTP settings of this connection (its client's identity, its labels)."""
     target = session.target
     metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
                                 labels.server_labels(settings.default_policy.value, target.port),
                                 labels.render(("route_group", ""), ("route_kind", "default"),
                                               ("route_name", "default")))
-    http = replace(settings.http, meshed_client=session.mesh_tls and session.client_id is not None,
+    http = replace(http, meshed_client=session.mesh_tls and session.client_id is not None,
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels)
-    yield from http1(inbound_router(target, settings.connect_timeout, metric_labels), http)
+    return inbound_router(target, settings.connect_timeout, metric_labels), http
 
 
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.
 PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[Session, InboundSettings], Layer]] = {
     detect.Opaque: tcp_forward,
     detect.Http1: http1_requests,
-    detect.Http2: tcp_forward,
+    detect.Http2: http2_requests,
 }

@@ -146,6 +146,10 @@ class Balancer:
     def endpoints(self) -> list[Endpoint]:
         return [slot.endpoint for slot in self._list]
 
+    @property
+    def has_endpoints(self) -> bool:
+        return bool(self._list)
+
     def pick(self) -> Slot | None:
         """P2C among the endpoints not in backoff (all of them if every one is); None if there are none."""
         slots = self._list

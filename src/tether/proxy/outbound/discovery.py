@@ -15,6 +15,13 @@ A ``ProfileWatch`` is what the outbound layer waits on (``Wait``): it answers a
 ``Resolution`` once the first profile is in (or the destination said it has
 none), or ``Failed`` when nothing came within the timeout.
 
+A service's profile routes, retry budget and traffic split are translated once
+per update (``profile_translation``) into ``Resolution.profile``; each
+``dst_overrides`` backend is a service too, resolved by its own shared
+``ServiceWatch``, held by the profile watch for as long as the profile names it.
+A resolution keeps a reference to its watch, so the per-request router can
+follow later updates on a connection opened before them.
+
 Callers: ``tether.proxy.app`` (one ``Discovery``; ``set_channel`` on every
 identity refresh) and ``outbound.layer``.
 """
@@ -25,7 +32,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -35,8 +42,10 @@ from tether.api.addresses import InvalidAddress, from_tcp_address
 from tether.proxy.addrs import SocketAddr, parse_ip
 from tether.proxy.commands import Failed
 from tether.proxy.config import Backoff
+from tether.proxy.http.profiles import Profile
 from tether.proxy.outbound.balancer import Balancer
 from tether.proxy.outbound.endpoint import Endpoint
+from tether.proxy.outbound.profile_translation import translate
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +65,17 @@ class Resolution:
     Exactly one of: ``balancer`` (a service: pick an endpoint per connection),
     ``endpoint`` (the profile names one endpoint), or neither (forward to the
     original destination as it is). ``opaque``: skip protocol detection.
+    ``profile``: the service's profile routes and traffic split (None when it
+    has neither). ``watch``: the profile watch this came from, whose
+    ``resolution`` is the latest (None for answers that cannot change).
     """
 
     opaque: bool = False
     balancer: Balancer | None = None
     endpoint: Endpoint | None = None
     authority: str = ""  # the service's name:port, for metrics
+    profile: Profile | None = None
+    watch: ProfileWatch | None = field(default=None, compare=False, repr=False)
 
 
 FORWARD = Resolution()
@@ -209,12 +223,32 @@ class ProfileWatch(_Watch):
         self._port = port
         self.resolution: Resolution = FORWARD
         self._service: ServiceWatch | None = None
+        self._backends: list[ServiceWatch] = []  # the traffic split's services, leased
+        self._update_waiters: list[asyncio.Future[None]] = []
 
     def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> object:
         return stub.GetProfile(request)
 
+    def updated(self) -> asyncio.Future[None]:
+        """Done at the next profile update (tests wait on it)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._update_waiters.append(waiter)
+        return waiter
+
+    def _updated_now(self) -> None:
+        waiters, self._update_waiters = self._update_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _apply(self, message: object, first: bool) -> None:
         assert isinstance(message, pb.DestinationProfile)
+        try:
+            self._resolve(message)
+        finally:
+            self._updated_now()
+
+    def _resolve(self, message: pb.DestinationProfile) -> None:
         opaque = message.opaque_protocol
         if message.HasField("endpoint"):
             try:
@@ -222,17 +256,23 @@ class ProfileWatch(_Watch):
             except (InvalidAddress, ValueError) as exc:
                 log.warning("discovery: %s: unusable profile endpoint: %s", self.key, exc)
                 self._use_service(None)
-                self.resolution = Resolution(opaque=opaque)
+                self._use_backends(None, "")
+                self.resolution = Resolution(opaque=opaque, watch=self)
                 return
             self._use_service(None)
-            self.resolution = Resolution(opaque=opaque or endpoint.opaque, endpoint=endpoint)
+            self._use_backends(None, "")
+            self.resolution = Resolution(opaque=opaque or endpoint.opaque, endpoint=endpoint, watch=self)
         elif message.fully_qualified_name:
             authority = f"{message.fully_qualified_name.rstrip('.')}:{self._port}"
             service = self._use_service(authority)
-            self.resolution = Resolution(opaque=opaque, balancer=service.balancer, authority=authority)
+            # Opaque: HTTP routes are ignored (proxy-api.md §4.2).
+            profile = self._use_backends(None if opaque else message, authority)
+            self.resolution = Resolution(opaque=opaque, balancer=service.balancer, authority=authority,
+                                         profile=profile, watch=self)
         else:
             self._use_service(None)
-            self.resolution = Resolution(opaque=opaque)
+            self._use_backends(None, "")
+            self.resolution = Resolution(opaque=opaque, watch=self)
 
     def _use_service(self, authority: str | None) -> ServiceWatch:
         current = self._service
@@ -246,15 +286,35 @@ class ProfileWatch(_Watch):
             current.release()
         return self._service  # type: ignore[return-value]
 
+    def _use_backends(self, message: pb.DestinationProfile | None, authority: str) -> Profile | None:
+        """Translate the profile; lease the services its traffic split names, then let the previous ones go."""
+        held: list[ServiceWatch] = []
+
+        def balancer_for(backend: str) -> Balancer:
+            watch = self._discovery.service(backend)
+            held.append(watch)
+            return watch.balancer
+
+        profile = None
+        if message is not None:
+            profile = translate(message, authority, self._discovery.clock, balancer_for)
+        previous, self._backends = self._backends, held
+        for watch in previous:
+            watch.release()
+        return profile
+
     def _final(self, code: grpc.StatusCode) -> None:
         self._use_service(None)
+        self._use_backends(None, "")
         self.resolution = FORWARD
+        self._updated_now()
 
     def _forget(self) -> None:
         self._discovery.profiles.pop(self.key, None)
 
     def _closed(self) -> None:
         self._use_service(None)
+        self._use_backends(None, "")
 
     async def wait(self, timeout: float) -> Resolution | Failed:
         """The resolution once known; ``Failed`` if discovery gave no answer within ``timeout``."""
@@ -314,12 +374,24 @@ class Discovery:
         watch.acquire()
         return watch
 
+    def profile_named(self, authority: str, port: int) -> ProfileWatch:
+        """A lease on the profile watch of a ``name:port`` (ingress mode's ``l5d-dst-override``)."""
+        watch = self.profiles.get(authority)
+        if watch is None:
+            watch = self.profiles[authority] = ProfileWatch(self, authority, port)
+        watch.acquire()
+        return watch
+
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)
         if watch is None:
             watch = self.services[authority] = ServiceWatch(self, authority)
         watch.acquire()
         return watch
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
 
     def new_balancer(self) -> Balancer:
         return Balancer(failfast=self._failfast, clock=self._clock, rng=self._rng,

@@ -4,9 +4,9 @@ For each connection accepted on the outbound listener: refuse loops; ask
 discovery about the original destination (only inside the profile networks);
 detect the protocol unless discovery says opaque; then hand the connection to
 the layer for that protocol (``PROTOCOL_LAYERS``): ``Http1`` goes to the
-request-level layer (``tether.proxy.http``, via ``http1_requests``); opaque and
-HTTP/2 are carried per connection by ``tcp_forward`` (HTTP/2 per stream is
-still to come).
+request-level layer (``tether.proxy.http``, via ``http1_requests``), ``Http2``
+to the per-stream HTTP/2 layer (``http2_requests``); opaque is carried per
+connection by ``tcp_forward``.
 
 ``tcp_forward`` picks an endpoint (P2C, failing fast when the service has had
 none for the failfast timeout), connects with mTLS when the endpoint has an
@@ -26,9 +26,10 @@ from typing import Any
 from tether.proxy import labels
 from tether.proxy.addrs import IpAddress, IpNetwork, SocketAddr
 from tether.proxy.commands import Command, Connected, Detect, Failed, Forward, Layer, Refuse, Send, SetLabels, Wait
-from tether.proxy.http.layer import HttpSettings, http1
+from tether.proxy.http.h2 import http2
+from tether.proxy.http.layer import HttpSettings, Router, http1
 from tether.proxy.http.routes import outbound_router
-from tether.proxy.outbound.discovery import FORWARD, Discovery, Resolution
+from tether.proxy.outbound.discovery import FORWARD, Discovery, ProfileWatch, Resolution
 from tether.proxy.outbound.endpoint import Endpoint, plan
 from tether.proxy.protocol import detect
 from tether.proxy.protocol.transport_header import ALPN_PROTOCOL, SessionProtocol
@@ -51,6 +52,8 @@ class OutboundSettings:
     # Extra outbound listeners (no iptables): they stand for a destination, but connecting there is a loop too.
     direct_addrs: frozenset[SocketAddr] = frozenset()
     http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
+    # Ingress mode (LINKERD2_PROXY_INGRESS_MODE): a lease on the profile watch of a name:port, for l5d-dst-override.
+    named_profiles: Callable[[str, int], ProfileWatch] | None = None
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discovery | None) -> Layer:
@@ -141,7 +144,7 @@ def _connect_and_forward(
     return None
 
 
-# -- HTTP/1 per request (tether.proxy.http) ------------------------------------------------------------------
+# -- HTTP per request (tether.proxy.http): HTTP/1 requests, HTTP/2 streams --------------------------------------
 
 
 def http1_requests(orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings) -> Layer:
@@ -149,19 +152,56 @@ def http1_requests(orig_dst: SocketAddr, resolution: Resolution, settings: Outbo
     if settings.http is None:
         yield from _HTTP1_TCP(orig_dst, resolution, settings)
         return
+    yield from _per_request(http1, orig_dst, resolution, settings, SessionProtocol.HTTP1)
+
+
+def http2_requests(orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings) -> Layer:
+    """HTTP/2 routed per stream when the proxy has an HTTP layer configured; else carried per connection.
+
+    The hop to a meshed endpoint stays HTTP/2, announced as ``http2`` in the
+    transport header. (HTTP/1 is not upgraded to HTTP/2 between proxies: the
+    HTTP/1 layer keeps HTTP/1.)
+    """
+    if settings.http is None:
+        yield from _HTTP2_TCP(orig_dst, resolution, settings)
+        return
+    yield from _per_request(http2, orig_dst, resolution, settings, SessionProtocol.HTTP2)
+
+
+def _per_request(layer: Callable[[Router, HttpSettings], Layer], orig_dst: SocketAddr, resolution: Resolution,
+                 settings: OutboundSettings, protocol: SessionProtocol) -> Layer:
+    """Run ``layer`` with the connection's router; in ingress mode, the profile watches it leased for
+    ``l5d-dst-override`` targets are released when the connection ends."""
+    assert settings.http is not None
+    leases: dict[str, ProfileWatch] = {}
+    named = settings.named_profiles
+
+    def lease(authority: str, port: int) -> ProfileWatch:
+        watch = leases.get(authority)
+        if watch is None:
+            assert named is not None
+            watch = leases[authority] = named(authority, port)
+        return watch
+
     router = outbound_router(orig_dst, resolution, local_ips=settings.local_ips,
                              connect_timeout=settings.connect_timeout, failfast=settings.failfast,
-                             loop_addrs=settings.own_addrs | settings.direct_addrs)
+                             loop_addrs=settings.own_addrs | settings.direct_addrs, protocol=protocol,
+                             named=lease if named is not None else None)
     error_labels = labels.join('direction="outbound"', labels.render(("authority", resolution.authority))
                                if resolution.authority else "", labels.target(orig_dst))
-    yield from http1(router, replace(settings.http, error_labels=error_labels))
+    try:
+        yield from layer(router, replace(settings.http, error_labels=error_labels))
+    finally:
+        for watch in leases.values():
+            watch.release()
 
 
 _HTTP1_TCP = tcp_forward(SessionProtocol.HTTP1)
+_HTTP2_TCP = tcp_forward(SessionProtocol.HTTP2)
 
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.
 PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[SocketAddr, Resolution, OutboundSettings], Layer]] = {
     detect.Opaque: tcp_forward(None),
     detect.Http1: http1_requests,
-    detect.Http2: tcp_forward(SessionProtocol.HTTP2),
+    detect.Http2: http2_requests,
 }

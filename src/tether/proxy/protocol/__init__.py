@@ -12,4 +12,6 @@ I/O layers own the sockets, the timers and the buffers, and call in here.
 - ``detect``: protocol detection on a new connection (TLS, HTTP/1, HTTP/2, opaque).
 - ``transport_header``: the opaque-transport header codec (``transport.l5d.io/v1``).
 - ``http1``: an HTTP/1.1 connection for either role (framing, keep-alive, upgrades).
+- ``http2``: one end of an HTTP/2 connection (h2's state machine, with per-stream
+  send buffers flushed within the windows and GOAWAY reported without closing).
 """

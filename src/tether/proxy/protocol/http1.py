@@ -81,6 +81,9 @@ class BadStartLine(BadMessage):
 
 
 class Event:
+    """Events are not frozen: a frozen dataclass's __init__ costs an object.__setattr__ per field, on every
+    message. Nothing changes an event after the codec made it."""
+
     __slots__ = ()
 
 
@@ -90,7 +93,7 @@ class Event:
 # lowercased values of the framing headers, as ``scan_framing`` gives them (None: not known; ``send_head`` scans).
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestHead(Event):
     method: bytes
     target: bytes
@@ -100,7 +103,7 @@ class RequestHead(Event):
     found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseHead(Event):
     status: int
     headers: Headers = ()
@@ -110,17 +113,17 @@ class ResponseHead(Event):
     found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Body(Event):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EndOfMessage(Event):
     trailers: Headers = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionClosed(Event):
     """The peer closed cleanly between messages."""
 

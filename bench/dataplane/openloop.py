@@ -212,20 +212,24 @@ def _connect(host: str, port: int) -> socket.socket:
     return s
 
 
-def _warm(sock: socket.socket, req: bytes) -> None:
-    """One blocking request on a fresh connection, so handshakes and pools are done before t0."""
-    sock.sendall(req)
-    buf = bytearray()
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed during warm-up request")
-        buf += chunk
-        head = parse_head(buf)
-        if head is not None and len(buf) >= head[1]:
-            if head[0] != 200:
-                raise ConnectionError(f"warm-up request got status {head[0]}")
-            return
+def _warm(socks: list[socket.socket], req: bytes) -> None:
+    """One request on every fresh connection, all in flight at once, so handshakes are done before t0 and a
+    proxy that pools its upstream connections per request holds as many as the run can use at once (sent one
+    connection after another, they would all reuse one, and the run would measure the pool filling up)."""
+    for sock in socks:
+        sock.sendall(req)
+    for sock in socks:
+        buf = bytearray()
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed during warm-up request")
+            buf += chunk
+            head = parse_head(buf)
+            if head is not None and len(buf) >= head[1]:
+                if head[0] != 200:
+                    raise ConnectionError(f"warm-up request got status {head[0]}")
+                break
 
 
 def run(host: str, port: int, rate: float, duration: float, connections: int = 32, drain: float = 2.0) -> Summary:
@@ -242,10 +246,9 @@ def run(host: str, port: int, rate: float, duration: float, connections: int = 3
         ep.register(c.fd, select.EPOLLIN)
         return c
 
-    for _ in range(connections):
-        s = _connect(host, port)
-        _warm(s, req)
-        conns.append(add(s))
+    socks = [_connect(host, port) for _ in range(connections)]
+    _warm(socks, req)
+    conns.extend(add(s) for s in socks)
 
     perf = time.perf_counter
     poll = ep.poll

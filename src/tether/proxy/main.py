@@ -8,6 +8,7 @@ turns the environment into a ``ProxyConfig``. A bad variable prints
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
@@ -47,6 +48,12 @@ def main(env: Mapping[str, str]) -> int:
     import uvloop
 
     from tether.proxy.app import serve
+
+    # Everything imported so far lives as long as the process: out of the collector's sight, a full collection
+    # no longer walks it (~12 ms for the ~37k objects of grpc, protobuf and cryptography, a stall for every
+    # request in flight at that moment).
+    gc.collect()
+    gc.freeze()
 
     try:
         uvloop.run(serve(config, env, log_filter))

@@ -5,8 +5,9 @@ delivers each write to its peer and hands back what the peers have to say;
 ``Start``-ed commands are answered at the next ``Poll`` (``OpenUp`` and
 ``Checkout`` with a new fake connection to the peer the test put at that
 address, ``Wait`` with what the test says). When nothing is left to say,
-the client's next scripted step runs; when the script is done, the client
-closes (EOF).
+the client's next scripted step runs; when the script is done, time passes
+on the test's ``clock`` (a ``FakeClock``) up to a ``Poll``'s timeout (a
+route's deadline), else the client closes (EOF).
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ from tether.proxy.http.commands import Checkin, Checkout, OpenUp, Poll, Polled, 
 from tether.proxy.protocol.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
 
 Handler = Callable[["H2Server", int, list[tuple[bytes, bytes]], bytes], None]
+
+
+class FakeClock:
+    """Time that passes only when the harness says so (a ``Poll`` timeout) or a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Client:
@@ -170,8 +181,11 @@ class Harness:
     def __init__(self, client: Client | RawClient, peers: dict[Any, Callable[[], H2Server | H1App | None]],
                  script: list[Callable[[Client], None]] | None = None, *,
                  waits: Callable[[cmd.Wait], Any] | None = None, limit: int = 10_000,
-                 h1_peers: dict[Any, Callable[[], H2Server | H1App | None]] | None = None) -> None:
+                 h1_peers: dict[Any, Callable[[], H2Server | H1App | None]] | None = None,
+                 clock: FakeClock | None = None) -> None:
         self.client = client
+        self.clock = clock  # moved on by a Poll's timeout once nothing else is left to happen
+        self.timeouts: list[float] = []  # the Poll timeouts that passed
         self.peers = peers  # address -> a new peer per connection (None: connection refused)
         self.h1_peers = h1_peers if h1_peers is not None else peers  # the same for Checkout (HTTP/1)
         self.script = list(script or [])
@@ -259,4 +273,8 @@ class Harness:
             if self.script:
                 self.script.pop(0)(self.client)
                 continue
+            if command.timeout is not None and self.clock is not None:
+                self.timeouts.append(command.timeout)
+                self.clock.now += max(command.timeout, 1e-6)
+                return Polled(blocked=self.blocked)
             return Polled(down=b"", blocked=self.blocked)  # the client is done: EOF

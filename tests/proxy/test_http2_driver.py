@@ -129,3 +129,31 @@ def test_a_connect_that_ends_after_its_connection_is_closed() -> None:
         assert opened and opened[0].down == b""
 
     asyncio.run(scenario())
+
+
+def test_poll_with_a_timeout_returns_empty_when_nothing_comes() -> None:
+    """``Poll.timeout`` (a profile route's deadline): an empty ``Polled`` once it passes; data still wins."""
+
+    async def scenario() -> None:
+        driver, _ = new_driver()
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[bytes | None, float]] = []
+        waited = asyncio.Event()
+
+        def layer() -> cmd.Layer:
+            begun = loop.time()
+            polled: Polled = yield Poll(True, (), timeout=0.05)
+            seen.append((polled.down, loop.time() - begun))
+            waited.set()
+            polled = yield Poll(True, (), timeout=30.0)
+            seen.append((polled.down, 0.0))
+
+        async with accepted_pair() as (client, server):
+            run = asyncio.ensure_future(driver.run("outbound", server, TARGET, layer()))
+            await waited.wait()  # the client sends only once the first Poll has timed out
+            await loop.sock_sendall(client, b"late")
+            await asyncio.wait_for(run, 10)
+        assert seen[0][0] is None and seen[0][1] >= 0.04
+        assert seen[1][0] == b"late"
+
+    asyncio.run(scenario())

@@ -17,7 +17,8 @@ import grpc
 import h2.config
 import h2.connection
 import h2.events
-from proxy_harness import App, Mesh, run, samples, scrape, until
+from proxy_harness import NS, App, Mesh, run, samples, scrape, until
+from test_http1_profiles import CD, profile_in, service_profile
 
 from tether.proxy.addrs import parse_socket_addr
 from tether.proxy.protocol.transport_header import SessionProtocol, TransportHeader, encode
@@ -26,18 +27,31 @@ TRANSPORT_ALPN = "transport.l5d.io/v1"
 
 
 class Names:
-    """A gRPC service ``test.Names``: who answered, a stream of words, and a call that fails with trailers."""
+    """A gRPC service ``test.Names``: who answered, a stream of words, and a call that fails with trailers.
 
-    def __init__(self, name: str) -> None:
+    ``unavailable``: ``Who`` always fails with UNAVAILABLE (trailers-only); ``Slow`` answers once ``release``
+    is set (the test's end).
+    """
+
+    def __init__(self, name: str, *, unavailable: bool = False) -> None:
         self.name = name
         self.calls = 0
         self.metadata: list[dict[str, str]] = []
+        self.unavailable = unavailable
+        self.release = asyncio.Event()
 
     def handler(self) -> grpc.GenericRpcHandler:
         async def who(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             self.calls += 1
             self.metadata.append({m.key: m.value for m in context.invocation_metadata()})
+            if self.unavailable:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "not today")
             return self.name.encode() + b" " + request
+
+        async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            self.calls += 1
+            await self.release.wait()
+            return request
 
         async def words(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
             self.calls += 1
@@ -60,6 +74,7 @@ class Names:
             "Words": grpc.unary_stream_rpc_method_handler(words),
             "Fail": grpc.unary_unary_rpc_method_handler(fail),
             "Echo": grpc.stream_stream_rpc_method_handler(echo),
+            "Slow": grpc.unary_unary_rpc_method_handler(slow),
         })
 
 
@@ -197,6 +212,77 @@ def test_a_profile_split_applies_per_stream(tmp_path: Path) -> None:
                 watch.release()
                 for app in apps:
                     await app.stop(None)
+
+    run(scenario())
+
+
+def test_profile_routes_time_out_and_retry_grpc_calls(tmp_path: Path) -> None:
+    """ServiceProfile routes on gRPC calls: a timeout shorter than the server is DEADLINE_EXCEEDED from the
+    proxy; a retryable route hides an endpoint that always answers UNAVAILABLE (trailers-only).
+
+    The two endpoints are two backends of a split (drawn again for each attempt), not one service's: P2C
+    would keep choosing the failing endpoint (its errors are fast, the other's first call paid for the
+    connections) until the budget ran out, as it would in Linkerd without failure accrual.
+    """
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            pods = [mesh.pod("names-0", app="names", ports=[9090]), mesh.pod("other-0", app="other", ports=[9090])]
+            client = mesh.pod("client-0", app="client")
+            svc = mesh.service("names", [(9090, 9090)])
+            mesh.service("other", [(9090, 9090)])
+            mesh.store.apply_many([service_profile("names", routes=[
+                {"name": "slow", "condition": {"method": "POST", "pathRegex": "/test.Names/Slow"},
+                 "timeout": "300ms"},
+                {"name": "who", "condition": {"method": "POST", "pathRegex": "/test.Names/Who"},
+                 "isRetryable": True},
+            ], retryBudget={"retryRatio": 1.0, "minRetriesPerSecond": 10, "ttl": "10s"},
+                dstOverrides=[{"authority": f"names.{NS}.{CD}:9090", "weight": "500m"},
+                              {"authority": f"other.{NS}.{CD}:9090", "weight": "500m"}])])
+            for pod in pods:
+                await mesh.start_proxy(pod)
+            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:9090"])
+            services = [Names(pods[0].name, unavailable=True), Names(pods[1].name)]
+            apps = [await grpc_server(p.ip, 9090, s) for p, s in zip(pods, services, strict=True)]
+            watch = await profile_in(a, svc, 9090)
+            try:
+                async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:
+                    slow = channel.unary_unary("/test.Names/Slow")
+                    try:
+                        await slow(b"x", timeout=10)
+                        raise AssertionError("the call should time out")
+                    except grpc.aio.AioRpcError as exc:
+                        assert exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+                        metadata = dict(tuple(exc.trailing_metadata()) + tuple(exc.initial_metadata() or ()))
+                        assert metadata["l5d-proxy-error"] == "HTTP response timeout after 300ms"
+                    who = channel.unary_unary("/test.Names/Who")
+                    for i in range(20):
+                        assert await who(b"%d" % i, timeout=10) == b"other-0 %d" % i
+            finally:
+                watch.release()
+                for service in services:
+                    service.release.set()
+                for app in apps:
+                    await app.stop(None)
+            # The attempts drawn to the failing endpoint were each retried (on either: the split draws again).
+            failed = len(services[0].metadata)
+            assert failed > 0 and len(services[1].metadata) == 20
+            out = await scrape(a)
+            dst = f"names.{NS}.{CD}:9090"
+
+            def route(name: str, family: str, **want: str) -> float:
+                return sum(v for _, v in samples(out, family, direction="outbound", dst=dst, rt_route=name, **want))
+
+            assert route("slow", "route_response_total", classification="failure", error="timeout") == 1
+            assert samples(out, "outbound_http_errors_total", error="response timeout")
+            assert route("who", "route_request_total") == 20
+            assert route("who", "route_response_total", status_code="200", classification="success",
+                         grpc_status="0") == 20
+            assert route("who", "route_actual_response_total", classification="failure", grpc_status="14") == failed
+            assert route("who", "route_actual_request_total") == 20 + failed
+            retryable = samples(out, "route_retryable_total", rt_route="who")
+            assert sorted((labels.get("skipped", ""), v) for labels, v in retryable) == [("", failed),
+                                                                                        ("no_budget", 0)]
 
     run(scenario())
 

@@ -738,6 +738,8 @@ class Driver:
                 watched[target] = stream
         was_blocked = {t for t, stream in watched.items() if stream.paused and not stream.lost}
         jobs = conn.jobs
+        loop = asyncio.get_running_loop()
+        until = None if command.timeout is None else loop.time() + command.timeout
         while True:
             polled = http_cmd.Polled()
             for target, stream in sides:
@@ -765,9 +767,15 @@ class Driver:
                 for _, stream in sides if not stream.lost]
             waits.extend(watched[t].drain() for t in was_blocked)
             waits.extend(jobs)
+            left = None if until is None else until - loop.time()
+            if left is not None and left <= 0:
+                return polled  # a stream's deadline (Poll.timeout)
             if not waits:
+                if left is not None:
+                    await asyncio.sleep(left)
                 return polled
-            await asyncio.wait([asyncio.ensure_future(w) for w in waits], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([asyncio.ensure_future(w) for w in waits], timeout=left,
+                               return_when=asyncio.FIRST_COMPLETED)
 
     def _end_jobs(self, conn: _Conn) -> None:
         """The connection is over: discovery waits are cancelled; connects finish, and what they open is closed."""

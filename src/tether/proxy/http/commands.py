@@ -132,12 +132,15 @@ class Poll(Command):
     connection is read meanwhile (its peer's window updates are what unblock
     the other side), except one with megabytes unwritten
     (``driver.POLL_FLOOD_LIMIT``): a peer that sends PINGs or SETTINGS and
-    does not read their answers is not read either. Reply: ``Polled``.
+    does not read their answers is not read either. With ``timeout`` (seconds:
+    the earliest profile-route deadline of the layer's streams), an empty
+    ``Polled`` when nothing came in that time. Reply: ``Polled``.
     """
 
     down: bool
     ups: tuple[Upstream, ...] = field(compare=False)
     writes: tuple[tuple[Upstream | None, bytes], ...] = field(compare=False, default=())
+    timeout: float | None = None
 
 
 @dataclass(slots=True)

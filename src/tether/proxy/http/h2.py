@@ -44,6 +44,19 @@ removed); outbound, ``l5d-proxy-error`` and ``l5d-proxy-connection`` from
 the remote proxy are removed. Metrics (``http.metrics``) per stream, with
 ``grpc_status`` for gRPC responses (success: ``grpc-status`` 0).
 
+A stream whose pick has a ServiceProfile route (``Pick.route``) is treated
+as ``http.layer._routed`` treats an HTTP/1 request (proxy.md §7.5, §7.6,
+§9.2): ``route_*`` metrics (classification by the route's response classes,
+then a gRPC response's ``grpc-status``, then 5xx); the route's timeout for
+the response head, from the stream's start across every attempt (the
+timeout error -- gRPC: DEADLINE_EXCEEDED -- and the upstream stream
+cancelled; a heap of deadlines gives ``Poll`` its timeout); and retries
+within the budget (``retries.settle``, the decision HTTP/1 takes too) of a
+failed attempt whose head has not gone to the client -- a failing status
+or a trailers-only gRPC failure, or an endpoint lost before its head --
+with the request body kept up to 64 KiB and sent again on a new stream to
+a new pick.
+
 Many streams in one layer: the layer waits on all its connections with one
 ``Poll`` and runs slow steps (discovery's ``Wait``, connects) with
 ``Start``, so only the stream that asked waits. It yields commands and does
@@ -53,6 +66,7 @@ no I/O. Callers: ``outbound.layer`` and ``inbound.layer`` (their
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Generator
 from typing import Any
@@ -64,7 +78,9 @@ from tether.proxy.commands import Command, Count, Failed, Layer
 from tether.proxy.http import errors
 from tether.proxy.http.commands import Checkin, Checkout, OpenUp, Poll, Polled, SendDown, Start, Upstream
 from tether.proxy.http.errors import ProxyError
-from tether.proxy.http.layer import HttpSettings, Pick, Router
+from tether.proxy.http.layer import L5D_DST_CANONICAL, L5D_DST_OVERRIDE, MAX_REPLAY, HttpSettings, Pick, Router
+from tether.proxy.http.profiles import Route
+from tether.proxy.http.retries import Settled, settle
 from tether.proxy.protocol.common import LocalProtocolError
 from tether.proxy.protocol.http1 import (
     BadMessage,
@@ -128,7 +144,7 @@ class _Pair:
                  "attempts", "route_gen", "pick", "counted", "recorded", "up", "usid", "h1", "req_buf",
                  "req_end", "req_trailers", "req_sent", "leg_gone", "owed_down", "owed_up", "status",
                  "grpc_status", "resp_end", "head_ended", "resp_trailers", "sampled", "finished", "reset_after",
-                 "in_flight")
+                 "in_flight", "route", "deadline", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -164,6 +180,14 @@ class _Pair:
         self.sampled = False  # the endpoint's latency sample was taken
         self.finished = False
         self.reset_after: int | None = None  # reset the client's stream with this code once the response is out
+        # A ServiceProfile route (proxy.md §7.5, §7.6): see _Http2._routed.
+        self.route: Route | None = None  # the route of the first pick: its timeout, retries and route_* series
+        self.deadline: float | None = None  # the response head is due by then (the route's timeout)
+        self.kept: list[bytes] | None = None  # the request body kept for a retry (None: not kept, or too large)
+        self.kept_size = 0
+        self.skip_ack = 0  # bytes of a retry's request already acknowledged to the client (sent again as kept)
+        self.timed_out = False
+        self.route_recorded = False  # route_response_total recorded
 
     def route_head(self) -> RequestHead:
         headers = tuple(self.headers)
@@ -193,6 +217,7 @@ class _Http2:
         self.out: list[Command] = []  # non-blocking commands to yield before the next Poll
         self.closing = False  # the client sent GOAWAY: finish the streams in flight, then close
         self.ended = False
+        self.deadlines: list[tuple[float, int, _Pair]] = []  # a heap of route deadlines (stale ones popped lazily)
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
@@ -202,7 +227,8 @@ class _Http2:
             while not self.ended:
                 while self.out:
                     yield self.out.pop(0)
-                polled: Polled = yield Poll(True, self._polled_ups(), self._writes())
+                polled: Polled = yield Poll(True, self._polled_ups(), self._writes(),
+                                            self._next_deadline() if self.deadlines else None)
                 unblocked = self.blocked - polled.blocked
                 self.blocked = polled.blocked
                 if None in unblocked:
@@ -218,6 +244,8 @@ class _Http2:
                     self._from_down(polled.down)
                 for pair in list(self.h1s.values()):
                     self._push_h1(pair)
+                if self.deadlines:
+                    self._expire()
                 self._sweep()
                 if self.closing and not self.pairs and not self.ended:
                     self.down.goaway(ErrorCodes.NO_ERROR)
@@ -261,7 +289,7 @@ class _Http2:
     def _job_done(self, tag: tuple[str, Any], reply: Any) -> None:
         kind, subject = tag
         if kind == "route":
-            if subject.finished:
+            if subject.finished or subject.leg_gone:  # over, or answered (a route's timeout) meanwhile
                 if subject.route_gen is not None:
                     subject.route_gen.close()
                     subject.route_gen = None
@@ -344,6 +372,8 @@ class _Http2:
         if data:
             pair.req_buf.append(data)
             pair.owed_down += len(data)
+            if pair.kept is not None:
+                self._keep(pair, data)
         if event.stream_ended is not None:
             pair.req_end = True
         self._forward_request(pair)
@@ -411,6 +441,8 @@ class _Http2:
         except StopIteration as stop:
             result = stop.value
         pair.route_gen = None
+        if result.route is not None and pair.route is None:
+            self._routed(pair, result.route)
         if isinstance(result, ProxyError):
             self._fail(pair, result)
             return
@@ -454,7 +486,7 @@ class _Http2:
             error = errors.connect_failed(up.addr, reply.error, reply.errno)
             waiting, up.waiting = up.waiting, deque()
             for pair in waiting:
-                if not pair.finished:
+                if not pair.finished and not pair.leg_gone:
                     self._retry(pair, error)
             return
         up.io = reply
@@ -464,7 +496,7 @@ class _Http2:
     def _open_waiting(self, up: _Up) -> None:
         while up.waiting and not up.draining and up.ep.can_open_stream():
             pair = up.waiting.popleft()
-            if not pair.finished:
+            if not pair.finished and not pair.leg_gone:
                 self._open_stream(up, pair)
 
     def _open_stream(self, up: _Up, pair: _Pair) -> None:
@@ -492,6 +524,16 @@ class _Http2:
             headers.append((b":authority", authority))
         if pair.path:
             headers.append((b":path", pair.path))
+        pick = pair.pick
+        dst = pick.route.dst if pick is not None and pick.route is not None else b""
+        if dst or (pick is not None and pick.strip_override):
+            # As over HTTP/1: the profile's service named to the peer, and an ingress's override not passed on.
+            drop = (L5D_DST_CANONICAL, L5D_DST_OVERRIDE) if pick is not None and pick.strip_override else (
+                L5D_DST_CANONICAL,)
+            headers.extend((n, v) for n, v in self._request_headers(pair) if n not in drop)
+            if dst:
+                headers.append((L5D_DST_CANONICAL, dst))
+            return headers
         headers.extend(self._request_headers(pair))
         return headers
 
@@ -511,6 +553,10 @@ class _Http2:
         for stream_id, n in up.ep.flush(usid).items():
             pair = up.streams.get(stream_id)
             if pair is not None:
+                if pair.skip_ack:  # a retry's kept bytes: the client had them acknowledged the first time
+                    skip = min(n, pair.skip_ack)
+                    pair.skip_ack -= skip
+                    n -= skip
                 self.down.ack(pair.sid, n)
                 pair.owed_down -= n
 
@@ -571,6 +617,8 @@ class _Http2:
         if self.settings.strip_proxy_errors:
             headers = [(n, v) for n, v in headers if n not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]
         self._note_grpc_status(pair, headers)
+        if pair.route is not None and self._retried(pair, pair.status, pair.grpc_status if pair.grpc else None):
+            return
         self.down.send_headers(pair.sid, headers, end_stream=end)
         pair.head_ended = end
 
@@ -630,7 +678,7 @@ class _Http2:
                 self._leg_failed(pair, errors.io_error(up.addr))
         waiting, up.waiting = up.waiting, deque()
         for pair in waiting:
-            if not pair.finished and pair.pick is not None:
+            if not pair.finished and not pair.leg_gone and pair.pick is not None:
                 self._attach(pair, pair.pick)
         if not up.streams:
             self._close_up(up)
@@ -643,7 +691,7 @@ class _Http2:
         up.streams.clear()
         waiting, up.waiting = up.waiting, deque()
         for pair in waiting:
-            if not pair.finished:
+            if not pair.finished and not pair.leg_gone:
                 self._retry(pair, errors.io_error(up.addr))
 
     def _close_up(self, up: _Up) -> None:
@@ -652,10 +700,140 @@ class _Http2:
         if up.io is not None and self.live.pop(up.io, None) is not None:
             self.out.append(Checkin(up.io, reuse=False))
 
+    # -- ServiceProfile routes (proxy.md §7.5, §7.6, §9.2; http.layer._routed for HTTP/1) ----------------------
+
+    def _routes(self, pair: _Pair) -> Any:
+        """The route metrics to record ``pair`` in (None: no metrics, or a route without a series)."""
+        metrics = self.settings.metrics
+        return metrics.routes if metrics is not None and pair.route is not None and pair.route.metric_labels \
+            else None
+
+    def _routed(self, pair: _Pair, route: Route) -> None:
+        """The stream's first pick has a profile route: counted, its deadline set, its body kept if retryable."""
+        pair.route = route
+        routes = self._routes(pair)
+        if routes is not None:
+            routes.request(route.metric_labels, route.budget is not None)
+        if route.timeout is not None:
+            pair.deadline = pair.start + route.timeout
+            heapq.heappush(self.deadlines, (pair.deadline, pair.sid, pair))
+        if route.budget is not None:
+            pair.kept = []  # nothing has gone upstream yet: what the client sent so far is all in req_buf
+            for chunk in pair.req_buf:
+                if pair.kept is not None:
+                    self._keep(pair, chunk)
+
+    def _keep(self, pair: _Pair, data: bytes) -> None:
+        assert pair.kept is not None
+        pair.kept_size += len(data)
+        if pair.kept_size > MAX_REPLAY:
+            pair.kept = None  # too large to send again: the stream is not retried
+        else:
+            pair.kept.append(data)
+
+    @staticmethod
+    def _waits_for_head(pair: _Pair) -> bool:
+        return pair.status is None and not pair.resp_end and not pair.leg_gone and not pair.finished
+
+    def _next_deadline(self) -> float | None:
+        """The ``Poll`` timeout: until the earliest deadline of a stream still waiting for its response head."""
+        heap = self.deadlines
+        while heap and not self._waits_for_head(heap[0][2]):
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        return max(heap[0][0] - self.settings.clock(), 0.0)
+
+    def _expire(self) -> None:
+        """Streams whose route timeout passed before their response head: the timeout error, the upstream
+        stream reset (CANCEL)."""
+        heap = self.deadlines
+        now = self.settings.clock()
+        while heap and heap[0][0] <= now:
+            pair = heapq.heappop(heap)[2]
+            if self._waits_for_head(pair):
+                assert pair.route is not None and pair.route.timeout is not None
+                pair.timed_out = True
+                self._fail(pair, errors.response_timeout(pair.route.timeout), attempt=False)
+
+    def _retried(self, pair: _Pair, status: int, grpc_status: int | None, error: ProxyError | None = None) -> bool:
+        """An attempt of a routed stream ended with ``status`` (and ``grpc_status``) before anything went to
+        the client: True when it is sent again (or the timeout, passed, answered it), False when this is the
+        answer.
+
+        As ``http.layer._routed``: a failure by the route's classes is
+        retried while the budget allows, if the request body is kept whole
+        (within 64 KiB; one still coming goes on to the new attempt as it
+        comes, as HTTP/1's replay does); an endpoint error only if it is an
+        i/o one (not fail-fast). ``settle`` (``http.retries``) decides.
+        """
+        route = pair.route
+        assert route is not None
+        budget = route.budget
+        if budget is None:
+            return False
+        failure = route.is_failure(status, grpc_status)
+        retryable = failure and pair.kept is not None and (error is None or error.metric == "i/o")
+        expired = retryable and pair.deadline is not None and self.settings.clock() >= pair.deadline
+        settled = settle(budget, retryable, expired, self._routes(pair), route.metric_labels, status, grpc_status)
+        if settled is Settled.FINAL:
+            return False
+        # The attempt is over: its response under its endpoint, the endpoint released, the upstream stream reset.
+        if pair.counted:
+            default_ok = error is None and (grpc_status == 0 if grpc_status is not None else status < 500)
+            pair.grpc_status = grpc_status
+            self._record_endpoint(pair, status, default_ok)
+        if settled is Settled.EXPIRED:
+            self._detach(pair)
+            pair.status = None
+            pair.timed_out = True
+            self._fail(pair, errors.response_timeout(route.timeout or 0.0), attempt=False)
+            return True
+        self._again(pair)
+        return True
+
+    def _again(self, pair: _Pair) -> None:
+        """Another attempt: the kept request goes to a new pick (on a new upstream stream)."""
+        up = pair.up
+        if up is not None and pair.usid is not None:
+            up.ep.reset(pair.usid, ErrorCodes.CANCEL)  # the failed response is not read further
+            up.streams.pop(pair.usid, None)
+            self._ack_up(pair)
+            if up.draining and not up.streams:
+                self._close_up(up)
+        pair.up = None
+        pair.usid = None
+        if pair.h1 is not None:
+            self.h1s.pop(pair.h1.io, None)
+            self.out.append(Checkin(pair.h1.io, reuse=False))
+            pair.h1 = None
+        if pair.pick is not None:
+            pair.pick.release()
+            pair.pick = None
+        assert pair.kept is not None
+        pair.req_buf = deque(pair.kept)
+        pair.req_sent = False
+        pair.skip_ack = pair.kept_size - pair.owed_down  # the part the client has had acknowledged
+        pair.status = pair.grpc_status = None
+        pair.head_ended = pair.sampled = pair.counted = pair.recorded = False
+        pair.resp_trailers = None
+        pair.attempts = 0
+        pair.leg_gone = False  # an upstream lost before the head detached the stream: it goes on
+        self._route(pair, None)
+
     # -- errors -----------------------------------------------------------------------------------------------
 
-    def _fail(self, pair: _Pair, error: ProxyError) -> None:
-        """The proxy answers for ``pair`` (no response began): Linkerd's synthesized response."""
+    def _fail(self, pair: _Pair, error: ProxyError, *, attempt: bool = True) -> None:
+        """The proxy answers for ``pair`` (no response began): Linkerd's synthesized response.
+
+        On a profile route, an ``attempt``'s error is that response as far as
+        retries go (Linkerd answers for an endpoint below its retry layer):
+        an endpoint error may be retried instead.
+        """
+        if attempt and pair.route is not None and pair.status is None and not pair.resp_end:
+            status, grpc = (200, errors.grpc_status(error)) if pair.grpc else (error.status, None)
+            if self._retried(pair, status, grpc, error):
+                return
         if error.metric:
             self.out.append(Count(f"{self.settings.direction}_http_errors_total", f'error="{error.metric}"'))
         labels = pair.pick.labels if pair.pick is not None else self.settings.error_labels
@@ -783,6 +961,29 @@ class _Http2:
             pair.pick = None
 
     def _record(self, pair: _Pair, status: int, success: bool, error: str = "") -> None:
+        """The stream's response (``success`` by the default rule), under its endpoint and its route."""
+        if pair.route is not None:
+            self._record_route(pair, status, error)
+        self._record_endpoint(pair, status, success, error)
+
+    def _record_route(self, pair: _Pair, status: int, error: str) -> None:
+        """``route_response_total`` and its latency, once: ``classification`` by the route's classes."""
+        route = pair.route
+        if route is None or pair.route_recorded:
+            return
+        pair.route_recorded = True
+        routes = self._routes(pair)
+        if routes is None:
+            return
+        grpc = pair.grpc_status if pair.grpc else None
+        ms = int((self.settings.clock() - pair.start) * 1000)
+        if pair.timed_out:
+            routes.response(route.metric_labels, 0, False, ms, "timeout", actual=False)
+        else:
+            routes.response(route.metric_labels, status, not error and not route.is_failure(status, grpc), ms,
+                            error, grpc_status=grpc)
+
+    def _record_endpoint(self, pair: _Pair, status: int, success: bool, error: str = "") -> None:
         if pair.recorded:
             return
         pair.recorded = True
@@ -795,7 +996,7 @@ class _Http2:
     # -- downgraded requests: HTTP/1 to the app (l5d-orig-proto, proxy.md §7.7) -----------------------------
 
     def _checked_out(self, pair: _Pair, reply: Upstream | Failed) -> None:
-        if pair.finished:
+        if pair.finished or pair.leg_gone:
             if isinstance(reply, Upstream):
                 self.out.append(Checkin(reply, reuse=False))
             return

@@ -58,6 +58,7 @@ from tether.proxy.http import errors
 from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Tunnel, Upstream
 from tether.proxy.http.errors import ProxyError
 from tether.proxy.http.metrics import HttpMetrics
+from tether.proxy.http.retries import Settled, settle
 from tether.proxy.protocol.http1 import (
     HOP_BY_HOP,
     MAX_HEAD_SIZE,
@@ -460,31 +461,23 @@ def _routed(server: Http1Connection, pending: deque[Event], request: RequestHead
             # Linkerd answers for an endpoint error below its retry layer (so it is a 502/504 like any other);
             # fail-fast comes from above it and is not retried.
             retryable = failure and not replay.overflow and (error is None or error.metric == "i/o")
-            if budget is not None and retryable:
-                expired = deadline is not None and settings.clock() >= deadline
-                withdrew = not expired and budget.withdraw()
+            expired = retryable and budget is not None and deadline is not None and settings.clock() >= deadline
+            settled = settle(budget, retryable, expired, routes, labels, status)
+            if settled is not Settled.FINAL:
+                if tried is not None:
+                    _record(settings, tried.labels, status, status < 500, start)
+                    tried.release()
+                    tried = None
+                if attempt.up is not None:
+                    yield Checkin(attempt.up, reuse=False)  # the failed response is not read further
+                if settled is Settled.RETRY:
+                    continue
+                # The timeout wraps the retries: it has passed, so the request ends here.
+                yield from _answer_only(server, errors.response_timeout(route.timeout), settings)
                 if routes is not None:
-                    if not expired:
-                        routes.retryable(labels, withdrew)
-                    if withdrew or expired:
-                        routes.actual_response(labels, status, False)
-                if withdrew or expired:
-                    if tried is not None:
-                        _record(settings, tried.labels, status, status < 500, start)
-                        tried.release()
-                        tried = None
-                    if attempt.up is not None:
-                        yield Checkin(attempt.up, reuse=False)  # the failed response is not read further
-                    if withdrew:
-                        continue
-                    # The timeout wraps the retries: it has passed, so the request ends here.
-                    yield from _answer_only(server, errors.response_timeout(route.timeout), settings)
-                    if routes is not None:
-                        routes.response(labels, 0, False, int((settings.clock() - start) * 1000), "timeout",
-                                        actual=False)
-                    return False
-            elif budget is not None:
-                budget.deposit()
+                    routes.response(labels, 0, False, int((settings.clock() - start) * 1000), "timeout",
+                                    actual=False)
+                return False
             if error is not None:
                 yield from _answer_error(server, error, settings, start, tried)
                 if routes is not None:

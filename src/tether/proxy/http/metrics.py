@@ -12,7 +12,7 @@ Label sets stay bounded as the TCP family's do: a label set not touched for
 ``retain_idle`` is dropped at the next scrape, and past ``max_series`` the least
 recently touched go first.
 
-Callers: ``tether.proxy.http.layer`` (recording), ``tether.proxy.metrics.Registry`` (rendering).
+Callers: ``tether.proxy.http.layer`` and ``http.h2`` (recording), ``tether.proxy.metrics.Registry`` (rendering).
 """
 
 from __future__ import annotations
@@ -146,20 +146,22 @@ class _RouteSeries:
         self.touched = now
 
 
-_CLASS_KEYS: dict[tuple[int, bool, str], str] = {}  # rendered once per (status, result, error)
+_CLASS_KEYS: dict[tuple[int, bool, str, int | None], str] = {}  # rendered once per (status, result, error, grpc)
 
 
-def _class_key(status: int, success: bool, error: str) -> str:
-    """A response's labels; ``status`` 0 when there was no response (a timeout), as Linkerd leaves it out."""
-    key = _CLASS_KEYS.get((status, success, error))
+def _class_key(status: int, success: bool, error: str, grpc_status: int | None = None) -> str:
+    """A response's labels; ``status`` 0 when there was no response (a timeout), as Linkerd leaves it out;
+    ``grpc_status`` for a gRPC response (the HTTP/2 layer), else ``""``."""
+    key = _CLASS_KEYS.get((status, success, error, grpc_status))
     if key is None:
         result = "success" if success else "failure"
+        grpc = "" if grpc_status is None else grpc_status
         if status:
-            key = f'status_code="{status}",classification="{result}",grpc_status="",error="{error}"'
+            key = f'status_code="{status}",classification="{result}",grpc_status="{grpc}",error="{error}"'
         else:
-            key = f'classification="{result}",grpc_status="",error="{error}"'
+            key = f'classification="{result}",grpc_status="{grpc}",error="{error}"'
         if len(_CLASS_KEYS) < 4096:
-            _CLASS_KEYS[(status, success, error)] = key
+            _CLASS_KEYS[(status, success, error, grpc_status)] = key
     return key
 
 
@@ -186,19 +188,20 @@ class RouteMetrics(_Store["_RouteSeries"]):
             series.retryable = True
 
     def response(self, labels: str, status: int, success: bool, latency_ms: int, error: str = "",
-                 actual: bool = True) -> None:
+                 actual: bool = True, grpc_status: int | None = None) -> None:
         """The request's end; ``actual``: its last attempt had this response too (not for a timeout)."""
         series = self._get(labels)
-        key = _class_key(status, success, error)
+        key = _class_key(status, success, error, grpc_status)
         series.responses[key] = series.responses.get(key, 0) + 1
         if actual:
             series.actual_responses[key] = series.actual_responses.get(key, 0) + 1
         _observe(series.latency, status, latency_ms)
 
-    def actual_response(self, labels: str, status: int, success: bool, error: str = "") -> None:
+    def actual_response(self, labels: str, status: int, success: bool, error: str = "",
+                        grpc_status: int | None = None) -> None:
         """An attempt that was not the last one."""
         series = self._get(labels)
-        key = _class_key(status, success, error)
+        key = _class_key(status, success, error, grpc_status)
         series.actual_responses[key] = series.actual_responses.get(key, 0) + 1
 
     def retryable(self, labels: str, withdrew: bool) -> None:

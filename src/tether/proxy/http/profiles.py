@@ -23,8 +23,8 @@ where missing, without a group -- so a top-level alternation ``/a|/b`` reads
 ``^/a|/b$`` there and here alike.
 
 Pure. Callers: ``outbound.profile_translation`` (building), ``http.routes``
-(matching and the traffic split) and ``http.layer`` (timeouts, retries,
-classification, route metrics).
+(matching and the traffic split) and ``http.layer`` / ``http.h2`` (timeouts,
+retries, classification, route metrics).
 """
 
 from __future__ import annotations
@@ -231,11 +231,14 @@ class Route:
     metric_labels: str = ""  # the route metrics' series: direction, dst, rt_* (set by the Profile)
     dst: bytes = b""  # the profile's service, name:port (l5d-dst-canonical; set by the Profile)
 
-    def is_failure(self, status: int) -> bool:
-        """The first class matching ``status`` decides; otherwise Linkerd's default (5xx is a failure)."""
+    def is_failure(self, status: int, grpc_status: int | None = None) -> bool:
+        """The first class matching ``status`` decides; otherwise, for a gRPC response (``grpc_status``, from its
+        headers or trailers), any code but OK is a failure; otherwise Linkerd's default (5xx is a failure)."""
         for response_class in self.classes:
             if response_class.condition.matches(status):
                 return response_class.is_failure
+        if grpc_status is not None:
+            return grpc_status != 0
         return status >= 500
 
 

@@ -26,14 +26,19 @@ window has passed (nearly always, on a real clock), which halves the memory
 to about ``ttl/2`` and leaves a stale slot counted; here exactly the windows
 that passed are cleared, so what is counted is the last ``ttl``.
 
+``settle`` is the decision after each attempt of a request on a profile
+route, the one both HTTP layers (``http.layer``, ``http.h2``) take.
+
 Pure: the clock is injected. Callers: ``outbound.profile_translation`` (one
-budget per profile update, shared by its retryable routes) and the HTTP layer.
+budget per profile update, shared by its retryable routes) and the HTTP layers.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Callable
+from typing import Any
 
 WINDOWS = 10
 MAX_RETRIES_PER_SECOND = 2**31 - 1
@@ -105,3 +110,38 @@ class RetryBudget:
             slots[index] = 0
         self._index = (self._index + passed) % WINDOWS
         self._stamp += passed * self._window
+
+
+class Settled(enum.Enum):
+    """What follows an attempt of a request on a profile route."""
+
+    FINAL = "final"  # this attempt's answer is the request's
+    RETRY = "retry"  # the budget allowed another attempt (a new pick)
+    EXPIRED = "expired"  # the route's timeout has passed: the request ends with the timeout error
+
+
+def settle(budget: RetryBudget | None, retryable: bool, expired: bool, routes: Any, labels: str, status: int,
+           grpc_status: int | None = None) -> Settled:
+    """After an attempt: ``retryable`` when it failed (by the route's classes) and the request can be sent
+    again; ``expired`` when the route's timeout has passed; ``routes``: the route metrics
+    (``metrics.RouteMetrics``) or None.
+
+    As Linkerd: without a budget nothing happens; an attempt that is not
+    retryable deposits (the request ends without a retry); a retryable one
+    withdraws, counted in ``route_retryable_total`` (``skipped="no_budget"``
+    when refused: no deposit then), and its response is an actual response.
+    """
+    if budget is None:
+        return Settled.FINAL
+    if not retryable:
+        budget.deposit()
+        return Settled.FINAL
+    withdrew = not expired and budget.withdraw()
+    if routes is not None:
+        if not expired:
+            routes.retryable(labels, withdrew)
+        if withdrew or expired:
+            routes.actual_response(labels, status, False, grpc_status=grpc_status)
+    if withdrew:
+        return Settled.RETRY
+    return Settled.EXPIRED if expired else Settled.FINAL

@@ -140,7 +140,8 @@ def test_requests_balanced_per_request_over_one_client_connection(tmp_path: Path
                 for b in servers:
                     inbound = await scrape(b)
                     got = samples(inbound, "response_total", direction="inbound", status_code="200",
-                                  client_id=client.identity, srv_name="all-unauthenticated")
+                                  client_id=client.identity, srv_name="all-unauthenticated",
+                                  route_name="default", authz_kind="default", authz_name="all-unauthenticated")
                     received += sum(v for _, v in got)
                 assert received == 60
             finally:

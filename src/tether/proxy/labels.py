@@ -69,6 +69,11 @@ def server_labels(policy_name: str, port: int) -> str:
     return render(("srv_group", ""), ("srv_kind", "default"), ("srv_name", policy_name), ("srv_port", str(port)))
 
 
+def authz_labels(authz_name: str) -> str:
+    """``authz_*`` for the default policy's authorization (kind ``default``), as Linkerd names them."""
+    return render(("authz_group", ""), ("authz_kind", "default"), ("authz_name", authz_name))
+
+
 def dst_labels(metric_labels: dict[str, str]) -> str:
     """An endpoint's destination labels, prefixed ``dst_`` and sorted by key."""
     return render(*((f"dst_{k}", v) for k, v in sorted(metric_labels.items())))

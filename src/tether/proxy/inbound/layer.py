@@ -79,6 +79,7 @@ class Session:
     tls_labels: str
     mesh_tls: bool
     client_id: str | None
+    authz: str = ""  # the authorization that allowed it (the default policy's name), once decided
 
 
 def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:
@@ -181,12 +182,12 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
                                                                 session.tls_labels))
         yield Refuse("unauthorized", accept)
         return
-    authz = labels.render(("authz_group", ""), ("authz_kind", "default"), ("authz_name", decision.authz))
+    authz = labels.authz_labels(decision.authz)
     yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server, authz,
                                                              session.tls_labels))
     yield SetLabels(accept)
     carry = PROTOCOL_LAYERS[type(verdict)]
-    yield from carry(session, settings)
+    yield from carry(replace(session, authz=decision.authz), settings)
 
 
 def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
@@ -229,7 +230,8 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
     metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
                                 labels.server_labels(settings.default_policy.value, target.port),
                                 labels.render(("route_group", ""), ("route_kind", "default"),
-                                              ("route_name", "default")))
+                                              ("route_name", "default")),
+                                labels.authz_labels(session.authz))
     http = replace(http, meshed_client=session.mesh_tls and session.client_id is not None,
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels)
     return inbound_router(target, settings.connect_timeout, metric_labels), http

@@ -795,18 +795,9 @@ class _Http2:
     def _again(self, pair: _Pair) -> None:
         """Another attempt: the kept request goes to a new pick (on a new upstream stream)."""
         up = pair.up
-        if up is not None and pair.usid is not None:
-            up.ep.reset(pair.usid, ErrorCodes.CANCEL)  # the failed response is not read further
-            up.streams.pop(pair.usid, None)
-            self._ack_up(pair)
-            if up.draining and not up.streams:
-                self._close_up(up)
-        pair.up = None
-        pair.usid = None
-        if pair.h1 is not None:
-            self.h1s.pop(pair.h1.io, None)
-            self.out.append(Checkin(pair.h1.io, reuse=False))
-            pair.h1 = None
+        self._drop_leg(pair)  # the failed response is not read further
+        if up is not None and up.draining and not up.streams:
+            self._close_up(up)
         if pair.pick is not None:
             pair.pick.release()
             pair.pick = None
@@ -887,6 +878,10 @@ class _Http2:
         """Forget the upstream leg (reset it if still open); request data from now on is dropped."""
         pair.leg_gone = True
         self._drop_request(pair)
+        self._drop_leg(pair)
+
+    def _drop_leg(self, pair: _Pair) -> None:
+        """The upstream leg goes: its stream reset (CANCEL), a downgraded request's HTTP/1 connection closed."""
         up = pair.up
         if up is not None and pair.usid is not None:
             up.ep.reset(pair.usid, ErrorCodes.CANCEL)

@@ -436,6 +436,42 @@ class HttpServer(App):
             await writer.drain()
 
 
+@dataclass
+class AppRequest:
+    """One HTTP/1 request as an app in the tests reads it (its own small parser, not the proxy's)."""
+
+    head: bytes
+    method: str
+    path: str
+    version: str
+    headers: dict[str, str]  # lowercased names
+    body: bytes
+
+
+async def read_request(reader: asyncio.StreamReader) -> AppRequest | None:
+    """The next request on an app's connection (Content-Length or chunked body); None at EOF or when the first
+    line is not an HTTP/1 request line (an HTTP/2 preface, say)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode().split("\r\n")
+    try:
+        method, path, version = lines[0].split(" ")
+    except ValueError:
+        return None
+    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ln)}
+    body = b""
+    if "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        while (size := int((await reader.readline()).split(b";")[0], 16)) > 0:
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+        await reader.readuntil(b"\r\n")
+    return AppRequest(head, method, path, version, headers, body)
+
+
 async def http_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> tuple[int, bytes]:
     """One HTTP/1.1 request on an open connection; (status, body)."""
     writer.write(f"GET {path} HTTP/1.1\r\nhost: web\r\n\r\n".encode())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from proxy_harness import App, EchoServer, Mesh, connection, run, samples, scrape, until
+from proxy_harness import App, EchoServer, Mesh, connection, read_request, run, samples, scrape, until
 
 from tether.proxy.protocol.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
 
@@ -25,23 +25,9 @@ class Web(App):
         self.requests: list[tuple[str, str, dict[str, str]]] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            lines = head.decode().split("\r\n")
-            method, path, _ = lines[0].split(" ")
-            headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ln)}
+        while (request := await read_request(reader)) is not None:
+            method, path, headers, body = request.method, request.path, request.headers, request.body
             self.requests.append((method, path, headers))
-            body = b""
-            if "content-length" in headers:
-                body = await reader.readexactly(int(headers["content-length"]))
-            elif headers.get("transfer-encoding") == "chunked":
-                while (size := int((await reader.readline()).split(b";")[0], 16)) > 0:
-                    body += await reader.readexactly(size)
-                    await reader.readexactly(2)
-                await reader.readuntil(b"\r\n")
             if path == "/ws":
                 writer.write(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n")
                 while data := await reader.read(65536):

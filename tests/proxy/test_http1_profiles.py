@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from proxy_harness import NS, App, Mesh, connection, run, samples, scrape, until
+from proxy_harness import NS, App, Mesh, connection, read_request, run, samples, scrape, until
 from test_http1_mesh import header, request
 
 from tether.proxy.addrs import parse_socket_addr
@@ -36,15 +36,8 @@ class Api(App):
         self._flaky = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            lines = head.decode().split("\r\n")
-            method, path, _ = lines[0].split(" ")
-            headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ln)}
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
+        while (request := await read_request(reader)) is not None:
+            method, path, headers, body = request.method, request.path, request.headers, request.body
             self.paths.append(path)
             self.bodies.append(body)
             self.headers.append(headers)

@@ -17,7 +17,7 @@ import grpc
 import h2.config
 import h2.connection
 import h2.events
-from proxy_harness import NS, App, Mesh, run, samples, scrape, until
+from proxy_harness import NS, App, Mesh, read_request, run, samples, scrape, until
 from test_http1_profiles import CD, profile_in, service_profile
 
 from tether.proxy.addrs import parse_socket_addr
@@ -339,26 +339,9 @@ class Web(App):
         self.heads: list[bytes] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            self.heads.append(head)
-            lines = head.decode().split("\r\n")
-            try:
-                method, path, version = lines[0].split(" ")
-            except ValueError:  # not HTTP/1 (an HTTP/2 preface): hang up
-                return
-            headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ln)}
-            body = b""
-            if "content-length" in headers:
-                body = await reader.readexactly(int(headers["content-length"]))
-            elif headers.get("transfer-encoding") == "chunked":
-                while (size := int((await reader.readline()).split(b";")[0], 16)) > 0:
-                    body += await reader.readexactly(size)
-                    await reader.readexactly(2)
-                await reader.readuntil(b"\r\n")
+        while (request := await read_request(reader)) is not None:
+            self.heads.append(request.head)
+            method, path, version, body = request.method, request.path, request.version, request.body
             answer = f"{self.name} {method} {path} {version} ".encode() + body
             writer.write(b"HTTP/1.1 200 OK\r\nx-app: yes\r\nconnection: keep-alive\r\ncontent-length: %d\r\n\r\n%s"
                          % (len(answer), answer))

@@ -1,0 +1,1 @@
+"""The policy controller: Linkerd's policy resources to InboundServerPolicies and OutboundPolicies."""

@@ -37,6 +37,7 @@ _COMMANDS = {
     "install": "tether.cli.install_cmd:install",
     "upgrade": "tether.cli.install_cmd:upgrade",
     "uninstall": "tether.cli.install_cmd:uninstall",
+    "check": "tether.cli.check:check",
     "version": "tether.cli.main:version",
 }
 

@@ -67,6 +67,10 @@ class Platform:
         if metrics is not None and isinstance(getattr(metrics, "registry", None), CollectorRegistry):
             registry.register(metrics.registry)  # a registry is a collector too
 
+    def client_settings(self) -> Any:
+        """The ``ClientSettings`` of ``--kubeconfig``/``--kube-context`` (for commands that call the API)."""
+        return self._settings()
+
     def _settings(self) -> Any:
         from tether.platform.kubernetes.client import ClientSettings
 

@@ -96,18 +96,26 @@ def _version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _inspect(path: Path, busy_timeout: float) -> None:
-    """Check, read-only, that ``path`` is a sound Tether store this code can use."""
+def _inspect(path: Path, busy_timeout: float) -> int:
+    """Check, read-only, that ``path`` is a sound Tether store this code can use; its schema version."""
     with sqlite_errors(path):
         conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=busy_timeout)
         try:
-            _version(conn, path)
+            version = _version(conn, path)
             # Checked before the first write: writing into a damaged file could spread the damage.
             problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
                 raise StoreError(f"{path}: the store file is corrupt ({'; '.join(problems)}); it was left untouched")
+            return version
         finally:
             conn.close()
+
+
+def stored_version(path: Path, busy_timeout: float = 2.0) -> int:
+    """The schema version of the store at ``path``, read without changing anything (``tether check``)."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no store file")
+    return _inspect(path, busy_timeout)
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:

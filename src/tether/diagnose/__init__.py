@@ -1,0 +1,14 @@
+"""Health checks (``tether check``) and layer-by-layer diagnosis (``tether diagnose``).
+
+- ``checks``: the check model (categories of checks, each a success, warning or
+  error with a hint), the runner with ``--wait`` retries, and Linkerd's text and
+  JSON renderings;
+- ``certs``: the identity checks of trust anchors and issuers (pure);
+- ``local``: the categories for the local platform;
+- ``kube``: the categories for Kubernetes;
+- ``facts``: what a diagnosis reads off the local platform (store, proxies, rules);
+- ``layers``: the diagnosis itself, injection -> ... -> application.
+
+Sits between ``tether.cli`` and the controllers: it reads the platform, the store,
+the identity PKI helpers and proxy metrics; the CLI only parses flags and prints.
+"""

@@ -1,0 +1,104 @@
+"""What check and diagnose read off the local platform: settings, pods, their network namespaces and rules.
+
+Everything here reads; nothing changes the platform.  Rules are read with
+``iptables -t nat -S`` inside the pod's namespace, and judged against the chain
+names proxy-init and the service rules install.
+
+Callers: ``tether.diagnose.local`` and ``tether.diagnose.layers``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tether.platform.local import deployments
+from tether.platform.local.config import LocalPlatformConfig
+from tether.platform.local.netns import HostNet, LocalNetError, exec_argv, netns_exists, run
+from tether.platform.local.proxy_init import OUTPUT_CHAIN, REDIRECT_CHAIN
+from tether.platform.local.sandbox import sandbox_name
+from tether.platform.local.services import CHAIN as SERVICES_CHAIN
+from tether.platform.local.sidecar import is_meshed
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def ref(pod: Obj) -> PodRef:
+    return PodRef(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+
+def netns_of(config: LocalPlatformConfig, pod: Obj) -> str:
+    meta = pod["metadata"]
+    return HostNet(config.netns).netns_name(sandbox_name(meta["namespace"], meta["name"]))
+
+
+def nat_rules(netns: str) -> list[str]:
+    """``iptables -t nat -S`` inside ``netns``; raises ``LocalNetError`` when it cannot be read."""
+    if not netns_exists(netns):
+        raise LocalNetError(f"network namespace {netns} does not exist")
+    return run(exec_argv(netns, ["iptables", "-t", "nat", "-S"])).splitlines()
+
+
+def redirect_problem(rules: list[str]) -> str | None:
+    """What is missing of proxy-init's redirection in a meshed pod's nat table, or None."""
+    missing = []
+    if not any(r.startswith("-A PREROUTING") and f"-j {REDIRECT_CHAIN}" in r for r in rules):
+        missing.append(f"PREROUTING does not jump to {REDIRECT_CHAIN}")
+    if not any(r.startswith("-A OUTPUT") and f"-j {OUTPUT_CHAIN}" in r for r in rules):
+        missing.append(f"OUTPUT does not jump to {OUTPUT_CHAIN}")
+    if not any(r.startswith(f"-A {REDIRECT_CHAIN}") and "--to-ports" in r for r in rules):
+        missing.append(f"{REDIRECT_CHAIN} redirects nothing to the proxy's inbound port")
+    if not any(r.startswith(f"-A {OUTPUT_CHAIN}") and "--to-ports" in r for r in rules):
+        missing.append(f"{OUTPUT_CHAIN} redirects nothing to the proxy's outbound port")
+    return "; ".join(missing) or None
+
+
+def services_problem(rules: list[str]) -> str | None:
+    if not any(r.startswith("-A OUTPUT") and f"-j {SERVICES_CHAIN}" in r for r in rules):
+        return f"OUTPUT does not jump to {SERVICES_CHAIN} (service addresses are not translated)"
+    return None
+
+
+def bridge_problem(config: LocalPlatformConfig) -> str | None:
+    """Whether the host bridge is there, up, and carries the pods' gateway address."""
+    try:
+        links = json.loads(run(["ip", "-j", "addr", "show", "dev", config.bridge]) or "[]")
+    except LocalNetError:
+        return f"bridge {config.bridge} does not exist"
+    if not links:
+        return f"bridge {config.bridge} does not exist"
+    link = links[0]
+    if "UP" not in link.get("flags", ()):
+        return f"bridge {config.bridge} is down"
+    gateway = config.gateway
+    addrs = {(a.get("local"), a.get("prefixlen")) for a in link.get("addr_info", ())}
+    if (str(gateway.ip), gateway.network.prefixlen) not in addrs:
+        return f"bridge {config.bridge} does not carry the pods' gateway {gateway}"
+    return None
+
+
+def running(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def meshed(pod: Obj) -> bool:
+    return is_meshed(pod)
+
+
+def ready(pod: Obj) -> bool:
+    return deployments.pod_ready(pod)
+
+
+def deployment_of(pod: Obj) -> str | None:
+    return deployments.managed_by(pod)

@@ -5,9 +5,7 @@
   JSON renderings;
 - ``certs``: the identity checks of trust anchors and issuers (pure);
 - ``local``: the categories for the local platform;
-- ``kube``: the categories for Kubernetes;
-- ``facts``: what a diagnosis reads off the local platform (store, proxies, rules);
-- ``layers``: the diagnosis itself, injection -> ... -> application.
+- ``facts`` and ``proxies``: what check and diagnose read off the local platform and its proxies.
 
 Sits between ``tether.cli`` and the controllers: it reads the platform, the store,
 the identity PKI helpers and proxy metrics; the CLI only parses flags and prints.

@@ -29,7 +29,7 @@ from tether.identity.certifier import Certifier
 from tether.identity.server import IdentityConfig, IdentityService
 from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier, TokenKey
-from tether.proxy import certs
+from tether.proxy.core import certs
 
 WEB = WorkloadIdentity("web", "emojivoto")
 

@@ -17,7 +17,7 @@ CPU seconds per GiB (from /proc). The machine's cores are shared by all four
 processes, so throughput is bounded by CPU; CPU per GiB is the steadier figure.
 
 ``--compare-tls`` adds the measurement that chose the proxy's TLS transport
-(see ``tether.proxy.driver``): two bare forwarders (plain -> TLS -> plain), once
+(see ``tether.proxy.io.driver``): two bare forwarders (plain -> TLS -> plain), once
 with the event loop's native TLS transport, once with TLS on memory BIOs driven
 from Python. Asserts nothing.
 """

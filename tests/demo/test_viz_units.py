@@ -303,7 +303,7 @@ def test_latency_counts_helper_matches_the_proxys_buckets() -> None:
 
 def test_counters_read_what_the_proxys_http_metrics_render() -> None:
     """Tether's own proxy (once it records HTTP) renders what viz parses: the same names, labels and buckets."""
-    http_metrics = pytest.importorskip("tether.proxy.http.metrics")
+    http_metrics = pytest.importorskip("tether.proxy.core.http_metrics")
     clock = _Clock()
     metrics = http_metrics.HttpMetrics(clock, retain_idle=600.0)
     inbound = (f'direction="inbound",target_addr="10.0.0.2:8080",target_ip="10.0.0.2",target_port="8080",'

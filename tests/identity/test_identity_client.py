@@ -23,8 +23,8 @@ from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer, c
 from tether.identity.server import IdentityService
 from tether.naming import WorkloadIdentity
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier
-from tether.proxy import certs
-from tether.proxy.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
+from tether.proxy.core import certs
+from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 
 NAME = WEB.dns_name
 SHORT_LIVED = IssuanceSettings(lifetime=timedelta(seconds=100))

@@ -15,7 +15,7 @@ from tether.cli.init_cmd import init
 from tether.injector import MeshConfig, Origin, inject
 from tether.injector.manifests import dump_yaml
 from tether.platform.local.proxy_init import ProxyInitConfig, nat_rules, parse_ports, parse_subnets
-from tether.proxy.config import DefaultPolicy, ProxyConfig
+from tether.proxy.core.config import DefaultPolicy, ProxyConfig
 
 from .helpers import DATA, POD_FIELDS, container, deployment, kubelet_env, pod, template_of
 

@@ -19,9 +19,9 @@ import h2.config
 import h2.connection
 import h2.events
 
-from tether.proxy import commands as cmd
-from tether.proxy.http.commands import Checkin, Checkout, OpenUp, Poll, Polled, SendDown, Start, Upstream
-from tether.proxy.protocol.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
+from tether.proxy.core import commands as cmd
+from tether.proxy.core.http_commands import Checkin, Checkout, OpenUp, Poll, Polled, SendDown, Start, Upstream
+from tether.proxy.codec.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
 
 Handler = Callable[["H2Server", int, list[tuple[bytes, bytes]], bytes], None]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tether.proxy import commands as cmd
+from tether.proxy.core import commands as cmd
 
 
 def drive(layer: cmd.Layer, answer: Callable[[cmd.Command], Any]) -> list[cmd.Command]:

@@ -42,8 +42,8 @@ from proxy_harness import (  # noqa: E402
     scrape,
 )
 
-from tether.proxy.addrs import parse_socket_addr  # noqa: E402
-from tether.proxy.listeners import bind, local_addr, original_dst  # noqa: E402
+from tether.proxy.codec.addrs import parse_socket_addr  # noqa: E402
+from tether.proxy.io.listeners import bind, local_addr, original_dst  # noqa: E402
 
 SKIP = 77
 

@@ -48,7 +48,7 @@ from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier, TokenKey
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.proxy.app import Proxy
-from tether.proxy.config import ProxyConfig
+from tether.proxy.core.config import ProxyConfig
 from tether.store import Store
 
 NS = "emojivoto"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from proxy_harness import Mesh, connection, parse_metrics, read_all, run
 
-from tether.proxy.admin import AdminServer, Request
+from tether.proxy.io.admin import AdminServer, Request
 from tether.proxy.app import Proxy
-from tether.proxy.logs import LogFilter, parse
-from tether.proxy.metrics import Registry
+from tether.proxy.core.logs import LogFilter, parse
+from tether.proxy.core.metrics import Registry
 
 
 async def request(proxy: Proxy, method: str, path: str, body: bytes = b"",

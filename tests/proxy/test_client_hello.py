@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.client_hello: real ClientHellos from Python's ssl, edge cases by hand, fuzzing."""
+"""tether.proxy.codec.client_hello: real ClientHellos from Python's ssl, edge cases by hand, fuzzing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from proxy_tls_helpers import (
     sni_extension,
 )
 
-from tether.proxy.protocol.client_hello import (
+from tether.proxy.codec.client_hello import (
     MAX_CLIENT_HELLO_SIZE,
     ClientHello,
     ClientHelloError,
@@ -25,7 +25,7 @@ from tether.proxy.protocol.client_hello import (
     NotClientHello,
     TruncatedClientHello,
 )
-from tether.proxy.protocol.common import NEED_DATA, LocalProtocolError
+from tether.proxy.codec.common import NEED_DATA, LocalProtocolError
 
 MESH_NAME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
 

@@ -1,4 +1,4 @@
-"""tether.proxy.durations: Linkerd's duration syntax (proxy.md §2.1)."""
+"""tether.proxy.core.durations: Linkerd's duration syntax (proxy.md §2.1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.proxy.durations import parse_duration
+from tether.proxy.core.durations import parse_duration
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.http1: wire tables, keep-alive, switches, limits, and fuzzing (no sockets)."""
+"""tether.proxy.codec.http1: wire tables, keep-alive, switches, limits, and fuzzing (no sockets)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.proxy.protocol.common import LocalProtocolError, RemoteProtocolError
-from tether.proxy.protocol.http1 import (
+from tether.proxy.codec.common import LocalProtocolError, RemoteProtocolError
+from tether.proxy.codec.http1 import (
     TRANSITIONS,
     BadMessage,
     Body,
@@ -378,7 +378,7 @@ def _split_feed(conn: Http1Connection, wire: bytes, splits: list[int]) -> list[E
 
 
 def test_start_line_errors_are_their_own_kind() -> None:
-    from tether.proxy.protocol.http1 import MAX_START_LINE, BadStartLine
+    from tether.proxy.codec.http1 import MAX_START_LINE, BadStartLine
 
     with pytest.raises(BadStartLine):
         Http1Connection(Role.SERVER).receive_data(b"NOT-HTTP-" * (MAX_START_LINE // 9 + 2))
@@ -421,7 +421,7 @@ HEADER_BYTES = st.binary(max_size=12) | st.sampled_from([b"Host", b"Content-Leng
 def test_fast_head_parser_is_never_laxer_than_the_python_rules(pairs: list[tuple[bytes, bytes]],
                                                                request: bool) -> None:
     """``_parse_head`` (llhttp, falling back to Python) gives what ``_parse_headers`` gives, or the same refusal."""
-    from tether.proxy.protocol.http1 import HOP_BY_HOP, _parse_head, _parse_headers, scan_framing
+    from tether.proxy.codec.http1 import HOP_BY_HOP, _parse_head, _parse_headers, scan_framing
 
     lines = [name + b":" + value for name, value in pairs]
     if any(b"\r" in line or b"\n" in line for line in lines):

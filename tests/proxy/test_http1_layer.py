@@ -1,4 +1,4 @@
-"""tether.proxy.http.layer without sockets: requests in, commands out, replies made up (proxy.md §7.8, §7.9, §9.2)."""
+"""tether.proxy.core.http1_layer without sockets: requests in, commands out, replies made up (proxy.md §7.8, §7.9, §9.2)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from layer_helpers import drive, kinds
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_ip
-from tether.proxy.http import errors
-from tether.proxy.http.commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Tunnel, Upstream
-from tether.proxy.http.layer import HttpSettings, InFlight, Pick, http1
-from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.protocol.http1 import Http1Connection, RequestHead, ResponseHead, Role
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core import errors
+from tether.proxy.core.http_commands import Checkin, Checkout, RecvDown, RecvUp, SendDown, SendUp, Tunnel, Upstream
+from tether.proxy.core.http1_layer import HttpSettings, InFlight, Pick, http1
+from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.codec.http1 import Http1Connection, RequestHead, ResponseHead, Role
 
 ADDR = SocketAddr(parse_ip("10.0.0.7"), 8080)
 CONNECT = cmd.Connect(ADDR, None, 1.0, "x")
@@ -220,7 +220,7 @@ def test_latency_buckets_render_linkerd_style() -> None:
 def test_pool_reuses_open_connections_and_sweeps_idle_ones() -> None:
     import asyncio
 
-    from tether.proxy.http.pool import Pool
+    from tether.proxy.io.pool import Pool
 
     class Transport:
         def __init__(self) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from proxy_harness import App, EchoServer, Mesh, connection, read_request, run, samples, scrape, until
 
-from tether.proxy.protocol.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
+from tether.proxy.codec.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
 
 
 class Web(App):

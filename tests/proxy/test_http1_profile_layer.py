@@ -10,16 +10,16 @@ from layer_helpers import drive, kinds
 from test_http1_layer import CONNECT, LABELS, Clock, Fake, fixed_router
 from test_proxy_driver import TARGET, accepted_pair, new_driver
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.http import errors
-from tether.proxy.http.commands import Checkin, Checkout, RecvUp, Upstream
-from tether.proxy.http.errors import ProxyError
-from tether.proxy.http.layer import MAX_REPLAY, HttpSettings, Pick, http1
-from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.http.profiles import MATCH_ALL, Profile, ResponseClass, Route, Split, StatusRange
-from tether.proxy.http.retries import RetryBudget
-from tether.proxy.protocol.http1 import RequestHead
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core import errors
+from tether.proxy.core.http_commands import Checkin, Checkout, RecvUp, Upstream
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http1_layer import MAX_REPLAY, HttpSettings, Pick, http1
+from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.core.profiles import MATCH_ALL, Profile, ResponseClass, Route, Split, StatusRange
+from tether.proxy.core.retries import RetryBudget
+from tether.proxy.codec.http1 import RequestHead
 
 RT = 'direction="outbound",dst="web:80",rt_route="r"'
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -173,8 +173,7 @@ def test_failfast_is_answered_not_retried() -> None:
     route = make_route(budget=b)
     failfast = errors.failfast("web:80")
     fake = Fake(down=[GET], ups=[])
-    run(fake, routed(events, route, [ProxyError(failfast.status, failfast.message, metric="failfast",
-                                                route=route)]), metrics)
+    run(fake, routed(events, route, [ProxyError(failfast.kind, failfast.message, route=route)]), metrics)
     assert fake.to_down.startswith(b"HTTP/1.1 504")
     assert events == ["route"]
     series = metrics.routes.snapshot()[RT]

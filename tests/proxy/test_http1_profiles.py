@@ -16,9 +16,9 @@ from typing import Any
 from proxy_harness import NS, App, Mesh, connection, read_request, run, samples, scrape, until
 from test_http1_mesh import header, request
 
-from tether.proxy.addrs import parse_socket_addr
+from tether.proxy.codec.addrs import parse_socket_addr
 from tether.proxy.app import Proxy
-from tether.proxy.outbound.discovery import ProfileWatch
+from tether.proxy.io.discovery import ProfileWatch
 
 CD = "svc.cluster.local"
 

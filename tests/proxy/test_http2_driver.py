@@ -8,9 +8,9 @@ from typing import Any
 
 from test_proxy_driver import TARGET, accepted_pair, new_driver
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.http.commands import Checkin, OpenUp, Poll, Polled, Start, Upstream
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.http_commands import Checkin, OpenUp, Poll, Polled, Start, Upstream
 
 
 class Source:

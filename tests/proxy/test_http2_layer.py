@@ -1,4 +1,4 @@
-"""tether.proxy.http.h2 without sockets: an h2 client in, scripted servers out (proxy.md §7.3, §7.7-7.9, §9.2)."""
+"""tether.proxy.core.http2_layer without sockets: an h2 client in, scripted servers out (proxy.md §7.3, §7.7-7.9, §9.2)."""
 
 from __future__ import annotations
 
@@ -13,23 +13,23 @@ from h2_fakes import Client, H1App, H2Server, Harness, RawClient, respond
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.proxy import commands as cmd
-from tether.proxy import labels
-from tether.proxy.addrs import SocketAddr, parse_ip
-from tether.proxy.config import DefaultPolicy
-from tether.proxy.http import errors
-from tether.proxy.http.commands import Poll, Polled, SendDown, Start
-from tether.proxy.http.errors import ProxyError
-from tether.proxy.http.h2 import http2
-from tether.proxy.http.layer import HttpSettings, InFlight, Pick
-from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.inbound import layer as inbound
-from tether.proxy.outbound import layer as outbound
-from tether.proxy.outbound.discovery import FORWARD
+from tether.proxy.core import commands as cmd
+from tether.proxy.core import labels
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.config import DefaultPolicy
+from tether.proxy.core import errors
+from tether.proxy.core.http_commands import Poll, Polled, SendDown, Start
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http2_layer import http2
+from tether.proxy.core.http1_layer import HttpSettings, InFlight, Pick
+from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.core import inbound as inbound
+from tether.proxy.core import outbound as outbound
+from tether.proxy.core.resolution import FORWARD
 from tether.ports import PortSet
-from tether.proxy.protocol.http1 import RequestHead
-from tether.proxy.protocol.detect import Http2
-from tether.proxy.protocol.http2 import PREFACE
+from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.codec.detect import Http2
+from tether.proxy.codec.http2 import PREFACE
 
 ADDRS = [SocketAddr(parse_ip(f"10.0.0.{i}"), 8080) for i in range(1, 4)]
 LABELS = 'direction="outbound",target_addr="10.0.0.9:80"'

@@ -20,8 +20,8 @@ import h2.events
 from proxy_harness import NS, App, Mesh, read_request, run, samples, scrape, until
 from test_http1_profiles import CD, profile_in, service_profile
 
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.protocol.transport_header import SessionProtocol, TransportHeader, encode
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
 
 TRANSPORT_ALPN = "transport.l5d.io/v1"
 

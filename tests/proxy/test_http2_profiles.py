@@ -14,15 +14,15 @@ from typing import Any
 from h2.errors import ErrorCodes
 from h2_fakes import Client, FakeClock, H2Server, Harness, respond
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_ip
-from tether.proxy.http.errors import ProxyError
-from tether.proxy.http.h2 import _Http2, http2
-from tether.proxy.http.layer import MAX_REPLAY, HttpSettings, Pick
-from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.http.profiles import PathRegex, Profile, ResponseClass, Route, Split, StatusRange
-from tether.proxy.http.retries import RetryBudget
-from tether.proxy.protocol.http1 import RequestHead
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http2_layer import _Http2, http2
+from tether.proxy.core.http1_layer import MAX_REPLAY, HttpSettings, Pick
+from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.core.profiles import PathRegex, Profile, ResponseClass, Route, Split, StatusRange
+from tether.proxy.core.retries import RetryBudget
+from tether.proxy.codec.http1 import RequestHead
 
 ADDRS = [SocketAddr(parse_ip(f"10.0.0.{i}"), 8080) for i in range(1, 3)]
 LABELS = 'direction="outbound",target_addr="10.0.0.9:80"'

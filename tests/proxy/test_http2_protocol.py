@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.http2: send buffers within the windows, GOAWAY without closing, errors with codes."""
+"""tether.proxy.codec.http2: send buffers within the windows, GOAWAY without closing, errors with codes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from h2.errors import ErrorCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.proxy.protocol.http2 import CONNECTION_WINDOW, PREFACE, GoAway, H2Endpoint, H2ProtocolError
+from tether.proxy.codec.http2 import CONNECTION_WINDOW, PREFACE, GoAway, H2Endpoint, H2ProtocolError
 
 REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/")]
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_ip
-from tether.proxy.http.errors import ProxyError
-from tether.proxy.http.layer import Pick
-from tether.proxy.http.profiles import Backend, Method, Profile, Route, Split
-from tether.proxy.http.routes import OVERRIDE_ROUTE, outbound_router, parse_override
-from tether.proxy.outbound.balancer import Balancer
-from tether.proxy.outbound.discovery import Resolution
-from tether.proxy.outbound.endpoint import Endpoint
-from tether.proxy.protocol.http1 import RequestHead
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http1_layer import Pick
+from tether.proxy.core.profiles import Backend, Method, Profile, Route, Split
+from tether.proxy.core.routes import OVERRIDE_ROUTE, outbound_router, parse_override
+from tether.proxy.core.balancer import Balancer
+from tether.proxy.core.resolution import Resolution
+from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.codec.http1 import RequestHead
 
 WEB = "web.emojivoto.svc.cluster.local:80"
 V1 = "web-v1.emojivoto.svc.cluster.local:80"
@@ -36,8 +36,7 @@ class Watch:
 
     def __init__(self, resolution: Resolution | None = None) -> None:
         self.resolution = resolution
-        self.answered = asyncio.Event()
-        self.answered.set()
+        self.ready = True
 
 
 def router(resolution: Resolution, draw: float = 0.0, **kwargs: Any) -> Any:

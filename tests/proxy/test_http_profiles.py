@@ -10,13 +10,13 @@ import pytest
 
 from tether.api import destination_pb2 as pb
 from tether.api import http_types_pb2
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.config import Backoff
-from tether.proxy.http import profiles
-from tether.proxy.http.profiles import Backend, Profile, Route, Split, request_path
-from tether.proxy.http.retries import RetryBudget
-from tether.proxy.outbound.discovery import Discovery
-from tether.proxy.outbound.profile_translation import translate
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.config import Backoff
+from tether.proxy.core import profiles
+from tether.proxy.core.profiles import Backend, Profile, Route, Split, request_path
+from tether.proxy.core.retries import RetryBudget
+from tether.proxy.io.discovery import Discovery
+from tether.proxy.core.profile_translation import translate
 
 DST = "web.emojivoto.svc.cluster.local:80"
 GET = http_types_pb2.HttpMethod(registered=http_types_pb2.HttpMethod.GET)

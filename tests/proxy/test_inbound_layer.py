@@ -8,14 +8,14 @@ import pytest
 from layer_helpers import drive, kinds, replies
 
 from tether.ports import PortSet
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_socket_addr
-from tether.proxy.config import DefaultPolicy
-from tether.proxy.inbound.layer import InboundSettings, inbound
-from tether.proxy.inbound.policy import authorize
-from tether.proxy.protocol import detect
-from tether.proxy.protocol.client_hello import ClientHello
-from tether.proxy.protocol.transport_header import HeaderReceived, NoHeader, SessionProtocol, TransportHeader
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_socket_addr
+from tether.proxy.core.config import DefaultPolicy
+from tether.proxy.core.inbound import InboundSettings, inbound
+from tether.proxy.core.inbound_policy import authorize
+from tether.proxy.codec import detect
+from tether.proxy.codec.client_hello import ClientHello
+from tether.proxy.codec.transport_header import HeaderReceived, NoHeader, SessionProtocol, TransportHeader
 
 ME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
 CLIENT_ID = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"

@@ -26,7 +26,7 @@ from proxy_harness import (
 )
 
 from tether.proxy.app import Proxy
-from tether.proxy.protocol.transport_header import PREFACE, TransportHeader, encode
+from tether.proxy.codec.transport_header import PREFACE, TransportHeader, encode
 
 ALPN = ["transport.l5d.io/v1"]
 

@@ -10,9 +10,10 @@ import pytest
 
 from tether.api import destination_pb2 as pb
 from tether.api.addresses import to_tcp_address
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.outbound.balancer import DEFAULT_RTT, Balancer, PeakEwma
-from tether.proxy.outbound.endpoint import Endpoint
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.balancer import DEFAULT_RTT, Balancer, PeakEwma
+from tether.proxy.io.discovery import WaitingBalancer
+from tether.proxy.core.endpoint import Endpoint
 
 
 class Clock:
@@ -89,7 +90,7 @@ def test_updates_replace_metadata_and_keep_statistics() -> None:
 def test_failfast_after_the_set_has_been_empty_for_the_timeout() -> None:
     async def scenario() -> None:
         clock = Clock()
-        balancer = Balancer(failfast=3.0, clock=clock)
+        balancer = WaitingBalancer(failfast=3.0, clock=clock)
         assert not balancer.in_failfast()
         clock.now += 3.0
         assert balancer.in_failfast()
@@ -104,7 +105,7 @@ def test_failfast_after_the_set_has_been_empty_for_the_timeout() -> None:
 
 def test_waiting_for_the_first_endpoint() -> None:
     async def scenario() -> None:
-        balancer = Balancer(failfast=30.0, clock=asyncio.get_running_loop().time)
+        balancer = WaitingBalancer(failfast=30.0, clock=asyncio.get_running_loop().time)
         waiting = asyncio.ensure_future(balancer.wait(timeout=30.0))
         await asyncio.sleep(0)
         assert not waiting.done()

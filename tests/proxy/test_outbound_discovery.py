@@ -18,7 +18,7 @@ from proxy_harness import (
     until,
 )
 
-from tether.proxy.addrs import SocketAddr
+from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.app import Proxy
 
 AUTHORITY = "web.emojivoto.svc.cluster.local:7000"

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import pytest
 from layer_helpers import drive, kinds, replies
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_socket_addr
-from tether.proxy.outbound.balancer import Balancer
-from tether.proxy.outbound.discovery import Resolution
-from tether.proxy.outbound.endpoint import Endpoint
-from tether.proxy.outbound.layer import OutboundSettings, outbound
-from tether.proxy.protocol import detect
-from tether.proxy.protocol.transport_header import SessionProtocol, TransportHeader, TransportHeaderDecoder, encode
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_socket_addr
+from tether.proxy.core.balancer import Balancer
+from tether.proxy.core.resolution import Resolution
+from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.core.outbound import OutboundSettings, outbound
+from tether.proxy.codec import detect
+from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, TransportHeaderDecoder, encode
 
 SVC = parse_socket_addr("10.96.0.10:7000")
 POD = parse_socket_addr("10.1.0.5:7000")

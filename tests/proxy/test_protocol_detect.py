@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.detect: verdicts from first bytes, timeouts and EOF, TLS then HTTP."""
+"""tether.proxy.codec.detect: verdicts from first bytes, timeouts and EOF, TLS then HTTP."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proxy_tls_helpers import built_client_hello, extension, real_client_hello, sni_extension
 
-from tether.proxy.protocol.client_hello import ClientHello
-from tether.proxy.protocol.common import NEED_DATA, LocalProtocolError
-from tether.proxy.protocol.detect import (
+from tether.proxy.codec.client_hello import ClientHello
+from tether.proxy.codec.common import NEED_DATA, LocalProtocolError
+from tether.proxy.codec.detect import (
     Closed,
     Detector,
     Http1,

@@ -1,4 +1,4 @@
-"""tether.proxy.addrs: DNS names, IPs, networks and host:port addresses."""
+"""tether.proxy.codec.addrs: DNS names, IPs, networks and host:port addresses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.proxy.addrs import (
+from tether.proxy.codec.addrs import (
     NameAddr,
     SocketAddr,
     is_dns_name,

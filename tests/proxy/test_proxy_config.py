@@ -1,4 +1,4 @@
-"""tether.proxy.config: the LINKERD2_PROXY_* environment contract (proxy.md §2)."""
+"""tether.proxy.core.config: the LINKERD2_PROXY_* environment contract (proxy.md §2)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tether.ports import PortSet
-from tether.proxy.addrs import NameAddr, SocketAddr
-from tether.proxy.config import (
+from tether.proxy.codec.addrs import NameAddr, SocketAddr
+from tether.proxy.core.config import (
     EX_CONFIG,
     Backoff,
     ConfigError,

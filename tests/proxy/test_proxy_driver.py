@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proxy_tls_helpers import real_client_hello
 
-from tether.proxy import commands as cmd
-from tether.proxy.addrs import SocketAddr, parse_socket_addr
-from tether.proxy.driver import Driver, _Conn
-from tether.proxy.metrics import Registry
-from tether.proxy.protocol import detect
-from tether.proxy.protocol.client_hello import ClientHello
-from tether.proxy.tls import TlsState
+from tether.proxy.core import commands as cmd
+from tether.proxy.codec.addrs import SocketAddr, parse_socket_addr
+from tether.proxy.io.driver import Driver, _Conn
+from tether.proxy.core.metrics import Registry
+from tether.proxy.codec import detect
+from tether.proxy.codec.client_hello import ClientHello
+from tether.proxy.io.tls import TlsState
 
 NAME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
 TARGET = parse_socket_addr("127.0.0.1:1")

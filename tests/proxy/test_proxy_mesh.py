@@ -26,8 +26,8 @@ from proxy_harness import (
     scrape,
 )
 
-from tether.proxy.protocol.client_hello import ClientHello, ClientHelloParser
-from tether.proxy.protocol.transport_header import PREFACE, TransportHeader, encode
+from tether.proxy.codec.client_hello import ClientHello, ClientHelloParser
+from tether.proxy.codec.transport_header import PREFACE, TransportHeader, encode
 
 
 def test_opaque_server_speaks_first(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from proxy_harness import parse_metrics
 
-from tether.proxy import labels
-from tether.proxy.addrs import parse_socket_addr
-from tether.proxy.metrics import MAX_SERIES, Registry, TcpMetrics
+from tether.proxy.core import labels
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.metrics import MAX_SERIES, Registry, TcpMetrics
 
 
 class Clock:

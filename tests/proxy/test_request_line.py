@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.request_line: httparse's verdict with zero header slots, case by case."""
+"""tether.proxy.codec.request_line: httparse's verdict with zero header slots, case by case."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.proxy.protocol.request_line import looks_like_http1_request
+from tether.proxy.codec.request_line import looks_like_http1_request
 
 HTTP1 = [
     b"GET / HTTP/1.1\r\n\r\n",  # complete

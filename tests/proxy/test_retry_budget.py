@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.proxy.http.retries import RetryBudget
+from tether.proxy.core.retries import RetryBudget
 
 
 class Clock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxy_harness import parse_metrics, samples
 
-from tether.proxy.http.metrics import HttpMetrics
+from tether.proxy.core.http_metrics import HttpMetrics
 
 RT = 'direction="outbound",dst="web.emojivoto.svc.cluster.local:80",rt_route="GET /books"'
 

@@ -1,4 +1,4 @@
-"""tether.proxy.protocol.transport_header: golden bytes, round trips, limits and fuzzing (proxy.md §6)."""
+"""tether.proxy.codec.transport_header: golden bytes, round trips, limits and fuzzing (proxy.md §6)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.api import transport_pb2
-from tether.proxy.protocol.common import NEED_DATA, LocalProtocolError
-from tether.proxy.protocol.transport_header import (
+from tether.proxy.codec.common import NEED_DATA, LocalProtocolError
+from tether.proxy.codec.transport_header import (
     ALPN_PROTOCOL,
     MAX_HEADER_LENGTH,
     PREFACE,

@@ -132,7 +132,7 @@ class _Tether(Variant):
             loop = "asyncio"
         # Which proxy was measured: part 1 carries detected HTTP per connection; with the request-level
         # layer (tether.proxy.http, proxy part 2) HTTP/1 is routed per request.
-        http = "HTTP/1 per request" if importlib.util.find_spec("tether.proxy.http") else "HTTP per connection"
+        http = "HTTP/1 per request" if importlib.util.find_spec("tether.proxy.codec.http1") else "HTTP per connection"
         return f"tether {__version__} ({http}; Python {platform.python_version()}, {loop})"
 
     def plan(self, ctx: Context) -> Plan:

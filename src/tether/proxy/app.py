@@ -21,25 +21,29 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
 import grpc
 
-from tether.proxy import certs
-from tether.proxy.addrs import NameAddr, SocketAddr
-from tether.proxy.config import OrigDstFallback, ProxyConfig
-from tether.proxy.driver import Driver
-from tether.proxy.http.layer import HttpSettings, InFlight
-from tether.proxy.http.metrics import HttpMetrics
-from tether.proxy.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
-from tether.proxy.inbound.layer import InboundSettings, inbound
-from tether.proxy.listeners import Listener, bind, local_addr, original_dst, peer_addr
-from tether.proxy.logs import LogFilter
-from tether.proxy.metrics import Registry, gauge, process_collector, samples
-from tether.proxy.outbound.discovery import Discovery
-from tether.proxy.outbound.layer import OutboundSettings, outbound
-from tether.proxy.tls import TlsState
+from tether.proxy.core import certs
+from tether.proxy.codec.addrs import NameAddr, SocketAddr
+from tether.proxy.core.config import OrigDstFallback, ProxyConfig
+from tether.proxy.io.driver import Driver
+from tether.proxy.core.http1_layer import HttpSettings, InFlight
+from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
+from tether.proxy.core.inbound import InboundSettings, inbound
+from tether.proxy.io.listeners import Listener, bind, local_addr, original_dst, peer_addr
+from tether.proxy.core.logs import LogFilter
+from tether.proxy.core.metrics import Registry, gauge, process_collector, samples
+from tether.proxy.io.discovery import Discovery
+from tether.proxy.core.outbound import OutboundSettings, outbound
+from tether.proxy.io.tls import TlsState
+
+if TYPE_CHECKING:
+    from tether.proxy.io.admin import AdminServer
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +98,7 @@ class Proxy:
         self._listeners: dict[str, list[Listener]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[asyncio.Task[None]] = set()
-        self._admin = None
+        self._admin: AdminServer | None = None
         self._inbound_settings: InboundSettings | None = None
         self._outbound_settings: OutboundSettings | None = None
         self.metrics.add_collector(self._identity_collector)
@@ -129,7 +133,7 @@ class Proxy:
 
     async def start(self) -> None:
         """Bind everything and start the admin server and identity; serving traffic follows the certificate."""
-        from tether.proxy.admin import AdminServer  # keeps the admin's imports off the data path's
+        from tether.proxy.io.admin import AdminServer  # keeps the admin's imports off the data path's
 
         config = self.config
         try:
@@ -244,8 +248,8 @@ class Proxy:
             for listener in listeners:
                 listener.close()
 
-    def _spawn(self, coro: object, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

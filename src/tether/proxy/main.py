@@ -14,8 +14,8 @@ import logging
 import sys
 from collections.abc import Mapping
 
-from tether.proxy.config import EX_CONFIG, ConfigError, LogFormat, ProxyConfig
-from tether.proxy.logs import LogFilter
+from tether.proxy.core.config import EX_CONFIG, ConfigError, LogFormat, ProxyConfig
+from tether.proxy.core.logs import LogFilter
 
 
 class _JsonFormatter(logging.Formatter):

@@ -1,0 +1,693 @@
+"""A sans-IO HTTP/1.1 connection, for either end of it (RFC 9112).
+
+``Http1Connection(role)`` is fed the bytes read from one connection with
+``receive_data(data)`` (``b""`` means EOF) and returns the events they complete:
+``RequestHead`` / ``ResponseHead``, ``Body``, ``EndOfMessage``,
+``ConnectionClosed``. Sending is ``send_head``, ``send_body``, ``send_end``,
+which return the bytes to write. The connection never touches a socket; the
+proxy's HTTP layer (``tether.proxy.core.http1_layer``) owns the I/O.
+
+What it handles:
+
+- Framing both ways: ``Content-Length``, ``Transfer-Encoding: chunked`` (with
+  trailers) and, for responses only, read-until-close. Requests with both
+  framings, a transfer coding other than a final ``chunked``, or conflicting
+  lengths are refused (request smuggling). Responses to ``HEAD`` and statuses
+  1xx, 204 and 304 have no body; 1xx heads are passed on and the real
+  response follows.
+- Keep-alive: after a message pair, ``start_next_cycle()`` begins the next
+  one unless either side said ``Connection: close`` (or spoke HTTP/1.0
+  without ``keep-alive``), or a body was framed by the close: then
+  ``keep_alive`` is False and the caller closes. One request is in flight at a
+  time: bytes of a pipelined next request stay buffered, unparsed, until
+  ``start_next_cycle()`` (so pipelining is safe, never concurrent).
+- Protocol switches: a request with ``Upgrade`` or method ``CONNECT``, answered
+  by ``101`` (or 2xx to ``CONNECT``), ends HTTP on the connection: ``switched``
+  turns True and ``trailing_data`` holds the bytes already read after the head,
+  which belong to the next protocol (opaque).
+- Limits: a head longer than ``max_head_size`` is a ``HeadTooLarge`` (431), a
+  first line that is not HTTP/1 (or longer than ``MAX_START_LINE``) a
+  ``BadStartLine`` (400);
+  any other malformed input is a ``BadMessage`` (400). Both are
+  ``RemoteProtocolError`` (the peer's fault) carrying ``status_hint``. Misuse of
+  the send side (a body longer than the declared length, a body after a HEAD
+  response...) raises ``LocalProtocolError``: a bug on our side. Any error puts
+  the connection in ``ERROR``; it is not usable after that.
+
+The transitions of each side (ours and theirs) are in ``TRANSITIONS``, one
+table for both roles; an input the table does not allow is an error.
+
+Caller: ``tether.proxy.core.http1_layer`` (the request-level layer), and tests.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+import httptools
+
+from tether.proxy.codec.common import LocalProtocolError, RemoteProtocolError
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+MAX_HEAD_SIZE = 64 * 1024  # request/status line plus headers; hyper's default read buffer is 400 KiB, h11's 16 KiB
+MAX_START_LINE = 8 * 1024  # request or status line (nginx's default buffer); longer is not HTTP we take
+MAX_CHUNK_LINE = 4 * 1024  # a chunk-size line with its extensions
+MAX_TRAILERS_SIZE = 16 * 1024
+
+
+# -- errors -----------------------------------------------------------------------------------------------------
+
+
+class BadMessage(RemoteProtocolError):
+    """The peer sent a message HTTP/1.1 does not allow: answer ``status_hint`` (to a client) and close."""
+
+    status_hint: int = 400
+
+
+class HeadTooLarge(BadMessage):
+    """The request line and headers do not fit in ``max_head_size``."""
+
+    status_hint = 431
+
+
+class BadStartLine(BadMessage):
+    """The first line is not an HTTP/1 request or status line (or is longer than ``MAX_START_LINE``)."""
+
+
+# -- events -----------------------------------------------------------------------------------------------------
+
+
+class Event:
+    """Events are not frozen: a frozen dataclass's __init__ costs an object.__setattr__ per field, on every
+    message. Nothing changes an event after the codec made it."""
+
+    __slots__ = ()
+
+
+# Two facts the parser learns for free and a proxy needs for every message (``compare=False``: they are
+# derived from ``headers``). ``rewrite``: the head may hold headers a proxy rewrites -- hop-by-hop ones or
+# ``l5d-*`` (True unless the parser saw none, so a head built by hand is always filtered). ``found``: the
+# lowercased values of the framing headers, as ``scan_framing`` gives them (None: not known; ``send_head`` scans).
+
+
+@dataclass(slots=True)
+class RequestHead(Event):
+    method: bytes
+    target: bytes
+    headers: Headers = ()
+    version: bytes = b"1.1"
+    rewrite: bool = field(default=True, compare=False, repr=False)
+    found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class ResponseHead(Event):
+    status: int
+    headers: Headers = ()
+    reason: bytes = b""
+    version: bytes = b"1.1"
+    rewrite: bool = field(default=True, compare=False, repr=False)
+    found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Body(Event):
+    data: bytes
+
+
+@dataclass(slots=True)
+class EndOfMessage(Event):
+    trailers: Headers = ()
+
+
+@dataclass(slots=True)
+class ConnectionClosed(Event):
+    """The peer closed cleanly between messages."""
+
+
+# -- states -----------------------------------------------------------------------------------------------------
+
+
+class Role(enum.Enum):
+    CLIENT = "client"  # sends requests, reads responses
+    SERVER = "server"  # reads requests, sends responses
+
+
+class State(enum.Enum):
+    IDLE = "IDLE"  # no message begun
+    BODY = "BODY"  # head done, body (maybe empty) in progress
+    DONE = "DONE"  # message ended; waiting for the other side or start_next_cycle()
+    SWITCHED = "SWITCHED"  # the connection now carries another protocol
+    CLOSED = "CLOSED"  # EOF between messages
+    ERROR = "ERROR"
+
+    __hash__ = object.__hash__  # members are singletons: identity hashing, done in C (TRANSITIONS lookups)
+
+
+# Inputs of a side's state machine, besides the event classes above.
+class Input(enum.Enum):
+    INFORMATIONAL = "1xx head"  # a 1xx response head: the real response follows
+    HEAD_NO_BODY = "head without body"  # the message ends with its head
+    SWITCH = "switch protocols"
+    EOF = "eof"
+    NEXT_CYCLE = "next cycle"
+
+    __hash__ = object.__hash__
+
+
+# (state, input) -> next state, for whichever side (ours or the peer's) the input is about.
+TRANSITIONS: dict[tuple[State, object], State] = {
+    (State.IDLE, RequestHead): State.BODY,
+    (State.IDLE, ResponseHead): State.BODY,
+    (State.IDLE, Input.INFORMATIONAL): State.IDLE,
+    (State.IDLE, Input.HEAD_NO_BODY): State.DONE,
+    (State.IDLE, Input.EOF): State.CLOSED,
+    (State.BODY, Body): State.BODY,
+    (State.BODY, EndOfMessage): State.DONE,
+    (State.DONE, Input.NEXT_CYCLE): State.IDLE,
+    (State.DONE, Input.SWITCH): State.SWITCHED,
+    (State.IDLE, Input.SWITCH): State.SWITCHED,
+    (State.DONE, Input.EOF): State.CLOSED,
+}
+
+
+def _step(state: State, what: object, local: bool) -> State:
+    new = TRANSITIONS.get((state, what))
+    if new is None:
+        text = f"{getattr(what, '__name__', what)} not allowed in state {state.value}"
+        raise LocalProtocolError(text) if local else BadMessage(text)
+    return new
+
+
+# -- framing ----------------------------------------------------------------------------------------------------
+
+
+class _Framing(enum.Enum):
+    NONE = 0
+    LENGTH = 1
+    CHUNKED = 2
+    UNTIL_CLOSE = 3
+
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_VERSION = re.compile(rb"HTTP/1\.([01])\Z")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
+_DIGITS = re.compile(rb"[0-9]+\Z")
+_HEX = re.compile(rb"[0-9A-Fa-f]+\Z")
+
+
+def header(headers: Headers, name: bytes) -> bytes | None:
+    """The value of the first header called ``name`` (lowercase), or None."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+_FRAMING_HEADERS = frozenset({b"transfer-encoding", b"content-length", b"connection", b"upgrade"})
+# Hop-by-hop headers (RFC 9110 §7.6.1): a proxy never forwards them as they are.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
+                        b"upgrade", b"trailer"})
+_NONE: list[bytes] = []
+
+
+def scan_framing(headers: Headers) -> dict[bytes, list[bytes]]:
+    """One pass over a head: the comma-separated, lowercased values of the headers framing depends on."""
+    found: dict[bytes, list[bytes]] = {}
+    for key, value in headers:
+        low = key.lower()
+        if low in _FRAMING_HEADERS:
+            found.setdefault(low, []).extend(v.strip().lower() for v in value.split(b",") if v.strip())
+    return found
+
+
+def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exception]) -> tuple[_Framing, int]:
+    """The framing a head's headers declare; requests with neither have no body, responses run until close."""
+    if not found:
+        return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
+    te = found.get(b"transfer-encoding", _NONE)
+    lengths = found.get(b"content-length", _NONE)
+    if te:
+        if lengths:
+            raise error("both Transfer-Encoding and Content-Length")
+        if te[-1] != b"chunked" or te.count(b"chunked") != 1:
+            if is_request:
+                raise error("a request's transfer coding must end with chunked")
+            return _Framing.UNTIL_CLOSE, 0
+        return _Framing.CHUNKED, 0
+    if lengths:
+        if any(not _DIGITS.match(v) for v in lengths) or len(set(lengths)) != 1 or len(lengths[0]) > 18:
+            raise error("invalid Content-Length")
+        return _Framing.LENGTH, int(lengths[0])
+    return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
+
+
+def _wants_close(found: dict[bytes, list[bytes]], version: bytes) -> bool:
+    conn = found.get(b"connection", _NONE)
+    if b"close" in conn:
+        return True
+    return version == b"1.0" and b"keep-alive" not in conn
+
+
+def _wants_switch(method: bytes, found: dict[bytes, list[bytes]]) -> bool:
+    return method == b"CONNECT" or b"upgrade" in found
+
+
+# -- the connection ---------------------------------------------------------------------------------------------
+
+
+class Http1Connection:
+    """One HTTP/1.1 connection seen from ``role``; see the module docstring."""
+
+    def __init__(self, role: Role, *, max_head_size: int = MAX_HEAD_SIZE) -> None:
+        self.role = role
+        self.max_head_size = max_head_size
+        self.our_state = State.IDLE
+        self.their_state = State.IDLE
+        self.keep_alive = True
+        self._buf = bytearray()
+        self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
+        self._eof = False
+        # The message being read.
+        self._rframing = _Framing.NONE
+        self._rleft = 0  # bytes left: of a Content-Length body, or of the current chunk
+        self._chunk_phase = 0  # 0 size line, 1 data, 2 CRLF after data, 3 trailers
+        # The message being written.
+        self._wframing = _Framing.NONE
+        self._wleft = 0
+        # The request of this cycle (the client needs it to read the response).
+        self._method = b""
+        self._switch_asked = False
+
+    # -- state ------------------------------------------------------------------------------------------------
+
+    @property
+    def switched(self) -> bool:
+        return self.our_state is State.SWITCHED
+
+    @property
+    def trailing_data(self) -> bytes:
+        """Bytes read but not parsed: after a switch, the next protocol's first bytes."""
+        return bytes(self._buf)
+
+    @property
+    def received(self) -> bytes:
+        """Bytes held unparsed; after an error in a first head, all the peer sent (for an opaque fallback)."""
+        return bytes(self._buf)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held unparsed (a pipelined request): the I/O side stops reading above a bound."""
+        return len(self._buf)
+
+    def start_next_cycle(self) -> None:
+        """After both messages of a cycle ended (and keep-alive holds), get ready for the next request."""
+        if not (self.our_state is State.DONE and self.their_state is State.DONE and self.keep_alive):
+            raise LocalProtocolError(f"no next cycle from {self.our_state.value}/{self.their_state.value}"
+                                     f" (keep-alive {self.keep_alive})")
+        self.our_state = _step(self.our_state, Input.NEXT_CYCLE, True)
+        self.their_state = _step(self.their_state, Input.NEXT_CYCLE, True)
+        self._method = b""
+        self._switch_asked = False
+
+    # -- receiving --------------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Bytes from the peer (``b""``: EOF) in; the events they complete out."""
+        if self.their_state is State.ERROR:
+            raise BadMessage("connection already failed")
+        if data:
+            if self._eof:
+                raise LocalProtocolError("data after EOF")
+            self._buf += data
+        else:
+            self._eof = True
+        events: list[Event] = []
+        try:
+            while self._read_one(events):
+                pass
+        except RemoteProtocolError:
+            self.their_state = State.ERROR
+            raise
+        return events
+
+    def _read_one(self, events: list[Event]) -> bool:
+        """Parse what the buffer allows into ``events``; True to go on."""
+        state = self.their_state
+        if state is State.IDLE:
+            if self.role is Role.CLIENT and self.our_state is State.IDLE:
+                if self._buf:
+                    raise BadMessage("response before any request")
+                if self._eof:  # the server closed an idle connection
+                    self.their_state = _step(self.their_state, Input.EOF, False)
+                    events.append(ConnectionClosed())
+                return False
+            return self._read_head(events)
+        if state is State.BODY:
+            return self._read_body(events)
+        return False  # DONE: what follows waits for start_next_cycle() (or is the next protocol's)
+
+    def _read_head(self, events: list[Event]) -> bool:
+        buf = self._buf
+        # Empty lines before a request line are allowed (RFC 9112 §2.2).
+        while buf[:2] == b"\r\n":
+            del buf[:2]
+            self._searched = 0
+        while buf[:1] == b"\n":
+            del buf[:1]
+            self._searched = 0
+        end = buf.find(b"\r\n\r\n", max(0, self._searched - 3))
+        if end < 0:
+            if len(buf) > self.max_head_size:
+                raise HeadTooLarge("head too large")
+            if len(buf) > MAX_START_LINE and buf.find(b"\r\n", 0, MAX_START_LINE) < 0:
+                raise BadStartLine("start line too long")
+            self._searched = len(buf)
+            if self._eof:
+                if not buf:
+                    self.their_state = _step(self.their_state, Input.EOF, False)
+                    events.append(ConnectionClosed())
+                    return False
+                raise BadMessage("connection closed inside a message head")
+            return False
+        if end + 4 > self.max_head_size:
+            raise HeadTooLarge("head too large")
+        head = bytes(buf[: end + 2])  # the start line and each header line, CRLF-terminated
+        if self.role is Role.SERVER:
+            go_on = self._got_request(head, events)
+        else:
+            go_on = self._got_response(head, events)
+        del buf[: end + 4]  # only now: after an error the buffer still holds everything the peer sent
+        self._searched = 0
+        return go_on
+
+    def _got_request(self, head: bytes, events: list[Event]) -> bool:
+        line = head[: head.find(b"\r\n")]
+        parts = line.split(b" ")
+        if len(parts) != 3:
+            raise BadStartLine("malformed request line")
+        method, target, version = parts
+        match = _VERSION.match(version)
+        if match is None or not _TOKEN.match(method) or not target or _BAD_TARGET.search(target):
+            raise BadStartLine("malformed request line")
+        headers, found, hosts, rewrite = _parse_head(head, True)
+        version = b"1." + match.group(1)
+        if version == b"1.1" and hosts != 1:
+            raise BadMessage("an HTTP/1.1 request needs exactly one Host")
+        framing, length = _framing(found, True, BadMessage)
+        if method == b"CONNECT":
+            framing, length = _Framing.NONE, 0
+        self._method = method
+        self._switch_asked = _wants_switch(method, found)
+        if _wants_close(found, version):
+            self.keep_alive = False
+        events.append(RequestHead(method, target, headers, version, rewrite, found))
+        self._begin_read(framing, length, events)
+        return True
+
+    def _got_response(self, head: bytes, events: list[Event]) -> bool:
+        parts = head[: head.find(b"\r\n")].split(b" ", 2)
+        if len(parts) < 2:
+            raise BadMessage("malformed status line")
+        match = _VERSION.match(parts[0])
+        status_text = parts[1]
+        if match is None or len(status_text) != 3 or not status_text.isdigit():
+            raise BadMessage("malformed status line")
+        status = int(status_text)
+        if status < 100:
+            raise BadMessage("malformed status line")
+        headers, found, _, rewrite = _parse_head(head, False)
+        version = b"1." + match.group(1)
+        reason = parts[2] if len(parts) == 3 else b""
+        head_event = ResponseHead(status, headers, reason, version, rewrite, found)
+        if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
+            if not self._switch_asked:
+                raise BadMessage("a protocol switch nobody asked for")
+            events.append(head_event)
+            self.their_state = _step(self.their_state, Input.SWITCH, False)
+            self.our_state = _step(self.our_state, Input.SWITCH, False)
+            return False
+        if status < 200:
+            events.append(head_event)
+            self.their_state = _step(self.their_state, Input.INFORMATIONAL, False)
+            return True
+        if self._method == b"HEAD" or status in (204, 304):
+            framing, length = _Framing.NONE, 0
+        else:
+            framing, length = _framing(found, False, BadMessage)
+        if framing is _Framing.UNTIL_CLOSE or _wants_close(found, version):
+            self.keep_alive = False
+        events.append(head_event)
+        self._begin_read(framing, length, events)
+        return True
+
+    def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
+        if framing is _Framing.NONE or (framing is _Framing.LENGTH and length == 0):
+            self.their_state = _step(self.their_state, Input.HEAD_NO_BODY, False)
+            events.append(EndOfMessage())
+            return
+        self.their_state = _step(self.their_state, RequestHead if self.role is Role.SERVER else ResponseHead, False)
+        self._rframing = framing
+        self._rleft = length
+        self._chunk_phase = 0
+
+    def _end_read(self, events: list[Event], trailers: Headers = ()) -> None:
+        self.their_state = _step(self.their_state, EndOfMessage, False)
+        events.append(EndOfMessage(trailers))
+
+    def _read_body(self, events: list[Event]) -> bool:
+        framing = self._rframing
+        buf = self._buf
+        if framing is _Framing.LENGTH:
+            if buf:
+                n = min(self._rleft, len(buf))
+                events.append(Body(bytes(buf[:n])))
+                del buf[:n]
+                self._rleft -= n
+            if self._rleft == 0:
+                self._end_read(events)
+                return True
+            if self._eof:
+                raise BadMessage("connection closed inside a body")
+            return False
+        if framing is _Framing.UNTIL_CLOSE:
+            if buf:
+                events.append(Body(bytes(buf)))
+                buf.clear()
+            if self._eof:
+                self._end_read(events)
+                self.their_state = _step(self.their_state, Input.EOF, False)
+                events.append(ConnectionClosed())
+            return False
+        return self._read_chunked(events)
+
+    def _read_chunked(self, events: list[Event]) -> bool:
+        buf = self._buf
+        while True:
+            phase = self._chunk_phase
+            if phase == 1:  # chunk data
+                if not buf:
+                    break
+                n = min(self._rleft, len(buf))
+                events.append(Body(bytes(buf[:n])))
+                del buf[:n]
+                self._rleft -= n
+                if self._rleft == 0:
+                    self._chunk_phase = 2
+                continue
+            if phase == 2:  # CRLF after the data
+                if len(buf) < 2:
+                    break
+                if buf[:2] != b"\r\n":
+                    raise BadMessage("chunk data not followed by CRLF")
+                del buf[:2]
+                self._chunk_phase = 0
+                continue
+            if phase == 0:  # chunk-size [; extensions] CRLF
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > MAX_CHUNK_LINE:
+                        raise BadMessage("chunk size line too long")
+                    break
+                size = bytes(buf[:end]).split(b";", 1)[0].strip(b" \t")
+                if not _HEX.match(size) or len(size) > 15:
+                    raise BadMessage("invalid chunk size")
+                del buf[: end + 2]
+                self._rleft = int(size, 16)
+                self._chunk_phase = 1 if self._rleft else 3
+                continue
+            # phase 3: trailers up to an empty line
+            if buf[:2] == b"\r\n":
+                del buf[:2]
+                self._end_read(events)
+                return True
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_TRAILERS_SIZE:
+                    raise HeadTooLarge("trailers too large")
+                break
+            trailers = _parse_headers(bytes(buf[:end]).split(b"\r\n"))
+            del buf[: end + 4]
+            self._end_read(events, trailers)
+            return True
+        if self._eof:
+            raise BadMessage("connection closed inside a chunked body")
+        return False
+
+    # -- sending ----------------------------------------------------------------------------------------------
+
+    def send_head(self, head: RequestHead | ResponseHead) -> bytes:
+        """Serialise a head; its framing headers decide how ``send_body``/``send_end`` frame the body."""
+        if self.our_state is State.ERROR:
+            raise LocalProtocolError("connection already failed")
+        headers = head.headers
+        found = head.found
+        if found is None:
+            found = scan_framing(headers)
+        if isinstance(head, RequestHead):
+            if self.role is not Role.CLIENT:
+                raise LocalProtocolError("a server sends responses")
+            framing, length = _framing(found, True, LocalProtocolError)
+            if head.method == b"CONNECT":
+                framing, length = _Framing.NONE, 0
+            self._method = head.method
+            self._switch_asked = _wants_switch(head.method, found)
+            if _wants_close(found, head.version):
+                self.keep_alive = False
+            line = b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
+        else:
+            if self.role is not Role.SERVER:
+                raise LocalProtocolError("a client sends requests")
+            status = head.status
+            line = b"HTTP/%s %d %s\r\n" % (head.version, status, head.reason)
+            if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
+                if not self._switch_asked or self.their_state is not State.DONE:
+                    raise LocalProtocolError("a protocol switch the request did not ask for")
+                self.our_state = _step(self.our_state, Input.SWITCH, True)
+                self.their_state = _step(self.their_state, Input.SWITCH, True)
+                return line + _serialise(headers)
+            if status < 200:
+                self.our_state = _step(self.our_state, Input.INFORMATIONAL, True)
+                return line + _serialise(headers)
+            if self._method == b"HEAD" or status in (204, 304):
+                framing, length = _Framing.NONE, 0
+            else:
+                framing, length = _framing(found, False, LocalProtocolError)
+            if framing is _Framing.UNTIL_CLOSE or _wants_close(found, head.version):
+                self.keep_alive = False
+        out = line + _serialise(headers)
+        self.our_state = _step(self.our_state, RequestHead if self.role is Role.CLIENT else ResponseHead, True)
+        self._wframing = framing
+        self._wleft = length
+        return out
+
+    def send_body(self, data: bytes) -> bytes:
+        self.our_state = _step(self.our_state, Body, True)
+        if not data:
+            return b""
+        framing = self._wframing
+        if framing is _Framing.CHUNKED:
+            return b"%x\r\n%s\r\n" % (len(data), data)
+        if framing is _Framing.LENGTH:
+            if len(data) > self._wleft:
+                raise LocalProtocolError("body longer than its Content-Length")
+            self._wleft -= len(data)
+            return data
+        if framing is _Framing.UNTIL_CLOSE:
+            return data
+        raise LocalProtocolError("this message has no body")
+
+    def send_end(self, trailers: Headers = ()) -> bytes:
+        self.our_state = _step(self.our_state, EndOfMessage, True)
+        framing = self._wframing
+        if framing is _Framing.CHUNKED:
+            return b"0\r\n" + _serialise(trailers)
+        if trailers:
+            raise LocalProtocolError("trailers need chunked framing")
+        if framing is _Framing.LENGTH and self._wleft:
+            raise LocalProtocolError("body shorter than its Content-Length")
+        return b""
+
+    def send_failed(self) -> None:
+        """We could not finish our message (the other end of the proxy failed): the connection is unusable."""
+        self.our_state = State.ERROR
+        self.keep_alive = False
+
+
+class _HeadCollector:
+    """httptools callbacks for one head: its headers, the framing-relevant values, and the Host count."""
+
+    __slots__ = ("headers", "found", "hosts", "rewrite")
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.found: dict[bytes, list[bytes]] = {}
+        self.hosts = 0
+        self.rewrite = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value.rstrip(b" \t")))  # llhttp drops leading whitespace only
+        low = name.lower()
+        if low in _NOTABLE:
+            self._notable(low, value)
+        elif low[:4] == b"l5d-":
+            self.rewrite = True
+
+    def _notable(self, low: bytes, value: bytes) -> None:
+        if low == b"host":
+            self.hosts += 1
+            return
+        if low in HOP_BY_HOP:
+            self.rewrite = True
+        if low in _FRAMING_HEADERS:
+            self.found.setdefault(low, []).extend(v.strip().lower() for v in value.split(b",") if v.strip())
+
+
+_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
+
+
+def _parse_head(head: bytes, is_request: bool) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
+    """A head's headers, its framing-relevant values, its number of Host headers, and its ``rewrite`` flag.
+
+    llhttp (httptools) parses the common case several times faster than
+    Python can; whatever it refuses (an extension method it does not know,
+    say) is parsed again by ``_parse_headers``, whose rules decide. So the rules
+    are the Python ones, and llhttp is only allowed to be stricter, never
+    laxer: tests/proxy/test_http1_codec.py checks both agree.
+    """
+    collector = _HeadCollector()
+    parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(collector)
+    try:
+        parser.feed_data(head + b"\r\n")
+    except httptools.HttpParserUpgrade:
+        pass  # the head is complete; what follows it is the caller's business
+    except httptools.HttpParserError:
+        headers = _parse_headers(head.split(b"\r\n")[1:-1])
+        names = [k.lower() for k, _ in headers]
+        rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
+        return headers, scan_framing(headers), names.count(b"host"), rewrite
+    return tuple(collector.headers), collector.found, collector.hosts, collector.rewrite
+
+
+def _parse_headers(lines: list[bytes]) -> Headers:
+    out: list[tuple[bytes, bytes]] = []
+    for line in lines:
+        name, sep, value = line.partition(b":")
+        if not sep or not _TOKEN.match(name):
+            # Also catches obs-fold (a line starting with whitespace), refused as RFC 9112 §5.2 allows.
+            raise BadMessage("malformed header line")
+        value = value.strip(b" \t")
+        if _BAD_VALUE.search(value):
+            raise BadMessage("invalid header value")
+        out.append((name, value))
+    return tuple(out)
+
+
+def _serialise(headers: Headers) -> bytes:
+    if not headers:
+        return b"\r\n"
+    return b"".join(b"%s: %s\r\n" % kv for kv in headers) + b"\r\n"

@@ -1,0 +1,178 @@
+"""Endpoint choice per connection: power of two choices on peak-EWMA load (proxy.md §7.3), with failfast.
+
+The load of an endpoint is its peak-EWMA connect latency times (connections in
+flight + 1). The estimate starts at ``default_rtt``, jumps to any larger
+sample, decays towards smaller samples with weight ``exp(-elapsed/decay)``,
+and decays towards zero when read. ``pick`` draws two distinct endpoints at
+random and takes the less loaded one (endpoints in connect backoff only when
+nothing else is left).
+
+Failfast: once the set has been empty for ``failfast`` seconds, waiting for an
+endpoint (``io.discovery.WaitingBalancer.wait``) answers None at once, until an
+endpoint appears again. This module is the arithmetic only (pure, no asyncio).
+
+Callers: ``io.discovery`` (updates from ``Destination.Get``), ``core.routes``
+and ``core.outbound`` (the choice per request or connection).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable
+
+from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.core.endpoint import Endpoint
+
+DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
+DECAY = 10.0  # seconds, Linkerd's decay
+
+
+class PeakEwma:
+    """A latency estimate that follows peaks at once and forgets them over ``decay`` seconds."""
+
+    __slots__ = ("estimate", "stamp", "decay")
+
+    def __init__(self, now: float, default_rtt: float = DEFAULT_RTT, decay: float = DECAY) -> None:
+        self.estimate = max(default_rtt, 0.001)
+        self.stamp = now
+        self.decay = decay
+
+    def observe(self, rtt: float, now: float) -> None:
+        if rtt > self.estimate:
+            self.estimate = rtt
+        else:
+            w = math.exp(-max(now - self.stamp, 0.0) / self.decay)
+            self.estimate = self.estimate * w + rtt * (1.0 - w)
+        self.stamp = now
+
+    def read(self, now: float) -> float:
+        self.estimate *= math.exp(-max(now - self.stamp, 0.0) / self.decay)
+        self.stamp = now
+        return self.estimate
+
+
+class Slot:
+    """An endpoint in a balancer: its metadata, latency estimate, connections in flight and backoff."""
+
+    __slots__ = ("endpoint", "ewma", "in_flight", "failures", "retry_at")
+
+    def __init__(self, endpoint: Endpoint, now: float) -> None:
+        self.endpoint = endpoint
+        self.ewma = PeakEwma(now)
+        self.in_flight = 0
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def load(self, now: float) -> float:
+        return self.ewma.read(now) * (self.in_flight + 1)
+
+
+class Balancer:
+    """The endpoints of one service and the P2C choice among them."""
+
+    def __init__(
+        self,
+        *,
+        failfast: float,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+        backoff: Callable[[int], float] = lambda n: min(0.1 * 2 ** min(n - 1, 10), 60.0),
+    ) -> None:
+        self._failfast = failfast
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._backoff = backoff
+        self._slots: dict[SocketAddr, Slot] = {}
+        self._list: list[Slot] = []
+        self._empty_since: float | None = clock()
+        self.updates = {"Reset": 0, "Add": 0, "Remove": 0}  # balancer_p2c_updates_total{op}
+
+    # -- updates from discovery -------------------------------------------------------------------------
+
+    def add(self, endpoints: Iterable[Endpoint]) -> None:
+        now = self._clock()
+        for endpoint in endpoints:
+            slot = self._slots.get(endpoint.addr)
+            if slot is None:
+                self._slots[endpoint.addr] = Slot(endpoint, now)
+            else:
+                slot.endpoint = endpoint  # insert-or-replace: new metadata, same statistics
+        self.updates["Add"] += 1
+        self._changed_now()
+
+    def remove(self, addrs: Iterable[SocketAddr]) -> None:
+        for addr in addrs:
+            self._slots.pop(addr, None)
+        self.updates["Remove"] += 1
+        self._changed_now()
+
+    def reset(self, endpoints: Iterable[Endpoint] = ()) -> None:
+        """Replace the whole set (``no_endpoints``, or the first message of a new stream)."""
+        old = self._slots
+        self._slots = {}
+        now = self._clock()
+        for endpoint in endpoints:
+            slot = old.get(endpoint.addr) or Slot(endpoint, now)
+            slot.endpoint = endpoint
+            self._slots[endpoint.addr] = slot
+        self.updates["Reset"] += 1
+        self._changed_now()
+
+    def _changed_now(self) -> None:
+        self._list = list(self._slots.values())
+        if self._list:
+            self._empty_since = None
+        elif self._empty_since is None:
+            self._empty_since = self._clock()
+        self.notify()
+
+    def notify(self) -> None:
+        """Called after every update from discovery; ``io.discovery.WaitingBalancer`` wakes its waiters."""
+
+    def failfast_left(self) -> float | None:
+        """Seconds until an empty set goes into failfast (0 or less: it is); None while there are endpoints."""
+        if self._empty_since is None:
+            return None
+        return self._empty_since + self._failfast - self._clock()
+
+    # -- choice ---------------------------------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return [slot.endpoint for slot in self._list]
+
+    @property
+    def has_endpoints(self) -> bool:
+        return bool(self._list)
+
+    def pick(self) -> Slot | None:
+        """P2C among the endpoints not in backoff (all of them if every one is); None if there are none."""
+        slots = self._list
+        if not slots:
+            return None
+        now = self._clock()
+        ready = [s for s in slots if s.retry_at <= now] or slots
+        if len(ready) == 1:
+            return ready[0]
+        a, b = self._rng.sample(ready, 2)
+        return a if a.load(now) <= b.load(now) else b
+
+    async def wait(self, timeout: float) -> Slot | None:
+        """An endpoint, waiting up to ``timeout`` for one (``commands.Wait``). Waiting is I/O: the balancers
+        discovery makes are ``io.discovery.WaitingBalancer``s, which implement it."""
+        raise NotImplementedError("waiting for endpoints needs io.discovery.WaitingBalancer")
+
+    def in_failfast(self) -> bool:
+        return self._empty_since is not None and self._clock() - self._empty_since >= self._failfast
+
+    # -- results of connecting -----------------------------------------------------------------------------
+
+    def connected(self, slot: Slot, rtt: float) -> None:
+        slot.ewma.observe(rtt, self._clock())
+        slot.failures = 0
+        slot.retry_at = 0.0
+
+    def failed(self, slot: Slot) -> None:
+        slot.failures += 1
+        slot.retry_at = self._clock() + self._backoff(slot.failures)

@@ -1,0 +1,185 @@
+"""What a connection layer asks the driver to do, and what it is told back.
+
+A layer (``tether.proxy.core.inbound``, ``tether.proxy.core.outbound``) is a
+generator: it yields one ``Command`` at a time and receives the reply with
+``send``. Blocking-looking steps -- peek the first bytes, terminate TLS,
+connect, wait for discovery -- are commands whose replies come back when they
+are done, so the layers hold the proxy's decisions and no I/O, and tests drive
+them with made-up replies (no sockets). ``tether.proxy.io.driver`` executes the
+commands; it raises on one it does not know.
+
+Commands marked ``blocking = False`` are done at once and answered with None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from tether.proxy.codec.addrs import SocketAddr
+
+
+class Command:
+    """Base of the commands; ``blocking`` ones are awaited by the driver."""
+
+    __slots__ = ()
+    blocking: ClassVar[bool] = True
+
+
+# -- the accepted (downstream) connection ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Detect(Command):
+    """Peek at the first bytes (not consuming them) until ``codec.detect.Detector`` decides.
+
+    Reply: a ``detect.Verdict``; on timeout, the detector's ``on_timeout()`` verdict.
+    """
+
+    tls: bool
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptTls(Command):
+    """Terminate TLS with the current workload certificate, asking for a client certificate.
+
+    ``alpn`` offers ``transport.l5d.io/v1`` (the inbound port's direct stack only).
+    Reply: ``TlsAccepted`` or ``Failed``.
+    """
+
+    alpn: bool
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sniff(Command):
+    """HTTP detection on bytes read (and kept for replay) from an already terminated session.
+
+    Reply: a ``detect.Verdict`` (``Http1``, ``Http2``, ``Opaque``, ``Closed`` or ``ReadTimeout``).
+    """
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHeader(Command):
+    """Read a transport header from the session; the bytes after it stay for the app.
+
+    Reply: ``transport_header.HeaderReceived``, ``transport_header.NoHeader`` or ``Failed``.
+    """
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Count(Command):
+    """Add one to the counter ``name`` (a family the metrics registry knows) under ``labels``."""
+
+    blocking: ClassVar[bool] = False
+    name: str
+    labels: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SetLabels(Command):
+    """The accepted side's metric labels, now that its TLS status is known."""
+
+    blocking: ClassVar[bool] = False
+    labels: str
+
+
+# -- the connection the proxy makes (upstream) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """Mesh TLS towards a peer proxy: ``sni`` in the ClientHello, ``server_id`` required among its SANs."""
+
+    server_id: str
+    sni: str
+    alpn: bool = False  # offer transport.l5d.io/v1
+
+
+@dataclass(frozen=True, slots=True)
+class Connect(Command):
+    """Open the upstream connection (TCP, then TLS if ``tls``), its side metered under ``labels``.
+
+    Reply: ``Connected`` or ``Failed``. A TLS peer whose certificate lacks
+    ``tls.server_id`` is a failure (``unexpected identity``).
+    """
+
+    addr: SocketAddr
+    tls: ClientTls | None
+    timeout: float
+    labels: str
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Command):
+    """Write bytes upstream before anything from downstream (the transport header)."""
+
+    blocking: ClassVar[bool] = False
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Forward(Command):
+    """Copy bytes both ways until both sides are done. Reply: None."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse(Command):
+    """Close the accepted connection without forwarding; counted as ``error`` under ``labels``.
+
+    ``labels`` is the accepted side's label set if known (else the one from ``SetLabels``).
+    """
+
+    blocking: ClassVar[bool] = False
+    error: str
+    labels: str | None = None
+
+
+# -- discovery ----------------------------------------------------------------------------------------------
+
+
+class Waitable(Protocol):
+    """A discovery source the driver can wait on (``io.discovery`` watches and balancers)."""
+
+    async def wait(self, timeout: float) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Command):
+    """Wait for ``source`` to have an answer, up to ``timeout``. Reply: whatever ``source.wait`` returns."""
+
+    source: Waitable
+    timeout: float
+
+
+# -- replies ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TlsAccepted:
+    client_id: str | None  # first SAN of the client's certificate; None if it sent none
+    alpn: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    alpn: str | None
+    elapsed: float  # seconds from connect to ready (TCP and TLS): the endpoint's RTT sample
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A command that could not be done. ``error`` is the metric's reason; ``errno`` e.g. ``ECONNREFUSED``."""
+
+    error: str
+    errno: str = ""
+    timed_out: bool = False  # a connect that ran out of time: HTTP answers 504 for it, 502 for other failures
+
+
+Layer = Generator[Command, Any, Any]

@@ -1,0 +1,496 @@
+"""The proxy's configuration, read once from Linkerd's ``LINKERD2_PROXY_*`` environment contract.
+
+The proxy's entry point calls ``ProxyConfig.from_env(os.environ)``; on
+``ConfigError`` it prints the message and exits with ``EX_CONFIG`` (64), as
+linkerd2-proxy does. Every other part of the proxy is handed the frozen
+``ProxyConfig`` (or the piece it needs) and never reads the environment.
+
+Read here: the variables of proxy.md §2 that a transparent mTLS proxy with
+Linkerd identity uses, with Linkerd's defaults; each field names its variable.
+Value formats live in one place each: ``durations``, ``ports``, ``addrs``.
+Variables for features Tether lacks are not read, except the SPIRE identity
+variables, which are refused so that a pod asking for SPIRE does not silently
+get Linkerd identity instead. Three ``TETHER_PROXY_*`` variables are Tether's own,
+for running without iptables (``OrigDstFallback``, ``extra_listen_addrs``), and
+``TETHER_PROXY_CONTROL_LOOPBACK_TLS`` (``ControlAddr``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from tether.ports import PortSet
+from tether.proxy.core import certs
+from tether.proxy.codec.addrs import (
+    IpAddress,
+    IpNetwork,
+    NameAddr,
+    SocketAddr,
+    parse_addr,
+    parse_dns_name,
+    parse_ip,
+    parse_network,
+    parse_socket_addr,
+)
+from tether.proxy.core.durations import parse_duration
+
+# sysexits.h EX_CONFIG: linkerd2-proxy's exit status for any invalid variable.
+EX_CONFIG = 64
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """A ``LINKERD2_PROXY_*`` variable is missing or has a value the proxy cannot use."""
+
+    def __init__(self, variable: str, value: str | None, reason: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.reason = reason
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"{self.variable}: {self.reason}"
+        # A trust-anchor bundle is kilobytes long; the start is enough to recognise it.
+        shown = self.value if len(self.value) <= 80 else self.value[:77] + "..."
+        return f"invalid {self.variable}={shown!r}: {self.reason}"
+
+
+class DefaultPolicy(enum.Enum):
+    """``LINKERD2_PROXY_INBOUND_DEFAULT_POLICY``: what a port allows until the policy controller answers."""
+
+    DENY = "deny"
+    ALL_AUTHENTICATED = "all-authenticated"
+    ALL_UNAUTHENTICATED = "all-unauthenticated"
+    AUDIT = "audit"
+    CLUSTER_AUTHENTICATED = "cluster-authenticated"
+    CLUSTER_UNAUTHENTICATED = "cluster-unauthenticated"
+
+
+class LogFormat(enum.Enum):
+    """``LINKERD2_PROXY_LOG_FORMAT``."""
+
+    PLAIN = "PLAIN"
+    JSON = "JSON"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlAddr:
+    """A control-plane service: where to connect and which identity it must present.
+
+    ``identity`` is the expected server identity and the SNI; None means plaintext.
+    As in Linkerd, a loopback address is plaintext and its ``_SVC_NAME`` ignored
+    (Linkerd's control-plane pods sit behind their own proxy). Tether's control-plane
+    services terminate TLS themselves, so ``TETHER_PROXY_CONTROL_LOOPBACK_TLS=true``
+    keeps a given ``_SVC_NAME`` for a loopback address too (tests on 127.0.0.1).
+    """
+
+    addr: SocketAddr | NameAddr
+    identity: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential reconnect backoff: attempt n waits min·2ⁿ capped at max, plus up to jitter times that."""
+
+    min: timedelta
+    max: timedelta
+    jitter: float
+
+
+@dataclass(frozen=True, slots=True)
+class ControlStreamLimits:
+    """Limits on control-plane gRPC streams (non-loopback only); None = no limit."""
+
+    initial_timeout: timedelta | None  # LINKERD2_PROXY_CONTROL_STREAM_INITIAL_TIMEOUT
+    idle_timeout: timedelta | None  # LINKERD2_PROXY_CONTROL_STREAM_IDLE_TIMEOUT
+    lifetime: timedelta | None  # LINKERD2_PROXY_CONTROL_STREAM_LIFETIME
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityConfig:
+    """Linkerd identity: what the identity client needs to obtain and refresh the certificate."""
+
+    dir: str  # LINKERD2_PROXY_IDENTITY_DIR: holds csr.der and key.p8
+    token_file: str  # LINKERD2_PROXY_IDENTITY_TOKEN_FILE: re-read on every Certify
+    trust_anchors_pem: str  # LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS: inline PEM, ≥ 1 certificate
+    local_name: str  # LINKERD2_PROXY_IDENTITY_LOCAL_NAME (or SERVER_ID = SERVER_NAME)
+    svc: ControlAddr  # LINKERD2_PROXY_IDENTITY_SVC_ADDR / _NAME
+    min_refresh: timedelta  # LINKERD2_PROXY_IDENTITY_MIN_REFRESH, default 10s
+    max_refresh: timedelta  # LINKERD2_PROXY_IDENTITY_MAX_REFRESH, default 24h
+
+
+@dataclass(frozen=True, slots=True)
+class InboundConfig:
+    """The inbound proxy (traffic to this pod)."""
+
+    listen_addr: SocketAddr  # LINKERD2_PROXY_INBOUND_LISTEN_ADDR, default 0.0.0.0:4143
+    # LINKERD2_PROXY_INBOUND_PORTS plus the admin port: policies watched from startup, never expired.
+    ports: PortSet
+    # LINKERD2_PROXY_INBOUND_PORTS_DISABLE_PROTOCOL_DETECTION: their *default* policy is opaque.
+    opaque_ports: PortSet
+    ips: frozenset[IpAddress]  # LINKERD2_PROXY_INBOUND_IPS; empty = any destination IP allowed
+    default_policy: DefaultPolicy  # LINKERD2_PROXY_INBOUND_DEFAULT_POLICY, default all-unauthenticated
+    detect_timeout: timedelta  # LINKERD2_PROXY_INBOUND_DETECT_TIMEOUT, default 10s
+    connect_timeout: timedelta  # LINKERD2_PROXY_INBOUND_CONNECT_TIMEOUT, default 300ms
+    connect_backoff: Backoff  # LINKERD2_PROXY_INBOUND_CONNECT_EXP_BACKOFF_*, default 100ms/10s/0.1
+    discovery_idle_timeout: timedelta  # LINKERD2_PROXY_INBOUND_DISCOVERY_IDLE_TIMEOUT, default 90s
+    # LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT, default 100000: requests awaiting their response head; more are shed (503).
+    max_in_flight: int = 100_000
+    # LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to the app.
+    http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundConfig:
+    """The outbound proxy (traffic from this pod)."""
+
+    # LINKERD2_PROXY_OUTBOUND_LISTEN_ADDRS (1 or 2), else _OUTBOUND_LISTEN_ADDR, default 127.0.0.1:4140.
+    listen_addrs: tuple[SocketAddr, ...]
+    detect_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_DETECT_TIMEOUT, default 10s
+    connect_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_CONNECT_TIMEOUT, default 1s
+    connect_backoff: Backoff  # LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF_*, default 100ms/60s/0.1
+    discovery_idle_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT, default 5s
+    # LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT, default 3s: how long a connection waits for an endpoint.
+    tcp_failfast_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT, default 100000: requests awaiting their response head; more are shed.
+    max_in_flight: int = 100_000
+    # LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to endpoints.
+    http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+    # TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS (Tether only): more outbound listeners, for running without
+    # iptables. An app connecting to one of them is taken to mean that very address (see OrigDstFallback).
+    extra_listen_addrs: tuple[SocketAddr, ...] = ()
+    # LINKERD2_PROXY_INGRESS_MODE, default false: an ingress's proxy, where an HTTP request's
+    # l5d-dst-override header names its target (docs/proxy.md, Service profiles).
+    ingress_mode: bool = False
+
+
+class OrigDstFallback(enum.Enum):
+    """``TETHER_PROXY_ORIG_DST_FALLBACK`` (Tether only): what a connection that was not redirected is for.
+
+    ``NONE`` is Linkerd's behaviour: without a ``SO_ORIGINAL_DST`` record the
+    connection is refused. ``LOCAL_ADDR`` takes the address the client connected
+    to as the original destination ("direct addressing"), so the proxy runs
+    without iptables on loopback: tests and benchmarks address its listeners
+    directly. Redirected connections are unaffected.
+    """
+
+    NONE = "none"
+    LOCAL_ADDR = "local-addr"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Everything the proxy reads from its environment, parsed and checked."""
+
+    inbound: InboundConfig
+    outbound: OutboundConfig
+    admin_listen_addr: SocketAddr  # LINKERD2_PROXY_ADMIN_LISTEN_ADDR, default 127.0.0.1:4191
+    # LINKERD2_PROXY_CONTROL_LISTEN_ADDR, default 0.0.0.0:4190: the tap server, bound only with a tap client.
+    control_listen_addr: SocketAddr
+    tap_svc_name: str | None  # LINKERD2_PROXY_TAP_SVC_NAME: the one identity allowed to tap; None = no tap
+    destination: ControlAddr  # LINKERD2_PROXY_DESTINATION_SVC_ADDR / _NAME
+    destination_context: str  # LINKERD2_PROXY_DESTINATION_CONTEXT: context_token sent as is
+    # LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES, default svc.cluster.local.; "." = every name.
+    profile_suffixes: tuple[str, ...]
+    profile_networks: tuple[IpNetwork, ...]  # LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS
+    policy: ControlAddr  # LINKERD2_PROXY_POLICY_SVC_ADDR / _NAME
+    policy_workload: str  # LINKERD2_PROXY_POLICY_WORKLOAD: sent as is
+    cluster_networks: tuple[IpNetwork, ...]  # LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS
+    control_streams: ControlStreamLimits
+    identity: IdentityConfig
+    log_filter: str  # LINKERD2_PROXY_LOG, default warn,linkerd=info,hickory=error
+    log_format: LogFormat  # LINKERD2_PROXY_LOG_FORMAT, default PLAIN
+    shutdown_grace_period: timedelta  # LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD, default 2m
+    shutdown_endpoint_enabled: bool  # LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED, default false
+    metrics_retain_idle: timedelta = timedelta(minutes=10)  # LINKERD2_PROXY_METRICS_RETAIN_IDLE, default 10m
+    orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ProxyConfig:
+        """Build the configuration from ``env``; raises ``ConfigError`` naming the first bad variable."""
+        e = _Env(env)
+        admin = e.get("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4191")
+        cluster_networks = e.get("LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS", _list(parse_network), "")
+        return cls(
+            inbound=_inbound(e, admin, cluster_networks),
+            outbound=_outbound(e),
+            admin_listen_addr=admin,
+            control_listen_addr=e.get("LINKERD2_PROXY_CONTROL_LISTEN_ADDR", parse_socket_addr, "0.0.0.0:4190"),
+            tap_svc_name=e.optional("LINKERD2_PROXY_TAP_SVC_NAME", parse_dns_name),
+            destination=_control_addr(e, "LINKERD2_PROXY_DESTINATION"),
+            destination_context=e.get("LINKERD2_PROXY_DESTINATION_CONTEXT", str, ""),
+            profile_suffixes=e.get(
+                "LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES", _list(_parse_suffix), "svc.cluster.local."
+            ),
+            profile_networks=e.get("LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS", _list(parse_network), ""),
+            policy=_control_addr(e, "LINKERD2_PROXY_POLICY"),
+            policy_workload=e.required("LINKERD2_PROXY_POLICY_WORKLOAD", _non_empty),
+            cluster_networks=cluster_networks,
+            control_streams=_control_streams(e),
+            identity=_identity(e),
+            log_filter=e.get("LINKERD2_PROXY_LOG", str, "warn,linkerd=info,hickory=error"),
+            log_format=e.get("LINKERD2_PROXY_LOG_FORMAT", _parse_log_format, "PLAIN"),
+            shutdown_grace_period=e.get("LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD", parse_duration, "2m"),
+            shutdown_endpoint_enabled=e.get("LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED", _parse_bool, "false"),
+            metrics_retain_idle=e.get("LINKERD2_PROXY_METRICS_RETAIN_IDLE", parse_duration, "10m"),
+            orig_dst_fallback=e.get("TETHER_PROXY_ORIG_DST_FALLBACK", _parse_orig_dst_fallback, "none"),
+        )
+
+
+class _Env:
+    """Reads variables; a parser's ``ValueError`` becomes a ``ConfigError`` naming the variable."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def get(self, var: str, parse: Callable[[str], T], default: str) -> T:
+        """The parsed value, or the parsed ``default``: defaults are spelled as Linkerd documents them."""
+        return self._parse(var, self._env.get(var, default), parse)
+
+    def optional(self, var: str, parse: Callable[[str], T]) -> T | None:
+        raw = self._env.get(var)
+        return None if raw is None else self._parse(var, raw, parse)
+
+    def raw(self, var: str) -> str | None:
+        """The unparsed value, for errors that involve two variables."""
+        return self._env.get(var)
+
+    def required(self, var: str, parse: Callable[[str], T]) -> T:
+        raw = self._env.get(var)
+        if raw is None:
+            raise ConfigError(var, None, "must be set")
+        return self._parse(var, raw, parse)
+
+    @staticmethod
+    def _parse(var: str, raw: str, parse: Callable[[str], T]) -> T:
+        try:
+            return parse(raw)
+        except ValueError as err:
+            raise ConfigError(var, raw, str(err)) from None
+
+
+def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]) -> InboundConfig:
+    policy_var = "LINKERD2_PROXY_INBOUND_DEFAULT_POLICY"
+    policy = e.get(policy_var, _parse_default_policy, "all-unauthenticated")
+    if policy in (DefaultPolicy.CLUSTER_AUTHENTICATED, DefaultPolicy.CLUSTER_UNAUTHENTICATED) and not cluster_networks:
+        raise ConfigError(policy_var, policy.value, "needs LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS to be set")
+    ports = e.get("LINKERD2_PROXY_INBOUND_PORTS", PortSet.parse, "")
+    return InboundConfig(
+        listen_addr=e.get("LINKERD2_PROXY_INBOUND_LISTEN_ADDR", parse_socket_addr, "0.0.0.0:4143"),
+        # Linkerd always watches the admin port's policy too (port 0 is "any free port": nothing to watch).
+        ports=ports.with_port(admin.port) if admin.port else ports,
+        opaque_ports=e.get("LINKERD2_PROXY_INBOUND_PORTS_DISABLE_PROTOCOL_DETECTION", PortSet.parse, ""),
+        ips=e.get("LINKERD2_PROXY_INBOUND_IPS", lambda s: frozenset(_list(parse_ip)(s)), ""),
+        default_policy=policy,
+        detect_timeout=e.get("LINKERD2_PROXY_INBOUND_DETECT_TIMEOUT", parse_duration, "10s"),
+        connect_timeout=e.get("LINKERD2_PROXY_INBOUND_CONNECT_TIMEOUT", parse_duration, "300ms"),
+        connect_backoff=_backoff(e, "LINKERD2_PROXY_INBOUND_CONNECT_EXP_BACKOFF", ("100ms", "10s", 0.1)),
+        discovery_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "90s"),
+        max_in_flight=e.get("LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
+        http1_pool_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
+                                      "3s"),
+    )
+
+
+def _outbound(e: _Env) -> OutboundConfig:
+    addrs = e.optional("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDRS", _parse_outbound_addrs)
+    if addrs is None:
+        addrs = (e.get("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4140"),)
+    return OutboundConfig(
+        listen_addrs=addrs,
+        detect_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DETECT_TIMEOUT", parse_duration, "10s"),
+        connect_timeout=e.get("LINKERD2_PROXY_OUTBOUND_CONNECT_TIMEOUT", parse_duration, "1s"),
+        connect_backoff=_backoff(e, "LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF", ("100ms", "60s", 0.1)),
+        discovery_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "5s"),
+        tcp_failfast_timeout=e.get("LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT", parse_duration, "3s"),
+        max_in_flight=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
+        http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
+                                      "3s"),
+        extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
+        ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
+    )
+
+
+def _control_addr(e: _Env, base: str) -> ControlAddr:
+    addr_var, name_var = f"{base}_SVC_ADDR", f"{base}_SVC_NAME"
+    addr = e.required(addr_var, parse_addr)
+    name = e.optional(name_var, parse_dns_name)  # checked even when loopback ignores it
+    if addr.is_loopback:
+        loopback_tls = e.get("TETHER_PROXY_CONTROL_LOOPBACK_TLS", _parse_bool, "false")
+        return ControlAddr(addr, name if loopback_tls else None)
+    if name is None:
+        raise ConfigError(name_var, None, f"must be set because {addr_var}={addr} is not a loopback address")
+    return ControlAddr(addr, name)
+
+
+def _control_streams(e: _Env) -> ControlStreamLimits:
+    # For these three only, an empty value means unset.
+    names = ("INITIAL_TIMEOUT", "IDLE_TIMEOUT", "LIFETIME")
+    values = [
+        e.get(f"LINKERD2_PROXY_CONTROL_STREAM_{n}", lambda s: parse_duration(s) if s.strip() else None, "")
+        for n in names
+    ]
+    # Each limit that is set must not exceed the next one that is set: initial <= idle <= lifetime.
+    set_ = [(f"LINKERD2_PROXY_CONTROL_STREAM_{n}", v) for n, v in zip(names, values) if v is not None]
+    for (short_var, short), (long_var, long) in zip(set_, set_[1:]):
+        if short > long:
+            raise ConfigError(short_var, e.raw(short_var), f"must not exceed {long_var}={e.raw(long_var)}")
+    return ControlStreamLimits(*values)
+
+
+def _identity(e: _Env) -> IdentityConfig:
+    no_spire = _refuse_non_empty("SPIRE identity is not supported by Tether; use Linkerd identity")
+    e.optional("LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS", no_spire)
+    e.optional("LINKERD2_PROXY_IDENTITY_SPIRE_SOCKET", no_spire)
+    e.optional("LINKERD2_PROXY_IDENTITY_DISABLED", _refuse_non_empty("identity cannot be disabled"))
+    min_var, max_var = "LINKERD2_PROXY_IDENTITY_MIN_REFRESH", "LINKERD2_PROXY_IDENTITY_MAX_REFRESH"
+    min_refresh = e.get(min_var, parse_duration, "10s")
+    max_refresh = e.get(max_var, parse_duration, "24h")
+    if min_refresh > max_refresh:
+        # At least one was set, or the defaults would be in order.
+        var = min_var if e.raw(min_var) is not None else max_var
+        raise ConfigError(var, e.raw(var), f"must keep {min_var} <= {max_var} ({min_refresh} > {max_refresh})")
+    return IdentityConfig(
+        dir=e.required("LINKERD2_PROXY_IDENTITY_DIR", _non_empty),
+        token_file=e.required("LINKERD2_PROXY_IDENTITY_TOKEN_FILE", _non_empty),
+        trust_anchors_pem=e.required("LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS", _parse_trust_anchors),
+        local_name=_local_name(e),
+        svc=_control_addr(e, "LINKERD2_PROXY_IDENTITY"),
+        min_refresh=min_refresh,
+        max_refresh=max_refresh,
+    )
+
+
+def _local_name(e: _Env) -> str:
+    name = e.optional("LINKERD2_PROXY_IDENTITY_LOCAL_NAME", parse_dns_name)
+    if name is not None:
+        return name
+    # The alternative spelling: a server id and a server name, which Linkerd identity needs equal.
+    server_id = e.optional("LINKERD2_PROXY_IDENTITY_SERVER_ID", parse_dns_name)
+    server_name = e.optional("LINKERD2_PROXY_IDENTITY_SERVER_NAME", parse_dns_name)
+    if server_id is None or server_name is None:
+        raise ConfigError(
+            "LINKERD2_PROXY_IDENTITY_LOCAL_NAME",
+            None,
+            "must be set (or both LINKERD2_PROXY_IDENTITY_SERVER_ID and _SERVER_NAME)",
+        )
+    if server_id != server_name:
+        raise ConfigError(
+            "LINKERD2_PROXY_IDENTITY_SERVER_NAME",
+            server_name,
+            f"must equal LINKERD2_PROXY_IDENTITY_SERVER_ID ({server_id}) for Linkerd identity",
+        )
+    return server_id
+
+
+def _backoff(e: _Env, base: str, default: tuple[str, str, float]) -> Backoff:
+    min_var, max_var, jitter_var = f"{base}_MIN", f"{base}_MAX", f"{base}_JITTER"
+    low = e.optional(min_var, parse_duration)
+    high = e.optional(max_var, parse_duration)
+    jitter = e.optional(jitter_var, _parse_jitter)
+    if low is None and high is None and jitter is None:
+        return Backoff(parse_duration(default[0]), parse_duration(default[1]), default[2])
+    if low is None or high is None:
+        missing, other = (min_var, max_var) if low is None else (max_var, min_var)
+        raise ConfigError(missing, None, f"must be set together with {other} (and {jitter_var}, optional)")
+    if low > high:
+        raise ConfigError(min_var, e.raw(min_var), f"must not exceed {max_var}={e.raw(max_var)}")
+    return Backoff(low, high, 0.0 if jitter is None else jitter)
+
+
+def _list(parse: Callable[[str], T]) -> Callable[[str], tuple[T, ...]]:
+    """A comma-separated list of ``parse``-able items; blank items are ignored."""
+
+    def parse_list(text: str) -> tuple[T, ...]:
+        return tuple(parse(item.strip()) for item in text.split(",") if item.strip())
+
+    return parse_list
+
+
+def _parse_outbound_addrs(text: str) -> tuple[SocketAddr, ...]:
+    addrs = _list(parse_socket_addr)(text)
+    if not 1 <= len(addrs) <= 2:
+        raise ValueError(f"needs 1 or 2 addresses (e.g. an IPv4 and an IPv6 one), not {len(addrs)}")
+    return addrs
+
+
+def _parse_suffix(text: str) -> str:
+    # "." is the root: every name is eligible for profile lookups.
+    return "." if text == "." else parse_dns_name(text)
+
+
+def _parse_default_policy(text: str) -> DefaultPolicy:
+    try:
+        return DefaultPolicy(text)
+    except ValueError:
+        choices = ", ".join(p.value for p in DefaultPolicy)
+        raise ValueError(f"{text!r} is not a default policy (one of {choices})") from None
+
+
+def _parse_log_format(text: str) -> LogFormat:
+    try:
+        return LogFormat(text.upper())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a log format (PLAIN or JSON)") from None
+
+
+def _parse_orig_dst_fallback(text: str) -> OrigDstFallback:
+    try:
+        return OrigDstFallback(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not one of none, local-addr") from None
+
+
+def _parse_bool(text: str) -> bool:
+    # Exactly Rust's bool parsing: no "1", "yes" or "True".
+    if text not in ("true", "false"):
+        raise ValueError(f"{text!r} is not a boolean (true or false)")
+    return text == "true"
+
+
+def _parse_positive_int(text: str) -> int:
+    # As Rust's usize parsing: digits only, no sign, no underscores, no spaces.
+    if not text.isascii() or not text.isdigit() or int(text) == 0:
+        raise ValueError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _parse_jitter(text: str) -> float:
+    # float() would also take " 1", "1_0", "inf" and "nan".
+    try:
+        value = float(text) if text == text.strip() and "_" not in text else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{text!r} is not a non-negative number")
+    return value
+
+
+def _parse_trust_anchors(text: str) -> str:
+    # Checked here so a bad bundle stops the proxy at startup with exit code 64.
+    try:
+        certs.parse_anchors(text.encode())
+    except certs.CertError as err:
+        raise ValueError(str(err)) from None
+    return text
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _refuse_non_empty(reason: str) -> Callable[[str], None]:
+    def refuse(text: str) -> None:
+        if text:
+            raise ValueError(reason)
+
+    return refuse

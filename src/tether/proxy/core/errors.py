@@ -1,0 +1,164 @@
+"""The responses the proxy makes itself, as Linkerd makes them (proxy.md §7.8, §7.9).
+
+An empty body with ``content-length: 0`` and the error in ``l5d-proxy-error``;
+errors that end the connection also say ``connection: close`` (and, toward a
+meshed client, ``l5d-proxy-connection: close``). The HTTP/1 layer writes them
+with its connection's codec, so a synthesized response is framed like any
+other.
+
+A gRPC request (HTTP/2, ``content-type: application/grpc...``) gets instead a
+trailers-only ``200`` whose ``grpc-status`` says what went wrong
+(``grpc_headers``): Linkerd's mapping, UNAVAILABLE for a failed endpoint,
+DEADLINE_EXCEEDED for fail-fast and connect timeouts (proxy.md §7.9).
+
+Callers: ``tether.proxy.core.http1_layer``, ``tether.proxy.core.http2_layer``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from tether.proxy.codec.http1 import ResponseHead
+
+REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+           502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
+
+
+GRPC_OK = 0
+GRPC_NOT_FOUND = 5
+GRPC_DEADLINE_EXCEEDED = 4
+GRPC_PERMISSION_DENIED = 7
+GRPC_INTERNAL = 13
+GRPC_UNAVAILABLE = 14
+
+
+class ErrorKind(enum.Enum):
+    """Every error the proxy answers a request for, with what each one means everywhere it shows.
+
+    Value: (HTTP status, gRPC code, ``<direction>_http_errors_total{error}`` label ("" when not counted),
+    whether a retryable route may retry it, what it means). Linkerd answers for an endpoint error below its retry layer
+    (a 502/504 like any other, so retryable); fail-fast, load shedding and a route's timeout come from above
+    it and are not retried.
+    """
+
+    FAILFAST = (504, GRPC_DEADLINE_EXCEEDED, "failfast", False, "no endpoint within the failfast timeout")
+    CONNECT_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "i/o", True, "the endpoint's connect timed out")
+    CONNECT_FAILED = (502, GRPC_UNAVAILABLE, "i/o", True, "the endpoint could not be connected")
+    UPSTREAM_CLOSED = (502, GRPC_UNAVAILABLE, "i/o", True, "the endpoint failed before its response head")
+    LOOP = (502, GRPC_UNAVAILABLE, "i/o", True, "the endpoint is this proxy")
+    UNKNOWN_OVERRIDE = (502, GRPC_UNAVAILABLE, "i/o", True, "l5d-dst-override names no known service")
+    BAD_OVERRIDE = (400, GRPC_INTERNAL, "", False, "l5d-dst-override is not host[:port]")
+    LOAD_SHED = (503, GRPC_UNAVAILABLE, "load shed", False, "too many requests in flight")
+    RESPONSE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False, "a route's timeout passed")
+    BAD_REQUEST = (400, GRPC_INTERNAL, "", False, "a malformed request")
+    HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "", False, "a request head over the size limit")
+
+    def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
+        self.status = status
+        self.grpc = grpc
+        self.metric = metric
+        self.retryable = retryable
+        self.meaning = meaning  # for docs and logs; the l5d-proxy-error text names the target (ProxyError.message)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyError:
+    """An error the proxy answers for: its kind and its ``l5d-proxy-error`` text; it closes the connection."""
+
+    kind: ErrorKind
+    message: str
+    route: Any = None  # the request's profile route (``core.profiles.Route``), for its metrics
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    @property
+    def metric(self) -> str:
+        return self.kind.metric
+
+    close = True  # every error the proxy answers for ends the connection (HTTP/1) -- Linkerd's behaviour
+
+
+def failfast(service: str) -> ProxyError:
+    return ProxyError(ErrorKind.FAILFAST, f"logical service {service}: service in fail-fast")
+
+
+def connect_failed(addr: object, timed_out: bool, error: str, errno: str) -> ProxyError:
+    if timed_out:
+        return ProxyError(ErrorKind.CONNECT_TIMEOUT, f"endpoint {addr}: connect timed out")
+    detail = f" ({errno})" if errno else ""
+    return ProxyError(ErrorKind.CONNECT_FAILED, f"endpoint {addr}: {error}{detail}")
+
+
+def io_error(addr: object) -> ProxyError:
+    return ProxyError(ErrorKind.UPSTREAM_CLOSED, f"endpoint {addr}: connection closed before the response")
+
+
+def loop(addr: object) -> ProxyError:
+    return ProxyError(ErrorKind.LOOP, f"endpoint {addr}: loop")
+
+
+def bad_override(value: bytes) -> ProxyError:
+    return ProxyError(ErrorKind.BAD_OVERRIDE, f"invalid l5d-dst-override header: {value.decode('latin-1')!r}")
+
+
+def unknown_override(authority: str) -> ProxyError:
+    return ProxyError(ErrorKind.UNKNOWN_OVERRIDE, f"l5d-dst-override {authority}: not a known service")
+
+
+def load_shed() -> ProxyError:
+    """More requests in flight than *_MAX_IN_FLIGHT allows (proxy.md §7.11): 503, connection closed."""
+    return ProxyError(ErrorKind.LOAD_SHED, "service unavailable: too many requests in flight")
+
+
+def response_timeout(timeout: float) -> ProxyError:
+    """A ServiceProfile route's timeout passed before the response head (proxy.md §7.6): 504, connection closed."""
+    return ProxyError(ErrorKind.RESPONSE_TIMEOUT, f"HTTP response timeout after {rust_duration(timeout)}")
+
+
+def bad_request(status: int, reason: str) -> ProxyError:
+    """A request the codec refused: its status hint says which (431: the head is too large; else 400)."""
+    return ProxyError(ErrorKind.HEAD_TOO_LARGE if status == 431 else ErrorKind.BAD_REQUEST, reason)
+
+
+def rust_duration(seconds: float) -> str:
+    """A duration as Rust's ``Duration`` prints it with ``{:?}`` (``250ms``, ``1.5s``, ``10µs``)."""
+    nanos = round(seconds * 1e9)
+    for unit, size in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
+        if nanos >= size:
+            whole, frac = divmod(nanos, size)
+            digits = str(frac).rjust(len(str(size)) - 1, "0").rstrip("0")
+            return f"{whole}.{digits}{unit}" if digits else f"{whole}{unit}"
+    return f"{nanos}ns"
+
+
+
+
+def response(error: ProxyError, *, meshed_client: bool) -> ResponseHead:
+    headers = [(b"content-length", b"0"), (b"l5d-proxy-error", error.message.encode("latin-1", "replace"))]
+    if error.close:
+        headers.append((b"connection", b"close"))
+        if meshed_client:
+            headers.append((b"l5d-proxy-connection", b"close"))
+    return ResponseHead(error.status, tuple(headers), REASONS.get(error.status, b""))
+
+
+# -- gRPC (proxy.md §7.9) -----------------------------------------------------------------------------------
+
+def grpc_status(error: ProxyError) -> int:
+    return error.kind.grpc
+
+
+def grpc_message(text: str) -> bytes:
+    """``grpc-message`` is percent-encoded: every byte outside printable ASCII, and ``%`` itself."""
+    return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in text.encode())
+
+
+def grpc_headers(error: ProxyError) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers (after ``:status: 200``) of a trailers-only gRPC answer for ``error``."""
+    return ((b"content-length", b"0"), (b"content-type", b"application/grpc"),
+            (b"grpc-status", str(grpc_status(error)).encode()), (b"grpc-message", grpc_message(error.message)),
+            (b"l5d-proxy-error", error.message.encode("latin-1", "replace")))

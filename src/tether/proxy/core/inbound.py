@@ -1,0 +1,245 @@
+"""The inbound connection layer: from a client (meshed or not) to the app (proxy.md §3, §4.2, §5.4, §6.2, §8).
+
+For each connection accepted on the inbound listener:
+
+- the original destination must be one of the pod's IPs (when configured);
+- to the inbound port itself: the *direct* stack -- mesh TLS with a client
+  identity, ALPN ``transport.l5d.io/v1``, then a transport header naming the
+  app's port; anything else is refused;
+- to an opaque port: no detection at all (TLS status ``port_skipped``);
+- otherwise TLS detection on the first bytes: a ClientHello for our own name is
+  terminated (the client identity is its certificate's first SAN); one for
+  another name passes through untouched; anything else is plaintext.
+
+Then the default policy decides (``core.inbound_policy``), and the layer for the
+detected protocol carries the connection to the app at the original
+destination IP and the target port -- never to the inbound port. As outbound,
+``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
+to ``tether.proxy.core.http1_layer`` (requests to the app over pooled keep-alive
+connections), ``Http2`` to its per-stream HTTP/2 layer; the rest is
+forwarded per connection.
+
+The layer yields ``tether.proxy.core.commands``; it does no I/O. Caller:
+``tether.proxy.io.driver`` (via ``tether.proxy.app``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tether.ports import PortSet
+from tether.proxy.core import labels
+from tether.proxy.codec.addrs import IpAddress, IpNetwork, SocketAddr
+from tether.proxy.core.commands import (
+    AcceptTls,
+    Connect,
+    Count,
+    Detect,
+    Failed,
+    Forward,
+    Layer,
+    ReadHeader,
+    Refuse,
+    SetLabels,
+    Sniff,
+    TlsAccepted,
+)
+from tether.proxy.core.config import DefaultPolicy
+from tether.proxy.core.http2_layer import http2
+from tether.proxy.core.http1_layer import HttpSettings, Router, http1
+from tether.proxy.core.routes import inbound_router
+from tether.proxy.core.inbound_policy import authorize
+from tether.proxy.codec import detect
+from tether.proxy.codec.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
+
+TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class InboundSettings:
+    """The parts of ``ProxyConfig`` the inbound layer uses."""
+
+    local_name: str  # our identity: the SNI we terminate
+    inbound_port: int  # connections to it are direct (transport header)
+    detect_timeout: float
+    connect_timeout: float
+    opaque_ports: PortSet
+    ips: frozenset[IpAddress]  # empty: any destination IP
+    default_policy: DefaultPolicy
+    cluster_networks: tuple[IpNetwork, ...]
+    http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """What is known of an accepted connection once its TLS is settled."""
+
+    target: SocketAddr  # where the app is: the original destination (direct: its IP and the header's port)
+    tls_labels: str
+    mesh_tls: bool
+    client_id: str | None
+    authz: str = ""  # the authorization that allowed it (the default policy's name), once decided
+
+
+def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:
+    if settings.ips and orig_dst.ip not in settings.ips:
+        yield Refuse("ip not allowed", _accept_labels(orig_dst, labels.no_tls(labels.NO_TLS_FROM_REMOTE), settings))
+        return
+    if orig_dst.port == settings.inbound_port:
+        yield from _direct(orig_dst, client, settings)
+        return
+    if orig_dst.port in settings.opaque_ports:
+        session = Session(orig_dst, labels.no_tls(labels.PORT_SKIPPED), False, None)
+        yield from _authorized(session, client, settings, detect.Opaque())
+        return
+    verdict = yield Detect(tls=True, timeout=settings.detect_timeout)
+    plaintext = labels.no_tls(labels.NO_TLS_FROM_REMOTE)
+    if isinstance(verdict, detect.Closed):
+        yield Refuse("closed before detection", _accept_labels(orig_dst, plaintext, settings))
+    elif isinstance(verdict, detect.TlsTimeout):
+        yield Refuse("tls detection timeout", _accept_labels(orig_dst, plaintext, settings))
+    elif isinstance(verdict, detect.Tls) and verdict.client_hello.server_name == settings.local_name:
+        accepted = yield AcceptTls(alpn=False, timeout=settings.detect_timeout)
+        if isinstance(accepted, Failed):
+            yield Refuse(accepted.error, _accept_labels(orig_dst, plaintext, settings))
+            return
+        assert isinstance(accepted, TlsAccepted)
+        session = Session(orig_dst, labels.tls_accepted(accepted.client_id), True, accepted.client_id)
+        inner = yield Sniff(settings.detect_timeout)
+        if isinstance(inner, detect.Closed):
+            yield Refuse("closed before detection", _accept_labels(orig_dst, session.tls_labels, settings))
+            return
+        if isinstance(inner, detect.ReadTimeout):
+            inner = detect.Opaque()
+        yield from _authorized(session, client, settings, inner)
+    elif isinstance(verdict, detect.Tls):
+        # TLS for some other name: the app's own TLS, forwarded untouched.
+        sni = verdict.client_hello.server_name or ""
+        yield from _authorized(Session(orig_dst, labels.tls_passthrough(sni), False, None), client, settings,
+                               detect.Opaque())
+    else:
+        yield from _authorized(Session(orig_dst, plaintext, False, None), client, settings, verdict)
+
+
+def _direct(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:
+    """The inbound port's own stack: mTLS with a client identity, ALPN, a transport header (proxy.md §6.2)."""
+    refused = _accept_labels(orig_dst, labels.no_tls(labels.NO_TLS_FROM_REMOTE), settings)
+    verdict = yield Detect(tls=True, timeout=settings.detect_timeout)
+    if isinstance(verdict, detect.TlsTimeout):
+        yield Refuse("tls detection timeout", refused)
+        return
+    if not (isinstance(verdict, detect.Tls) and verdict.client_hello.server_name == settings.local_name):
+        yield Refuse("direct connections must be mutually authenticated", refused)
+        return
+    accepted = yield AcceptTls(alpn=True, timeout=settings.detect_timeout)
+    if isinstance(accepted, Failed):
+        yield Refuse(accepted.error, refused)
+        return
+    assert isinstance(accepted, TlsAccepted)
+    tls_labels = labels.tls_accepted(accepted.client_id)
+    if accepted.client_id is None:
+        yield Refuse("direct connections must be mutually authenticated", _accept_labels(orig_dst, tls_labels, settings))
+        return
+    if accepted.alpn != TRANSPORT_ALPN:
+        yield Refuse("direct connections require transport header negotiation",
+                     _accept_labels(orig_dst, tls_labels, settings))
+        return
+    header = yield ReadHeader(settings.detect_timeout)
+    if isinstance(header, Failed):
+        yield Refuse(header.error, _accept_labels(orig_dst, tls_labels, settings))
+        return
+    if isinstance(header, NoHeader):
+        yield Refuse("connection did not include a transport header", _accept_labels(orig_dst, tls_labels, settings))
+        return
+    assert isinstance(header, HeaderReceived)
+    if header.header.name is not None:
+        yield Refuse("gateway connections are not supported", _accept_labels(orig_dst, tls_labels, settings))
+        return
+    target = SocketAddr(orig_dst.ip, header.header.port)
+    if target.port == settings.inbound_port:
+        yield Refuse("loop", _accept_labels(orig_dst, tls_labels, settings))
+        return
+    protocol = header.header.protocol
+    yield Count(
+        "inbound_tcp_transport_header_connections_total",
+        labels.render(("session_protocol", protocol.value if protocol else ""), ("target_port", str(target.port)),
+                      ("target_name", ""), ("client_id", accepted.client_id)),
+    )
+    # The header names the protocol, so there is nothing to detect (Linkerd goes straight to that stack).
+    verdict_for = {None: detect.Opaque(), "http1": detect.Http1(), "http2": detect.Http2()}
+    session = Session(target, tls_labels, True, accepted.client_id)
+    yield from _authorized(session, client, settings, verdict_for[protocol.value if protocol else None])
+
+
+def _authorized(session: Session, client: SocketAddr, settings: InboundSettings, verdict: detect.Verdict) -> Layer:
+    decision = authorize(settings.default_policy, client_ip=client.ip, mesh_tls=session.mesh_tls,
+                         client_id=session.client_id, cluster_networks=settings.cluster_networks)
+    accept = _accept_labels(session.target, session.tls_labels, settings)
+    server = labels.server_labels(settings.default_policy.value, session.target.port)
+    if not decision.allowed:
+        yield Count("inbound_tcp_authz_deny_total", labels.join(labels.target(session.target), server,
+                                                                session.tls_labels))
+        yield Refuse("unauthorized", accept)
+        return
+    authz = labels.authz_labels(decision.authz)
+    yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server, authz,
+                                                             session.tls_labels))
+    yield SetLabels(accept)
+    carry = PROTOCOL_LAYERS[type(verdict)]
+    yield from carry(replace(session, authz=decision.authz), settings)
+
+
+def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
+    """Forward the connection's bytes to the app, at the target address."""
+    app = session.target
+    reply = yield Connect(app, None, settings.connect_timeout, labels.connect_inbound(app))
+    if isinstance(reply, Failed):
+        yield Refuse(reply.error)
+        return
+    yield Forward()
+
+
+def _accept_labels(target: SocketAddr, tls_labels: str, settings: InboundSettings) -> str:
+    return labels.accept_inbound(target, tls_labels, labels.server_labels(settings.default_policy.value, target.port))
+
+
+# -- HTTP/1 per request (tether.proxy.http) ------------------------------------------------------------------
+
+
+def http1_requests(session: Session, settings: InboundSettings) -> Layer:
+    """HTTP/1 requests to the app, with keep-alive to it, when an HTTP layer is configured; else per connection."""
+    if settings.http is None:
+        yield from tcp_forward(session, settings)
+        return
+    yield from http1(*_request_level(session, settings, settings.http))
+
+
+def http2_requests(session: Session, settings: InboundSettings) -> Layer:
+    """HTTP/2 streams to the app (one HTTP/2 connection to it per client connection), downgrading those a
+    linkerd2-proxy upgraded (``l5d-orig-proto``) to HTTP/1 on pooled connections; else per connection."""
+    if settings.http is None:
+        yield from tcp_forward(session, settings)
+        return
+    yield from http2(*_request_level(session, settings, settings.http), downgrade=True)
+
+
+def _request_level(session: Session, settings: InboundSettings, http: HttpSettings) -> tuple[Router, HttpSettings]:
+    """The router to the app and the HTTP settings of this connection (its client's identity, its labels)."""
+    target = session.target
+    metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
+                                labels.server_labels(settings.default_policy.value, target.port),
+                                labels.render(("route_group", ""), ("route_kind", "default"),
+                                              ("route_name", "default")),
+                                labels.authz_labels(session.authz))
+    http = replace(http, meshed_client=session.mesh_tls and session.client_id is not None,
+                   client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels)
+    return inbound_router(target, settings.connect_timeout, metric_labels), http
+
+
+# The seam between detection and the request-level proxy: the layer that carries each detected protocol.
+PROTOCOL_LAYERS: dict[type[detect.Verdict], Callable[[Session, InboundSettings], Layer]] = {
+    detect.Opaque: tcp_forward,
+    detect.Http1: http1_requests,
+    detect.Http2: http2_requests,
+}

@@ -1,0 +1,85 @@
+"""``LINKERD2_PROXY_LOG`` filters (tracing's EnvFilter syntax, the subset that maps onto ``logging``).
+
+A filter is comma-separated directives: a bare level (``warn``) sets the default,
+``target=level`` sets one target. Levels: ``trace``, ``debug``, ``info``,
+``warn``, ``error``, ``off`` (case-insensitive). Targets are logger names;
+Linkerd's ``linkerd`` (and ``linkerd2_proxy``) mean the proxy's own loggers,
+``tether.proxy``. Span filters (``[...]``) are not supported and rejected.
+
+Callers: ``tether.proxy.app`` (at start) and ``tether.proxy.io.admin`` (``/proxy-log-level``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+TRACE = 5
+_LEVELS = {
+    "trace": TRACE,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "off": logging.CRITICAL + 10,
+}
+_ALIASES = {"linkerd": "tether.proxy", "linkerd2_proxy": "tether.proxy"}
+_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def parse(text: str) -> list[tuple[str, int]]:
+    """``[(logger name, level)]``, ``""`` for the default; raises ``ValueError`` naming the bad directive."""
+    directives: list[tuple[str, int]] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        target, sep, level_s = item.rpartition("=")
+        if not sep:
+            target, level_s = "", item
+        level = _LEVELS.get(level_s.strip().lower())
+        if level is None:
+            raise ValueError(f"invalid log level {level_s!r} in {item!r}")
+        target = target.strip()
+        if target and not _TARGET.fullmatch(target):
+            raise ValueError(f"invalid log target {target!r} in {item!r}")
+        name = target.replace("::", ".")
+        head, dot, rest = name.partition(".")
+        if head in _ALIASES:
+            name = _ALIASES[head] + dot + rest
+        directives.append((name, level))
+    return directives
+
+
+class LogFilter:
+    """The filter in force; ``set`` applies a new one to the loggers (the previous targets reset first).
+
+    With ``apply=False`` (a proxy embedded in another program, e.g. a test) the
+    filter is only checked and remembered, and the host's logging is left alone.
+    """
+
+    def __init__(self, text: str, *, apply: bool = True) -> None:
+        self.text = ""
+        self._apply = apply
+        self._touched: list[str] = []
+        self.set(text)
+
+    def set(self, text: str) -> None:
+        directives = parse(text)  # raises before anything changes
+        if not self._apply:
+            self.text = text
+            return
+        for name in self._touched:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        default = logging.WARNING
+        touched = []
+        for name, level in directives:
+            if name:
+                logging.getLogger(name).setLevel(level)
+                touched.append(name)
+            else:
+                default = level
+        logging.getLogger().setLevel(default)
+        self._touched = touched
+        self.text = text

@@ -1,0 +1,231 @@
+"""Where each HTTP request goes: the routers the HTTP layer asks once per request.
+
+- ``outbound_router``: discovery's answer for the original destination (its
+  latest, when the profile changed since the connection was opened). With a
+  balancer (a service), every request draws its endpoint by P2C on peak-EWMA
+  latency x (requests in flight + 1): the endpoint set as it is *now*, so a new
+  endpoint takes traffic from the next request and a removed one gets no more.
+  No endpoint for the failfast timeout is a 504. Without one, the profile's
+  single endpoint or the original destination. When the service has profile
+  routes or a traffic split (``core.profiles``), the request's route is
+  matched first (``Pick.route``, also on a ``ProxyError``: the layer applies
+  its timeout, retries and route metrics), and a split draws the backend
+  service by weight before P2C picks the endpoint within it. In ingress mode
+  (``named`` given), a request with ``l5d-dst-override: name[:port]`` goes to
+  that target instead, resolved by name (its own profile, routes and all);
+  the header is removed before the request goes on (``Pick.strip_override``).
+- ``inbound_router``: the app, at the target address, in plaintext.
+
+Each answer (``layer.Pick``) carries the ``Connect`` for the pool, the
+transport header, and the request metric labels (proxy.md §9.2): outbound
+``direction, [authority], target_*, client TLS, dst_*``; inbound ``direction,
+target_*, server TLS, srv_*`` and the default route and authorization.
+
+Pure: routers yield ``Wait`` (discovery) and nothing else. Callers:
+``core.outbound``, ``core.inbound``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator
+from dataclasses import replace
+from typing import Any
+
+from tether.proxy.core import labels
+from tether.proxy.codec.addrs import IpAddress, SocketAddr, is_dns_name, parse_ip
+from tether.proxy.core.commands import Command, Connect, Failed, Wait
+from tether.proxy.core import errors
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http1_layer import L5D_DST_OVERRIDE, Pick, Router
+from tether.proxy.core.profiles import MATCH_ALL, Route
+from tether.proxy.core.balancer import Balancer, Slot
+from tether.proxy.core.resolution import ProfileSource, Resolution
+from tether.proxy.core.endpoint import Endpoint, Plan, plan
+from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.codec.transport_header import SessionProtocol
+
+
+DEFAULT_OVERRIDE_PORT = 80
+
+# The route of an overridden request to a target without profile routes: no timeout, no retries, and no route
+# metrics (no metric labels); it takes the layer's routed path only so the header is removed.
+OVERRIDE_ROUTE = Route(MATCH_ALL)
+
+
+def request_labels(connect_labels: str) -> str:
+    """A connected side's TCP labels, less ``peer``: the HTTP endpoint labels (same order as Linkerd's)."""
+    return connect_labels.replace(',peer="dst"', "", 1)
+
+
+def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: frozenset[IpAddress],
+                    connect_timeout: float, failfast: float, loop_addrs: frozenset[SocketAddr],
+                    draw: Callable[[], float] = random.random,
+                    protocol: SessionProtocol = SessionProtocol.HTTP1,
+                    named: Callable[[str, int], ProfileSource] | None = None) -> Router:
+    """``draw``: uniform in [0, 1), for the traffic split's weighted choice; ``protocol``: the session protocol
+    new connections announce in the transport header (``HTTP2`` for the HTTP/2 layer's connections);
+    ``named``: ingress mode, a lease on the profile watch of a ``name:port`` (the caller releases its leases
+    when the connection ends)."""
+    watch = resolution.watch
+
+    # Per (endpoint, authority label): its connection and labels, made once.
+    plans: dict[tuple[Endpoint, str], tuple[Plan, str]] = {}
+
+    def pick_endpoint(endpoint: Endpoint, authority: str, host: bytes) -> Pick | ProxyError:
+        key = (endpoint, authority)
+        known = plans.get(key)
+        if known is None:
+            route = plan(endpoint, local_ips=local_ips, protocol=protocol, timeout=connect_timeout,
+                         authority=authority)
+            if len(plans) > 1024:
+                plans.clear()
+            known = plans[key] = (route, request_labels(route.connect.labels))
+        route, metric_labels = known
+        if route.connect.addr in loop_addrs:
+            return errors.loop(endpoint.addr)
+        return Pick(route.connect, route.header, metric_labels, host)
+
+    def take(balancer: Balancer, slot: Slot, authority: str, host: bytes) -> Pick | ProxyError:
+        """The request goes to ``slot``'s endpoint: counted in flight until the layer releases it."""
+        picked = pick_endpoint(slot.endpoint, authority, host)
+        if isinstance(picked, ProxyError):
+            return picked
+        slot.in_flight += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                slot.in_flight -= 1
+
+        picked.observe = lambda rtt: balancer.connected(slot, rtt)
+        picked.failed = lambda: balancer.failed(slot)
+        picked.release = release
+        return picked
+
+    def profiled(current: Resolution, request: RequestHead, host: bytes) -> Generator[Command, Any,
+                                                                                      Pick | ProxyError]:
+        profile = current.profile
+        assert profile is not None
+        route: Route = profile.route_for(request.method, request.target)
+        balancer, authority = current.balancer, current.authority
+        split = profile.split
+        if split:
+            backend = split.choose(draw())
+            if not backend.balancer.has_endpoints and len(split.backends) > 1:
+                # Not ready: the share goes to the backends that have endpoints (if any has).
+                ready = [b for b in split.backends if b.balancer.has_endpoints]
+                if ready:
+                    backend = split.choose_among(draw(), ready)
+            balancer, authority = backend.balancer, backend.authority
+        assert balancer is not None  # a profile comes with its service
+        slot = balancer.pick()
+        if slot is None:
+            slot = yield Wait(balancer, failfast)
+        picked = errors.failfast(authority) if slot is None else take(balancer, slot, authority, host)
+        if isinstance(picked, ProxyError):
+            return replace(picked, route=route)
+        picked.route = route
+        return picked
+
+    def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:
+        assert named is not None
+        target = parse_override(value)
+        if target is None:
+            return errors.bad_override(value)
+        authority, port = target
+        watch = named(authority, port)
+        if not watch.ready:
+            answer = yield Wait(watch, failfast)
+            if isinstance(answer, Failed):
+                return errors.failfast(authority)
+        current = watch.resolution
+        host = authority.encode()
+        picked: Pick | ProxyError
+        if current.profile is not None:
+            picked = yield from profiled(current, request, host)
+        elif current.balancer is not None:
+            slot = current.balancer.pick()
+            if slot is None:
+                slot = yield Wait(current.balancer, failfast)
+            picked = errors.failfast(authority) if slot is None else take(current.balancer, slot, authority, host)
+        elif current.endpoint is not None:
+            picked = pick_endpoint(current.endpoint, authority, host)
+        else:
+            return errors.unknown_override(authority)
+        if isinstance(picked, ProxyError):
+            return picked
+        picked.strip_override = True
+        if picked.route is None:
+            picked.route = OVERRIDE_ROUTE
+        return picked
+
+    seen = resolution
+    host = (resolution.authority or str(orig_dst)).encode()  # Host for a request without one
+
+    def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+        nonlocal seen, host
+        if named is not None:  # ingress mode only: the header is not looked at otherwise
+            override = _header(request, L5D_DST_OVERRIDE)
+            if override is not None:
+                return (yield from overridden(request, override))
+        current = watch.resolution if watch is not None else resolution  # the latest profile, per request
+        if current is not seen:
+            seen = current
+            host = (current.authority or str(orig_dst)).encode()
+        if current.profile is not None:
+            return (yield from profiled(current, request, host))
+        balancer = current.balancer
+        if balancer is None:
+            return pick_endpoint(current.endpoint or Endpoint.forward(orig_dst), current.authority, host)
+        slot = balancer.pick()  # pure: no driver round trip when there are endpoints
+        if slot is None:
+            slot = yield Wait(balancer, failfast)
+            if slot is None:
+                return errors.failfast(current.authority or str(orig_dst))
+        return take(balancer, slot, current.authority, host)
+
+    return route
+
+
+def _header(request: RequestHead, name: bytes) -> bytes | None:
+    for key, value in request.headers:
+        if len(key) == len(name) and key.lower() == name:
+            return value
+    return None
+
+
+def parse_override(value: bytes) -> tuple[str, int] | None:
+    """``l5d-dst-override``'s ``host[:port]`` (port 80 by default) as (``host:port``, port); None if invalid."""
+    try:
+        text = value.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    host, sep, port_text = text.rpartition(":")
+    if not sep or host.count(":") and not host.startswith("["):
+        host, port_text = text, str(DEFAULT_OVERRIDE_PORT)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    port = int(port_text)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ip = parse_ip(host)
+    except ValueError:
+        if not is_dns_name(host):
+            return None
+        return f"{host.lower().rstrip('.')}:{port}", port
+    return str(SocketAddr(ip, port)), port
+
+
+def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str) -> Router:
+    connect = Connect(target, None, connect_timeout, labels.connect_inbound(target))
+    pick = Pick(connect, None, metric_labels, str(target).encode())
+
+    def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+        return pick
+        yield  # a generator, like every router
+
+    return route

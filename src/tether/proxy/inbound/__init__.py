@@ -1,1 +1,0 @@
-"""The inbound proxy: the connection layer (``layer``) and the default policies (``policy``)."""

@@ -1,0 +1,474 @@
+"""Shared, cached discovery per target: ``GetProfile`` per original destination, ``Get`` per service.
+
+``Discovery.profile(addr)`` hands out a lease on the one ``ProfileWatch`` of
+``ip:port``; the watch keeps a ``GetProfile`` stream open while leased and for
+``idle_timeout`` (``LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT``, 5 s) after
+the last lease is released, then closes it. When the profile names a service
+(``fully_qualified_name``), the watch holds a lease on that service's
+``ServiceWatch``, whose ``Get`` stream feeds one shared ``Balancer``.
+
+Streams that end or fail are opened again with exponential backoff; until the
+new stream's first message, the last answer keeps serving -- so cached targets
+keep working while the destination service is down (proxy-api.md §4.1).
+
+A ``ProfileWatch`` is what the outbound layer waits on (``Wait``): it answers a
+``Resolution`` once the first profile is in (or the destination said it has
+none), or ``Failed`` when nothing came within the timeout.
+
+A service's profile routes, retry budget and traffic split are translated once
+per update (``profile_translation``) into ``Resolution.profile``; each
+``dst_overrides`` backend is a service too, resolved by its own shared
+``ServiceWatch``, held by the profile watch for as long as the profile names it.
+A resolution keeps a reference to its watch, so the per-request router can
+follow later updates on a connection opened before them.
+
+Callers: ``tether.proxy.app`` (one ``Discovery``; ``set_channel`` on every
+identity refresh) and ``core.outbound``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from tether.api import destination_pb2 as pb
+from tether.api import destination_pb2_grpc
+from tether.api.addresses import InvalidAddress, from_tcp_address
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.commands import Failed
+from tether.proxy.core.config import Backoff
+from tether.proxy.core.profiles import Profile
+from tether.proxy.core.balancer import Balancer, Slot
+from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.core.profile_translation import translate
+from tether.proxy.core.resolution import FORWARD, Resolution
+
+log = logging.getLogger(__name__)
+
+# Answers that will not change by asking again (Linkerd does not retry these).
+_FINAL_CODES = frozenset({
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.UNIMPLEMENTED,
+})
+
+
+class WaitingBalancer(Balancer):
+    """A service's balancer as discovery feeds it: ``core.balancer.Balancer`` plus waiting for endpoints."""
+
+    def __init__(self, *, failfast: float, clock: Callable[[], float], rng: random.Random | None = None,
+                 backoff: Callable[[int], float] | None = None) -> None:
+        if backoff is None:
+            super().__init__(failfast=failfast, clock=clock, rng=rng)
+        else:
+            super().__init__(failfast=failfast, clock=clock, rng=rng, backoff=backoff)
+        self._changed = asyncio.Event()
+        self._watchers: list[asyncio.Future[None]] = []
+
+    def notify(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for waiter in watchers:
+            if not waiter.done():
+                waiter.set_result(None)
+        if self.has_endpoints:
+            self._changed.set()
+
+    def updated(self) -> asyncio.Future[None]:
+        """Done at the next update from discovery (whether or not it changed anything)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.append(waiter)
+        return waiter
+
+    async def wait(self, timeout: float) -> Slot | None:
+        """An endpoint, waiting for one up to ``timeout`` (or less, when failfast comes first)."""
+        deadline = self._clock() + timeout
+        while True:
+            slot = self.pick()
+            if slot is not None:
+                return slot
+            failfast = self.failfast_left()
+            if failfast is None:  # pragma: no cover - pick() answers whenever there are endpoints
+                return None
+            left = min(deadline - self._clock(), failfast)
+            if left <= 0:
+                return None
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                pass
+
+
+class _Watch:
+    """One control-plane stream kept open while leased, re-opened with backoff when it ends."""
+
+    def __init__(self, discovery: Discovery, key: str) -> None:
+        self._discovery = discovery
+        self.key = key
+        self._refs = 0
+        self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self.answered = asyncio.Event()
+        self.closed = False
+
+    def acquire(self) -> None:
+        self._refs += 1
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"discovery {self.key}")
+            self._discovery.notify()
+
+    def release(self) -> None:
+        self._refs -= 1
+        if self._refs == 0 and not self.closed:
+            self._idle = asyncio.get_running_loop().call_later(self._discovery.idle_timeout, self.close)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._task is not None:
+            self._task.cancel()
+        self._forget()
+        self._closed()
+        self._discovery.notify()
+
+    def _forget(self) -> None:
+        raise NotImplementedError
+
+    def _closed(self) -> None:
+        """Subclasses release what they hold."""
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self.closed:
+            channel = self._discovery.lease_channel()
+            try:
+                if channel is None:
+                    raise _NoChannel
+                stub = destination_pb2_grpc.DestinationStub(channel)
+                request = pb.GetDestination(path=self.key, context_token=self._discovery.context_token)
+                call = self._open(stub, request)
+                first = True
+                async for message in call:
+                    self._apply(message, first)
+                    first = False
+                    failures = 0
+                    self.answered.set()
+                log.debug("discovery: stream %s ended; reconnecting", self.key)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code in _FINAL_CODES:
+                    log.debug("discovery: %s answered %s: %s", self.key, code.name, exc.details())
+                    self._final(code)
+                    self.answered.set()
+                    return
+                log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details())
+            except _NoChannel:
+                pass
+            finally:
+                self._discovery.return_channel(channel)
+            failures += 1
+            await asyncio.sleep(self._discovery.backoff_delay(failures))
+
+    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
+        raise NotImplementedError
+
+    def _apply(self, message: object, first: bool) -> None:
+        raise NotImplementedError
+
+    def _final(self, code: grpc.StatusCode) -> None:
+        raise NotImplementedError
+
+
+class _NoChannel(Exception):
+    """No destination channel yet (the proxy is not certified)."""
+
+
+class ServiceWatch(_Watch):
+    """``Destination.Get`` for ``name:port``, feeding one balancer."""
+
+    def __init__(self, discovery: Discovery, key: str) -> None:
+        super().__init__(discovery, key)
+        self.balancer = discovery.new_balancer()
+
+    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
+        return stub.Get(request)
+
+    def _apply(self, message: object, first: bool) -> None:
+        assert isinstance(message, pb.Update)
+        kind = message.WhichOneof("update")
+        if kind == "add":
+            endpoints = []
+            for weighted in message.add.addrs:
+                try:
+                    endpoints.append(Endpoint.from_proto(weighted, message.add.metric_labels))
+                except (InvalidAddress, ValueError) as exc:
+                    log.warning("discovery: %s: skipping an endpoint: %s", self.key, exc)
+            # The first message of a stream starts the state afresh (proxy-api.md §4.1).
+            (self.balancer.reset if first else self.balancer.add)(endpoints)
+        elif kind == "remove":
+            addrs = []
+            for tcp in message.remove.addrs:
+                try:
+                    ip, port = from_tcp_address(tcp)
+                    addrs.append(SocketAddr(parse_ip(ip), port))
+                except (InvalidAddress, ValueError):
+                    continue
+            if first:
+                self.balancer.reset()
+            else:
+                self.balancer.remove(addrs)
+        elif kind == "no_endpoints":
+            self.balancer.reset()
+
+    def _final(self, code: grpc.StatusCode) -> None:
+        self.balancer.reset()
+
+    def _forget(self) -> None:
+        self._discovery.services.pop(self.key, None)
+
+
+class ProfileWatch(_Watch):
+    """``Destination.GetProfile`` for ``ip:port``; what the outbound layer waits on."""
+
+    def __init__(self, discovery: Discovery, key: str, port: int) -> None:
+        super().__init__(discovery, key)
+        self._port = port
+        self.resolution: Resolution = FORWARD
+        self._service: ServiceWatch | None = None
+        self._backends: list[ServiceWatch] = []  # the traffic split's services, leased
+        self._update_waiters: list[asyncio.Future[None]] = []
+
+    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
+        return stub.GetProfile(request)
+
+    def updated(self) -> asyncio.Future[None]:
+        """Done at the next profile update (tests wait on it)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._update_waiters.append(waiter)
+        return waiter
+
+    @property
+    def ready(self) -> bool:
+        return self.answered.is_set()
+
+    def _updated_now(self) -> None:
+        waiters, self._update_waiters = self._update_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _apply(self, message: object, first: bool) -> None:
+        assert isinstance(message, pb.DestinationProfile)
+        try:
+            self._resolve(message)
+        finally:
+            self._updated_now()
+
+    def _resolve(self, message: pb.DestinationProfile) -> None:
+        opaque = message.opaque_protocol
+        if message.HasField("endpoint"):
+            try:
+                endpoint = Endpoint.from_proto(message.endpoint)
+            except (InvalidAddress, ValueError) as exc:
+                log.warning("discovery: %s: unusable profile endpoint: %s", self.key, exc)
+                self._use_service(None)
+                self._use_backends(None, "")
+                self.resolution = Resolution(opaque=opaque, watch=self)
+                return
+            self._use_service(None)
+            self._use_backends(None, "")
+            self.resolution = Resolution(opaque=opaque or endpoint.opaque, endpoint=endpoint, watch=self)
+        elif message.fully_qualified_name:
+            authority = f"{message.fully_qualified_name.rstrip('.')}:{self._port}"
+            service = self._use_service(authority)
+            # Opaque: HTTP routes are ignored (proxy-api.md §4.2).
+            profile = self._use_backends(None if opaque else message, authority)
+            self.resolution = Resolution(opaque=opaque, balancer=service.balancer, authority=authority,
+                                         profile=profile, watch=self)
+        else:
+            self._use_service(None)
+            self._use_backends(None, "")
+            self.resolution = Resolution(opaque=opaque, watch=self)
+
+    def _use_service(self, authority: str | None) -> ServiceWatch:
+        current = self._service
+        if current is not None and current.key == authority:
+            return current
+        if authority is not None:
+            self._service = self._discovery.service(authority)
+        else:
+            self._service = None
+        if current is not None:
+            current.release()
+        return self._service  # type: ignore[return-value]
+
+    def _use_backends(self, message: pb.DestinationProfile | None, authority: str) -> Profile | None:
+        """Translate the profile; lease the services its traffic split names, then let the previous ones go."""
+        held: list[ServiceWatch] = []
+
+        def balancer_for(backend: str) -> Balancer:
+            watch = self._discovery.service(backend)
+            held.append(watch)
+            return watch.balancer
+
+        profile = None
+        if message is not None:
+            profile = translate(message, authority, self._discovery.clock, balancer_for)
+        previous, self._backends = self._backends, held
+        for watch in previous:
+            watch.release()
+        return profile
+
+    def _final(self, code: grpc.StatusCode) -> None:
+        self._use_service(None)
+        self._use_backends(None, "")
+        self.resolution = FORWARD
+        self._updated_now()
+
+    def _forget(self) -> None:
+        self._discovery.profiles.pop(self.key, None)
+
+    def _closed(self) -> None:
+        self._use_service(None)
+        self._use_backends(None, "")
+
+    async def wait(self, timeout: float) -> Resolution | Failed:
+        """The resolution once known; ``Failed`` if discovery gave no answer within ``timeout``."""
+        if not self.answered.is_set():
+            try:
+                await asyncio.wait_for(self.answered.wait(), timeout)
+            except TimeoutError:
+                return Failed("discovery unavailable")
+        return self.resolution
+
+
+class Discovery:
+    """The cache of watches, and the destination channel they use."""
+
+    def __init__(
+        self,
+        *,
+        context_token: str,
+        idle_timeout: float,
+        backoff: Backoff,
+        failfast: float,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.context_token = context_token
+        self.idle_timeout = idle_timeout
+        self._backoff = backoff
+        self._failfast = failfast
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.profiles: dict[str, ProfileWatch] = {}
+        self.services: dict[str, ServiceWatch] = {}
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_users: dict[grpc.aio.Channel, int] = {}
+        self._watchers: list[asyncio.Future[None]] = []
+
+    # -- leases -------------------------------------------------------------------------------------------------
+
+    def changed(self) -> asyncio.Future[None]:
+        """Done when a watch is next opened or closed (tests wait on it)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._watchers.append(waiter)
+        return waiter
+
+    def notify(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for waiter in watchers:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def profile(self, addr: SocketAddr) -> ProfileWatch:
+        """A lease on the profile watch of ``addr``; the caller must ``release()`` it."""
+        key = str(addr)
+        watch = self.profiles.get(key)
+        if watch is None:
+            watch = self.profiles[key] = ProfileWatch(self, key, addr.port)
+        watch.acquire()
+        return watch
+
+    def profile_named(self, authority: str, port: int) -> ProfileWatch:
+        """A lease on the profile watch of a ``name:port`` (ingress mode's ``l5d-dst-override``)."""
+        watch = self.profiles.get(authority)
+        if watch is None:
+            watch = self.profiles[authority] = ProfileWatch(self, authority, port)
+        watch.acquire()
+        return watch
+
+    def service(self, authority: str) -> ServiceWatch:
+        watch = self.services.get(authority)
+        if watch is None:
+            watch = self.services[authority] = ServiceWatch(self, authority)
+        watch.acquire()
+        return watch
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
+
+    def new_balancer(self) -> WaitingBalancer:
+        return WaitingBalancer(failfast=self._failfast, clock=self._clock, rng=self._rng,
+                               backoff=lambda n: self.backoff_delay(n))
+
+    def backoff_delay(self, failures: int) -> float:
+        b = self._backoff
+        base = min(b.min.total_seconds() * 2 ** min(failures - 1, 32), b.max.total_seconds())
+        return min(base + base * b.jitter * self._rng.random(), b.max.total_seconds())
+
+    # -- the channel --------------------------------------------------------------------------------------------
+
+    @property
+    def channel(self) -> grpc.aio.Channel | None:
+        return self._channel
+
+    def set_channel(self, channel: grpc.aio.Channel) -> None:
+        """Streams opened from now on use ``channel``; the previous one closes when its last stream ends."""
+        old = self._channel
+        self._channel = channel
+        self._channel_users.setdefault(channel, 0)
+        if old is not None and old is not channel and self._channel_users.get(old, 0) == 0:
+            self._close_channel(old)
+
+    def lease_channel(self) -> grpc.aio.Channel | None:
+        channel = self._channel
+        if channel is not None:
+            self._channel_users[channel] = self._channel_users.get(channel, 0) + 1
+        return channel
+
+    def return_channel(self, channel: grpc.aio.Channel | None) -> None:
+        if channel is None:
+            return
+        users = self._channel_users.get(channel, 1) - 1
+        self._channel_users[channel] = users
+        if users == 0 and channel is not self._channel:
+            self._close_channel(channel)
+
+    def _close_channel(self, channel: grpc.aio.Channel) -> None:
+        self._channel_users.pop(channel, None)
+        asyncio.get_running_loop().create_task(channel.close())
+
+    async def close(self) -> None:
+        for watch in [*self.profiles.values(), *self.services.values()]:
+            watch.close()
+        await asyncio.sleep(0)
+        channels = list(self._channel_users)
+        if self._channel is not None and self._channel not in channels:
+            channels.append(self._channel)
+        self._channel = None
+        self._channel_users.clear()
+        for channel in channels:
+            await channel.close()

@@ -1,0 +1,862 @@
+"""The proxy's one I/O driver: runs a connection's layer, doing each command it yields on real sockets.
+
+``Driver.run`` takes an accepted socket and its layer (``core.inbound`` or
+``core.outbound``), sends each reply back into the layer, and raises on a
+command it does not know. Everything that waits on a socket is here:
+
+- ``Detect`` peeks (``MSG_PEEK``) instead of reading, as Linkerd does, so the
+  bytes stay in the kernel for whoever comes next -- the TLS stack or the app.
+  When the first bytes are not enough, ``SO_RCVLOWAT`` makes the socket
+  readable only once more bytes (or EOF) are there, so nothing spins.
+- ``AcceptTls`` and ``Connect`` hand the socket to the event loop's native TLS
+  transport (uvloop's, in the proxy). Measured with bench/proxy_tcp.py
+  ``--compare-tls``: native TLS forwarding costs about a quarter less CPU per
+  byte than TLS over memory BIOs driven from Python (STYLE: where speed wins).
+- ``Forward`` links two ``Stream`` protocols: each read is written straight to
+  the other side's transport; a full write buffer pauses reading on the other
+  side until it drains. EOF is passed on as a half-close where the other side
+  can write one (plain TCP). The loop's TLS transports cannot send close_notify
+  and keep reading, nor write after receiving one, so an EOF that crosses a TLS
+  side ends the whole connection once buffered bytes are written: a client that
+  half-closes and then waits for an answer across the mesh does not get it --
+  a documented limit (docs/proxy.md).
+
+HTTP (``tether.proxy.core.http_commands``): the client's connection is read and
+written per request (writes wait for the transport to drain), upstream
+connections are checked out of and back into ``io.pool.Pool`` (opened as
+``Connect`` does, metered until they close), and ``Tunnel`` links two
+connections after a protocol switch as ``Forward`` does. HTTP/2 (``core.http2_layer``)
+writes and waits on all of a connection's sockets at once with ``Poll``, and
+runs discovery waits and connects in the background with ``Start``.
+
+Metrics: a ``Meter`` per connection side (``tether.proxy.core.metrics``); ``Refuse``
+counts ``<direction>_tcp_errors_total{error}``.
+
+Caller: ``tether.proxy.app`` (one ``Driver``; ``run`` is one task per connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno as errno_mod
+import logging
+import os
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from tether.proxy.core import commands as cmd
+from tether.proxy.core import labels
+from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.core import http_commands as http_cmd
+from tether.proxy.io.pool import Pool
+from tether.proxy.core.metrics import Meter, Registry
+from tether.proxy.codec import detect
+from tether.proxy.codec.client_hello import MAX_CLIENT_HELLO_SIZE
+from tether.proxy.codec.common import NEED_DATA, RemoteProtocolError
+from tether.proxy.codec.transport_header import (
+    ALPN_PROTOCOL,
+    MAX_HEADER_LENGTH,
+    HeaderReceived,
+    TransportHeaderDecoder,
+)
+from tether.proxy.io.tls import TlsState, client_identity, server_matches
+
+log = logging.getLogger(__name__)
+
+TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
+
+IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linux/in.h
+# Bytes a stream buffers before it is linked (transport header, sniffed bytes, a server's first words).
+PRELINK_LIMIT = MAX_HEADER_LENGTH + 1024
+# HTTP/2 (Poll): a connection with this much unwritten is not read until it drains. The layer writes data only
+# within the peer's windows and holds it while a buffer is over its high-water mark; what grows past this is
+# answers to a peer that sends (PINGs, SETTINGS...) and does not read.
+POLL_FLOOD_LIMIT = 4 * 1024 * 1024
+
+HELP = {
+    "inbound_tcp_errors_total": "The total number of inbound TCP connections that could not be processed due to a "
+                                "proxy error.",
+    "outbound_tcp_errors_total": "The total number of outbound TCP connections that could not be processed due to "
+                                 "a proxy error.",
+    "inbound_tcp_authz_allow_total": "The total number of inbound TCP connections that were authorized.",
+    "inbound_tcp_authz_deny_total": "The total number of inbound TCP connections that were denied.",
+    "inbound_tcp_transport_header_connections_total": "The number of connections with a transport header.",
+    "inbound_http_errors_total": "The total number of inbound HTTP requests that could not be processed due to a "
+                                 "proxy error.",
+    "outbound_http_errors_total": "The total number of outbound HTTP requests that could not be processed due to a "
+                                  "proxy error.",
+}
+
+
+def errno_name(exc: BaseException | None) -> str:
+    """``ECONNRESET`` and the like for a socket error; empty for a clean close or a non-OS error."""
+    if isinstance(exc, OSError) and exc.errno:
+        return errno_mod.errorcode.get(exc.errno, str(exc.errno))
+    return ""
+
+
+# Every read lands here first (asyncio.BufferedProtocol): the loop reads into it and calls buffer_updated at once,
+# before any other callback, so one buffer serves every connection. uvloop's TLS transport otherwise allocates
+# a fresh 256 KiB bytes object per read (mmap, mremap, munmap each time: measured in the HTTP benchmark).
+READ_BUFFER = memoryview(bytearray(256 * 1024))
+
+
+class Stream(asyncio.BufferedProtocol):
+    """One side of a proxied connection: buffers until linked, then writes every read to its peer."""
+
+    __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
+                 "source", "paused", "_drain", "_loop", "reading_paused")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
+        self.peer: Stream | None = None
+        self.rx = 0  # bytes read from this socket
+        self.tx = 0  # bytes written to it
+        self.buffer = bytearray()
+        self.eof = False
+        self.lost = False
+        self.errno = ""
+        self.tls = tls
+        self.done: asyncio.Future[None] = loop.create_future()
+        self._waiter: asyncio.Future[None] | None = None
+        self.source: tuple[str, int, str, int] | None = None  # (local, dialed) address of a connection we made
+        self.paused = False  # the transport's write buffer is over its high-water mark (HTTP writes wait)
+        self._drain: asyncio.Future[None] | None = None
+        self._loop = loop  # not asyncio.get_running_loop(): that costs a getpid() per call
+        self.reading_paused = False  # by us, for a full buffer (not by a linked peer's backpressure)
+
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return READ_BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(READ_BUFFER[:nbytes].tobytes())
+
+    def data_received(self, data: bytes) -> None:
+        n = len(data)
+        self.rx += n
+        peer = self.peer
+        if peer is not None:
+            peer.tx += n
+            try:
+                peer.transport.write(data)
+            except RuntimeError:  # the other side's handle is already closed
+                self.transport.close()
+            return
+        self.buffer += data
+        if len(self.buffer) > PRELINK_LIMIT and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        peer = self.peer
+        if peer is None:
+            self._wake()
+            return not self.tls
+        if peer.eof:
+            # Both directions are finished.
+            self.transport.close()
+            peer.transport.close()
+            return False
+        _pass_eof(peer)
+        return not self.tls
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.errno = errno_name(exc)
+        if not self.done.done():
+            self.done.set_result(None)
+        self._wake()
+        self._drained()
+        peer = self.peer
+        if peer is not None and not peer.lost:
+            peer.transport.close()  # after what is buffered for it has been written
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        peer = self.peer
+        if peer is not None and not peer.lost:
+            peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._drained()
+        peer = self.peer
+        if peer is not None and not peer.lost:
+            peer.transport.resume_reading()
+
+    # -- before linking -----------------------------------------------------------------------------------------
+
+    def readable(self) -> Awaitable[None]:
+        """Done when there are buffered bytes, or EOF, or the connection is gone."""
+        waiter = self._loop.create_future()
+        if self.buffer or self.eof or self.lost:
+            waiter.set_result(None)
+        else:
+            self._waiter = waiter
+        return waiter
+
+    def take(self) -> bytes:
+        data = bytes(self.buffer)
+        self.buffer.clear()
+        if self.reading_paused:
+            self.reading_paused = False
+            if not self.lost and not self.transport.is_closing():
+                self.transport.resume_reading()
+        return data
+
+    def drain(self) -> Awaitable[None]:
+        """Done once the write buffer is below its low-water mark again (or the connection is gone)."""
+        waiter = self._drain
+        if waiter is None:
+            waiter = self._drain = self._loop.create_future()
+        return waiter
+
+    def _drained(self) -> None:
+        waiter = self._drain
+        if waiter is not None:
+            self._drain = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+def link(a: Stream, b: Stream) -> None:
+    """Join two streams: what each buffered goes to the other first, then every read."""
+    a.peer, b.peer = b, a
+    for src, dst in ((a, b), (b, a)):
+        if src.buffer and not dst.lost:
+            data = src.take()
+            dst.tx += len(data)
+            dst.transport.write(data)
+    for src, dst in ((a, b), (b, a)):
+        if src.lost:
+            if not dst.lost:
+                dst.transport.close()
+        elif src.eof:
+            if dst.eof:
+                src.transport.close()
+                dst.transport.close()
+            else:
+                _pass_eof(dst)
+
+
+def _pass_eof(dst: Stream) -> None:
+    """The other side said EOF: half-close towards ``dst`` where TCP allows it, else end its TLS session."""
+    if dst.lost:
+        return
+    if dst.transport.can_write_eof():
+        dst.transport.write_eof()
+    else:
+        # A TLS transport cannot send close_notify and go on reading: end the session (after what is buffered).
+        dst.transport.close()
+
+
+class _Conn:
+    """What the driver holds for one accepted connection."""
+
+    __slots__ = ("direction", "sock", "down", "up", "accept_labels", "target", "down_meter", "up_meter",
+                 "checked_out", "jobs")
+
+    def __init__(self, direction: str, sock: socket.socket, target: SocketAddr) -> None:
+        self.direction = direction
+        self.sock: socket.socket | None = sock  # until a transport owns it
+        self.down: Stream | None = None
+        self.up: Stream | None = None
+        self.accept_labels: str | None = None
+        self.target = target
+        self.down_meter: Meter | None = None
+        self.up_meter: Meter | None = None
+        self.checked_out: set[http_cmd.Upstream] = set()  # pooled connections this connection's requests hold
+        self.jobs: dict[asyncio.Future[Any], tuple[object, cmd.Command]] = {}  # Start-ed commands: (tag, command)
+
+
+class _NoBytes:
+    """The counts of a side that never became a stream."""
+
+    rx = 0
+    tx = 0
+
+
+class Driver:
+    """Executes connection layers. One per proxy; ``run`` is called once per accepted connection."""
+
+    def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None,
+                 pool_idle_timeouts: dict[str, float] | None = None) -> None:
+        self._metrics = metrics
+        self._tls = tls
+        # Without iptables (tests on loopback), connections leave from the pod's IP, as they would in a pod.
+        self._local_addr = (source_ip, 0) if source_ip else None
+        # (local, dialed) addresses of the connections this proxy made: one coming back in is a redirection loop.
+        self._own_sources: set[tuple[str, int, str, int]] = set()
+        self._errors = {d: metrics.counter(f"{d}_tcp_errors_total", HELP[f"{d}_tcp_errors_total"])
+                        for d in ("inbound", "outbound")}
+        self._blocking: dict[type[cmd.Command], Callable[[_Conn, Any], Awaitable[Any]]] = {
+            cmd.Detect: self._detect,
+            cmd.AcceptTls: self._accept_tls,
+            cmd.Sniff: self._sniff,
+            cmd.ReadHeader: self._read_header,
+            cmd.Connect: self._connect,
+            cmd.Forward: self._forward,
+            cmd.Wait: self._wait,
+            http_cmd.RecvDown: self._recv_down,
+            http_cmd.SendDown: self._send_down,
+            http_cmd.Checkout: self._checkout,
+            http_cmd.RecvUp: self._recv_up,
+            http_cmd.SendUp: self._send_up,
+            http_cmd.Tunnel: self._tunnel,
+            http_cmd.OpenUp: self._open_up,  # HTTP/2
+            http_cmd.Poll: self._poll,
+        }
+        self._immediate: dict[type[cmd.Command], Callable[[_Conn, Any], None]] = {
+            cmd.SetLabels: self._set_labels,
+            cmd.Count: self._count,
+            cmd.Send: self._send,
+            cmd.Refuse: self._refuse,
+            http_cmd.Checkin: self._checkin,
+            http_cmd.Start: self._start,  # HTTP/2
+        }
+        # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT).
+        timeouts = pool_idle_timeouts or {}
+        self._pools = {d: Pool(timeouts[d]) if d in timeouts else Pool() for d in ("inbound", "outbound")}
+
+    def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
+        """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
+        return (str(peer.ip), peer.port, str(target.ip), target.port) in self._own_sources
+
+    def refuse_loop(self, direction: str, sock: socket.socket, target: SocketAddr) -> None:
+        conn = _Conn(direction, sock, target)
+        self._refuse(conn, cmd.Refuse("loop"))
+
+    async def run(self, direction: str, sock: socket.socket, target: SocketAddr, layer: cmd.Layer) -> None:
+        """Drive ``layer`` for the accepted ``sock`` until it ends; always closes what it opened."""
+        conn = _Conn(direction, sock, target)
+        reply: Any = None
+        try:
+            while True:
+                try:
+                    command = layer.send(reply)
+                except StopIteration:
+                    break
+                kind = type(command)
+                immediate = self._immediate.get(kind)
+                if immediate is not None:
+                    immediate(conn, command)
+                    reply = None
+                    continue
+                blocking = self._blocking.get(kind)
+                if blocking is None:
+                    raise TypeError(f"the driver does not know the command {command!r}")
+                reply = await blocking(conn, command)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the one place that catches everything: a bug must not take the proxy down
+            log.exception("%s connection to %s failed unexpectedly", direction, target)
+            if conn.accept_labels is not None and conn.down_meter is None:
+                self._refuse(conn, cmd.Refuse("unexpected"))
+        finally:
+            layer.close()
+            self._close(conn)
+
+    # -- commands on the accepted side ----------------------------------------------------------------------------
+
+    async def _detect(self, conn: _Conn, command: cmd.Detect) -> detect.Verdict:
+        sock = conn.sock
+        assert sock is not None, "Detect after the socket was handed to a transport"
+        detector = detect.Detector(tls=command.tls)
+        limit = MAX_CLIENT_HELLO_SIZE if command.tls else detect.HTTP_SNIFF_BYTES
+        seen = 0
+        lowat = False
+        try:
+            async with asyncio.timeout(command.timeout):
+                while True:
+                    try:
+                        data = sock.recv(limit, socket.MSG_PEEK)
+                    except BlockingIOError:
+                        await _readable(sock)
+                        continue
+                    except OSError:
+                        data = b""
+                    if len(data) == seen:
+                        # Readable, yet nothing new: the client closed (or reset) after what it sent.
+                        answer = detector.receive_data(b"")
+                    else:
+                        answer = detector.receive_data(data[seen:])
+                        seen = len(data)
+                    if answer is not NEED_DATA:
+                        assert isinstance(answer, detect.Verdict)
+                        return answer
+                    # Readable again only with more bytes than we have seen, or at EOF.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, seen + 1)
+                    lowat = True
+                    await _readable(sock)
+        except TimeoutError:
+            return detector.on_timeout()
+        finally:
+            if lowat:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+                except OSError:
+                    pass
+
+    async def _accept_tls(self, conn: _Conn, command: cmd.AcceptTls) -> cmd.TlsAccepted | cmd.Failed:
+        contexts = self._tls.current
+        sock = conn.sock
+        assert sock is not None, "AcceptTls after the socket was handed to a transport"
+        if contexts is None:
+            return cmd.Failed("no identity")
+        ctx = contexts.server_transport if command.alpn else contexts.server
+        loop = asyncio.get_running_loop()
+        stream = Stream(loop, tls=True)
+        conn.sock = None  # the transport owns it now, even if the handshake fails
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: stream, sock, ssl=ctx, ssl_handshake_timeout=command.timeout
+            )
+        except ssl.SSLCertVerificationError as exc:
+            log.debug("TLS client refused: %s", exc)
+            return cmd.Failed("untrusted client certificate")
+        except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as exc:
+            log.debug("TLS handshake with a client failed: %r", exc)
+            return cmd.Failed("tls handshake", errno_name(exc))
+        conn.down = stream
+        ssl_object = transport.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        return cmd.TlsAccepted(client_identity(ssl_object), alpn)
+
+    async def _sniff(self, conn: _Conn, command: cmd.Sniff) -> detect.Verdict:
+        stream = conn.down
+        assert stream is not None, "Sniff needs a terminated session"
+        detector = detect.Detector(tls=False)
+        try:
+            async with asyncio.timeout(command.timeout):
+                await stream.readable()
+        except TimeoutError:
+            return detector.on_timeout()
+        verdict = detector.receive_data(bytes(stream.buffer[: detect.HTTP_SNIFF_BYTES]))
+        assert isinstance(verdict, detect.Verdict)
+        return verdict
+
+    async def _read_header(self, conn: _Conn, command: cmd.ReadHeader) -> object:
+        stream = conn.down
+        assert stream is not None, "ReadHeader needs a terminated session"
+        decoder = TransportHeaderDecoder()
+        try:
+            async with asyncio.timeout(command.timeout):
+                while True:
+                    await stream.readable()
+                    answer = decoder.receive_data(stream.take() if stream.buffer else b"")
+                    if answer is NEED_DATA:
+                        continue
+                    if isinstance(answer, HeaderReceived):
+                        # The app's first bytes go back in front of anything read since.
+                        stream.buffer[:0] = answer.trailing_data
+                    return answer
+        except TimeoutError:
+            return cmd.Failed("transport header timeout")
+        except RemoteProtocolError as exc:
+            log.debug("bad transport header: %s", exc)
+            return cmd.Failed("invalid transport header")
+
+    def _set_labels(self, conn: _Conn, command: cmd.SetLabels) -> None:
+        conn.accept_labels = command.labels
+
+    def _count(self, conn: _Conn, command: cmd.Count) -> None:
+        self._metrics.counter(command.name, HELP[command.name]).inc(command.labels)
+
+    def _refuse(self, conn: _Conn, command: cmd.Refuse) -> None:
+        accept = command.labels or conn.accept_labels
+        if accept is not None:
+            self._metrics.tcp.open(accept, conn.down or _NoBytes()).close()
+        self._errors[conn.direction].inc(labels.join(labels.render(("error", command.error)),
+                                                     labels.target(conn.target)))
+        log.debug("%s connection to %s refused: %s", conn.direction, conn.target, command.error)
+        self._close(conn)
+
+    # -- commands on the connected side -------------------------------------------------------------------------
+
+    async def _connect(self, conn: _Conn, command: cmd.Connect) -> cmd.Connected | cmd.Failed:
+        opened = await self._open(command)
+        if isinstance(opened, cmd.Failed):
+            return opened
+        stream, connected = opened
+        if conn.up is not None:  # a previous attempt's stream (only ever when retrying)
+            conn.up.transport.abort()
+        conn.up = stream
+        conn.up_meter = self._metrics.tcp.open(command.labels, stream)
+        return connected
+
+    async def _open(self, command: cmd.Connect) -> tuple[Stream, cmd.Connected] | cmd.Failed:
+        """TCP, then TLS if asked, with the peer's identity checked: a stream not yet metered nor linked."""
+        ctx = None
+        tls = command.tls
+        if tls is not None:
+            contexts = self._tls.current
+            if contexts is None:
+                return cmd.Failed("no identity")
+            ctx = contexts.client_transport if tls.alpn else contexts.client
+        loop = asyncio.get_running_loop()
+        stream = Stream(loop, tls=ctx is not None)
+        start = loop.time()
+        addr = command.addr
+        sock = socket.socket(socket.AF_INET6 if addr.ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+        key = None
+        try:
+            async with asyncio.timeout(command.timeout):
+                # The local port is known once connect() is issued: registered before the accept side can see
+                # the connection, should iptables send it back to this proxy (see is_own_connection).
+                key = await self._tcp_connect(sock, addr)
+                transport, _ = await loop.create_connection(
+                    lambda: stream,
+                    sock=sock,
+                    ssl=ctx,
+                    server_hostname=tls.sni if tls is not None else None,
+                    ssl_handshake_timeout=command.timeout if ctx is not None else None,
+                )
+        except TimeoutError:
+            return self._connect_failed(sock, key, cmd.Failed("connect timeout", "ETIMEDOUT", timed_out=True))
+        except ssl.SSLCertVerificationError as exc:
+            log.debug("TLS server %s refused: %s", addr, exc)
+            return self._connect_failed(sock, key, cmd.Failed("untrusted server certificate"))
+        except ssl.SSLError as exc:
+            log.debug("TLS handshake with %s failed: %s", addr, exc)
+            return self._connect_failed(sock, key, cmd.Failed("tls handshake"))
+        except OSError as exc:
+            return self._connect_failed(sock, key, cmd.Failed("i/o", errno_name(exc)))
+        elapsed = loop.time() - start
+        stream.source = key
+        alpn = None
+        if ctx is not None:
+            assert tls is not None
+            ssl_object = transport.get_extra_info("ssl_object")
+            if not server_matches(ssl_object, tls.server_id):
+                log.debug("TLS server %s is not %s", addr, tls.server_id)
+                transport.abort()
+                if key is not None:
+                    self._own_sources.discard(key)
+                return cmd.Failed("unexpected server identity")
+            alpn = ssl_object.selected_alpn_protocol()
+        return stream, cmd.Connected(alpn, elapsed)
+
+    async def _tcp_connect(self, sock: socket.socket, addr: SocketAddr) -> tuple[str, int, str, int]:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._local_addr is not None and addr.ip.version == 4:
+            # Pick the port at connect(), as an unbound socket would (no port reserved for every destination).
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            sock.bind(self._local_addr)
+        err = sock.connect_ex((str(addr.ip), addr.port))
+        if err not in (0, errno_mod.EINPROGRESS):
+            raise OSError(err, os.strerror(err))
+        host, port = sock.getsockname()[:2]
+        key = (_unmapped(host), port, str(addr.ip), addr.port)
+        self._own_sources.add(key)
+        if err == errno_mod.EINPROGRESS:
+            await _writable(sock)
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+        return key
+
+    def _connect_failed(self, sock: socket.socket, key: tuple[str, int, str, int] | None,
+                        failed: cmd.Failed) -> cmd.Failed:
+        if key is not None:
+            self._own_sources.discard(key)
+        if sock.fileno() != -1:  # not yet handed to a transport (which closes it itself)
+            sock.close()
+        return failed
+
+    def _send(self, conn: _Conn, command: cmd.Send) -> None:
+        up = conn.up
+        assert up is not None, "Send before Connect"
+        up.tx += len(command.data)
+        up.transport.write(command.data)
+
+    async def _forward(self, conn: _Conn, command: cmd.Forward) -> None:
+        up = conn.up
+        assert up is not None, "Forward before Connect"
+        down = await self._ensure_down(conn)
+        if down is None:
+            return
+        link(down, up)
+        await down.done
+        await up.done
+
+    async def _wait(self, conn: _Conn, command: cmd.Wait) -> Any:
+        return await command.source.wait(command.timeout)
+
+    # -- HTTP (tether.proxy.http): the client's connection read and written per request, a pool upstream ---------
+
+    async def _ensure_down(self, conn: _Conn) -> Stream | None:
+        down = conn.down
+        if down is None:
+            sock = conn.sock
+            assert sock is not None
+            loop = asyncio.get_running_loop()
+            down = Stream(loop)
+            conn.sock = None
+            try:
+                await loop.connect_accepted_socket(lambda: down, sock)
+            except OSError as exc:
+                log.debug("accepted socket unusable: %s", exc)
+                return None
+            conn.down = down
+        if conn.down_meter is None:
+            conn.down_meter = self._metrics.tcp.open(conn.accept_labels or "", down)
+        return down
+
+    async def _recv_down(self, conn: _Conn, command: http_cmd.RecvDown) -> bytes:
+        down = conn.down
+        if down is None or conn.down_meter is None:
+            down = await self._ensure_down(conn)
+            if down is None:
+                return b""
+        if not down.buffer:
+            await down.readable()
+        return down.take() if down.buffer else b""
+
+    async def _send_down(self, conn: _Conn, command: http_cmd.SendDown) -> bool:
+        down = conn.down
+        if down is None or conn.down_meter is None:
+            down = await self._ensure_down(conn)
+        return down is not None and await _write(down, command.data)
+
+    async def _checkout(self, conn: _Conn, command: http_cmd.Checkout) -> http_cmd.Upstream | cmd.Failed:
+        connect = command.connect
+        key = (connect.addr, connect.tls)
+        up = self._pools[conn.direction].take(key)
+        if up is None:
+            opened = await self._open_upstream(connect, command.header)
+            if isinstance(opened, cmd.Failed):
+                return opened
+            up = opened
+        conn.checked_out.add(up)
+        return up
+
+    async def _open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
+        """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent
+        when ALPN agreed to one."""
+        opened = await self._open(connect)
+        if isinstance(opened, cmd.Failed):
+            return opened
+        stream, connected = opened
+        meter = self._metrics.tcp.open(connect.labels, stream)
+        stream.done.add_done_callback(partial(self._pooled_closed, stream, meter))
+        if header is not None and connected.alpn == TRANSPORT_ALPN:
+            stream.tx += len(header)
+            stream.transport.write(header)
+        return http_cmd.Upstream((connect.addr, connect.tls), stream, connected.elapsed, reused=False)
+
+    def _pooled_closed(self, stream: Stream, meter: Meter, _: object = None) -> None:
+        meter.close(stream.errno)
+        if stream.source is not None:
+            self._own_sources.discard(stream.source)
+
+    def _checkin(self, conn: _Conn, command: http_cmd.Checkin) -> None:
+        up = command.up
+        conn.checked_out.discard(up)
+        if command.reuse:
+            self._pools[conn.direction].put(up)
+        elif not up.io.lost:
+            up.io.transport.close()
+
+    async def _recv_up(self, conn: _Conn, command: http_cmd.RecvUp) -> bytes | None:
+        stream: Stream = command.up.io
+        if not stream.buffer:
+            if command.timeout is None:
+                await stream.readable()
+            else:
+                try:
+                    await asyncio.wait_for(stream.readable(), command.timeout)
+                except TimeoutError:
+                    return None  # a profile route's timeout passed first
+        return stream.take() if stream.buffer else b""
+
+    async def _send_up(self, conn: _Conn, command: http_cmd.SendUp) -> bool:
+        return await _write(command.up.io, command.data)
+
+    async def _tunnel(self, conn: _Conn, command: http_cmd.Tunnel) -> None:
+        down = await self._ensure_down(conn)
+        up: Stream = command.up.io
+        if down is None:
+            return
+        down.buffer[:0] = command.to_up
+        up.buffer[:0] = command.to_down
+        link(down, up)
+        await down.done
+        await up.done
+
+    def close_idle(self) -> None:
+        """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
+        for pool in self._pools.values():
+            pool.close()
+
+    # -- HTTP/2 (tether.proxy.core.http2_layer): one Poll over every connection of the layer, commands in the background --
+
+    async def _open_up(self, conn: _Conn, command: http_cmd.OpenUp) -> http_cmd.Upstream | cmd.Failed:
+        up = await self._open_upstream(command.connect, command.header)
+        if isinstance(up, http_cmd.Upstream):
+            conn.checked_out.add(up)
+        return up
+
+    def _start(self, conn: _Conn, command: http_cmd.Start) -> None:
+        handler = self._blocking.get(type(command.command))
+        if handler is None or not command.command.blocking:
+            raise TypeError(f"the driver cannot start {command.command!r}")
+        job = asyncio.ensure_future(handler(conn, command.command))
+        conn.jobs[job] = (command.tag, command.command)
+
+    async def _poll(self, conn: _Conn, command: http_cmd.Poll) -> http_cmd.Polled:
+        down = await self._ensure_down(conn)
+        if down is None and command.down:
+            return http_cmd.Polled(down=b"")  # the accepted socket was unusable: as good as closed
+        for target, data in command.writes:
+            stream = down if target is None else target.io
+            if data and stream is not None and not stream.lost and not stream.transport.is_closing():
+                stream.tx += len(data)
+                stream.transport.write(data)
+        sides: list[tuple[http_cmd.Upstream | None, Stream]] = [(up, up.io) for up in command.ups]
+        if command.down and down is not None:
+            sides.insert(0, (None, down))
+        watched: dict[http_cmd.Upstream | None, Stream] = dict(sides)
+        for target, _ in command.writes:
+            stream = down if target is None else target.io
+            if stream is not None:
+                watched[target] = stream
+        was_blocked = {t for t, stream in watched.items() if stream.paused and not stream.lost}
+        jobs = conn.jobs
+        loop = asyncio.get_running_loop()
+        until = None if command.timeout is None else loop.time() + command.timeout
+        while True:
+            polled = http_cmd.Polled()
+            for target, stream in sides:
+                if not stream.lost and stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT:
+                    continue  # see Poll: a peer that does not read its answers is not read either
+                if stream.buffer:
+                    data = stream.take()
+                elif stream.eof or stream.lost:
+                    data = b""
+                else:
+                    continue
+                if target is None:
+                    polled.down = data
+                else:
+                    polled.ups.append((target, data))
+            for job in [j for j in jobs if j.done()]:
+                tag, _ = jobs.pop(job)
+                polled.done.append((tag, job.result()))  # a handler's exception is a bug: run() logs it
+            blocked = frozenset(t for t, stream in watched.items() if stream.paused and not stream.lost)
+            polled.blocked = blocked
+            if polled.down is not None or polled.ups or polled.done or not was_blocked <= blocked:
+                return polled
+            waits: list[Awaitable[Any]] = [
+                stream.drain() if stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT else stream.readable()
+                for _, stream in sides if not stream.lost]
+            waits.extend(watched[t].drain() for t in was_blocked)
+            waits.extend(jobs)
+            left = None if until is None else until - loop.time()
+            if left is not None and left <= 0:
+                return polled  # a stream's deadline (Poll.timeout)
+            if not waits:
+                if left is not None:
+                    await asyncio.sleep(left)
+                return polled
+            await asyncio.wait([asyncio.ensure_future(w) for w in waits], timeout=left,
+                               return_when=asyncio.FIRST_COMPLETED)
+
+    def _end_jobs(self, conn: _Conn) -> None:
+        """The connection is over: discovery waits are cancelled; connects finish, and what they open is closed."""
+        for job, (_, command) in conn.jobs.items():
+            if isinstance(command, cmd.Wait):
+                job.cancel()
+            else:
+                job.add_done_callback(_close_opened)
+        conn.jobs.clear()
+
+    # -- the end ------------------------------------------------------------------------------------------------
+
+    def _close(self, conn: _Conn) -> None:
+        self._end_jobs(conn)
+        for up in conn.checked_out:
+            if not up.io.lost:
+                up.io.transport.close()
+        conn.checked_out.clear()
+        if conn.sock is not None:
+            conn.sock.close()
+            conn.sock = None
+        for stream in (conn.down, conn.up):
+            if stream is not None and not stream.lost:
+                stream.transport.close()
+        if conn.up is not None and conn.up.source is not None:
+            self._own_sources.discard(conn.up.source)
+        if conn.down_meter is not None and conn.down is not None:
+            conn.down_meter.close(conn.down.errno)
+            conn.down_meter = None
+        if conn.up_meter is not None and conn.up is not None:
+            conn.up_meter.close(conn.up.errno)
+            conn.up_meter = None
+
+
+async def _write(stream: Stream, data: bytes) -> bool:
+    """Write, then wait while the transport's buffer is over its high-water mark; False if the peer is gone."""
+    if stream.lost or stream.transport.is_closing():
+        return False
+    if data:
+        stream.tx += len(data)
+        stream.transport.write(data)
+    while stream.paused and not stream.lost:
+        await stream.drain()
+    return not stream.lost
+
+
+def _close_opened(job: asyncio.Future[Any]) -> None:
+    """A background connect that finished after its connection ended: close what it opened."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    up = job.result()
+    if isinstance(up, http_cmd.Upstream) and not up.io.lost:
+        up.io.transport.close()
+
+
+def _unmapped(host: str) -> str:
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+def _writable(sock: socket.socket) -> asyncio.Future[None]:
+    """Done when ``sock`` is writable (a non-blocking connect has finished, well or not)."""
+    loop = asyncio.get_running_loop()
+    fd = sock.fileno()
+    waiter: asyncio.Future[None] = loop.create_future()
+    loop.add_writer(fd, _set_once, waiter)
+    waiter.add_done_callback(lambda _: loop.remove_writer(fd))
+    return waiter
+
+
+def _readable(sock: socket.socket) -> asyncio.Future[None]:
+    """Done when ``sock`` is readable (per its ``SO_RCVLOWAT``)."""
+    loop = asyncio.get_running_loop()
+    fd = sock.fileno()
+    waiter: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _set_once, waiter)
+    waiter.add_done_callback(lambda _: loop.remove_reader(fd))
+    return waiter
+
+
+def _set_once(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

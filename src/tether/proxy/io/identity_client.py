@@ -1,0 +1,254 @@
+"""The proxy's identity client: keeps a current mesh certificate and the TLS contexts built on it.
+
+The proxy makes one ``IdentityClient`` at start (from ``LINKERD2_PROXY_IDENTITY_*``), runs
+``run()`` as a task, waits for ``ready()`` before opening its listeners, and reads ``material``
+(or registers a listener) for the TLS contexts of its inbound and outbound connections.
+
+The P-256 private key is generated here and never written to disk: the ``ssl`` module only loads
+keys from paths, so it is handed over through an anonymous in-memory file (memfd), encrypted
+with a one-time password.  Each attempt opens a fresh channel to identity (as linkerd2-proxy
+builds a fresh client), verifying the service's name against the trust anchors, and sends the
+token read from its file at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tether.api import identity_pb2, identity_pb2_grpc
+from tether.proxy.core import certs
+from tether.proxy.core.certs import CertError, Certified, RefreshPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityClientConfig:
+    local_name: str  # LINKERD2_PROXY_IDENTITY_LOCAL_NAME: the identity to request
+    trust_anchors_pem: bytes  # LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS
+    token_path: Path  # LINKERD2_PROXY_IDENTITY_TOKEN_FILE, re-read on every call
+    svc_addr: str  # LINKERD2_PROXY_IDENTITY_SVC_ADDR, host:port
+    # LINKERD2_PROXY_IDENTITY_SVC_NAME: the name the identity service's certificate must carry.
+    # None for a loopback address, where Linkerd's convention is plaintext (identity's own pod).
+    svc_name: str | None
+    refresh: RefreshPolicy = field(default_factory=RefreshPolicy)  # _MIN_REFRESH / _MAX_REFRESH
+    call_timeout: timedelta = timedelta(seconds=10)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsMaterial:
+    """One issued certificate and the contexts that present it. Replaced whole on rotation."""
+
+    name: str
+    certified: Certified
+    server_context: ssl.SSLContext  # TLS 1.3; asks for, but does not require, a client certificate
+    client_context: ssl.SSLContext  # TLS 1.3; verifies the chain, the caller checks the peer's name
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.certified.valid_until
+
+
+RotationListener = Callable[[TlsMaterial], None]
+
+
+class IdentityUnavailable(Exception):
+    """One Certify attempt failed; the current material (if any) stays in use."""
+
+
+class IdentityClient:
+    def __init__(
+        self,
+        config: IdentityClientConfig,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        random_fraction: Callable[[], float] = random.random,
+    ) -> None:
+        self._config = config
+        self._anchors = certs.parse_anchors(config.trust_anchors_pem)
+        self._clock = clock
+        self._sleep = sleep
+        self._random = random_fraction
+        self._key = certs.new_key()
+        self._csr = certs.csr_der(self._key, config.local_name)
+        self._material: TlsMaterial | None = None
+        self._ready = asyncio.Event()
+        self._listeners: list[RotationListener] = []
+        self._failures = 0
+        self.refreshes = {"ok": 0, "error": 0}  # control_identity_cert_refreshes_total{result}
+        self.last_refresh: datetime | None = None  # control_identity_cert_refresh_timestamp_seconds
+
+    @property
+    def material(self) -> TlsMaterial | None:
+        """The current certificate and contexts; ``None`` until the first Certify succeeds."""
+        return self._material
+
+    async def ready(self) -> TlsMaterial:
+        """Wait for the first certificate (the proxy's readiness latch)."""
+        await self._ready.wait()
+        assert self._material is not None
+        return self._material
+
+    def add_listener(self, listener: RotationListener) -> None:
+        """Call ``listener`` with each new ``TlsMaterial``, right after it replaces the old one."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: RotationListener) -> None:
+        self._listeners.remove(listener)
+
+    async def run(self) -> None:
+        """Certify now, then again on schedule, until cancelled."""
+        while True:
+            delay = await self.refresh_once()
+            await self._sleep(delay.total_seconds())
+
+    async def refresh_once(self) -> timedelta:
+        """One Certify attempt; returns how long to wait before the next one."""
+        held = self._material.expires_at if self._material else None
+        try:
+            certified = await self._certify()
+        except IdentityUnavailable as exc:
+            self._failures += 1
+            self.refreshes["error"] += 1
+            delay = self._config.refresh.after_failure(self._failures, held, self._clock(), self._random)
+            log.warning("identity: certify failed (%s); retrying in %.1fs", exc, delay.total_seconds())
+            return delay
+        self._failures = 0
+        self.refreshes["ok"] += 1
+        self.last_refresh = self._clock()
+        self._install(certified)
+        return self._config.refresh.after_success(certified.valid_until, self._clock())
+
+    async def _certify(self) -> Certified:
+        config = self._config
+        try:
+            token = config.token_path.read_bytes()
+        except OSError as exc:
+            raise IdentityUnavailable(f"token file {config.token_path}: {exc.strerror}") from None
+        request = identity_pb2.CertifyRequest(
+            identity=config.local_name, token=token, certificate_signing_request=self._csr
+        )
+        try:
+            async with self._channel() as channel:
+                response = await identity_pb2_grpc.IdentityStub(channel).Certify(
+                    request, timeout=config.call_timeout.total_seconds()
+                )
+        except grpc.aio.AioRpcError as exc:
+            raise IdentityUnavailable(f"{exc.code().name}: {exc.details()}") from None
+        valid_until = response.valid_until.ToDatetime(UTC) if response.HasField("valid_until") else None
+        try:
+            return certs.check_certified(
+                response.leaf_certificate,
+                response.intermediate_certificates,
+                valid_until,
+                key=self._key,
+                name=config.local_name,
+                anchors=self._anchors,
+                now=self._clock(),
+            )
+        except CertError as exc:
+            raise IdentityUnavailable(f"unusable response: {exc}") from None
+
+    def _channel(self) -> grpc.aio.Channel:
+        config = self._config
+        if config.svc_name is None:
+            return grpc.aio.insecure_channel(config.svc_addr)
+        credentials = grpc.ssl_channel_credentials(root_certificates=config.trust_anchors_pem)
+        options = [("grpc.ssl_target_name_override", config.svc_name)]  # the name the server must prove
+        return grpc.aio.secure_channel(config.svc_addr, credentials, options=options)
+
+    def _install(self, certified: Certified) -> None:
+        chain = certified.chain_pem()
+        anchors = self._config.trust_anchors_pem.decode()
+        material = TlsMaterial(
+            self._config.local_name,
+            certified,
+            _server_context(chain, self._key, anchors),
+            _client_context(chain, self._key, anchors),
+        )
+        self._material = material  # the swap: connections already set up keep the contexts they used
+        self._ready.set()
+        log.info("identity: certified as %s until %s", material.name, material.expires_at.isoformat())
+        for listener in list(self._listeners):
+            try:
+                listener(material)
+            except Exception:  # a broken listener must not stop rotation for the others
+                log.exception("identity: rotation listener %r failed", listener)
+
+    # --- Addition for the proxy's transport (``tether.proxy.io.tls``), kept apart from the code above: ----------
+    # --- contexts and gRPC credentials for the same certificate, so the key never leaves this object. -------
+
+    def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
+        chain = material.certified.chain_pem()
+        anchors = self._config.trust_anchors_pem.decode()
+        server, client = _server_context(chain, self._key, anchors), _client_context(chain, self._key, anchors)
+        for ctx in (server, client):
+            ctx.set_alpn_protocols(list(alpn))
+        return server, client
+
+    def grpc_credentials(self, material: TlsMaterial) -> grpc.ChannelCredentials:
+        """Credentials for a control-plane channel: the trust anchors, and ``material`` as the client certificate."""
+        key_pem = self._key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._config.trust_anchors_pem,
+            private_key=key_pem,
+            certificate_chain=material.certified.chain_pem(),
+        )
+
+
+def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    # Request a client certificate and verify it if sent, but let unauthenticated clients in:
+    # inbound policy decides what they may do.
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.load_verify_locations(cadata=anchors_pem)
+    _load_chain(ctx, chain_pem, key)
+    return ctx
+
+
+def _client_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    # Chain and time are verified here; the name is not the SNI's business: the caller checks
+    # that the peer's SANs contain the expected identity (certs.identities).
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=anchors_pem)
+    _load_chain(ctx, chain_pem, key)
+    return ctx
+
+
+def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: ec.EllipticCurvePrivateKey) -> None:
+    """Load certificate chain and key without the key touching any filesystem."""
+    password = secrets.token_bytes(32)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(password),
+    )
+    fd = os.memfd_create("tether-identity", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(chain_pem + key_pem)
+        while data:
+            data = data[os.write(fd, data) :]
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=password)
+    finally:
+        os.close(fd)

@@ -28,6 +28,7 @@ _COMMANDS = {
     "down": "tether.cli.up:down",
     "status": "tether.cli.up:status",
     "stat": "tether.cli.stat_cmd:stat",
+    "viz": "tether.cli.viz:viz",
     "logs": "tether.cli.up:logs",
     "platform": "tether.cli.up:platform",
     "proxy": "tether.cli.proxy_cmd:proxy",

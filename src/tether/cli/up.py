@@ -262,7 +262,8 @@ def down(purge: bool) -> None:
     config = _load_config(state) or LocalPlatformConfig(state_dir=state)
     launcher = _launcher(config)
     stopped = False
-    for name in reversed(COMPONENTS):
+    # Extensions (viz) run under the same launcher; they read the store, so they stop first.
+    for name in [n for n in launcher.recorded() if n not in COMPONENTS] + list(reversed(COMPONENTS)):
         if launcher.stop(name):
             click.echo(f"{name:<12} stopped")
             stopped = True

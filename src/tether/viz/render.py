@@ -17,34 +17,13 @@ from typing import Any
 
 from tether.viz.proxy_metrics import Client
 from tether.viz.stat import StatRow
+from tether.viz.tables import DASH, bytes_rate, latency, number, percent, plain, rps
 from tether.viz.window import Golden
 from tether.viz.workloads import NAMESPACE
 
 COLUMNS = ("NAME", "MESHED", "SUCCESS", "RPS", "LATENCY_P50", "LATENCY_P95", "LATENCY_P99", "TCP_CONN", "MTLS")
 WIDE_COLUMNS = ("READ_BYTES/SEC", "WRITE_BYTES/SEC", "CLIENTS")
-DASH = "-"
-
-
-def percent(value: float | None, digits: int = 2) -> str:
-    return DASH if value is None else f"{value * 100:.{digits}f}%"
-
-
-def rps(value: float | None) -> str:
-    return DASH if value is None else f"{value:.1f}rps"
-
-
-def latency(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value:.0f}ms" if value >= 1 else f"{value:.1f}ms"
-
-
-def count(value: float | None) -> str:
-    return DASH if value is None else f"{value:.0f}"
-
-
-def bytes_rate(value: float | None) -> str:
-    return DASH if value is None else f"{value:.1f}B/s"
+count = number  # the old name, for the stat table
 
 
 def client_name(client: Client) -> str:
@@ -95,12 +74,6 @@ def tables(rows: Sequence[StatRow], *, all_namespaces: bool, wide: bool) -> list
         kinds.setdefault(r.workload.kind, []).append(r)
     return [(kind, table(members, all_namespaces=all_namespaces and kind != NAMESPACE, wide=wide))
             for kind, members in kinds.items()]
-
-
-def plain(grid: Sequence[Sequence[str]]) -> str:
-    """Cells aligned in columns three spaces apart, as ``tether get`` prints them."""
-    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in grid)
 
 
 def plain_tables(rows: Sequence[StatRow], *, all_namespaces: bool, wide: bool) -> str:

@@ -1,0 +1,395 @@
+"""``tether viz``: Prometheus for the mesh, and the commands that read it (``linkerd viz``).
+
+    tether viz install                       # Prometheus + discovery on the local platform (loopback only)
+    tether viz stat deploy -n emojivoto      # golden metrics per deployment, from Prometheus
+    tether viz stat deploy/web --to deploy/emoji -n emojivoto
+    tether viz routes deploy/web -n emojivoto
+    tether viz edges deploy -n emojivoto
+    tether viz authz deploy/web -n emojivoto
+    tether viz check
+    tether viz dashboard
+
+Every reading command asks Prometheus: the one ``viz install`` started (its
+URL is in ``<state>/viz/viz.json``), or the user's own with
+``--prometheus-url`` (or ``TETHER_PROMETHEUS_URL``).  Objects (which
+deployments exist, meshed pod counts, ServiceProfiles, identities) come from
+the store of ``$TETHER_HOME``.  ``tether stat`` is ``tether viz stat``.
+Registered on the root group by ``tether.cli.main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tether.cli import home
+from tether.cli.errors import CliError
+from tether.platform.local import config as platform_config
+from tether.platform.local.config import LocalPlatformConfig, PlatformConfigError
+from tether.store import Store
+from tether.store.errors import StoreError
+from tether.viz import local, tables
+from tether.viz import metrics_api as api
+from tether.viz.prometheus import Prometheus, PrometheusError
+from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_targets
+
+DEFAULT_NAMESPACE = "default"
+_STORE_KEYS = {"Pod": "Pod", "Deployment": "Deployment.apps", "Namespace": "Namespace", "Service": "Service",
+               "ServiceProfile": "ServiceProfile.linkerd.io"}
+
+
+class StoreObjects:
+    """``metrics_api.Objects`` over the local store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        key = _STORE_KEYS[kind]
+        return self.store.list(key, None if kind == "Namespace" else namespace).items
+
+
+class Context:
+    """What every reading command needs: the platform settings, the store and Prometheus."""
+
+    def __init__(self, prometheus_url: str | None) -> None:
+        state = home.state_dir()
+        try:
+            self.config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
+        except PlatformConfigError as err:
+            raise CliError(str(err)) from None
+        try:
+            self.settings = local.load_settings(self.config)
+        except local.VizError as err:
+            raise CliError(str(err)) from None
+        url = prometheus_url or (self.settings.url if self.settings else None)
+        if url is None:
+            raise CliError("no Prometheus to ask: run `tether viz install` (the local platform's own), "
+                           "or pass --prometheus-url (or set TETHER_PROMETHEUS_URL) to use yours")
+        try:
+            self.prometheus = Prometheus(url)
+        except PrometheusError as err:
+            raise CliError(str(err)) from None
+        path = self.config.layout.store
+        if not path.exists():
+            raise CliError(f"{path.parent}: no store here; start the platform with `tether up` (or set TETHER_HOME)")
+        try:
+            self.store = Store(path)
+        except StoreError as err:
+            raise CliError(str(err)) from None
+        self.objects = StoreObjects(self.store)
+        self.mesh = api.Mesh(self.config.control_plane_ns, self.config.trust_domain, self.config.cluster_domain)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except PrometheusError as err:
+            raise CliError(str(err)) from None
+        except (ValueError, LookupError) as err:
+            raise CliError(str(err)) from None
+        except StoreError as err:
+            raise CliError(str(err)) from None
+        finally:
+            self.close()
+
+
+def _window(value: str) -> str:
+    try:
+        api.window_seconds(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="-t/--time-window") from None
+    return value
+
+
+def prometheus_option(f: Callable) -> Callable:
+    return click.option("--prometheus-url", envvar="TETHER_PROMETHEUS_URL",
+                        help="Prometheus to query [default: the one `tether viz install` started].")(f)
+
+
+def _namespace(namespace: str | None, all_namespaces: bool) -> str | None:
+    return None if all_namespaces else (namespace or DEFAULT_NAMESPACE)
+
+
+def _target(text: str, namespace: str | None, hint: str) -> Target:
+    try:
+        return parse_one(text, namespace)
+    except TargetError as err:
+        raise click.BadParameter(str(err), param_hint=hint) from None
+
+
+@click.group()
+def viz() -> None:
+    """Watch the mesh's traffic: Prometheus, stat, routes, edges, authz and the dashboard."""
+
+
+# -- install / uninstall / check ------------------------------------------------------------------
+
+
+@viz.command()
+@click.option("--prometheus-url", help="Use this Prometheus (yours) instead of starting one.")
+@click.option("--prometheus-port", type=click.IntRange(1, 65535), default=9090, show_default=True,
+              help="Port of the local Prometheus (on 127.0.0.1).")
+@click.option("--discovery-port", type=click.IntRange(1, 65535), default=9998, show_default=True,
+              help="Admin port of the discovery process (on 127.0.0.1).")
+@click.option("--scrape-interval", default="10s", show_default=True, help="How often Prometheus scrapes.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True,
+              help="Seconds to wait for each component to become ready.")
+def install(prometheus_url: str | None, prometheus_port: int, discovery_port: int, scrape_interval: str,
+            timeout: float) -> None:
+    """Start Prometheus (Linkerd's scrape configuration) and its pod discovery on the local platform."""
+    from tether.cli.up import tether_argv
+
+    try:
+        api.window_seconds(scrape_interval)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--scrape-interval") from None
+    if prometheus_url is not None:
+        try:
+            Prometheus(prometheus_url)
+        except PrometheusError as err:
+            raise click.BadParameter(str(err), param_hint="--prometheus-url") from None
+    state = home.state_dir()
+    try:
+        config = platform_config.load(state)
+    except PlatformConfigError as err:
+        raise CliError(str(err)) from None
+    if config is None:
+        raise CliError(f"no local platform in {state}: run `tether up` first")
+    settings = local.VizSettings(prometheus_port=prometheus_port, discovery_port=discovery_port,
+                                 scrape_interval=scrape_interval, prometheus_url=prometheus_url)
+    try:
+        launcher, specs = local.install(config, settings, tether_argv())
+    except (local.VizError, OSError) as err:
+        raise CliError(str(err)) from None
+    click.echo(f"wrote {local.layout(config).prometheus_yml}")
+
+    def progress(outcome: Any) -> None:
+        if outcome.problem is None:
+            click.echo(f"{outcome.name:<14} ready ({outcome.seconds:.1f}s)")
+        else:
+            click.echo(f"{outcome.name:<14} FAILED: {outcome.problem}; log: {outcome.log}", err=True)
+            if outcome.log_tail:
+                click.echo("\n".join(f"    {line}" for line in outcome.log_tail.splitlines()), err=True)
+
+    outcomes = launcher.wait_ready([s.name for s in specs], timeout, progress)
+    if any(o.problem for o in outcomes):
+        raise CliError("viz did not start; see above (`tether viz uninstall` stops what did)")
+    if prometheus_url:
+        click.echo(f"viz uses your Prometheus at {prometheus_url}: give it the jobs of "
+                   f"{local.layout(config).prometheus_yml} (file discovery under {local.layout(config).sd})")
+    else:
+        click.echo(f"Prometheus is up at {settings.url} (loopback only); try `tether viz stat deploy -A`")
+
+
+@viz.command()
+@click.option("--purge", is_flag=True, help="Also remove Prometheus' data and the configuration.")
+def uninstall(purge: bool) -> None:
+    """Stop Prometheus and the discovery process."""
+    state = home.state_dir()
+    try:
+        config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
+    except PlatformConfigError as err:
+        raise CliError(str(err)) from None
+    stopped = local.uninstall(config, purge=purge)
+    click.echo(f"stopped {', '.join(stopped)}" if stopped else "viz was not running")
+
+
+@viz.command(hidden=True)
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), required=True)
+def discovery(state_dir: Path) -> None:
+    """Keep Prometheus' file-based discovery targets equal to the store's pods (started by `viz install`)."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = platform_config.load(state_dir)
+    except PlatformConfigError as err:
+        raise CliError(str(err)) from None
+    if config is None:
+        raise CliError(f"{state_dir}: no platform settings; run `tether up`")
+    try:
+        settings = local.load_settings(config)
+        store = Store(config.layout.store)
+    except (local.VizError, StoreError) as err:
+        raise CliError(str(err)) from None
+    if settings is None:
+        raise CliError(f"{state_dir}: viz is not installed")
+    try:
+        asyncio.run(local.serve_discovery(config, settings, store))
+    finally:
+        store.close()
+
+
+@viz.command()
+@prometheus_option
+def check(prometheus_url: str | None) -> None:
+    """Check that Prometheus answers and scrapes every meshed pod's proxy; exit 1 if not."""
+    ctx = Context(prometheus_url)
+    problems: list[str] = []
+
+    def run() -> None:
+        try:
+            ctx.prometheus.ready()
+            click.echo(f"√ Prometheus is ready at {ctx.prometheus.url}")
+        except PrometheusError as err:
+            click.echo(f"× {err}")
+            problems.append(str(err))
+            return
+        targets = ctx.prometheus.targets()
+        proxies = [t for t in targets if (t.get("labels") or {}).get("job") == "linkerd-proxy"]
+        pods = {(t["labels"].get("namespace"), t["labels"].get("pod")): t for t in proxies}
+        meshed = [p for p in ctx.objects.list("Pod", None)
+                  if "linkerd.io/control-plane-ns" in ((p.get("metadata") or {}).get("labels") or {})
+                  and (p.get("status") or {}).get("phase") == "Running"]
+        missing = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in meshed
+                   if (p["metadata"]["namespace"], p["metadata"]["name"]) not in pods]
+        down = [f"{ns}/{pod} ({t.get('lastError') or t.get('health')})" for (ns, pod), t in sorted(pods.items())
+                if t.get("health") == "down"]
+        if missing:
+            problems.append(f"not scraped yet: {', '.join(missing)}")
+        if down:
+            problems.append(f"scrapes failing: {', '.join(down)}")
+        mark = "×" if missing or down else "√"
+        click.echo(f"{mark} Prometheus scrapes {len(pods)} proxies ({len(meshed)} meshed pods running)")
+        for line in problems:
+            click.echo(f"    {line}")
+
+    ctx.run(run)
+    if problems:
+        raise SystemExit(1)
+
+
+# -- stat / routes / edges / authz ----------------------------------------------------------------
+
+
+def _print_or_json(output: str, grid: list[list[str]], doc: Any, empty: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(doc, indent=2))
+    elif len(grid) == 1:
+        click.echo(empty, err=True)
+    else:
+        click.echo(tables.plain(grid))
+
+
+@viz.command()
+@click.argument("resources", nargs=-1, required=True, metavar="RESOURCE [NAME...]")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")
+@click.option("--to", "to", help="Only traffic to this resource (deploy/NAME, po/NAME, svc/NAME, au/AUTHORITY).")
+@click.option("--to-namespace", help="The --to resource's namespace (default: -n).")
+@click.option("--from", "from_", help="Only traffic from this resource (deploy/NAME, po/NAME, ns/NAME).")
+@click.option("--from-namespace", help="The --from resource's namespace (default: -n).")
+@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v),
+              help="Window of the rates (a Prometheus duration: 30s, 1m, 1h).")
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
+              help="wide adds byte rates and the share of requests over mTLS.")
+@prometheus_option
+def stat(resources: tuple[str, ...], namespace: str | None, all_namespaces: bool, to: str | None,
+         to_namespace: str | None, from_: str | None, from_namespace: str | None, window: str, output: str,
+         prometheus_url: str | None) -> None:
+    """Success rate, requests per second, latency and connections of each resource, from Prometheus.
+
+    RESOURCE is deploy, po, ns, svc or au, optionally /NAME (or followed by
+    names).  Without --to/--from the numbers are what the resource's proxies
+    served (inbound); a service's are what its clients sent it.
+    """
+    if to and from_:
+        raise click.UsageError("--to and --from cannot be used together")
+    ns = _namespace(namespace, all_namespaces)
+    try:
+        targets = parse_targets(resources, ns)
+    except TargetError as err:
+        raise click.BadParameter(str(err), param_hint="RESOURCE") from None
+    to_t = _target(to, to_namespace or ns, "--to") if to else None
+    from_t = _target(from_, from_namespace or ns, "--from") if from_ else None
+    seconds = api.window_seconds(window)
+    ctx = Context(prometheus_url)
+
+    def run() -> list[tuple[Target, list[api.Row]]]:
+        return [(t, api.stat_summary(ctx.prometheus, ctx.objects, t, window, to=to_t, from_=from_t, mesh=ctx.mesh))
+                for t in targets]
+
+    results = ctx.run(run)
+    if output == "json":
+        click.echo(json.dumps([tables.row_json(r, seconds) for _, rows in results for r in rows], indent=2))
+        return
+    texts = []
+    for target, rows in results:
+        if not rows:
+            continue
+        grid = tables.stat_table(rows, seconds, all_namespaces=ns is None and target.kind != NAMESPACE,
+                                 wide=output == "wide")
+        texts.append((target.kind, tables.plain(grid)))
+    if not texts:
+        click.echo(f"No traffic found in {ns} namespace." if ns and (to or from_) else (
+            f"No resources found in {ns} namespace." if ns else "No resources found."), err=True)
+        return
+    if len(texts) == 1:
+        click.echo(texts[0][1])
+    else:
+        click.echo("\n\n".join(f"==> {kind} <==\n{text}" for kind, text in texts))
+
+
+@viz.command()
+@click.argument("resource")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("--to", "to", help="Routes of this destination (deploy/NAME, svc/NAME, au/AUTHORITY), as RESOURCE's client.")
+@click.option("--to-namespace", help="The --to resource's namespace (default: -n).")
+@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
+              help="wide, with --to: effective (after retries) and actual (each try) success and rates.")
+@prometheus_option
+def routes(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, window: str, output: str,
+           prometheus_url: str | None) -> None:
+    """Per-route metrics of the ServiceProfiles of what RESOURCE serves (or of --to, as RESOURCE's client)."""
+    ns = namespace or DEFAULT_NAMESPACE
+    target = _target(resource, ns, "RESOURCE")
+    to_t = _target(to, to_namespace or ns, "--to") if to else None
+    seconds = api.window_seconds(window)
+    ctx = Context(prometheus_url)
+    rows = ctx.run(lambda: api.top_routes(ctx.prometheus, ctx.objects, target, window, to=to_t, mesh=ctx.mesh))
+    grid = tables.routes_table(rows, seconds, outbound=to_t is not None, wide=output == "wide")
+    _print_or_json(output, grid, [tables.row_json(r, seconds) for r in rows], "No routes found.")
+
+
+@viz.command()
+@click.argument("kind", metavar="deploy|po")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
+              help="wide adds both identities and why a connection is not mTLS.")
+@prometheus_option
+def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, prometheus_url: str | None) -> None:
+    """Who holds open connections to whom, with the identities of both ends (or why not mTLS)."""
+    target = _target(kind, None, "KIND")
+    if target.name:
+        raise click.BadParameter("edges takes a kind (deploy or po), not one object", param_hint="KIND")
+    ns = _namespace(namespace, all_namespaces)
+    ctx = Context(prometheus_url)
+    found = ctx.run(lambda: api.edges(ctx.prometheus, ctx.objects, target.kind, ns, ctx.mesh))
+    _print_or_json(output, tables.edges_table(found, wide=output == "wide"), [tables.edge_json(e) for e in found],
+                   f"No edges found in {ns} namespace." if ns else "No edges found.")
+
+
+@viz.command()
+@click.argument("resource")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@prometheus_option
+def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None) -> None:
+    """Requests to RESOURCE per server, route and authorization of its inbound policy."""
+    target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
+    seconds = api.window_seconds(window)
+    ctx = Context(prometheus_url)
+    rows = ctx.run(lambda: api.authz(ctx.prometheus, target, window))
+    _print_or_json(output, tables.authz_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
+                   "No traffic found.")
+

@@ -1,0 +1,374 @@
+"""Linkerd viz's metrics API: StatSummary, TopRoutes, Edges and Authz, answered from Prometheus.
+
+Each answer joins two sources, as Linkerd's does: the platform's objects
+(which deployments, pods, namespaces and services exist, how many of their pods
+are meshed, which ServiceProfiles name their routes, which identity a pod's
+service account has) and Prometheus' series, queried with the PromQL of
+``tether.viz.promql``.  The objects come through ``Objects``, a read-only view
+the caller fills from the local store (or the Kubernetes API), so this module
+does no discovery of its own.
+
+Rows carry raw numbers; ``tether.viz.tables`` formats them.  Callers: the
+``tether viz`` commands and the dashboard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, WorkloadIdentity
+from tether.naming import InvalidName
+from tether.viz import promql
+from tether.viz.prometheus import Prometheus, Sample, count
+from tether.viz.targets import AUTHORITY, DEPLOYMENT, NAMESPACE, POD, SERVICE, Target
+from tether.viz.workloads import select
+
+Obj = Mapping[str, Any]
+DEFAULT_ROUTE = "[DEFAULT]"
+NO_TLS_MESSAGES = {
+    "disabled": "Disabled",
+    "loopback": "Loopback",
+    "no_authority_in_http_request": "No Authority In HTTP Request",
+    "not_http": "Not HTTP",
+    "not_provided_by_remote": "Not Provided By Remote",
+    "not_provided_by_service_discovery": "Not Provided By Service Discovery",
+}
+
+
+class Objects(Protocol):
+    """The platform's objects of one kind (every namespace when ``namespace`` is None)."""
+
+    def list(self, kind: str, namespace: str | None) -> list[Obj]: ...
+
+
+@dataclass(slots=True)
+class Stats:
+    success: int = 0
+    failure: int = 0
+    mtls: int = 0  # responses to requests that arrived (or left) over mTLS
+    latency_ms: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(promql.QUANTILES))
+    tcp_open: int | None = None
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    actual_success: int | None = None
+    actual_failure: int | None = None
+    allowed: int | None = None
+    denied: int | None = None
+
+    @property
+    def requests(self) -> int:
+        return self.success + self.failure
+
+    def success_rate(self) -> float | None:
+        return self.success / self.requests if self.requests else None
+
+    def actual_success_rate(self) -> float | None:
+        if self.actual_success is None or self.actual_failure is None:
+            return None
+        total = self.actual_success + self.actual_failure
+        return self.actual_success / total if total else None
+
+    def mtls_share(self) -> float | None:
+        return self.mtls / self.requests if self.requests else None
+
+
+@dataclass(slots=True)
+class Row:
+    kind: str
+    namespace: str
+    name: str
+    stats: Stats | None  # None: no traffic in the window
+    meshed: int | None = None
+    total: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)  # route, authority, server, authorization ...
+
+
+@dataclass(slots=True)
+class Edge:
+    src_namespace: str
+    src: str
+    dst_namespace: str
+    dst: str
+    kind: str
+    client_id: str
+    server_id: str
+    no_tls_reason: str  # Linkerd's message ("Not Provided By Remote"), empty when mTLS
+
+
+@dataclass(frozen=True, slots=True)
+class Mesh:
+    control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+
+
+def window_seconds(window: str) -> float:
+    """A Prometheus duration (``30s``, ``1m``, ``1h30m``) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    total, number = 0.0, ""
+    i = 0
+    while i < len(window):
+        c = window[i]
+        if c.isdigit():
+            number += c
+            i += 1
+            continue
+        unit = "ms" if window.startswith("ms", i) else c
+        if unit not in units or not number:
+            raise ValueError(f"{window!r} is not a duration such as 30s, 1m or 1h")
+        total += int(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number or total <= 0:
+        raise ValueError(f"{window!r} is not a duration such as 30s, 1m or 1h")
+    return total
+
+
+# -- folding samples into stats -------------------------------------------------------------------
+
+
+def _key(labels: Mapping[str, str], group: Sequence[str]) -> tuple[str, str]:
+    """(namespace, name) of a sample, from the query's group labels (namespace first, name last)."""
+    name = labels.get(group[-1], "")
+    return (labels.get(group[0], "") if len(group) > 1 else name, name)
+
+
+def fold(results: Mapping[str, Sequence[Sample]], key_of) -> dict[Any, Stats]:  # noqa: ANN001 - a key function
+    """Samples of a query set, folded into ``Stats`` by ``key_of(labels)``."""
+    out: dict[Any, Stats] = {}
+    for name, samples in results.items():
+        for sample in samples:
+            key = key_of(sample.labels)
+            stats = out.setdefault(key, Stats())
+            value = sample.value
+            if name == promql.REQUESTS:
+                n = count(value)
+                if sample.labels.get("classification") == "success":
+                    stats.success += n
+                elif sample.labels.get("classification") == "failure":
+                    stats.failure += n
+                if sample.labels.get("tls") == "true":
+                    stats.mtls += n
+            elif name == promql.ACTUAL_REQUESTS:
+                n = count(value)
+                if sample.labels.get("classification") == "success":
+                    stats.actual_success = (stats.actual_success or 0) + n
+                    stats.actual_failure = stats.actual_failure or 0
+                elif sample.labels.get("classification") == "failure":
+                    stats.actual_failure = (stats.actual_failure or 0) + n
+                    stats.actual_success = stats.actual_success or 0
+            elif name in promql.QUANTILES:
+                stats.latency_ms[name] = None if math.isnan(value) else value
+            elif name == promql.TCP_CONNECTIONS:
+                stats.tcp_open = count(value)
+            elif name == promql.TCP_READ:
+                stats.read_bytes = count(value)
+            elif name == promql.TCP_WRITE:
+                stats.write_bytes = count(value)
+            elif name == promql.ALLOWED:
+                stats.allowed = count(value)
+            elif name == promql.DENIED:
+                stats.denied = count(value)
+    return out
+
+
+# -- StatSummary ----------------------------------------------------------------------------------
+
+
+def _name(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name", ""))
+
+
+def _rows_of_objects(objects: Objects, target: Target) -> list[Row]:
+    """One row per existing object of the target's kind, with its meshed/total pod counts."""
+    ns = target.namespace
+    names = [target.name] if target.name else []
+    if target.kind in (DEPLOYMENT, POD, NAMESPACE):
+        pods = objects.list("Pod", None if target.kind == NAMESPACE else ns)
+        kw: dict[str, Any] = {}
+        if target.kind == DEPLOYMENT:
+            kw["deployments"] = objects.list("Deployment", ns)
+        elif target.kind == NAMESPACE:
+            kw["namespaces"] = objects.list("Namespace", None)
+        return [Row(target.kind, w.namespace, w.name, None, w.meshed, w.total)
+                for w in select(target.kind, pods, names=names, **kw)]
+    if target.kind == SERVICE:
+        return [Row(SERVICE, *_name(s), None) for s in objects.list("Service", ns)
+                if not names or _name(s)[1] in names]
+    return []
+
+
+def stat_summary(prometheus: Prometheus, objects: Objects, target: Target, window: str, *,
+                 to: Target | None = None, from_: Target | None = None, mesh: Mesh = Mesh()) -> list[Row]:
+    """Linkerd's StatSummary for one resource kind: every object's row (or, with --to/--from, those with traffic)."""
+    if from_ is not None and from_.kind == SERVICE:
+        raise ValueError("a service has no proxy of its own, so it cannot be a --from resource")
+    queries = promql.stat(target, window, to=to, from_=from_, cluster_domain=mesh.cluster_domain)
+    results = prometheus.query_all(queries.queries)
+    by_key = fold(results, lambda labels: _key(labels, queries.group_by))
+    if target.kind == NAMESPACE:
+        by_key = {(name, name): s for (_, name), s in by_key.items()}
+    rows = _rows_of_objects(objects, target)
+    if target.kind == AUTHORITY or to is not None or from_ is not None:
+        known = {(r.namespace, r.name): r for r in rows}
+        rows = []
+        for (ns, name), stats in sorted(by_key.items()):
+            if target.name and name != target.name:
+                continue
+            if target.kind != AUTHORITY and target.kind != NAMESPACE and target.namespace and ns != target.namespace:
+                continue
+            base = known.get((ns, name))
+            rows.append(Row(target.kind, ns, name, stats, base.meshed if base else None,
+                            base.total if base else None))
+        return rows
+    for row in rows:
+        row.stats = by_key.get((row.namespace, row.name))
+    return rows
+
+
+# -- TopRoutes ------------------------------------------------------------------------------------
+
+
+def _pods_of(objects: Objects, target: Target) -> list[Obj]:
+    pods = objects.list("Pod", None if target.kind == NAMESPACE else target.namespace)
+    if target.kind == NAMESPACE:
+        return [p for p in pods if not target.name or _name(p)[0] == target.name]
+    if target.kind == POD:
+        return [p for p in pods if not target.name or _name(p)[1] == target.name]
+    if target.kind == DEPLOYMENT:
+        wanted = [target.name] if target.name else []
+        workloads = select(DEPLOYMENT, pods, deployments=objects.list("Deployment", target.namespace), names=wanted)
+        names = {(p.namespace, p.name) for w in workloads for p in w.pods}
+        return [p for p in pods if _name(p) in names]
+    return []
+
+
+def _services_for(objects: Objects, pods: Iterable[Obj]) -> list[Obj]:
+    """Services whose selector picks any of the pods."""
+    pods = list(pods)
+    out = []
+    for ns in sorted({_name(p)[0] for p in pods}):
+        labels = [(p.get("metadata") or {}).get("labels") or {} for p in pods if _name(p)[0] == ns]
+        for svc in objects.list("Service", ns):
+            sel = (svc.get("spec") or {}).get("selector") or {}
+            if sel and any(all(lbl.get(k) == v for k, v in sel.items()) for lbl in labels):
+                out.append(svc)
+    return out
+
+
+def _profiles(objects: Objects, services: Iterable[Obj], client_ns: str | None, mesh: Mesh) -> dict[str, Obj | None]:
+    """Profile name -> the ServiceProfile (the client namespace's first, as Linkerd looks them up), or None."""
+    out: dict[str, Obj | None] = {}
+    for svc in services:
+        ns, name = _name(svc)
+        fqdn = f"{name}.{ns}.svc.{mesh.cluster_domain}"
+        found = None
+        for look_in in ([client_ns] if client_ns else []) + [ns]:
+            found = next((p for p in objects.list("ServiceProfile", look_in) if _name(p)[1] == fqdn), None)
+            if found:
+                break
+        out[fqdn] = found
+    return out
+
+
+def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window: str, *, to: Target | None = None,
+               mesh: Mesh = Mesh()) -> list[Row]:
+    """Per-route stats of the ServiceProfiles of what ``target`` serves (or of ``to``, as ``target``'s client).
+
+    With ``to`` the counts are the client's (after retries) and the actual ones (each try) come with them.
+    """
+    if target.kind == AUTHORITY:
+        raise ValueError("an authority cannot be the target of routes; use it with --to instead")
+    if to is not None and target.kind == SERVICE:
+        raise ValueError("a service sends no traffic: use the client's deploy or pod with --to")
+    destination = to or target
+    client_ns = target.namespace if to is not None else None
+    if destination.kind == AUTHORITY:
+        host = destination.name.rpartition(":")[0] if ":" in destination.name else destination.name
+        candidates = [p for p in objects.list("ServiceProfile", client_ns)
+                      if not host or _name(p)[1] == host]
+        profiles: dict[str, Obj | None] = {_name(p)[1]: p for p in candidates}
+    else:
+        if destination.kind == SERVICE:
+            services = [s for s in objects.list("Service", destination.namespace)
+                        if not destination.name or _name(s)[1] == destination.name]
+        else:
+            services = _services_for(objects, _pods_of(objects, destination))
+        profiles = _profiles(objects, services, client_ns, mesh)
+    found = {k: v for k, v in profiles.items() if v is not None}
+    if not found:
+        where = f" in namespace {destination.namespace}" if destination.namespace else ""
+        raise LookupError(f"no ServiceProfile found for {destination}{where}")
+    queries = promql.routes(target, window, sorted(found), to=to)
+    results = prometheus.query_all(queries.queries)
+    by_key = fold(results, lambda labels: (labels.get("dst", "").split(":")[0], labels.get("rt_route", "")))
+    rows = []
+    for fqdn, profile in sorted(found.items()):
+        names = [str(r.get("name", "")) for r in ((profile or {}).get("spec") or {}).get("routes") or ()]
+        for route in [*names, ""]:
+            rows.append(Row("route", _name(profile or {})[0], route or DEFAULT_ROUTE, by_key.get((fqdn, route)),
+                            extra={"authority": fqdn.split(".")[0], "profile": fqdn}))
+    return rows
+
+
+# -- Edges ----------------------------------------------------------------------------------------
+
+
+def _identity(objects: Objects, namespace: str, pod_name: str, mesh: Mesh) -> str:
+    pod = next((p for p in objects.list("Pod", namespace) if _name(p)[1] == pod_name), None)
+    if pod is None:
+        return ""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if "linkerd.io/control-plane-ns" not in labels:
+        return ""
+    sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+    try:
+        return WorkloadIdentity(sa, namespace, mesh.control_plane_ns, mesh.trust_domain).dns_name
+    except InvalidName:
+        return ""
+
+
+def edges(prometheus: Prometheus, objects: Objects, kind: str, namespace: str | None,
+          mesh: Mesh = Mesh()) -> list[Edge]:
+    """Who holds open connections to whom among resources of ``kind``, with both identities or why not mTLS."""
+    if kind not in (DEPLOYMENT, POD):
+        raise ValueError(f"edges are shown between deployments or pods, not {kind}s")
+    query = promql.edges(kind)
+    (samples,) = prometheus.query_all(query.queries).values()
+    out: dict[tuple[str, str, str, str], Edge] = {}
+    dst_label = f"dst_{kind}"
+    for s in samples:
+        if s.value == 0:
+            continue
+        src_ns, dst_ns = s.labels.get("namespace", ""), s.labels.get("dst_namespace", "")
+        if namespace is not None and namespace not in (src_ns, dst_ns):
+            continue
+        key = (src_ns, s.labels.get(kind, ""), dst_ns, s.labels.get(dst_label, ""))
+        if key in out:
+            continue
+        out[key] = Edge(src_ns, key[1], dst_ns, key[3], kind,
+                        _identity(objects, src_ns, s.labels.get("pod", ""), mesh),
+                        s.labels.get("server_id", ""),
+                        NO_TLS_MESSAGES.get(s.labels.get("no_tls_reason", ""), s.labels.get("no_tls_reason", "")))
+    return [out[k] for k in sorted(out)]
+
+
+# -- Authz ----------------------------------------------------------------------------------------
+
+
+def authz(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
+    """Requests to ``target`` per server, route and authorization of its inbound policy, allowed and denied."""
+    if target.kind in (SERVICE, AUTHORITY):
+        raise ValueError(f"authz is shown for what serves traffic (deploy, po, ns), not a {target.kind}")
+    queries = promql.authz(target, window)
+    results = prometheus.query_all(queries.queries)
+    by_key = fold(results, lambda labels: tuple(labels.get(k, "") for k in promql.AUTHZ_GROUP))
+    rows = []
+    for key, stats in sorted(by_key.items()):
+        extra = dict(zip(promql.AUTHZ_GROUP, key, strict=True))
+        rows.append(Row("authz", target.namespace or "", target.name, stats, extra=extra))
+    return rows

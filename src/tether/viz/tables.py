@@ -1,0 +1,168 @@
+"""The metrics API's rows as ``linkerd viz`` prints them: table cells and JSON.
+
+Formats follow Linkerd's: ``92.50%``, ``3.9rps``, ``2ms``, ``-`` for unknown.
+
+| command | columns (``-o wide`` adds) |
+|---|---|
+| stat | [NAMESPACE] NAME MESHED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 TCP_CONN (READ_BYTES/SEC WRITE_BYTES/SEC MTLS) |
+| routes | ROUTE SERVICE SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99; with --to wide: EFFECTIVE_SUCCESS EFFECTIVE_RPS ACTUAL_SUCCESS ACTUAL_RPS |
+| edges | SRC DST SRC_NS DST_NS SECURED (CLIENT_ID SERVER_ID MSG) |
+| authz | SERVER ROUTE AUTHORIZATION ALLOWED DENIED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 |
+
+Pure.  Callers: the ``tether viz`` CLI and the dashboard (JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.viz.metrics_api import Edge, Row, Stats
+
+DASH = "-"
+LATENCY_COLUMNS = ("LATENCY_P50", "LATENCY_P95", "LATENCY_P99")
+
+
+def percent(value: float | None, digits: int = 2) -> str:
+    return DASH if value is None else f"{value * 100:.{digits}f}%"
+
+
+def rps(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}rps"
+
+
+def latency(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{value:.0f}ms" if value >= 1 else f"{value:.1f}ms"
+
+
+def number(value: float | None) -> str:
+    return DASH if value is None else f"{value:.0f}"
+
+
+def bytes_rate(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}B/s"
+
+
+def _rate(n: int | None, seconds: float) -> float | None:
+    return None if n is None else n / seconds
+
+
+def _golden(stats: Stats | None, seconds: float) -> list[str]:
+    if stats is None:
+        return [DASH] * 5
+    return [percent(stats.success_rate()), rps(stats.requests / seconds),
+            *(latency(stats.latency_ms.get(q)) for q in ("0.5", "0.95", "0.99"))]
+
+
+def meshed(row: Row) -> str:
+    return DASH if row.total is None else f"{row.meshed}/{row.total}"
+
+
+def stat_table(rows: Sequence[Row], seconds: float, *, all_namespaces: bool, wide: bool) -> list[list[str]]:
+    header = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "MESHED", "SUCCESS", "RPS", *LATENCY_COLUMNS,
+                                                        "TCP_CONN"]
+    if wide:
+        header += ["READ_BYTES/SEC", "WRITE_BYTES/SEC", "MTLS"]
+    out = [header]
+    for r in rows:
+        s = r.stats
+        cells = ([r.namespace] if all_namespaces else []) + [r.name, meshed(r), *_golden(s, seconds),
+                                                             number(s.tcp_open if s else None)]
+        if wide:
+            cells += [bytes_rate(_rate(s.read_bytes, seconds) if s else None),
+                      bytes_rate(_rate(s.write_bytes, seconds) if s else None),
+                      percent(s.mtls_share() if s else None, 0)]
+        out.append(cells)
+    return out
+
+
+def routes_table(rows: Sequence[Row], seconds: float, *, outbound: bool, wide: bool) -> list[list[str]]:
+    if outbound and wide:
+        header = ["ROUTE", "SERVICE", "EFFECTIVE_SUCCESS", "EFFECTIVE_RPS", "ACTUAL_SUCCESS", "ACTUAL_RPS",
+                  *LATENCY_COLUMNS]
+    else:
+        header = ["ROUTE", "SERVICE", "SUCCESS", "RPS", *LATENCY_COLUMNS]
+    out = [header]
+    for r in rows:
+        s = r.stats
+        golden = _golden(s, seconds)
+        cells = [r.name, r.extra.get("authority", "")]
+        if outbound and wide:
+            actual_total = None if s is None or s.actual_success is None else (
+                s.actual_success + (s.actual_failure or 0))
+            cells += golden[:2] + [percent(s.actual_success_rate() if s else None),
+                                   rps(_rate(actual_total, seconds))] + golden[2:]
+        else:
+            cells += golden
+        out.append(cells)
+    return out
+
+
+def secured(edge: Edge) -> str:
+    return "√" if edge.server_id else (edge.no_tls_reason or "no identity")
+
+
+def short_identity(identity: str) -> str:
+    """``web.emojivoto`` for ``web.emojivoto.serviceaccount.identity.linkerd.cluster.local``."""
+    return identity.split(".serviceaccount.", 1)[0] if identity else DASH
+
+
+def edges_table(edges: Sequence[Edge], *, wide: bool) -> list[list[str]]:
+    header = ["SRC", "DST", "SRC_NS", "DST_NS", "SECURED"] + (["CLIENT_ID", "SERVER_ID", "MSG"] if wide else [])
+    out = [header]
+    for e in edges:
+        cells = [e.src, e.dst, e.src_namespace, e.dst_namespace, secured(e)]
+        if wide:
+            cells += [short_identity(e.client_id), short_identity(e.server_id), e.no_tls_reason or DASH]
+        out.append(cells)
+    return out
+
+
+def authz_table(rows: Sequence[Row], seconds: float) -> list[list[str]]:
+    out = [["SERVER", "ROUTE", "AUTHORIZATION", "ALLOWED", "DENIED", "SUCCESS", "RPS", *LATENCY_COLUMNS]]
+    for r in rows:
+        s, x = r.stats, r.extra
+        out.append([f"{x.get('srv_kind') or DASH}/{x.get('srv_name') or DASH}",
+                    f"{x.get('route_kind') or DASH}/{x.get('route_name') or DASH}",
+                    f"{x.get('authz_kind') or DASH}/{x.get('authz_name') or DASH}",
+                    rps(_rate(s.allowed, seconds) if s else None), rps(_rate(s.denied, seconds) if s else None),
+                    *_golden(s, seconds)])
+    return out
+
+
+def plain(grid: Sequence[Sequence[str]]) -> str:
+    """Cells aligned in columns three spaces apart, as ``tether get`` prints them."""
+    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in grid)
+
+
+def _r(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def stats_json(s: Stats | None, seconds: float) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "success_count": s.success, "failure_count": s.failure, "success": _r(s.success_rate()),
+        "rps": _r(s.requests / seconds, 3), "mtls_share": _r(s.mtls_share()),
+        "latency_ms_p50": _r(s.latency_ms.get("0.5"), 3), "latency_ms_p95": _r(s.latency_ms.get("0.95"), 3),
+        "latency_ms_p99": _r(s.latency_ms.get("0.99"), 3),
+        "tcp_open_connections": s.tcp_open, "tcp_read_bytes": s.read_bytes, "tcp_write_bytes": s.write_bytes,
+        "actual_success_count": s.actual_success, "actual_failure_count": s.actual_failure,
+        "allowed_count": s.allowed, "denied_count": s.denied,
+    }
+
+
+def row_json(r: Row, seconds: float) -> dict[str, Any]:
+    return {"kind": r.kind, "namespace": r.namespace, "name": r.name,
+            "meshed": None if r.total is None else f"{r.meshed}/{r.total}", **r.extra,
+            "stats": stats_json(r.stats, seconds)}
+
+
+def edge_json(e: Edge) -> dict[str, Any]:
+    return {"kind": e.kind, "src": e.src, "src_namespace": e.src_namespace, "dst": e.dst,
+            "dst_namespace": e.dst_namespace, "client_id": e.client_id, "server_id": e.server_id,
+            "no_tls_reason": e.no_tls_reason, "secured": bool(e.server_id)}

@@ -1,0 +1,148 @@
+"""Helpers for viz's tests: a real Prometheus on loopback, fake proxies that serve ``/metrics``, waiting.
+
+``PrometheusProcess`` runs Debian's ``prometheus`` binary with the
+configuration ``tether.viz.scrape_config`` writes (scraping every second),
+on a free loopback port, data in a temporary directory; ``stop()`` ends it.
+``FakeProxy`` serves a proxy's ``/metrics`` whose counters grow by a fixed
+step on every scrape, so the increase over any window is a known ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tether.viz import scrape_config
+from tether.viz.prometheus import Prometheus, PrometheusError
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class PrometheusProcess:
+    def __init__(self, root: Path, pods: list[Mapping[str, Any]], *, control_plane_ns: str = "linkerd") -> None:
+        assert PROMETHEUS, "prometheus is not installed (dev/setup.sh installs Debian's package)"
+        self.root = root
+        self.sd = root / "sd"
+        self.sd.mkdir(parents=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        doc = scrape_config.prometheus_config(str(self.sd), f"127.0.0.1:{self.port}", control_plane_ns=control_plane_ns,
+                                              scrape_interval="1s")
+        (root / "prometheus.yml").write_text(yaml.safe_dump(doc))
+        self.write_pods(pods)
+        (self.sd / scrape_config.CONTROLLERS_FILE).write_text("[]")
+        self.log = open(root / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.client = Prometheus(self.url)
+        wait_for("Prometheus to be ready", self._ready, timeout=60)
+
+    def write_pods(self, pods: list[Mapping[str, Any]]) -> None:
+        (self.sd / scrape_config.PROXIES_FILE).write_text(json.dumps(scrape_config.pod_target_groups(pods)))
+
+    def _ready(self) -> bool:
+        assert self.proc.poll() is None, (self.root / "prometheus.log").read_text()
+        try:
+            self.client.ready()
+        except PrometheusError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class FakeProxy:
+    """``/metrics`` of a proxy; ``render(n)`` gives the text of the ``n``-th scrape."""
+
+    def __init__(self, render: Callable[[int], str]) -> None:
+        self.scrapes = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                body = render(fake.scrapes).encode()
+                fake.scrapes += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_port
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def meshed_pod(name: str, namespace: str, deployment: str, admin_port: int, *, ip: str = "127.0.0.1",
+               service_account: str = "default", app: str | None = None) -> dict[str, Any]:
+    """A Pod as the local platform stores a meshed one: labels, the proxy as a native sidecar, IP."""
+    template_hash = "5d8f7c9b4"
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": namespace,
+            "labels": {"app": app or deployment, "pod-template-hash": template_hash,
+                       "linkerd.io/control-plane-ns": "linkerd", "linkerd.io/workload-ns": namespace,
+                       "linkerd.io/proxy-deployment": deployment},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{deployment}-{template_hash}",
+                                 "uid": f"rs-{deployment}", "controller": True}],
+        },
+        "spec": {"serviceAccountName": service_account,
+                 "initContainers": [{"name": "linkerd-init", "image": "x"},
+                                    {"name": "linkerd-proxy", "image": "x", "restartPolicy": "Always",
+                                     "ports": [{"name": "linkerd-proxy", "containerPort": 4143},
+                                               {"name": "linkerd-admin", "containerPort": admin_port}]}],
+                 "containers": [{"name": "app", "image": "x", "ports": [{"name": "http", "containerPort": 8080}]}]},
+        "status": {"phase": "Running", "podIP": ip},
+    }
+
+
+def deployment(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "app", "image": "x"}]}}}}

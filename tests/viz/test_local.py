@@ -1,0 +1,84 @@
+"""Viz on the local platform: `tether viz install` starts a real Prometheus that scrapes real meshed pods.
+
+Needs root (the platform's pods are network namespaces); skipped otherwise by
+the ``tests/up`` fixtures, which also tear everything down and check the host.
+"""
+
+from __future__ import annotations
+
+import json
+
+from up import uplab
+from up.uplab import client, ready, wait_for, web_server
+from viz.promlab import free_port
+
+from tether.viz.prometheus import Prometheus
+
+NS = "vizns"
+NAMESPACE = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}
+"""
+IDENTITY = f"default.{NS}.serviceaccount.identity.linkerd.cluster.local"
+
+
+def _json(p: uplab.Platform, *args: str) -> object:
+    return json.loads(p.tether(*args, "-o", "json").stdout)
+
+
+def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new_platform) -> None:
+    p = new_platform()
+    p.tether("up", *p.up_args, "--restart-backoff", "0.5")
+    port = free_port()
+    p.tether("viz", "install", "--prometheus-port", str(port), "--discovery-port", str(free_port()),
+             "--scrape-interval", "1s")
+    prom = Prometheus(f"http://127.0.0.1:{port}")
+    p.apply(NAMESPACE)
+    p.apply(web_server("web", NS, 1))
+    p.apply(client("client", NS, f"http://web.{NS}.svc.cluster.local/"))
+
+    def pods_ready() -> list[dict] | None:
+        pods = p.pods(NS)
+        return pods if len(pods) == 2 and all(ready(x) for x in pods) else None
+
+    pods = wait_for("web and client ready", pods_ready, timeout=90)
+    caller = next(x["metadata"]["name"] for x in pods if x["metadata"]["name"].startswith("client-"))
+    wait_for("answers through both proxies",
+             lambda: p.tether("logs", "-n", NS, caller).stdout.count("ok 200") >= 5, timeout=60)
+
+    # Prometheus holds Linkerd's series, labelled by the relabelling (deployment, namespace, pod).
+    series = wait_for("client's outbound responses in Prometheus", lambda: prom.query(
+        f'response_total{{namespace="{NS}",deployment="client",direction="outbound",dst_deployment="web"}}'),
+        timeout=60)
+    assert series[0].labels["job"] == "linkerd-proxy" and series[0].labels["pod"] == caller
+    controllers = {s.labels.get("component") for s in prom.query('up{job="linkerd-controller"} == 1')}
+    assert {"identity", "destination"} <= controllers
+
+    # stat --to: what client sent web, all successful, all over mTLS; no more than it logged.
+    def to_web() -> dict | None:
+        rows = _json(p, "viz", "stat", "deploy/client", "-n", NS, "--to", "deploy/web", "-t", "30s")
+        return rows[0] if rows and rows[0]["stats"] and rows[0]["stats"]["success_count"] >= 3 else None
+
+    row = wait_for("stat --to with traffic", to_web, timeout=60)
+    logged = p.tether("logs", "-n", NS, caller).stdout.count("ok 200")
+    stats = row["stats"]
+    assert stats["failure_count"] == 0 and stats["mtls_share"] == 1.0
+    assert stats["success_count"] <= logged * 1.2 + 5  # increase() extrapolates a little past the samples
+
+    # Inbound stat: web served requests, and both deployments are meshed.
+    rows = {r["name"]: r for r in _json(p, "viz", "stat", "deploy", "-n", NS, "-t", "30s")}
+    assert rows["web"]["meshed"] == "1/1" and rows["client"]["meshed"] == "1/1"
+    assert rows["web"]["stats"]["success_count"] > 0
+
+    # Edges: client -> web over mTLS, with both identities.
+    edges = wait_for("the client -> web edge", lambda: _json(p, "viz", "edges", "deploy", "-n", NS), timeout=30)
+    (edge,) = [e for e in edges if (e["src"], e["dst"]) == ("client", "web")]
+    assert edge["secured"] and edge["client_id"] == IDENTITY and edge["server_id"] == IDENTITY
+
+    assert "√ Prometheus scrapes" in p.tether("viz", "check").stdout
+
+    # Uninstalled, Prometheus is gone: a clear error naming its URL.
+    p.tether("viz", "uninstall", "--purge")
+    gone = p.tether("viz", "stat", "deploy", "-n", NS, "--prometheus-url", prom.url, ok=False)
+    assert f"cannot reach Prometheus at {prom.url}" in gone.stderr

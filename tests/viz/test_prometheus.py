@@ -1,0 +1,262 @@
+"""A real Prometheus (Debian's binary) scraping fake proxies on loopback through viz's scrape configuration.
+
+No root needed: the "pods" are Pod objects whose IP is 127.0.0.1 and whose
+``linkerd-admin`` port is a small HTTP server serving a proxy's ``/metrics``.
+Prometheus finds them through the file-based discovery viz writes, relabels
+them with Linkerd's rules, and the metrics API's PromQL reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tether.cli.main import cli
+from tether.store import Store
+from tether.viz import metrics_api as api
+from tether.viz.prometheus import Prometheus, PrometheusError
+from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, Target
+from viz.promlab import PROMETHEUS, FakeProxy, PrometheusProcess, deployment, meshed_pod, wait_for
+
+pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (dev/setup.sh)")
+
+NS = "emojivoto"
+WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+EMOJI_ID = "emoji.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+BUCKETS = (1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 300, 400, 500, 1000)
+
+
+def _histogram(name: str, labels: str, n: int, at_ms: int) -> list[str]:
+    lines = [f'{name}_bucket{{{labels},le="{b}"}} {n if b >= at_ms else 0}' for b in BUCKETS]
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {n}')
+    lines.append(f"{name}_count{{{labels}}} {n}")
+    return lines
+
+
+def web_metrics(n: int) -> str:
+    """web: serves 10 ok + 2 failed per scrape (inbound, from emoji over mTLS); calls emoji 5 times per scrape."""
+    inbound = (f'direction="inbound",target_addr="127.0.0.1:8080",target_ip="127.0.0.1",target_port="8080",'
+               f'tls="true",client_id="{EMOJI_ID}",srv_group="",srv_kind="default",srv_name="all-unauthenticated",'
+               'srv_port="8080",route_group="",route_kind="default",route_name="default",authz_group="",'
+               'authz_kind="default",authz_name="all-unauthenticated"')
+    outbound = (f'direction="outbound",authority="emoji.emojivoto.svc.cluster.local:8080",tls="true",'
+                f'server_id="{EMOJI_ID}",dst_deployment="emoji",dst_namespace="emojivoto",dst_pod="emoji-1",'
+                'dst_service="emoji",dst_serviceaccount="emoji"')
+    route = 'direction="outbound",dst="emoji.emojivoto.svc.cluster.local:8080",rt_route="GET /list"'
+    lines = [
+        "# TYPE response_total counter",
+        f'response_total{{{inbound},status_code="200",classification="success"}} {10 * n}',
+        f'response_total{{{inbound},status_code="500",classification="failure"}} {2 * n}',
+        f'response_total{{{outbound},status_code="200",classification="success"}} {5 * n}',
+        f'route_response_total{{{route},classification="success"}} {4 * n}',
+        f'route_response_total{{{route},classification="failure"}} {1 * n}',
+        f'route_actual_response_total{{{route},classification="success"}} {4 * n}',
+        f'route_actual_response_total{{{route},classification="failure"}} {3 * n}',
+        f'tcp_open_connections{{direction="inbound",peer="src",target_port="8080",tls="true",'
+        f'client_id="{EMOJI_ID}"}} 3',
+        f'tcp_open_connections{{{outbound},peer="dst"}} 1',
+        f'tcp_read_bytes_total{{direction="inbound",peer="src",tls="true"}} {100 * n}',
+        f'inbound_http_authz_allow_total{{srv_kind="default",srv_name="all-unauthenticated",route_kind="default",'
+        f'route_name="default",authz_kind="default",authz_name="all-unauthenticated",target_port="8080"}} {12 * n}',
+        "process_start_time_seconds 1700000000",
+    ]
+    lines += _histogram("response_latency_ms", inbound, 12 * n, 3)
+    lines += _histogram("route_response_latency_ms", route, 5 * n, 20)
+    return "\n".join(lines) + "\n"
+
+
+class Objects:
+    def __init__(self, objs: list[dict[str, Any]]) -> None:
+        self.objs = objs
+
+    def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        return [o for o in self.objs if o["kind"] == kind
+                and (namespace is None or o["metadata"].get("namespace") in (namespace, None))]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusProcess, list[dict[str, Any]]]]:
+    web = FakeProxy(web_metrics)
+    idle = FakeProxy(lambda n: "process_start_time_seconds 1700000000\n")
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        deployment("web", NS), deployment("emoji", NS),
+        meshed_pod("web-5d8f7c9b4-abcde", NS, "web", web.port, service_account="web"),
+        meshed_pod("emoji-5d8f7c9b4-fghij", NS, "emoji", idle.port, service_account="emoji"),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "emoji", "namespace": NS},
+         "spec": {"selector": {"app": "emoji"}, "ports": [{"port": 8080}]}},
+        {"apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+         "metadata": {"name": "emoji.emojivoto.svc.cluster.local", "namespace": NS},
+         "spec": {"routes": [{"name": "GET /list", "condition": {"method": "GET", "pathRegex": "/list"}}]}},
+    ]
+    prom = PrometheusProcess(tmp_path_factory.mktemp("prom"), [o for o in objs if o["kind"] == "Pod"])
+    try:
+        # Three scrapes of web at least, so increase() over the window has a few points.
+        wait_for("three scrapes of web", lambda: web.scrapes >= 4)
+        wait_for("web's series in Prometheus",
+                 lambda: prom.client.query('count_over_time(response_total{deployment="web"}[1m])'))
+        yield prom, objs
+    finally:
+        prom.stop()
+        web.close()
+        idle.close()
+
+
+def test_relabelling_turns_pod_labels_into_linkerd_s_series_labels(lab) -> None:
+    prom, _ = lab
+    (sample, *_) = prom.client.query('response_total{deployment="web",classification="success",direction="inbound"}')
+    labels = sample.labels
+    assert labels["job"] == "linkerd-proxy"
+    assert labels["namespace"] == NS and labels["pod"] == "web-5d8f7c9b4-abcde"
+    assert labels["deployment"] == "web"  # linkerd.io/proxy-deployment
+    assert labels["control_plane_ns"] == "linkerd" and labels["workload_ns"] == NS  # linkerd.io/*
+    assert labels["app"] == "web" and labels["pod_template_hash"] == "5d8f7c9b4"  # plain pod labels
+    assert not any(k.startswith(("proxy_", "__")) for k in labels if k != "__name__")
+    # Only the proxies' admin ports are scraped: the app's port and linkerd-proxy's are dropped.
+    targets = [t for t in prom.client.targets() if t["labels"]["job"] == "linkerd-proxy"]
+    assert sorted(t["labels"]["pod"] for t in targets) == ["emoji-5d8f7c9b4-fghij", "web-5d8f7c9b4-abcde"]
+
+
+def test_stat_inbound_per_deployment(lab) -> None:
+    prom, objs = lab
+    rows = api.stat_summary(prom.client, Objects(objs), Target(DEPLOYMENT, NS), "30s")
+    by_name = {r.name: r for r in rows}
+    assert set(by_name) == {"web", "emoji"}
+    web = by_name["web"]
+    assert (web.meshed, web.total) == (1, 1)
+    assert web.stats is not None and web.stats.requests > 0
+    assert web.stats.success_rate() == pytest.approx(10 / 12, rel=0.02)
+    assert web.stats.mtls_share() == 1.0
+    assert 2 <= web.stats.latency_ms["0.5"] <= 3  # every response in the (2, 3] ms bucket
+    assert web.stats.tcp_open == 3
+    assert by_name["emoji"].stats is None  # no traffic served
+
+
+def test_stat_of_pods_and_namespaces(lab) -> None:
+    prom, objs = lab
+    (pod,) = [r for r in api.stat_summary(prom.client, Objects(objs), Target(POD, NS), "30s")
+              if r.name.startswith("web")]
+    assert pod.stats is not None and pod.stats.success_rate() == pytest.approx(10 / 12, rel=0.02)
+    (ns,) = api.stat_summary(prom.client, Objects(objs), Target(NAMESPACE, None, NS), "30s")
+    assert ns.name == NS and (ns.meshed, ns.total) == (2, 2) and ns.stats is not None
+
+
+def test_stat_to_another_deployment_reads_the_outbound_side(lab) -> None:
+    prom, objs = lab
+    (row,) = api.stat_summary(prom.client, Objects(objs), Target(DEPLOYMENT, NS), "30s",
+                              to=Target(DEPLOYMENT, NS, "emoji"))
+    assert row.name == "web" and row.stats is not None
+    assert row.stats.failure == 0 and row.stats.success > 0
+    (row,) = api.stat_summary(prom.client, Objects(objs), Target(DEPLOYMENT, NS), "30s",
+                              from_=Target(DEPLOYMENT, NS, "web"))
+    assert row.name == "emoji" and row.stats is not None and row.stats.success > 0
+
+
+def test_routes_with_effective_and_actual_counts(lab) -> None:
+    prom, objs = lab
+    rows = api.top_routes(prom.client, Objects(objs), Target(DEPLOYMENT, NS, "web"), "30s",
+                          to=Target(DEPLOYMENT, NS, "emoji"))
+    by_route = {r.name: r for r in rows}
+    assert set(by_route) == {"GET /list", api.DEFAULT_ROUTE}
+    listed = by_route["GET /list"].stats
+    assert listed is not None
+    assert listed.success_rate() == pytest.approx(4 / 5, rel=0.02)
+    assert listed.actual_success_rate() == pytest.approx(4 / 7, rel=0.02)
+    assert 10 <= listed.latency_ms["0.5"] <= 20
+    assert by_route[api.DEFAULT_ROUTE].stats is None
+
+
+def test_edges_name_both_identities(lab) -> None:
+    prom, objs = lab
+    (edge,) = api.edges(prom.client, Objects(objs), DEPLOYMENT, NS)
+    assert (edge.src, edge.dst, edge.src_namespace, edge.dst_namespace) == ("web", "emoji", NS, NS)
+    assert edge.server_id == EMOJI_ID and edge.client_id == WEB_ID and edge.no_tls_reason == ""
+
+
+def test_authz_counts_per_authorization(lab) -> None:
+    prom, _ = lab
+    (row,) = api.authz(prom.client, Target(DEPLOYMENT, NS, "web"), "30s")
+    assert row.extra["authz_name"] == "all-unauthenticated" and row.extra["srv_kind"] == "default"
+    assert row.stats is not None and row.stats.allowed and row.stats.allowed > 0
+    assert row.stats.success_rate() == pytest.approx(10 / 12, rel=0.02)
+
+
+def _home(tmp_path: Path, objs: list[dict[str, Any]]) -> Path:
+    with Store(tmp_path / "store.db") as store:
+        for obj in objs:
+            store.apply(obj)
+    return tmp_path
+
+
+def test_cli_stat_table_and_json(lab, tmp_path: Path) -> None:
+    prom, objs = lab
+    home = _home(tmp_path, objs)
+    env = {"TETHER_HOME": str(home)}
+    result = CliRunner().invoke(cli, ["viz", "stat", "deploy", "-n", NS, "-t", "30s", "--prometheus-url", prom.url],
+                                env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    header, *lines = result.output.splitlines()
+    assert header.split() == ["NAME", "MESHED", "SUCCESS", "RPS", "LATENCY_P50", "LATENCY_P95", "LATENCY_P99",
+                              "TCP_CONN"]
+    web = next(line.split() for line in lines if line.startswith("web"))
+    assert web[1] == "1/1" and web[2].endswith("%") and web[-1] == "3"
+    one = CliRunner().invoke(cli, ["viz", "stat", "deploy/web", "-n", NS, "-o", "json", "-t", "30s"],
+                               env={**env, "TETHER_PROMETHEUS_URL": prom.url}, catch_exceptions=False)
+    assert one.exit_code == 0, one.output
+    (row,) = json.loads(one.output)
+    assert row["name"] == "web" and row["meshed"] == "1/1" and row["stats"]["success"] == pytest.approx(10 / 12, rel=0.02)
+
+
+def test_cli_routes_edges_authz(lab, tmp_path: Path) -> None:
+    prom, objs = lab
+    env = {"TETHER_HOME": str(_home(tmp_path, objs)), "TETHER_PROMETHEUS_URL": prom.url}
+    runner = CliRunner()
+    routes = runner.invoke(cli, ["viz", "routes", "deploy/web", "-n", NS, "--to", "deploy/emoji", "-o", "wide",
+                                 "-t", "30s"], env=env, catch_exceptions=False)
+    assert routes.exit_code == 0, routes.output
+    assert routes.output.splitlines()[0].split()[:6] == ["ROUTE", "SERVICE", "EFFECTIVE_SUCCESS", "EFFECTIVE_RPS",
+                                                         "ACTUAL_SUCCESS", "ACTUAL_RPS"]
+    listed = next(line for line in routes.output.splitlines() if line.startswith("GET /list"))
+    cells = listed.split()  # GET /list emoji EFFECTIVE_SUCCESS EFFECTIVE_RPS ACTUAL_SUCCESS ...
+    assert float(cells[3].rstrip("%")) == pytest.approx(80, abs=3)  # increase() extrapolates; counts round
+    assert float(cells[5].rstrip("%")) == pytest.approx(400 / 7, abs=3)
+    edges = runner.invoke(cli, ["viz", "edges", "deploy", "-n", NS, "-o", "wide"], env=env, catch_exceptions=False)
+    assert edges.exit_code == 0, edges.output
+    assert edges.output.splitlines()[1].split() == ["web", "emoji", NS, NS, "√", "web.emojivoto", "emoji.emojivoto",
+                                                    "-"]
+    authz = runner.invoke(cli, ["viz", "authz", "deploy/web", "-n", NS, "-t", "30s"], env=env, catch_exceptions=False)
+    assert authz.exit_code == 0, authz.output
+    assert "default/all-unauthenticated" in authz.output
+
+
+def test_prometheus_down_is_a_clear_error_naming_the_url(tmp_path: Path) -> None:
+    home = _home(tmp_path, [deployment("web", NS)])
+    url = "http://127.0.0.1:1"
+    result = CliRunner().invoke(cli, ["viz", "stat", "deploy", "-n", NS, "--prometheus-url", url],
+                                env={"TETHER_HOME": str(home)})
+    assert result.exit_code == 1
+    assert f"cannot reach Prometheus at {url}" in result.output and "Traceback" not in result.output
+    with pytest.raises(PrometheusError, match="not a Prometheus URL"):
+        Prometheus("localhost:9090")
+
+
+def test_no_prometheus_configured_says_what_to_do(tmp_path: Path) -> None:
+    home = _home(tmp_path, [deployment("web", NS)])
+    result = CliRunner().invoke(cli, ["viz", "stat", "deploy"], env={"TETHER_HOME": str(home)})
+    assert result.exit_code == 1 and "tether viz install" in result.output and "--prometheus-url" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["viz", "stat", "widgets"], "unknown resource type 'widgets'"),
+    (["viz", "stat", "deploy", "-t", "soon"], "not a duration"),
+    (["viz", "stat", "deploy", "--to", "deploy/a", "--from", "deploy/b"], "cannot be used together"),
+    (["viz", "edges", "deploy/web"], "not one object"),
+])
+def test_usage_errors_name_the_argument(tmp_path: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, args, env={"TETHER_HOME": str(tmp_path)})
+    assert result.exit_code == 2 and message in result.output, result.output

@@ -10,8 +10,10 @@ Wiring, for the policy process::
 
     index = OutboundIndex(OutboundConfig(...), schedule=loop.call_soon)
     # each watch event of the types in WATCHED: index.apply(type_key, event)
-    servicer = OutboundPoliciesServicer(index, stream_set)
+    servicer = OutboundPoliciesServicer(index, stream_set)  # server.py; stream_set: tether.serving.rpc.StreamSet
     grpc_server.add_generic_rpc_handlers((servicer.handler(),))
+
+``server`` is not imported here: it needs ``tether.serving``'s stream code. See docs/policy-outbound.md.
 """
 
 from tether.policy.outbound.config import OutboundConfig

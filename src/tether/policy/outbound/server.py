@@ -1,0 +1,196 @@
+"""The ``io.linkerd.proxy.outbound.OutboundPolicies`` gRPC handlers: ``Get`` and ``Watch``.
+
+``TrafficSpec.source_workload`` names the client (JSON ``{"ns": .., "pod": ..}``
+or ``{"ns": .., "external_workload": ..}``, or legacy ``<ns>:<pod>``); the
+target is an ``authority`` (a Service name) or an ``addr`` (``ip:port``), which
+the index resolves (``tether.policy.outbound.index``).
+
+Every target watched by at least one stream is one ``_Publication``: it holds
+the index subscription and the encoded message, so a change is resolved once
+and serialised once for all the streams of that target; each stream gets the
+bytes on its own bounded queue (``tether.serving``), and a client too slow for
+its queue is cut off with ``RESOURCE_EXHAUSTED``.  Updates are coalesced by the
+index (one per event-loop turn) and only sent when the policy changed.
+
+Status codes, as Linkerd's: no target or a bad workload, port or authority
+host -> INVALID_ARGUMENT; a name not shaped ``<svc>.<ns>.svc.<cluster-domain>``
+or an in-cluster address no Service or EgressNetwork covers -> NOT_FOUND; a
+server shutting down -> UNAVAILABLE for new calls, OK for open streams.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import grpc
+
+from tether.api import outbound_pb2 as pb
+from tether.api.addresses import InvalidAddress, from_ip_address
+from tether.policy.outbound.index import (
+    InvalidTarget,
+    OutboundIndex,
+    State,
+    Target,
+    TargetNotFound,
+)
+from tether.policy.outbound.translator import encode
+from tether.serving.rpc import StreamSet
+from tether.serving.stream import UpdateStream
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "io.linkerd.proxy.outbound.OutboundPolicies"
+MAX_WORKLOAD = 4096  # a proxy's workload string is a few dozen bytes
+
+
+class _Rejected(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def source_namespace(workload: str) -> str:
+    """The namespace in a ``source_workload`` string; ``ValueError`` naming the string when it has none."""
+    text = workload.strip()
+    if len(text) > MAX_WORKLOAD:
+        raise ValueError("Invalid workload: longer than 4096 bytes")
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if (
+            isinstance(doc, dict) and isinstance(doc.get("ns"), str) and doc["ns"]
+            and sum(isinstance(doc.get(k), str) for k in ("pod", "external_workload")) == 1
+        ):
+            return doc["ns"]
+        raise ValueError(f"Invalid workload: {text}")
+    ns, sep, pod = text.partition(":")
+    if not sep or not ns or not pod:
+        raise ValueError(f"Invalid workload: {text}")
+    return ns
+
+
+def _passthrough(message: bytes) -> bytes:
+    return message
+
+
+class _Publication:
+    """One watched target: its subscription to the index, its current encoding, its streams."""
+
+    __slots__ = ("target", "message", "streams", "_servicer")
+
+    def __init__(self, servicer: OutboundPoliciesServicer, target: Target) -> None:
+        self._servicer = servicer
+        self.target = target
+        self.message = b""
+        self.streams: list[UpdateStream] = []
+
+    def encode(self, state: State) -> None:
+        self.message = encode(self.target, state, self._servicer.index.config).SerializeToString()
+
+    def __call__(self, state: State, at: float | None) -> None:
+        self.encode(state)
+        for stream in list(self.streams):
+            stream.send(self.message, at)
+
+
+class OutboundPoliciesServicer:
+    """The OutboundPolicies service over an ``OutboundIndex``; ``streams`` bounds and ends its streams."""
+
+    def __init__(self, index: OutboundIndex, streams: StreamSet) -> None:
+        self.index = index
+        self._streams = streams
+        self._publications: dict[Target, _Publication] = {}
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Get": grpc.unary_unary_rpc_method_handler(
+                    self.get, request_deserializer=pb.TrafficSpec.FromString, response_serializer=_passthrough
+                ),
+                "Watch": grpc.unary_stream_rpc_method_handler(
+                    self.watch, request_deserializer=pb.TrafficSpec.FromString, response_serializer=_passthrough
+                ),
+            },
+        )
+
+    @property
+    def publications(self) -> int:
+        """Targets with at least one open stream (each one subscription and one encoding)."""
+        return len(self._publications)
+
+    def _target(self, spec: pb.TrafficSpec) -> Target:
+        if self._streams.stopping:
+            raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the policy controller is shutting down")
+        kind = spec.WhichOneof("target")
+        if kind is None:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "target is required")
+        try:
+            source_ns = source_namespace(spec.source_workload)
+        except ValueError as exc:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        try:
+            if kind == "authority":
+                return self.index.service_target(spec.authority, source_ns)
+            if not spec.addr.HasField("ip"):
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "traffic target must have an IP")
+            try:
+                ip = from_ip_address(spec.addr.ip)
+            except InvalidAddress as exc:
+                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"failed to parse target addr: {exc}") from None
+            return self.index.address_target(ip, spec.addr.port, source_ns)
+        except InvalidTarget as exc:
+            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        except TargetNotFound as exc:
+            raise _Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
+
+    async def get(self, request: pb.TrafficSpec, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            target = self._target(request)
+            publication = self._publications.get(target)
+            if publication is not None:
+                return publication.message
+            state = self.index.state(target)
+        except _Rejected as rejected:
+            await context.abort(rejected.code, rejected.message)
+            raise AssertionError("abort returns only by raising") from None
+        except TargetNotFound as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            raise AssertionError("abort returns only by raising") from None
+        return encode(target, state, self.index.config).SerializeToString()
+
+    async def watch(self, request: pb.TrafficSpec, context: grpc.aio.ServicerContext) -> None:
+        try:
+            target = self._target(request)
+            stream = self._streams.new_stream()
+            publication = self._attach(target, stream)
+        except _Rejected as rejected:
+            await context.abort(rejected.code, rejected.message)
+            return
+        except TargetNotFound as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            return
+        stream.send(publication.message, None)
+        await self._streams.run(stream, context, lambda: self._detach(publication, stream))
+
+    def _attach(self, target: Target, stream: UpdateStream) -> _Publication:
+        publication = self._publications.get(target)
+        if publication is None:
+            publication = _Publication(self, target)
+            publication.encode(self.index.subscribe(target, publication))
+            self._publications[target] = publication
+        publication.streams.append(stream)
+        return publication
+
+    def _detach(self, publication: _Publication, stream: UpdateStream) -> None:
+        try:
+            publication.streams.remove(stream)
+        except ValueError:
+            return
+        if not publication.streams:
+            self._publications.pop(publication.target, None)
+            self.index.unsubscribe(publication.target, publication)

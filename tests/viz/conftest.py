@@ -2,6 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
 from up.conftest import clean_host, new_platform
+from viz.promlab import NS, FakeProxy, PrometheusProcess, deployment, meshed_pod, wait_for, web_metrics
 
 __all__ = ["clean_host", "new_platform"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusProcess, list[dict[str, Any]]]]:
+    web = FakeProxy(web_metrics)
+    idle = FakeProxy(lambda n: "process_start_time_seconds 1700000000\n")
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        deployment("web", NS), deployment("emoji", NS),
+        meshed_pod("web-5d8f7c9b4-abcde", NS, "web", web.port, service_account="web"),
+        meshed_pod("emoji-5d8f7c9b4-fghij", NS, "emoji", idle.port, service_account="emoji"),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "emoji", "namespace": NS},
+         "spec": {"selector": {"app": "emoji"}, "ports": [{"port": 8080}]}},
+        {"apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
+         "metadata": {"name": "emoji.emojivoto.svc.cluster.local", "namespace": NS},
+         "spec": {"routes": [{"name": "GET /list", "condition": {"method": "GET", "pathRegex": "/list"}}]}},
+    ]
+    prom = PrometheusProcess(tmp_path_factory.mktemp("prom"), [o for o in objs if o["kind"] == "Pod"])
+    try:
+        # Three scrapes of web at least, so increase() over the window has a few points.
+        wait_for("three scrapes of web", lambda: web.scrapes >= 4)
+        wait_for("web's series in Prometheus",
+                 lambda: prom.client.query('count_over_time(response_total{deployment="web"}[1m])'))
+        yield prom, objs
+    finally:
+        prom.stop()
+        web.close()
+        idle.close()

@@ -146,3 +146,57 @@ def deployment(name: str, namespace: str) -> dict[str, Any]:
             "spec": {"selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}},
                                   "spec": {"containers": [{"name": "app", "image": "x"}]}}}}
+
+
+NS = "emojivoto"
+WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+EMOJI_ID = "emoji.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+BUCKETS = (1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 300, 400, 500, 1000)
+
+
+def _histogram(name: str, labels: str, n: int, at_ms: int) -> list[str]:
+    lines = [f'{name}_bucket{{{labels},le="{b}"}} {n if b >= at_ms else 0}' for b in BUCKETS]
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {n}')
+    lines.append(f"{name}_count{{{labels}}} {n}")
+    return lines
+
+
+def web_metrics(n: int) -> str:
+    """web: serves 10 ok + 2 failed per scrape (inbound, from emoji over mTLS); calls emoji 5 times per scrape."""
+    inbound = (f'direction="inbound",target_addr="127.0.0.1:8080",target_ip="127.0.0.1",target_port="8080",'
+               f'tls="true",client_id="{EMOJI_ID}",srv_group="",srv_kind="default",srv_name="all-unauthenticated",'
+               'srv_port="8080",route_group="",route_kind="default",route_name="default",authz_group="",'
+               'authz_kind="default",authz_name="all-unauthenticated"')
+    outbound = (f'direction="outbound",authority="emoji.emojivoto.svc.cluster.local:8080",tls="true",'
+                f'server_id="{EMOJI_ID}",dst_deployment="emoji",dst_namespace="emojivoto",dst_pod="emoji-1",'
+                'dst_service="emoji",dst_serviceaccount="emoji"')
+    route = 'direction="outbound",dst="emoji.emojivoto.svc.cluster.local:8080",rt_route="GET /list"'
+    lines = [
+        "# TYPE response_total counter",
+        f'response_total{{{inbound},status_code="200",classification="success"}} {10 * n}',
+        f'response_total{{{inbound},status_code="500",classification="failure"}} {2 * n}',
+        f'response_total{{{outbound},status_code="200",classification="success"}} {5 * n}',
+        f'route_response_total{{{route},classification="success"}} {4 * n}',
+        f'route_response_total{{{route},classification="failure"}} {1 * n}',
+        f'route_actual_response_total{{{route},classification="success"}} {4 * n}',
+        f'route_actual_response_total{{{route},classification="failure"}} {3 * n}',
+        f'tcp_open_connections{{direction="inbound",peer="src",target_port="8080",tls="true",'
+        f'client_id="{EMOJI_ID}"}} 3',
+        f'tcp_open_connections{{{outbound},peer="dst"}} 1',
+        f'tcp_read_bytes_total{{direction="inbound",peer="src",tls="true"}} {100 * n}',
+        f'inbound_http_authz_allow_total{{srv_kind="default",srv_name="all-unauthenticated",route_kind="default",'
+        f'route_name="default",authz_kind="default",authz_name="all-unauthenticated",target_port="8080"}} {12 * n}',
+        "process_start_time_seconds 1700000000",
+    ]
+    lines += _histogram("response_latency_ms", inbound, 12 * n, 3)
+    lines += _histogram("route_response_latency_ms", route, 5 * n, 20)
+    return "\n".join(lines) + "\n"
+
+
+class Objects:
+    def __init__(self, objs: list[dict[str, Any]]) -> None:
+        self.objs = objs
+
+    def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        return [o for o in self.objs if o["kind"] == kind
+                and (namespace is None or o["metadata"].get("namespace") in (namespace, None))]

@@ -9,7 +9,6 @@ them with Linkerd's rules, and the metrics API's PromQL reads them back.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,91 +20,9 @@ from tether.store import Store
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, Target
-from viz.promlab import PROMETHEUS, FakeProxy, PrometheusProcess, deployment, meshed_pod, wait_for
+from viz.promlab import EMOJI_ID, NS, PROMETHEUS, WEB_ID, Objects, deployment
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (dev/setup.sh)")
-
-NS = "emojivoto"
-WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
-EMOJI_ID = "emoji.emojivoto.serviceaccount.identity.linkerd.cluster.local"
-BUCKETS = (1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 300, 400, 500, 1000)
-
-
-def _histogram(name: str, labels: str, n: int, at_ms: int) -> list[str]:
-    lines = [f'{name}_bucket{{{labels},le="{b}"}} {n if b >= at_ms else 0}' for b in BUCKETS]
-    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {n}')
-    lines.append(f"{name}_count{{{labels}}} {n}")
-    return lines
-
-
-def web_metrics(n: int) -> str:
-    """web: serves 10 ok + 2 failed per scrape (inbound, from emoji over mTLS); calls emoji 5 times per scrape."""
-    inbound = (f'direction="inbound",target_addr="127.0.0.1:8080",target_ip="127.0.0.1",target_port="8080",'
-               f'tls="true",client_id="{EMOJI_ID}",srv_group="",srv_kind="default",srv_name="all-unauthenticated",'
-               'srv_port="8080",route_group="",route_kind="default",route_name="default",authz_group="",'
-               'authz_kind="default",authz_name="all-unauthenticated"')
-    outbound = (f'direction="outbound",authority="emoji.emojivoto.svc.cluster.local:8080",tls="true",'
-                f'server_id="{EMOJI_ID}",dst_deployment="emoji",dst_namespace="emojivoto",dst_pod="emoji-1",'
-                'dst_service="emoji",dst_serviceaccount="emoji"')
-    route = 'direction="outbound",dst="emoji.emojivoto.svc.cluster.local:8080",rt_route="GET /list"'
-    lines = [
-        "# TYPE response_total counter",
-        f'response_total{{{inbound},status_code="200",classification="success"}} {10 * n}',
-        f'response_total{{{inbound},status_code="500",classification="failure"}} {2 * n}',
-        f'response_total{{{outbound},status_code="200",classification="success"}} {5 * n}',
-        f'route_response_total{{{route},classification="success"}} {4 * n}',
-        f'route_response_total{{{route},classification="failure"}} {1 * n}',
-        f'route_actual_response_total{{{route},classification="success"}} {4 * n}',
-        f'route_actual_response_total{{{route},classification="failure"}} {3 * n}',
-        f'tcp_open_connections{{direction="inbound",peer="src",target_port="8080",tls="true",'
-        f'client_id="{EMOJI_ID}"}} 3',
-        f'tcp_open_connections{{{outbound},peer="dst"}} 1',
-        f'tcp_read_bytes_total{{direction="inbound",peer="src",tls="true"}} {100 * n}',
-        f'inbound_http_authz_allow_total{{srv_kind="default",srv_name="all-unauthenticated",route_kind="default",'
-        f'route_name="default",authz_kind="default",authz_name="all-unauthenticated",target_port="8080"}} {12 * n}',
-        "process_start_time_seconds 1700000000",
-    ]
-    lines += _histogram("response_latency_ms", inbound, 12 * n, 3)
-    lines += _histogram("route_response_latency_ms", route, 5 * n, 20)
-    return "\n".join(lines) + "\n"
-
-
-class Objects:
-    def __init__(self, objs: list[dict[str, Any]]) -> None:
-        self.objs = objs
-
-    def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        return [o for o in self.objs if o["kind"] == kind
-                and (namespace is None or o["metadata"].get("namespace") in (namespace, None))]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusProcess, list[dict[str, Any]]]]:
-    web = FakeProxy(web_metrics)
-    idle = FakeProxy(lambda n: "process_start_time_seconds 1700000000\n")
-    objs = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        deployment("web", NS), deployment("emoji", NS),
-        meshed_pod("web-5d8f7c9b4-abcde", NS, "web", web.port, service_account="web"),
-        meshed_pod("emoji-5d8f7c9b4-fghij", NS, "emoji", idle.port, service_account="emoji"),
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "emoji", "namespace": NS},
-         "spec": {"selector": {"app": "emoji"}, "ports": [{"port": 8080}]}},
-        {"apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
-         "metadata": {"name": "emoji.emojivoto.svc.cluster.local", "namespace": NS},
-         "spec": {"routes": [{"name": "GET /list", "condition": {"method": "GET", "pathRegex": "/list"}}]}},
-    ]
-    prom = PrometheusProcess(tmp_path_factory.mktemp("prom"), [o for o in objs if o["kind"] == "Pod"])
-    try:
-        # Three scrapes of web at least, so increase() over the window has a few points.
-        wait_for("three scrapes of web", lambda: web.scrapes >= 4)
-        wait_for("web's series in Prometheus",
-                 lambda: prom.client.query('count_over_time(response_total{deployment="web"}[1m])'))
-        yield prom, objs
-    finally:
-        prom.stop()
-        web.close()
-        idle.close()
-
 
 def test_relabelling_turns_pod_labels_into_linkerd_s_series_labels(lab) -> None:
     prom, _ = lab

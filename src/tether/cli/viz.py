@@ -35,26 +35,12 @@ from tether.platform.local.config import LocalPlatformConfig, PlatformConfigErro
 from tether.store import Store
 from tether.store.errors import StoreError
 from tether.viz import local, tables
+from tether.viz.objects import StoreObjects
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_targets
 
 DEFAULT_NAMESPACE = "default"
-_STORE_KEYS = {"Pod": "Pod", "Deployment": "Deployment.apps", "Namespace": "Namespace", "Service": "Service",
-               "ServiceProfile": "ServiceProfile.linkerd.io"}
-
-
-class StoreObjects:
-    """``metrics_api.Objects`` over the local store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        key = _STORE_KEYS[kind]
-        return self.store.list(key, None if kind == "Namespace" else namespace).items
-
-
 class Context:
     """What every reading command needs: the platform settings, the store and Prometheus."""
 
@@ -393,3 +379,45 @@ def authz(resource: str, namespace: str | None, window: str, output: str, promet
     _print_or_json(output, tables.authz_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
                    "No traffic found.")
 
+
+
+@viz.command()
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to serve on (loopback by default).")
+@click.option("--port", type=click.IntRange(0, 65535), default=50750, show_default=True,
+              help="Port to serve on (0: any free one).")
+@click.option("--show", type=click.Choice(["browser", "url"]), default="browser", show_default=True,
+              help="Open the dashboard in a browser, or only print its URL.")
+@click.option("--enforced-host", default=None,
+              help="Regular expression the Host header must match [default: localhost, 127.0.0.1, [::1]].")
+@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
+@prometheus_option
+def dashboard(address: str, port: int, show: str, enforced_host: str | None, window: str,
+              prometheus_url: str | None) -> None:
+    """Serve the web dashboard (read-only) until Ctrl-C: namespaces, deployments, edges, routes, pods."""
+    import re
+    import webbrowser
+
+    from tether.viz.dashboard.server import DEFAULT_ENFORCED_HOST, Dashboard
+    from tether.viz.dashboard.views import Views
+
+    pattern = enforced_host or DEFAULT_ENFORCED_HOST
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        raise click.BadParameter(f"not a regular expression: {err}", param_hint="--enforced-host") from None
+    ctx = Context(prometheus_url)
+    try:
+        server = Dashboard(Views(ctx.prometheus, ctx.objects, ctx.mesh, window), address, port, pattern)
+    except OSError as err:
+        ctx.close()
+        raise CliError(f"cannot serve on {address}:{port}: {err.strerror or err}") from None
+    click.echo(f"Tether viz dashboard available at:\n{server.url}")
+    if show == "browser":
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        ctx.close()

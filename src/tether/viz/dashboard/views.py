@@ -1,0 +1,118 @@
+"""The dashboard's JSON endpoints: what the page asks, answered by the metrics API and the platform's objects.
+
+| path | answer |
+|---|---|
+| ``/api/namespaces`` | every namespace's stat row |
+| ``/api/stat?kind=deployment&namespace=NS`` | stat rows of a kind (deployment, pod, service) in a namespace |
+| ``/api/edges?namespace=NS`` | edges between deployments touching the namespace |
+| ``/api/routes?namespace=NS&resource=deploy/web`` | per-route rows of what the resource serves |
+| ``/api/pods?namespace=NS`` | pods: meshed, identity, phase, whether tap is enabled |
+
+Every answer is ``{"window": "1m", "items": [...]}`` or, when Prometheus or
+the question fails, ``{"error": "..."}`` with HTTP 502 or 400.  Nothing here
+changes state.  Callers: ``tether.viz.dashboard.server``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tether.naming import InvalidName, WorkloadIdentity
+from tether.viz import metrics_api as api
+from tether.viz import tables
+from tether.viz.prometheus import Prometheus, PrometheusError
+from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, SERVICE, Target, TargetError, parse_one
+
+MESHED_LABEL = "linkerd.io/control-plane-ns"
+TAP_ENV = "LINKERD2_PROXY_TAP_SVC_NAME"
+
+
+class BadQuery(ValueError):
+    """A query parameter the dashboard cannot use; the message names it."""
+
+
+class Views:
+    def __init__(self, prometheus: Prometheus, objects: api.Objects, mesh: api.Mesh, window: str = "1m") -> None:
+        self.prometheus = prometheus
+        self.objects = objects
+        self.mesh = mesh
+        self.window = window
+        self.seconds = api.window_seconds(window)
+        self.routes: dict[str, Callable[[Mapping[str, str]], list[dict[str, Any]]]] = {
+            "/api/namespaces": self.namespaces,
+            "/api/stat": self.stat,
+            "/api/edges": self.edges,
+            "/api/routes": self.top_routes,
+            "/api/pods": self.pods,
+        }
+
+    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        view = self.routes.get(path)
+        if view is None:
+            return 404, {"error": f"no such endpoint {path}"}
+        try:
+            return 200, {"window": self.window, "items": view(query)}
+        except PrometheusError as err:
+            return 502, {"error": str(err)}
+        except (BadQuery, TargetError, ValueError, LookupError) as err:
+            return 400, {"error": str(err)}
+
+    @staticmethod
+    def _namespace(query: Mapping[str, str]) -> str:
+        ns = query.get("namespace", "default")
+        if not ns:
+            raise BadQuery("namespace: empty")
+        return ns
+
+    def namespaces(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
+        rows = api.stat_summary(self.prometheus, self.objects, Target(NAMESPACE, None), self.window, mesh=self.mesh)
+        return [tables.row_json(r, self.seconds) for r in rows]
+
+    def stat(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
+        kind = query.get("kind", DEPLOYMENT)
+        if kind not in (DEPLOYMENT, POD, SERVICE):
+            raise BadQuery(f"kind: {kind!r} is not deployment, pod or service")
+        rows = api.stat_summary(self.prometheus, self.objects, Target(kind, self._namespace(query)), self.window,
+                                mesh=self.mesh)
+        return [tables.row_json(r, self.seconds) for r in rows]
+
+    def edges(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
+        found = api.edges(self.prometheus, self.objects, DEPLOYMENT, self._namespace(query), self.mesh)
+        return [tables.edge_json(e) for e in found]
+
+    def top_routes(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
+        resource = query.get("resource")
+        if not resource:
+            raise BadQuery("resource: name one, such as deploy/web")
+        target = parse_one(resource, self._namespace(query))
+        try:
+            rows = api.top_routes(self.prometheus, self.objects, target, self.window, mesh=self.mesh)
+        except LookupError:
+            return []
+        return [tables.row_json(r, self.seconds) for r in rows]
+
+    def pods(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
+        ns = self._namespace(query)
+        out = []
+        for pod in sorted(self.objects.list("Pod", ns), key=lambda p: p["metadata"]["name"]):
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            meshed = MESHED_LABEL in (meta.get("labels") or {})
+            proxy = next((c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                          if c.get("name") == "linkerd-proxy"), None)
+            env = {e.get("name"): e.get("value") for e in (proxy or {}).get("env") or ()}
+            identity = ""
+            if meshed:
+                try:
+                    identity = WorkloadIdentity(spec.get("serviceAccountName") or "default", ns,
+                                                self.mesh.control_plane_ns, self.mesh.trust_domain).dns_name
+                except InvalidName:
+                    identity = ""
+            out.append({
+                "name": meta.get("name"), "namespace": ns,
+                "phase": (pod.get("status") or {}).get("phase") or "",
+                "ip": (pod.get("status") or {}).get("podIP") or "",
+                "deployment": (meta.get("labels") or {}).get("linkerd.io/proxy-deployment") or "",
+                "meshed": meshed, "identity": identity, "tap": bool(env.get(TAP_ENV)),
+            })
+        return out

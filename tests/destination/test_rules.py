@@ -10,7 +10,7 @@ from destination_helpers import pod, service
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.destination.context_token import ContextToken, parse_context_token
+from tether.serving.context_token import ContextToken, parse_context_token
 from tether.destination.server import InvalidAuthority, split_host_port
 from tether.destination.watcher.facts import PodFacts, ServiceFacts, facts_of
 from tether.ports import DEFAULT_OPAQUE_PORTS, PortSet, parse_port_set, port_of_address

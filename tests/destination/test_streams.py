@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from destination_helpers import NS, Harness, Pki, addrs, authority, eventually, namespace, pod, service
+from destination_helpers import NS, Harness, Pki, addrs, authority, eventually, namespace, pod, profile, service
 
 from tether.destination import ConfigError, DestinationConfig, DestinationService
-from tether.destination.stream import EndReason, UpdateStream
+from tether.serving.stream import EndReason, UpdateStream
 from tether.platform.local.watch import LocalResourceWatcher
 
 
@@ -28,6 +28,21 @@ async def test_a_full_queue_ends_the_stream_and_drops_its_backlog() -> None:
         raise AssertionError("nothing is written after the end")
 
     assert await stream.run(never) is EndReason.OVERFLOW
+
+
+async def test_the_queue_is_bounded_in_bytes_too_but_one_large_message_still_goes() -> None:
+    stream = UpdateStream(100, max_bytes=100)
+    stream.send(b"x" * 500, 0.0)  # larger than the bound, but the queue is empty: a snapshot must go out
+    assert stream.ended is None and stream.queued_bytes == 500
+    stream.send(b"y", 0.0)  # over the byte bound with 1 of 100 messages queued
+    assert stream.ended is EndReason.OVERFLOW and stream.queued_bytes == 0
+
+    small = UpdateStream(100, max_bytes=100)
+    for _ in range(10):
+        small.send(b"z" * 10, 0.0)
+    assert small.ended is None and small.queued_bytes == 100
+    small.send(b"z", 0.0)
+    assert small.ended is EndReason.OVERFLOW
 
 
 async def test_an_overflow_interrupts_a_write_stuck_on_the_client() -> None:
@@ -195,3 +210,50 @@ async def test_a_taken_port_is_a_config_error_and_nothing_is_left_running(workdi
             await second.stop()
             raise AssertionError("two servers on one port")
         assert second.ready is False and second.server.open_streams == 0
+
+
+async def test_a_slow_client_of_large_profiles_delays_no_other_stream_nor_the_admin_port(
+    workdir: Path, pki: Pki
+) -> None:
+    """Issue 19 item 5: unread GetProfile streams of ~30 KB profiles are cut by bytes, not after 100 messages."""
+    routes = [{"name": f"GET /route/{i:04d}/" + "x" * 200, "condition": {"method": "GET", "pathRegex": f"/r{i}"}}
+              for i in range(120)]
+    async with Harness(workdir, pki, namespace(), service(), profile(routes=routes),
+                       stream_queue_capacity=100, stream_queue_bytes=256 * 1024) as h:
+        stalled_channels = [
+            grpc.aio.secure_channel(
+                h.address, grpc.ssl_channel_credentials(h.pki.ca.read_bytes()),
+                options=[("grpc.ssl_target_name_override", h.client_tls().server_name),
+                         ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)],
+            )
+            for _ in range(5)
+        ]
+        stalled = [h.get_profile(authority(), channel=c) for c in stalled_channels]
+        healthy = h.get_profile(authority())
+        first = await healthy.next()
+        assert len(first["routes"]) == 120
+        await eventually(lambda: h.service.server.open_streams == 6)
+        port = h.service.admin_port
+        assert port is not None
+
+        sent = 0
+        for round_ in range(90):  # fewer updates than the message bound: only the byte bound can trip
+            routes[0] = {**routes[0], "name": f"GET /round/{round_}"}
+            h.apply(profile(routes=routes))
+            update = await healthy.next()  # the healthy stream hears every change, in order
+            assert update["routes"][0]["metrics_labels"]["route"] == f"GET /round/{round_}"
+            assert await _http_get(port, "/ping") == (200, "pong\n")  # the admin port answers meanwhile
+            sent += 1
+            if h.service.server.open_streams == 1:
+                break
+        assert h.service.server.open_streams == 1, "the stalled streams were never cut off"
+        assert sent < 100
+        overflows = h.metric("profile_updates_queue_overflow_total",
+                             {"fqn": f"web.{NS}.svc.cluster.local", "port": "80"})
+        assert overflows == 5
+        # (Their status is not asserted: with a large write in flight, gRPC core refuses a second send op,
+        # so a client that stopped reading mid-message learns of the end only from HTTP/2 itself.)
+        for stream in stalled:
+            stream.cancel()
+        for channel in stalled_channels:
+            await channel.close()

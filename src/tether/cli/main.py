@@ -20,6 +20,7 @@ _COMMANDS = {
     "delete": "tether.cli.resources_cmds:delete",
     "identity": "tether.cli.identity:identity",
     "destination": "tether.cli.destination:destination",
+    "policy": "tether.cli.policy:policy",
     "diagnostics": "tether.cli.diagnostics:diagnostics",
     "init": "tether.cli.init_cmd:init",
     "network-validator": "tether.cli.network_validator:network_validator",

@@ -5,13 +5,14 @@ cluster index (``watcher.cluster``); publishers (``watcher.endpoints``,
 ``watcher.profiles``, ``watcher.opaque_ports``, ``watcher.workloads``) tell
 listeners what changed; translators (``endpoint_translator``,
 ``profile_translator``) encode protobufs onto each stream's bounded queue
-(``stream``); ``server`` holds the gRPC handlers and ``service`` assembles the
+(``tether.serving.stream``); ``server`` holds the gRPC handlers and ``service`` assembles the
 process.  ``client`` is the debugging client behind ``tether diagnostics``.
 
 Public API: ``DestinationConfig``, ``TlsFiles``, ``DestinationService``.
 """
 
-from tether.destination.config import DestinationConfig, TlsFiles
-from tether.destination.service import ConfigError, DestinationService
+from tether.destination.config import DestinationConfig
+from tether.destination.service import DestinationService
+from tether.serving.grpc_server import ConfigError, TlsFiles
 
 __all__ = ["ConfigError", "DestinationConfig", "DestinationService", "TlsFiles"]

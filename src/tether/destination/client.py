@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,16 +19,9 @@ import grpc
 from tether.api import destination_pb2 as pb
 from tether.api import destination_pb2_grpc, http_types_pb2
 from tether.api.addresses import from_tcp_address
+from tether.serving.channel import ClientTls, open_channel
 
-
-@dataclass(frozen=True, slots=True)
-class ClientTls:
-    """Roots to verify the server, the name to expect in its certificate, and an optional client certificate."""
-
-    roots: Path | None = None
-    server_name: str | None = None
-    cert: Path | None = None
-    key: Path | None = None
+__all__ = ["ClientTls", "open_channel"]  # re-exported: the CLI and tests reach them through here
 
 
 class DestinationError(Exception):
@@ -38,19 +29,6 @@ class DestinationError(Exception):
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
-
-
-def open_channel(addr: str, tls: ClientTls | None) -> grpc.aio.Channel:
-    """A channel to the destination at ``addr``; plaintext when ``tls`` is None."""
-    if tls is None:
-        return grpc.aio.insecure_channel(addr)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=tls.roots.read_bytes() if tls.roots else None,
-        private_key=tls.key.read_bytes() if tls.key else None,
-        certificate_chain=tls.cert.read_bytes() if tls.cert else None,
-    )
-    options = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
-    return grpc.aio.secure_channel(addr, credentials, options=options)
 
 
 def _addr(message: Any) -> str:

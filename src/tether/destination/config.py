@@ -10,27 +10,15 @@ gRPC port serves with.  Nothing here reads the environment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
 from tether.ports import DEFAULT_OPAQUE_PORTS, PortSet
+from tether.serving.grpc_server import TlsFiles
+from tether.serving.stream import DEFAULT_MAX_BYTES
 
 DEFAULT_ADDR = "0.0.0.0:8086"
 DEFAULT_ADMIN_ADDR = "0.0.0.0:9996"
 DEFAULT_STREAM_QUEUE_CAPACITY = 100
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """The gRPC port's certificate chain and key (PEM), and optionally the roots to verify client certificates.
-
-    The files are read again when they change (the identity of the destination
-    is short-lived), at the next TLS handshake.
-    """
-
-    cert: Path
-    key: Path
-    client_ca: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +41,7 @@ class DestinationConfig:
     control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS
     default_opaque_ports: PortSet = DEFAULT_OPAQUE_PORTS
     stream_queue_capacity: int = DEFAULT_STREAM_QUEUE_CAPACITY
+    stream_queue_bytes: int = DEFAULT_MAX_BYTES
     enable_h2_upgrade: bool = True
     # Linkerd's ``-outbound-transport-mode=transport-header``: every meshed endpoint gets opaque transport.
     force_opaque_transport: bool = False
@@ -63,3 +52,5 @@ class DestinationConfig:
     def __post_init__(self) -> None:
         if self.stream_queue_capacity < 1:
             raise ValueError(f"stream queue capacity must be at least 1, not {self.stream_queue_capacity}")
+        if self.stream_queue_bytes < 1:
+            raise ValueError(f"stream queue bytes must be at least 1, not {self.stream_queue_bytes}")

@@ -22,7 +22,7 @@ from tether.api import destination_pb2 as pb
 from tether.api import meta_pb2
 from tether.api.addresses import InvalidAddress, to_tcp_address
 from tether.destination.config import DestinationConfig
-from tether.destination.stream import UpdateStream
+from tether.serving.stream import UpdateStream
 from tether.destination.watcher.facts import DEFAULT_INBOUND_PORT, PodFacts
 from tether.destination.watcher.listeners import Address, AddressSet
 from tether.naming import InvalidName, WorkloadIdentity

@@ -19,7 +19,7 @@ from datetime import timedelta
 from tether.api import destination_pb2 as pb
 from tether.api import http_types_pb2, meta_pb2
 from tether.destination.endpoint_translator import EndpointEncoder
-from tether.destination.stream import UpdateStream
+from tether.serving.stream import UpdateStream
 from tether.destination.watcher.facts import ProfileFacts
 from tether.destination.watcher.listeners import Address
 from tether.naming import ServiceAuthority

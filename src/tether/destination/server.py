@@ -17,7 +17,6 @@ update is serialised once for every stream that receives it.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -26,12 +25,10 @@ import grpc
 
 from tether.api import destination_pb2 as pb
 from tether.destination.config import DestinationConfig
-from tether.destination.context_token import ContextToken, parse_context_token
 from tether.destination.endpoint_translator import EndpointEncoder, EndpointTranslator
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.profile_listeners import FallbackProfileListener, OpaquePortsAdaptor
 from tether.destination.profile_translator import EndpointProfileTranslator, ProfileTranslator
-from tether.destination.stream import EndReason, UpdateStream
 from tether.destination.watcher.cluster import ClusterIndex
 from tether.destination.watcher.endpoints import EndpointsWatcher
 from tether.destination.watcher.errors import ConflictingAddress, InvalidService, ServiceNotFound
@@ -39,12 +36,13 @@ from tether.destination.watcher.opaque_ports import OpaquePortsWatcher
 from tether.destination.watcher.profiles import ProfileWatcher
 from tether.destination.watcher.workloads import WorkloadWatcher
 from tether.naming import InvalidName, ServiceAuthority
+from tether.serving.context_token import ContextToken, parse_context_token
+from tether.serving.rpc import StreamSet
+from tether.serving.stream import UpdateStream
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "io.linkerd.proxy.destination.Destination"
-# How long an overflowed stream's handler waits for its status to go out before leaving it queued.
-ABORT_WAIT = 1.0
 
 
 class InvalidAuthority(ValueError):
@@ -111,8 +109,7 @@ class DestinationServer:
         self._workloads = workloads
         self._metrics = metrics
         self._encoder = EndpointEncoder(config)
-        self._streams: set[UpdateStream] = set()
-        self._stopping = False
+        self.streams = StreamSet(config.stream_queue_capacity, config.stream_queue_bytes)
         self._sent = {kind: metrics.updates_sent.labels(kind) for kind in ("endpoints", "profile")}
         self._lag = {kind: metrics.delivery_lag.labels(kind) for kind in ("endpoints", "profile")}
 
@@ -132,13 +129,7 @@ class DestinationServer:
 
     @property
     def open_streams(self) -> int:
-        return len(self._streams)
-
-    def shutdown(self) -> None:
-        """End every open stream (cleanly, status OK) and refuse new ones."""
-        self._stopping = True
-        for stream in list(self._streams):
-            stream.end(EndReason.SHUTDOWN)
+        return len(self.streams)
 
     def _new_stream(self, kind: str, on_overflow: Callable[[], None]) -> UpdateStream:
         sent, lag = self._sent[kind], self._lag[kind]
@@ -148,30 +139,12 @@ class DestinationServer:
             if delay is not None:  # None: a subscription's first answer, not caused by a change
                 lag.observe(delay)
 
-        return UpdateStream(self._config.stream_queue_capacity, on_sent=on_sent, on_overflow=on_overflow)
+        return self.streams.new_stream(on_sent=on_sent, on_overflow=on_overflow)
 
     async def _run(
         self, method: str, stream: UpdateStream, context: grpc.aio.ServicerContext, release: Callable[[], None]
     ) -> None:
-        """Write the stream until it ends; ``release`` undoes its subscriptions as soon as it does."""
-        gauge = self._metrics.streams.labels(method)
-        self._streams.add(stream)
-        gauge.inc()
-        try:
-            reason = await stream.run(context.write)
-        finally:
-            release()
-            self._streams.discard(stream)
-            gauge.dec()
-        if reason is EndReason.OVERFLOW:
-            message = (f"stream ended: {reason.value} (queue of {self._config.stream_queue_capacity} updates "
-                       "overflowed); reconnect for a fresh snapshot")
-            try:
-                await asyncio.wait_for(context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message), ABORT_WAIT)
-            except TimeoutError:
-                # The status is queued behind data the client has not read; it gets it when it reads
-                # (or resets the stream).  This handler does not wait for that.
-                raise asyncio.CancelledError() from None
+        await self.streams.run(stream, context, release, self._metrics.streams.labels(method))
 
     # -- Get ---------------------------------------------------------------------
 
@@ -197,7 +170,7 @@ class DestinationServer:
         await self._run("Get", stream, context, lambda: self._endpoints.unsubscribe(ns, name, port, translator))
 
     def _resolve_get(self, request: pb.GetDestination) -> ServiceAuthority:
-        if self._stopping:
+        if self.streams.stopping:
             raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
         try:
             host, port = split_host_port(request.path)
@@ -226,7 +199,7 @@ class DestinationServer:
 
     def _resolve_profile(self, request: pb.GetDestination) -> ServiceAuthority | tuple[str, int]:
         """A service authority, or (ip, port) of an endpoint."""
-        if self._stopping:
+        if self.streams.stopping:
             raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
         try:
             host, port = split_host_port(request.path)

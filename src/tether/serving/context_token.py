@@ -1,6 +1,6 @@
 """The ``context_token`` a proxy sends with every lookup: who is asking (namespace, node, pod).
 
-Read by ``tether.destination.server`` for ``Get`` and ``GetProfile``.  Proxies
+Read by the destination (``Get``, ``GetProfile``) and the policy controller (``OutboundPolicies``).  Proxies
 set it from ``LINKERD2_PROXY_DESTINATION_CONTEXT``: JSON
 ``{"ns": ..., "nodeName": ..., "pod": ...}``, or the legacy form ``ns:<namespace>``.
 Anything else is ignored (an empty context), as Linkerd does. Pure.

@@ -1,0 +1,151 @@
+"""``tether policy serve``: run the policy controller (gRPC 8090, admin 9990) over the platform's resources.
+
+A thin shell: it reads flags (Linkerd's policy-controller flags, plus the TLS
+files and the store), builds a ``PolicyConfig`` and the platform's
+``ResourceWatcher``, and runs ``PolicyService`` until SIGINT/SIGTERM.
+Registered on the root group by ``tether.cli.main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from tether.cli import home
+from tether.cli.errors import CliError
+from tether.cli.platform_opts import Platform, platform_options
+from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, InvalidName
+from tether.naming import check_label, check_trust_domain
+from tether.platform.watch import ResourceWatcher
+from tether.policy import PolicyConfig, PolicyService
+from tether.policy.config import (
+    DEFAULT_ADDR,
+    DEFAULT_ADMIN_ADDR,
+    DEFAULT_CLUSTER_NETWORKS,
+    DEFAULT_EGRESS_NAMESPACE,
+    DEFAULT_PROBE_NETWORKS,
+    DEFAULT_STREAM_QUEUE_CAPACITY,
+    InvalidNetworks,
+    parse_networks,
+)
+from tether.policy.defaults import DefaultPolicy
+from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
+from tether.resources.policy import DEFAULT_POLICIES
+from tether.serving.grpc_server import ConfigError, TlsFiles
+from tether.store import Store, StoreError
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+def _domain(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_trust_domain(value)
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc).replace("trust domain", "domain")) from None
+
+
+def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_label("namespace", value)
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _networks(ctx: click.Context, param: click.Parameter, value: str) -> object:
+    try:
+        return parse_networks(value)
+    except InvalidNetworks as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.group()
+def policy() -> None:
+    """The policy controller: inbound (and outbound) policy for proxies."""
+
+
+@policy.command()
+@click.option("--addr", "--grpc-addr", "addr", default=DEFAULT_ADDR, show_default=True, help="gRPC listen address.")
+@click.option("--admin-addr", default=DEFAULT_ADMIN_ADDR, show_default=True,
+              help="Admin listen address (/metrics, /ready, /live).")
+@click.option("--store", "store_path", type=_FILE, help="The resource store [default: $TETHER_HOME/store.db].")
+@click.option("--cluster-networks", default=DEFAULT_CLUSTER_NETWORKS, show_default=True, callback=_networks,
+              help="The cluster's pod and service networks (CIDRs, comma-separated).")
+@click.option("--default-policy", type=click.Choice(DEFAULT_POLICIES), default="all-unauthenticated",
+              show_default=True, help="Inbound policy of ports no Server selects, unless annotated.")
+@click.option("--probe-networks", default=DEFAULT_PROBE_NETWORKS, show_default=True, callback=_networks,
+              help="Networks kubelet probes come from (authorized on the probe paths); empty for none.")
+@click.option("--identity-domain", "--trust-domain", "identity_domain", default=DEFAULT_TRUST_DOMAIN,
+              show_default=True, callback=_domain, help="Trust domain of the mesh identities.")
+@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, callback=_domain,
+              help="Kubernetes cluster domain of service names.")
+@click.option("--control-plane-namespace", "--control-plane-ns", "control_plane_ns",
+              default=DEFAULT_CONTROL_PLANE_NS, show_default=True, callback=_namespace,
+              help="The control-plane namespace (part of every identity).")
+@click.option("--default-opaque-ports", default=str(DEFAULT_OPAQUE_PORTS), show_default=True,
+              help="Ports opaque when no annotation says otherwise (ports and ranges).")
+@click.option("--global-egress-network-namespace", default=DEFAULT_EGRESS_NAMESPACE, show_default=True,
+              callback=_namespace, help="Namespace of the EgressNetworks that apply to every client.")
+@click.option("--stream-queue-capacity", type=click.IntRange(min=1), default=DEFAULT_STREAM_QUEUE_CAPACITY,
+              show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
+@click.option("--tls-cert", type=_FILE, help="The gRPC port's certificate chain (PEM).")
+@click.option("--tls-key", type=_FILE, help="The gRPC port's private key (PEM).")
+@click.option("--trust-anchors", type=_FILE, help="Require client certificates issued under these roots (PEM).")
+@click.option("--insecure", is_flag=True, help="Serve plaintext gRPC (no TLS files); for debugging only.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@platform_options
+def serve(
+    addr: str, admin_addr: str, store_path: Path | None, cluster_networks: tuple, default_policy: str,
+    probe_networks: tuple, identity_domain: str, cluster_domain: str, control_plane_ns: str,
+    default_opaque_ports: str, global_egress_network_namespace: str, stream_queue_capacity: int,
+    tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None, insecure: bool, log_level: str,
+    platform: Platform,
+) -> None:
+    """Serve InboundServerPolicies over TLS, fed by the platform's policy resources."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if insecure and (tls_cert or tls_key or trust_anchors):
+        raise click.UsageError("--insecure cannot be combined with --tls-cert, --tls-key or --trust-anchors")
+    if not insecure and (tls_cert is None or tls_key is None):
+        raise click.UsageError("give --tls-cert and --tls-key (or --insecure to serve plaintext)")
+    opaque, skipped = parse_port_set(default_opaque_ports)
+    if skipped:
+        raise click.BadParameter(f"not ports or ranges: {', '.join(skipped)}", param_hint="--default-opaque-ports")
+    config = PolicyConfig(
+        addr=addr,
+        admin_addr=admin_addr,
+        tls=None if insecure else TlsFiles(tls_cert, tls_key, trust_anchors),  # type: ignore[arg-type]
+        cluster_networks=cluster_networks,
+        default_policy=DefaultPolicy.parse(default_policy),
+        probe_networks=probe_networks,
+        identity_domain=identity_domain,
+        cluster_domain=cluster_domain,
+        control_plane_ns=control_plane_ns,
+        default_opaque_ports=opaque,
+        global_egress_network_namespace=global_egress_network_namespace,
+        stream_queue_capacity=stream_queue_capacity,
+    )
+    try:
+        store = None if platform.kubernetes else Store(store_path or home.store_path())
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        asyncio.run(_serve(config, platform.resource_watcher(store)))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        if store is not None:
+            store.close()
+
+
+async def _serve(config: PolicyConfig, watcher: ResourceWatcher) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    service = PolicyService(config, watcher)
+    Platform.export_metrics(watcher, service.metrics.registry)
+    await service.run(stop)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 
 import click
 
 from tether.cli import home
+from tether.cli.controller_opts import domain, namespace, run_until_signalled
 from tether.cli.errors import CliError
 from tether.destination import ConfigError, DestinationConfig, DestinationService, TlsFiles
 from tether.destination.config import DEFAULT_ADDR, DEFAULT_ADMIN_ADDR, DEFAULT_STREAM_QUEUE_CAPACITY
@@ -23,9 +23,6 @@ from tether.naming import (
     DEFAULT_CLUSTER_DOMAIN,
     DEFAULT_CONTROL_PLANE_NS,
     DEFAULT_TRUST_DOMAIN,
-    InvalidName,
-    check_label,
-    check_trust_domain,
 )
 from tether.cli.platform_opts import Platform, platform_options
 from tether.platform.watch import ResourceWatcher
@@ -33,20 +30,6 @@ from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.store import Store, StoreError
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
-
-
-def _domain(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_trust_domain(value)
-    except InvalidName as exc:
-        raise click.BadParameter(str(exc).replace("trust domain", "domain")) from None
-
-
-def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_label("namespace", value)
-    except InvalidName as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.group()
@@ -59,12 +42,12 @@ def destination() -> None:
 @click.option("--admin-addr", "--metrics-addr", "admin_addr", default=DEFAULT_ADMIN_ADDR, show_default=True,
               help="Admin listen address (/metrics, /ready, /live).")
 @click.option("--store", "store_path", type=_FILE, help="The resource store [default: $TETHER_HOME/store.db].")
-@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, callback=_domain,
+@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, callback=domain,
               help="Kubernetes cluster domain of service names.")
 @click.option("--identity-trust-domain", "--trust-domain", "trust_domain", default=DEFAULT_TRUST_DOMAIN,
-              show_default=True, callback=_domain, help="Trust domain of the identities handed out.")
+              show_default=True, callback=domain, help="Trust domain of the identities handed out.")
 @click.option("--control-plane-ns", "--controller-namespace", "control_plane_ns", default=DEFAULT_CONTROL_PLANE_NS,
-              show_default=True, callback=_namespace, help="The control-plane namespace.")
+              show_default=True, callback=namespace, help="The control-plane namespace.")
 @click.option("--default-opaque-ports", default=str(DEFAULT_OPAQUE_PORTS), show_default=True,
               help="Ports treated as opaque when no annotation says otherwise (ports and ranges).")
 @click.option("--stream-queue-capacity", type=click.IntRange(min=1), default=DEFAULT_STREAM_QUEUE_CAPACITY,
@@ -122,10 +105,6 @@ def serve(
 
 
 async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     service = DestinationService(config, watcher)
     Platform.export_metrics(watcher, service.metrics.registry)
-    await service.run(stop)
+    await run_until_signalled(service)

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 
 import click
 
 from tether.cli import home
+from tether.cli.controller_opts import domain, namespace, run_until_signalled
 from tether.cli.errors import CliError
 from tether.cli.platform_opts import Platform, platform_options
-from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, InvalidName
-from tether.naming import check_label, check_trust_domain
+from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
 from tether.platform.watch import ResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
 from tether.policy.config import (
@@ -39,20 +38,6 @@ from tether.serving.grpc_server import ConfigError, TlsFiles
 from tether.store import Store, StoreError
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
-
-
-def _domain(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_trust_domain(value)
-    except InvalidName as exc:
-        raise click.BadParameter(str(exc).replace("trust domain", "domain")) from None
-
-
-def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_label("namespace", value)
-    except InvalidName as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _networks(ctx: click.Context, param: click.Parameter, value: str) -> object:
@@ -79,16 +64,16 @@ def policy() -> None:
 @click.option("--probe-networks", default=DEFAULT_PROBE_NETWORKS, show_default=True, callback=_networks,
               help="Networks kubelet probes come from (authorized on the probe paths); empty for none.")
 @click.option("--identity-domain", "--trust-domain", "identity_domain", default=DEFAULT_TRUST_DOMAIN,
-              show_default=True, callback=_domain, help="Trust domain of the mesh identities.")
-@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, callback=_domain,
+              show_default=True, callback=domain, help="Trust domain of the mesh identities.")
+@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True, callback=domain,
               help="Kubernetes cluster domain of service names.")
 @click.option("--control-plane-namespace", "--control-plane-ns", "control_plane_ns",
-              default=DEFAULT_CONTROL_PLANE_NS, show_default=True, callback=_namespace,
+              default=DEFAULT_CONTROL_PLANE_NS, show_default=True, callback=namespace,
               help="The control-plane namespace (part of every identity).")
 @click.option("--default-opaque-ports", default=str(DEFAULT_OPAQUE_PORTS), show_default=True,
               help="Ports opaque when no annotation says otherwise (ports and ranges).")
 @click.option("--global-egress-network-namespace", default=DEFAULT_EGRESS_NAMESPACE, show_default=True,
-              callback=_namespace, help="Namespace of the EgressNetworks that apply to every client.")
+              callback=namespace, help="Namespace of the EgressNetworks that apply to every client.")
 @click.option("--stream-queue-capacity", type=click.IntRange(min=1), default=DEFAULT_STREAM_QUEUE_CAPACITY,
               show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
 @click.option("--tls-cert", type=_FILE, help="The gRPC port's certificate chain (PEM).")
@@ -142,10 +127,6 @@ def serve(
 
 
 async def _serve(config: PolicyConfig, watcher: ResourceWatcher) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     service = PolicyService(config, watcher)
     Platform.export_metrics(watcher, service.metrics.registry)
-    await service.run(stop)
+    await run_until_signalled(service)

@@ -10,7 +10,6 @@ from "no endpoints" (a ``no_endpoints`` message with ``exists`` true).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +18,7 @@ import grpc
 from tether.api import destination_pb2 as pb
 from tether.api import destination_pb2_grpc, http_types_pb2
 from tether.api.addresses import from_tcp_address
-from tether.serving.channel import ClientTls, open_channel
+from tether.serving.channel import ClientTls, open_channel, read_messages
 
 __all__ = ["ClientTls", "open_channel"]  # re-exported: the CLI and tests reach them through here
 
@@ -167,12 +166,7 @@ async def stream_profile(
 
 async def _messages(call: Any, timeout: float | None) -> AsyncIterator[Any]:
     try:
-        while True:
-            message = await asyncio.wait_for(call.read(), timeout)
-            if message is grpc.aio.EOF:
-                return
+        async for message in read_messages(call, timeout):
             yield message
     except grpc.aio.AioRpcError as exc:
         raise _error(exc) from None
-    finally:
-        call.cancel()

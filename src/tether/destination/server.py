@@ -37,7 +37,7 @@ from tether.destination.watcher.profiles import ProfileWatcher
 from tether.destination.watcher.workloads import WorkloadWatcher
 from tether.naming import InvalidName, ServiceAuthority
 from tether.serving.context_token import ContextToken, parse_context_token
-from tether.serving.rpc import StreamSet
+from tether.serving.rpc import Rejected, StreamSet, passthrough
 from tether.serving.stream import UpdateStream
 
 log = logging.getLogger(__name__)
@@ -75,19 +75,6 @@ def is_ip(host: str) -> bool:
     return True
 
 
-class _Rejected(Exception):
-    """A request refused before its stream starts, with the status to end it with."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _passthrough(message: bytes) -> bytes:
-    return message
-
-
 class DestinationServer:
     """The Destination service over the watchers; one per process."""
 
@@ -118,11 +105,11 @@ class DestinationServer:
             SERVICE_NAME,
             {
                 "Get": grpc.unary_stream_rpc_method_handler(
-                    self.get, request_deserializer=pb.GetDestination.FromString, response_serializer=_passthrough
+                    self.get, request_deserializer=pb.GetDestination.FromString, response_serializer=passthrough
                 ),
                 "GetProfile": grpc.unary_stream_rpc_method_handler(
                     self.get_profile, request_deserializer=pb.GetDestination.FromString,
-                    response_serializer=_passthrough,
+                    response_serializer=passthrough,
                 ),
             },
         )
@@ -151,7 +138,7 @@ class DestinationServer:
     async def get(self, request: pb.GetDestination, context: grpc.aio.ServicerContext) -> None:
         try:
             authority = self._resolve_get(request)
-        except _Rejected as rejected:
+        except Rejected as rejected:
             await context.abort(rejected.code, rejected.message)
             return
         overflows = self._metrics.endpoint_updates_queue_overflow
@@ -171,24 +158,24 @@ class DestinationServer:
 
     def _resolve_get(self, request: pb.GetDestination) -> ServiceAuthority:
         if self.streams.stopping:
-            raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
+            raise Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
         try:
             host, port = split_host_port(request.path)
         except InvalidAuthority as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         if is_ip(host):
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "IP queries not supported by Get API")
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "IP queries not supported by Get API")
         try:
             return ServiceAuthority.parse(f"{host}:{port}", self._config.cluster_domain)
         except InvalidName as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
 
     # -- GetProfile ----------------------------------------------------------------
 
     async def get_profile(self, request: pb.GetDestination, context: grpc.aio.ServicerContext) -> None:
         try:
             target = self._resolve_profile(request)
-        except _Rejected as rejected:
+        except Rejected as rejected:
             await context.abort(rejected.code, rejected.message)
             return
         token = parse_context_token(request.context_token)
@@ -200,18 +187,18 @@ class DestinationServer:
     def _resolve_profile(self, request: pb.GetDestination) -> ServiceAuthority | tuple[str, int]:
         """A service authority, or (ip, port) of an endpoint."""
         if self.streams.stopping:
-            raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
+            raise Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
         try:
             host, port = split_host_port(request.path)
         except InvalidAuthority as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         cluster_domain = self._config.cluster_domain
         if is_ip(host):
             ip = str(ipaddress.ip_address(host))
             services = self._index.services_at(ip)
             if len(services) > 1:
                 names = ", ".join(f"{s.namespace}/{s.name}" for s in services)
-                raise _Rejected(grpc.StatusCode.FAILED_PRECONDITION,
+                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"service IP address conflict: {ip} is the cluster IP of {names}")
             if services:
                 return ServiceAuthority(services[0].name, services[0].namespace, port, cluster_domain)
@@ -219,10 +206,10 @@ class DestinationServer:
         try:
             authority = ServiceAuthority.parse(f"{host}:{port}", cluster_domain)
         except InvalidName as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
         service = self._index.services.get((authority.namespace, authority.service))
         if service is not None and service.is_external_name:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT,
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                             f"Service {authority.namespace}/{authority.service} is an ExternalName service")
         return authority
 

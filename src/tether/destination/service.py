@@ -10,8 +10,6 @@ controller.
 
 from __future__ import annotations
 
-import asyncio
-
 from tether.destination.config import DestinationConfig
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.server import DestinationServer
@@ -22,12 +20,12 @@ from tether.destination.watcher.profiles import ProfileWatcher
 from tether.destination.watcher.workloads import WorkloadWatcher
 from tether.platform.watch import ResourceWatcher
 from tether.serving.grpc_server import ConfigError, split_addr
-from tether.serving.process import ControlPlaneProcess, Listen
+from tether.serving.process import ControlPlaneProcess, Listen, ProcessFacade
 
 __all__ = ["ConfigError", "DestinationService", "split_addr"]
 
 
-class DestinationService:
+class DestinationService(ProcessFacade):
     def __init__(self, config: DestinationConfig, watcher: ResourceWatcher) -> None:
         self.config = config
         self.metrics = DestinationMetrics()
@@ -51,24 +49,3 @@ class DestinationService:
             handlers=lambda: [self.server.handler()],
             streams=[self.server.streams],
         )
-
-    @property
-    def ready(self) -> bool:
-        return self._process.serving
-
-    @property
-    def port(self) -> int | None:
-        return self._process.port
-
-    @property
-    def admin_port(self) -> int | None:
-        return self._process.admin_port
-
-    async def start(self) -> None:
-        await self._process.start()
-
-    async def stop(self) -> None:
-        await self._process.stop()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self._process.run(stop)

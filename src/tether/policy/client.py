@@ -9,7 +9,6 @@ gRPC errors are raised as ``PolicyError`` with the status code.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ import grpc
 from tether.api import inbound_pb2 as pb
 from tether.api import http_types_pb2, inbound_pb2_grpc, meta_pb2, net_pb2
 from tether.api.addresses import from_ip_address
+from tether.serving.channel import read_messages
 
 
 class PolicyError(Exception):
@@ -133,12 +133,7 @@ async def watch_port(
     stub = inbound_pb2_grpc.InboundServerPoliciesStub(channel)
     call = stub.WatchPort(pb.PortSpec(workload=workload, port=port))
     try:
-        while True:
-            message = await asyncio.wait_for(call.read(), timeout)
-            if message is grpc.aio.EOF:
-                return
+        async for message in read_messages(call, timeout):
             yield message
     except grpc.aio.AioRpcError as exc:
         raise PolicyError(exc.code(), exc.details() or "") from None
-    finally:
-        call.cancel()

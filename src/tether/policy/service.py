@@ -9,18 +9,16 @@ gRPC with TLS; ``stop`` ends every stream with OK) is
 
 from __future__ import annotations
 
-import asyncio
-
 from tether.platform.watch import ResourceWatcher
 from tether.policy.config import PolicyConfig
 from tether.policy.inbound.index import WATCHED, InboundIndex
 from tether.policy.inbound.server import InboundPolicyServer
 from tether.policy.metrics import PolicyMetrics
-from tether.serving.process import ControlPlaneProcess, Listen
+from tether.serving.process import ControlPlaneProcess, Listen, ProcessFacade
 from tether.serving.rpc import StreamSet
 
 
-class PolicyService:
+class PolicyService(ProcessFacade):
     def __init__(self, config: PolicyConfig, watcher: ResourceWatcher) -> None:
         self.config = config
         self.metrics = PolicyMetrics()
@@ -40,24 +38,3 @@ class PolicyService:
             handlers=lambda: [self.inbound.handler()],
             streams=[self.streams],
         )
-
-    @property
-    def ready(self) -> bool:
-        return self._process.serving
-
-    @property
-    def port(self) -> int | None:
-        return self._process.port
-
-    @property
-    def admin_port(self) -> int | None:
-        return self._process.admin_port
-
-    async def start(self) -> None:
-        await self._process.start()
-
-    async def stop(self) -> None:
-        await self._process.stop()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self._process.run(stop)

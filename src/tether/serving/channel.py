@@ -6,8 +6,11 @@ policy) and by tests and benchmarks.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -33,3 +36,18 @@ def open_channel(addr: str, tls: ClientTls | None) -> grpc.aio.Channel:
     )
     options = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
     return grpc.aio.secure_channel(addr, credentials, options=options)
+
+
+async def read_messages(call: Any, timeout: float | None) -> AsyncIterator[Any]:
+    """Every message of a server-streaming ``call`` until it ends; ``timeout`` bounds each wait.
+
+    gRPC errors propagate as ``grpc.aio.AioRpcError``; the call is cancelled when the caller stops.
+    """
+    try:
+        while True:
+            message = await asyncio.wait_for(call.read(), timeout)
+            if message is grpc.aio.EOF:
+                return
+            yield message
+    finally:
+        call.cancel()

@@ -145,3 +145,30 @@ class ControlPlaneProcess:
             count += 1
             if count % EVENTS_PER_YIELD == 0:
                 await asyncio.sleep(0)
+
+
+class ProcessFacade:
+    """What a controller's service object exposes of its ``ControlPlaneProcess`` (set as ``_process``)."""
+
+    _process: ControlPlaneProcess
+
+    @property
+    def ready(self) -> bool:
+        return self._process.serving
+
+    @property
+    def port(self) -> int | None:
+        return self._process.port
+
+    @property
+    def admin_port(self) -> int | None:
+        return self._process.admin_port
+
+    async def start(self) -> None:
+        await self._process.start()
+
+    async def stop(self) -> None:
+        await self._process.stop()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._process.run(stop)

@@ -18,6 +18,20 @@ from prometheus_client import Gauge
 
 from tether.serving.stream import DEFAULT_MAX_BYTES, EndReason, UpdateStream
 
+class Rejected(Exception):
+    """A request refused before its stream starts, with the status to end it with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def passthrough(message: bytes) -> bytes:
+    """The response serializer of handlers that write pre-encoded bytes (one encoding shared by many streams)."""
+    return message
+
+
 # How long an overflowed stream's handler waits for its status to go out before leaving it queued.
 ABORT_WAIT = 1.0
 

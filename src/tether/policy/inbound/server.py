@@ -24,23 +24,12 @@ from tether.policy.inbound.translator import encode
 from tether.policy.metrics import PolicyMetrics
 from tether.policy.model import InboundServer
 from tether.policy.workload import InvalidWorkload, Workload, parse_workload
-from tether.serving.rpc import StreamSet
+from tether.serving.rpc import Rejected, StreamSet, passthrough
 from tether.serving.stream import EndReason
 
 SERVICE_NAME = "io.linkerd.proxy.inbound.InboundServerPolicies"
 _END_CODES = {EndReason.OVERFLOW: grpc.StatusCode.RESOURCE_EXHAUSTED, EndReason.SHUTDOWN: grpc.StatusCode.OK,
               EndReason.GONE: grpc.StatusCode.OK}
-
-
-class _Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _passthrough(message: bytes) -> bytes:
-    return message
 
 
 class InboundPolicyServer:
@@ -60,22 +49,22 @@ class InboundPolicyServer:
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
             "GetPort": grpc.unary_unary_rpc_method_handler(
-                self.get_port, request_deserializer=pb.PortSpec.FromString, response_serializer=_passthrough),
+                self.get_port, request_deserializer=pb.PortSpec.FromString, response_serializer=passthrough),
             "WatchPort": grpc.unary_stream_rpc_method_handler(
-                self.watch_port, request_deserializer=pb.PortSpec.FromString, response_serializer=_passthrough),
+                self.watch_port, request_deserializer=pb.PortSpec.FromString, response_serializer=passthrough),
         })
 
     def _target(self, spec: pb.PortSpec) -> tuple[Workload, int]:
         if self.streams.stopping:
-            raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the policy controller is shutting down")
+            raise Rejected(grpc.StatusCode.UNAVAILABLE, "the policy controller is shutting down")
         try:
             workload = parse_workload(spec.workload)
         except InvalidWorkload as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         if not 0 < spec.port < 65536:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid port: {spec.port}")
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid port: {spec.port}")
         if workload.external:
-            raise _Rejected(grpc.StatusCode.NOT_FOUND, f"unknown server: {workload} (external workloads are not "
+            raise Rejected(grpc.StatusCode.NOT_FOUND, f"unknown server: {workload} (external workloads are not "
                                                        "indexed yet)")
         return workload, spec.port
 
@@ -86,8 +75,8 @@ class InboundPolicyServer:
             try:
                 server = self._index.lookup(workload.namespace, workload.name, port)
             except UnknownPod as exc:
-                raise _Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
-        except _Rejected as rejected:
+                raise Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
+        except Rejected as rejected:
             self._get.end(rejected.code)
             await context.abort(rejected.code, rejected.message)
             raise AssertionError("abort returns only by raising") from None
@@ -98,7 +87,7 @@ class InboundPolicyServer:
         self._watch.start()
         try:
             workload, port = self._target(spec)
-        except _Rejected as rejected:
+        except Rejected as rejected:
             self._watch.end(rejected.code)
             await context.abort(rejected.code, rejected.message)
             return

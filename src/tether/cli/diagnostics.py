@@ -234,3 +234,12 @@ def _print_profile(console: Console, doc: dict[str, Any]) -> None:
                 f"{route['timeout_s']:g}s" if "timeout_s" in route else "-", ", ".join(failures) or "-",
             )
         console.print(table)
+
+
+def _register_policy() -> None:
+    from tether.cli.policy_diagnostics import policy
+
+    diagnostics.add_command(policy)
+
+
+_register_policy()

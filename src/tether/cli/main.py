@@ -21,6 +21,7 @@ _COMMANDS = {
     "identity": "tether.cli.identity:identity",
     "destination": "tether.cli.destination:destination",
     "policy": "tether.cli.policy:policy",
+    "authz": "tether.cli.authz:authz",
     "diagnostics": "tether.cli.diagnostics:diagnostics",
     "init": "tether.cli.init_cmd:init",
     "network-validator": "tether.cli.network_validator:network_validator",

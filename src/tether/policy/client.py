@@ -137,3 +137,13 @@ async def watch_port(
             yield message
     except grpc.aio.AioRpcError as exc:
         raise PolicyError(exc.code(), exc.details() or "") from None
+
+
+async def inbound_policy(channel: grpc.aio.Channel, namespace: str, pod: str, port: int,
+                         timeout: float | None = None) -> dict[str, Any]:
+    """The inbound policy the proxy of pod ``namespace/pod`` receives for ``port``, readable (``server_dict``).
+
+    The lookup behind ``tether diagnostics policy po/NAME PORT`` and ``tether diagnose``'s policy layer;
+    raises ``PolicyError`` (``NOT_FOUND`` for a pod the controller does not know).
+    """
+    return server_dict(await get_port(channel, workload_string(namespace, pod), port, timeout))

@@ -1,0 +1,134 @@
+"""The commands: ``tether policy serve`` as a real process (mTLS), ``tether diagnostics policy`` and ``tether authz``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from policy_helpers import (
+    NS,
+    Pki,
+    http_route,
+    mesh_tls,
+    namespace,
+    pod,
+    policy,
+    sa_id,
+    server,
+    server_authz,
+)
+
+from tether.store import Store
+
+TETHER = str(Path(sys.executable).parent / "tether")
+P = "policy.linkerd.io"
+
+
+def deployment(name: str = "web", app: str = "web") -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": app}},
+                     "template": {"metadata": {"labels": {"app": app}},
+                                  "spec": {"containers": [{"name": app, "image": "x",
+                                                           "ports": [{"name": "http", "containerPort": 8080}]}]}}}}
+
+
+OBJECTS = [
+    namespace(), pod(), deployment(), deployment("idle", "idle"),
+    server("web-http", port="http"), mesh_tls("voters", identities=[sa_id("vote")]),
+    server_authz("probes", {"unauthenticated": True, "networks": [{"cidr": "10.0.0.0/8"}]}, server_name="web-http"),
+    http_route("api", "web-http"),
+    policy("api-voters", (P, "HTTPRoute", "api"), [(P, "MeshTLSAuthentication", "voters")]),
+]
+
+
+@dataclass
+class Running:
+    addr: str
+    admin_port: int
+    pki: Pki
+    home: Path
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "TETHER_HOME": str(self.home), "NO_COLOR": "1", "COLUMNS": "200"}
+        proc = subprocess.run([TETHER, *args], capture_output=True, text=True, env=env, timeout=60)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    def diagnose(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("diagnostics", "policy", *args, "--policy-addr", self.addr, "--trust-anchors",
+                        str(self.pki.ca), "--tls-cert", str(self.pki.client_cert), "--tls-key",
+                        str(self.pki.client_key))
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Running]:
+    tmp_path = tmp_path_factory.mktemp("policy-cli")
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store(home / "store.db")
+    store.apply_many(OBJECTS)
+    store.close()
+    log_path = tmp_path / "policy.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [TETHER, "policy", "serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+             "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--trust-anchors", str(pki.ca),
+             "--default-policy", "cluster-authenticated"],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TETHER_HOME": str(home)},
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while (match := re.search(r"serving gRPC on port (\d+), admin on port (\d+)", log_path.read_text())) is None:
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "the policy controller did not start"
+            time.sleep(0.05)
+        yield Running(f"127.0.0.1:{match[1]}", int(match[2]), pki, home)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log_path.read_text()
+
+
+def test_diagnostics_policy_of_a_pod_port(running: Running) -> None:
+    out = running.diagnose("po/web-0", "8080", "-n", NS)
+    assert out.returncode == 0, out.stderr
+    assert "server:         server/web-http" in out.stdout
+    assert "serverauthorization/probes: unauthenticated from 10.0.0.0/8" in out.stdout
+    assert f"authorizationpolicy/api-voters: {sa_id('vote')} from 0.0.0.0/0, ::/0" in out.stdout
+    doc = json.loads(running.diagnose("po/web-0", "8080", "-n", NS, "-o", "json").stdout)
+    assert doc["labels"] == {"group": P, "kind": "server", "name": "web-http"}
+    assert [r["ref"] for r in doc["http_routes"]] == ["HTTPRoute/api"]
+    default = json.loads(running.diagnose("po/web-0", "9999", "-n", NS, "-o", "json").stdout)
+    assert default["labels"]["name"] == "cluster-authenticated"
+
+
+def test_diagnostics_policy_errors_are_clear(running: Running) -> None:
+    missing = running.diagnose("po/nope", "8080", "-n", NS)
+    assert missing.returncode == 1 and "unknown pod emojivoto/nope" in missing.stderr
+    bad = running.diagnose("deploy/web", "8080")
+    assert bad.returncode == 2 and "expected po/NAME or svc/NAME" in bad.stderr
+    no_cert = running.run("diagnostics", "policy", "po/web-0", "8080", "-n", NS, "--policy-addr", running.addr,
+                          "--trust-anchors", str(running.pki.ca))
+    assert no_cert.returncode == 1 and "cannot reach the policy controller" in no_cert.stderr
+
+
+def test_authz_lists_what_applies_to_a_deployment(running: Running) -> None:
+    out = running.run("authz", "deploy/web", "-n", NS)
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.strip().splitlines()
+    assert header.split() == ["PORT", "SERVER", "ROUTE", "AUTHORIZATION", "CLIENTS"]
+    assert any("web-http" in r and "serverauthorization/probes" in r and "any client from 10.0.0.0/8" in r
+               for r in rows)
+    assert any("HTTPRoute/api" in r and "authorizationpolicy/api-voters" in r and sa_id("vote") in r for r in rows)
+    doc = json.loads(running.run("authz", "deploy/idle", "-n", NS, "-o", "json").stdout)
+    assert doc["authorizations"] == [] and doc["default_policy"] == "all-unauthenticated"
+    missing = running.run("authz", "deploy/nope", "-n", NS)
+    assert missing.returncode == 1 and "deployment emojivoto/nope not found" in missing.stderr

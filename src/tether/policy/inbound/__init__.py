@@ -1,0 +1,1 @@
+"""The inbound side of the policy controller: pods and Servers to InboundServerPolicies."""

@@ -41,6 +41,7 @@ _COMMANDS = {
     "upgrade": "tether.cli.install_cmd:upgrade",
     "uninstall": "tether.cli.install_cmd:uninstall",
     "check": "tether.cli.check:check",
+    "diagnose": "tether.cli.diagnose:diagnose",
     "version": "tether.cli.main:version",
 }
 

@@ -88,6 +88,25 @@ def bridge_problem(config: LocalPlatformConfig) -> str | None:
     return None
 
 
+def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """A Service's selector (a plain map; empty selects nothing here, as for endpoints)."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def target_port(svc_port: Obj, pod: Obj) -> int | None:
+    """The pod port a Service port sends to: a number, or the container port of that name."""
+    target = svc_port.get("targetPort", svc_port.get("port"))
+    if isinstance(target, int):
+        return target
+    if isinstance(target, str) and target.isdigit():
+        return int(target)
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for cport in container.get("ports") or ():
+            if cport.get("name") == target:
+                return cport.get("containerPort")
+    return None
+
+
 def running(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 

@@ -359,23 +359,6 @@ def trust_problem(pod: dict[str, Any], current_sha: str, issuer: Any, anchors: S
     return None
 
 
-def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
-
-
-def _target_port(port: dict[str, Any], pod: dict[str, Any]) -> int | None:
-    target = port.get("targetPort", port.get("port"))
-    if isinstance(target, int):
-        return target
-    if isinstance(target, str) and target.isdigit():
-        return int(target)
-    for container in (pod.get("spec") or {}).get("containers") or ():
-        for cport in container.get("ports") or ():
-            if cport.get("name") == target:
-                return cport.get("containerPort")
-    return None
-
-
 def _ports(annotations: dict[str, str]) -> PortSet:
     return parse_port_set(annotations.get(OPAQUE_PORTS) or "")[0]
 
@@ -388,12 +371,12 @@ def opaque_port_problems(services: Sequence[dict[str, Any]], pods: Sequence[dict
         svc_opaque = _ports(meta.get("annotations") or {})
         for pod in pods:
             pmeta = pod["metadata"]
-            if pmeta.get("namespace") != meta.get("namespace") or not _selects(spec.get("selector") or {},
+            if pmeta.get("namespace") != meta.get("namespace") or not facts.selects(spec.get("selector") or {},
                                                                               pmeta.get("labels") or {}):
                 continue
             pod_opaque = _ports(pmeta.get("annotations") or {})
             for port in spec.get("ports") or ():
-                target = _target_port(port, pod)
+                target = facts.target_port(port, pod)
                 if target is None:
                     continue
                 if port.get("port") in svc_opaque and target not in pod_opaque:

@@ -1,0 +1,627 @@
+"""``tether diagnose``: walk a call's layers in order and stop at the first that fails, with evidence.
+
+Layers (DEVELOPERS.md, "Every failure has a layer"): injection -> redirection ->
+identity -> discovery -> policy -> proxy -> application.  Each layer reads real
+state of the local platform: the store (pods, namespaces, services), iptables
+rules inside the pods' namespaces, the proxies' admin ports (``/ready``,
+``/metrics``) and served certificates, the destination's ``Get``/``GetProfile``
+answers, the components' readiness, and the proxies' logs.  With ``--to`` the
+last two layers also make one real call: from inside the source pod's network
+namespace (so it goes through the source's proxy, as the app's calls do) to the
+service, and one look at the target app itself from inside its pod (through
+``lo``, which the proxy leaves alone) to see whether it speaks first.
+
+The result is a ``Diagnosis`` whose JSON form is the contract documented in
+``docs/diagnose.md``.  Caller: ``tether.cli.diagnose``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tether.destination.client import (
+    ClientTls,
+    DestinationError,
+    open_channel,
+    profile_dict,
+    stream_endpoints,
+    stream_profile,
+    update_dict,
+)
+from tether.diagnose import facts, proxies
+from tether.diagnose.certs import trust_root_sha256
+from tether.identity import pem, pki
+from tether.naming import control_plane_identity
+from tether.platform.local import injection
+from tether.platform.local.config import LocalPlatformConfig
+from tether.platform.local.launcher import Launcher, tail
+from tether.platform.local.netns import LocalNetError
+from tether.platform.local.probes import socket_in
+from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
+from tether.store import Store, StoreError
+from tether.viz.exposition import Exposition, parse
+
+LAYERS = ("injection", "redirection", "identity", "discovery", "policy", "proxy", "application")
+PROBE_TIMEOUT_S = 2.0
+BANNER_WAIT_S = 0.3
+LOG_LINES = 400
+_AUTHORITY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.svc(\.[a-z0-9.-]+)?)?:(\d+)$")
+_DENY = "deny"
+_AUTHENTICATED = ("all-authenticated", "cluster-authenticated")
+
+
+class DiagnoseError(Exception):
+    """The question cannot be asked (unknown workload, bad authority, no platform); not a diagnosis."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    detail: str
+
+
+class Failure(Exception):
+    """A layer failed: why, and what to do next."""
+
+    def __init__(self, reason: str, next_step: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.next_step = next_step
+
+
+@dataclass
+class Diagnosis:
+    target: str
+    to: str | None
+    ok: bool = False
+    layer: str | None = None
+    reason: str = ""
+    next: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"target": self.target, "to": self.to, "ok": self.ok, "layer": self.layer, "reason": self.reason,
+                "evidence": [{"source": e.source, "detail": e.detail} for e in self.evidence], "next": self.next}
+
+
+@dataclass(frozen=True)
+class Authority:
+    service: str
+    namespace: str
+    port: int
+    cluster_domain: str
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.service}.{self.namespace}.svc.{self.cluster_domain}:{self.port}"
+
+
+def parse_authority(text: str, cluster_domain: str) -> Authority:
+    match = _AUTHORITY.match(text.strip().lower())
+    if match is None:
+        raise DiagnoseError(f"--to: {text!r} is not SVC.NS:PORT or SVC.NS.svc.{cluster_domain}:PORT")
+    suffix = match.group(6)
+    if suffix and suffix[1:] != cluster_domain:
+        raise DiagnoseError(f"--to: {text!r} is not in the cluster domain {cluster_domain}")
+    port = int(match.group(7))
+    if not 0 < port < 65536:
+        raise DiagnoseError(f"--to: port {port} is out of range")
+    return Authority(match.group(1), match.group(3), port, cluster_domain)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one real call from the source pod to the service got."""
+
+    connected: bool
+    status: int | None = None
+    proxy_error: str | None = None
+    error: str | None = None
+    head: str = ""
+
+
+class LocalDiagnosis:
+    """One diagnosis on the local platform of ``config``."""
+
+    def __init__(self, config: LocalPlatformConfig, components: Sequence[str], *,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.config = config
+        self.components = components
+        self.now = now
+        self.result: Diagnosis | None = None
+        self._metrics: dict[str, Exposition] = {}
+
+    # -- evidence helpers --------------------------------------------------------------------
+
+    def _note(self, source: str, detail: str) -> None:
+        assert self.result is not None
+        self.result.evidence.append(Evidence(source, detail))
+
+    def _list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        with Store(self.config.layout.store) as store:
+            return store.list(kind, namespace).items
+
+    def _get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        with Store(self.config.layout.store) as store:
+            return store.get(kind, namespace, name)
+
+    def _scrape(self, pod: Mapping[str, Any], fresh: bool = False) -> Exposition | None:
+        key = str(facts.ref(pod))
+        if key in self._metrics and not fresh:
+            return self._metrics[key]
+        ip = proxies.pod_ip(pod)
+        if not ip:
+            return None
+        try:
+            answer = proxies.admin_get(ip, "/metrics")
+        except proxies.ProxyUnreachable as exc:
+            self._note(f"proxy admin {key}", str(exc))
+            return None
+        self._metrics[key] = parse(answer.body)
+        return self._metrics[key]
+
+    def _samples(self, pod: Mapping[str, Any], name: str, fresh: bool = False, **match: str) -> list[tuple[dict, float]]:
+        exp = self._scrape(pod, fresh)
+        if exp is None:
+            return []
+        return [(s.labels, s.value) for s in exp.named(name)
+                if all(s.labels.get(k) == v for k, v in match.items())]
+
+    def _metric_note(self, pod: Mapping[str, Any], name: str, labels: Mapping[str, str], value: float) -> None:
+        shown = ",".join(f'{k}="{v}"' for k, v in labels.items() if v)
+        self._note(f"proxy metrics {facts.ref(pod)}", f"{name}{{{shown}}} {value:g}")
+
+    def _log_lines(self, pod: Mapping[str, Any], pattern: re.Pattern[str], limit: int = 3) -> list[str]:
+        meta = pod["metadata"]
+        path = self.config.layout.container_log(meta["namespace"], meta["name"], proxies.PROXY_CONTAINER)
+        if not path.exists():
+            return []
+        return [line for line in tail(path, LOG_LINES).splitlines() if pattern.search(line)][-limit:]
+
+    # -- targets -------------------------------------------------------------------------------
+
+    def _pods_of(self, target: str, namespace: str) -> list[dict[str, Any]]:
+        kind, slash, name = target.partition("/")
+        if not slash or not name:
+            raise DiagnoseError(f"TARGET: {target!r} is not deploy/NAME or po/NAME")
+        if kind in ("deploy", "deployment", "deployments", "deployment.apps"):
+            if self._get("Deployment.apps", namespace, name) is None:
+                raise DiagnoseError(f'deployments "{name}" not found in namespace {namespace}')
+            pods = [p for p in self._list("Pod", namespace) if facts.deployment_of(p) == name]
+            if not pods:
+                raise DiagnoseError(f"deployment {namespace}/{name} has no pods yet")
+            # A running, ready pod says the most; then the newest name for a stable choice.
+            return sorted(pods, key=lambda p: (not facts.running(p), not facts.ready(p), p["metadata"]["name"]))
+        if kind in ("po", "pod", "pods"):
+            pod = self._get("Pod", namespace, name)
+            if pod is None:
+                raise DiagnoseError(f'pods "{name}" not found in namespace {namespace}')
+            return [pod]
+        raise DiagnoseError(f"TARGET: diagnose takes deploy/NAME or po/NAME, not {kind}/")
+
+    def _service(self, authority: Authority) -> dict[str, Any] | None:
+        return self._get("Service", authority.namespace, authority.service)
+
+    def _endpoint_pods(self, service: Mapping[str, Any]) -> list[dict[str, Any]]:
+        selector = (service.get("spec") or {}).get("selector") or {}
+        pods = self._list("Pod", service["metadata"]["namespace"])
+        return [p for p in pods if facts.selects(selector, p["metadata"].get("labels") or {}) and facts.running(p)]
+
+    def _service_port(self, service: Mapping[str, Any], port: int) -> dict[str, Any] | None:
+        return next((p for p in (service.get("spec") or {}).get("ports") or () if p.get("port") == port), None)
+
+    # -- layers ----------------------------------------------------------------------------------
+
+    def _injection(self, pod: Mapping[str, Any], side: str) -> None:
+        ref = facts.ref(pod)
+        meta = pod["metadata"]
+        annotations = meta.get("annotations") or {}
+        ns = self._get("Namespace", None, meta["namespace"]) or {"metadata": {}}
+        ns_annotations = ns["metadata"].get("annotations") or {}
+        self._note(f"store: pod {ref}", f"{injection.INJECT}={annotations.get(injection.INJECT, '(absent)')}")
+        self._note(f"store: namespace {meta['namespace']}",
+                   f"{injection.INJECT}={ns_annotations.get(injection.INJECT, '(absent)')}")
+        if facts.meshed(pod):
+            self._note(f"store: pod {ref}", "has the linkerd-proxy container")
+            return
+        why = injection.decide(pod, ns_annotations).reason or "it was started before injection was enabled"
+        raise Failure(
+            f"the {side} pod {ref} is not meshed: {why}",
+            f"annotate the namespace or the pod template with {injection.INJECT}: enabled "
+            "and restart the workload (its Deployment makes new pods)")
+
+    def _redirection(self, pod: Mapping[str, Any], side: str, port: int | None, inbound: bool) -> None:
+        ref = facts.ref(pod)
+        netns = facts.netns_of(self.config, pod)
+        try:
+            rules = facts.nat_rules(netns)
+        except LocalNetError as exc:
+            raise Failure(f"cannot read the {side} pod's rules: {exc}", "is the pod still running? `tether get pods`")
+        self._note(f"iptables nat {netns}", f"{sum(1 for r in rules if 'PROXY_INIT' in r)} proxy-init rules")
+        problem = facts.redirect_problem(rules)
+        if problem:
+            raise Failure(f"the {side} pod {ref}'s traffic does not go through its proxy: {problem}",
+                          f"restart the pod so its init step installs the rules again (`tether delete pod "
+                          f"{ref.name} -n {ref.namespace}`)")
+        if port is None:
+            return
+        key = injection.SKIP_INBOUND_PORTS if inbound else injection.SKIP_OUTBOUND_PORTS
+        text = (pod["metadata"].get("annotations") or {}).get(key, "")
+        skipped, _ = parse_port_set(text)
+        if port in skipped:
+            self._note(f"store: pod {ref}", f"{key}={text}")
+            raise Failure(
+                f"port {port} is in the {side} pod's {key} ({text}): its traffic bypasses the proxy, so it is "
+                "neither mTLS nor seen by the mesh",
+                f"remove {port} from {key} unless skipping the proxy is what you meant")
+
+    def _identity(self, pod: Mapping[str, Any], side: str) -> None:
+        ref = facts.ref(pod)
+        launcher = Launcher(self.config.layout.components, self.config.layout.logs)
+        status = launcher.status("identity")
+        self._note("component identity", f"{status.state}, ready={'yes' if status.ready else 'no'}")
+        files = self.config.layout.pki
+        try:
+            anchors_pem = (files / "ca.crt").read_text()
+            anchors = pem.parse_certificates(anchors_pem.encode(), str(files / "ca.crt"))
+            issuer = pem.read_certificates(files / "issuer.crt")[0]
+        except (OSError, pem.PemError) as exc:
+            raise Failure(f"the mesh PKI cannot be read: {exc}", "run `tether check`")
+        now = self.now()
+        if not issuer.not_valid_before_utc <= now < issuer.not_valid_after_utc:
+            self._note(f"file {files / 'issuer.crt'}", f"valid {issuer.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to "
+                       f"{issuer.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
+            raise Failure("the identity issuer certificate is outside its validity period: no proxy can be "
+                          "certified", "make a new issuer (`tether check` shows how)")
+        expiry = self._samples(pod, "control_identity_cert_expiration_timestamp_seconds")
+        refreshes = self._samples(pod, "control_identity_cert_refreshes_total")
+        for labels, value in refreshes:
+            self._metric_note(pod, "control_identity_cert_refreshes_total", labels, value)
+        given = proxies.proxy_env(pod, "LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS")
+        if given is not None and trust_root_sha256(given) != trust_root_sha256(anchors_pem):
+            self._note(f"store: pod {ref}", f"trust root sha256 {trust_root_sha256(given)[:16]}..., current "
+                       f"{trust_root_sha256(anchors_pem)[:16]}...")
+            raise Failure(f"the {side} pod {ref} trusts an old trust anchor",
+                          f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)")
+        if not expiry or expiry[0][1] <= 0 or expiry[0][1] <= now.timestamp():
+            lines = self._log_lines(pod, re.compile(r"(?i)certif|identity"))
+            for line in lines:
+                self._note(f"log {ref} linkerd-proxy", line)
+            if expiry:
+                self._metric_note(pod, "control_identity_cert_expiration_timestamp_seconds", {}, expiry[0][1])
+            component = "" if status.ready else " (the identity component is not ready)"
+            raise Failure(f"the {side} pod {ref}'s proxy holds no valid certificate{component}",
+                          "start identity (`tether up`) and see `tether logs identity`" if not status.ready
+                          else f"see `tether logs {ref.name} -n {ref.namespace} -c proxy`")
+        expires = datetime.fromtimestamp(expiry[0][1], UTC)
+        self._note(f"proxy metrics {ref}", f"control_identity_cert_expiration_timestamp_seconds {expiry[0][1]:.0f} "
+                   f"({expires:%Y-%m-%dT%H:%M:%SZ})")
+        ip, name = proxies.pod_ip(pod), proxies.identity_of(pod)
+        if ip and name:
+            try:
+                leaf = proxies.served_certificate(ip, name)
+            except proxies.ProxyUnreachable as exc:
+                raise Failure(f"the {side} pod {ref}'s proxy does not complete a TLS handshake: {exc}",
+                              f"see `tether logs {ref.name} -n {ref.namespace} -c proxy`")
+            self._note(f"tls {ip}:{proxies.INBOUND_PORT}", f"serves {pki.subject_cn(leaf)} issued by "
+                       f"{leaf.issuer.rfc4514_string()}, valid until {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
+            if pki.link_problem(leaf, issuer) is not None:
+                raise Failure(f"the {side} pod {ref}'s certificate was not issued by the current issuer",
+                              f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)")
+
+    def _destination_tls(self) -> ClientTls:
+        name = control_plane_identity("destination", self.config.control_plane_ns, self.config.trust_domain).dns_name
+        return ClientTls(roots=self.config.layout.pki / "ca.crt", server_name=name)
+
+    async def _ask_destination(self, authority: Authority, namespace: str) -> tuple[dict | None, dict | None, str]:
+        channel = open_channel(self.config.address(self.config.ports.destination), self._destination_tls())
+        token = json.dumps({"ns": namespace})
+        try:
+            endpoints = profile = None
+            try:
+                async for update in stream_endpoints(channel, authority.fqdn, token, PROBE_TIMEOUT_S):
+                    endpoints = update_dict(update)
+                    break
+                async for message in stream_profile(channel, authority.fqdn, token, PROBE_TIMEOUT_S):
+                    profile = profile_dict(message)
+                    break
+            except DestinationError as exc:
+                return endpoints, profile, f"{exc.code.name}: {exc.details}"
+            except TimeoutError:
+                return endpoints, profile, f"no answer within {PROBE_TIMEOUT_S:g}s"
+            return endpoints, profile, ""
+        finally:
+            await channel.close()
+
+    def _discovery(self, authority: Authority, source_ns: str) -> tuple[dict[str, Any], dict[str, Any], dict | None]:
+        service = self._service(authority)
+        if service is None:
+            raise Failure(f"service {authority.service} does not exist in namespace {authority.namespace}",
+                          "check the name in --to, or `tether get svc -A`")
+        svc_port = self._service_port(service, authority.port)
+        declared = ", ".join(str(p.get("port")) for p in (service.get("spec") or {}).get("ports") or ())
+        self._note(f"store: service {authority.namespace}/{authority.service}", f"ports {declared or '(none)'}")
+        if svc_port is None:
+            raise Failure(f"service {authority.namespace}/{authority.service} does not declare port {authority.port}",
+                          "use one of the service's ports, or add the port to the Service")
+        endpoints, profile, error = asyncio.run(self._ask_destination(authority, source_ns))
+        launcher = Launcher(self.config.layout.components, self.config.layout.logs)
+        if error:
+            status = launcher.status("destination")
+            self._note("component destination", f"{status.state}, ready={'yes' if status.ready else 'no'}")
+            raise Failure(f"the destination does not resolve {authority.fqdn}: {error}",
+                          "`tether status`; `tether logs destination`")
+        assert endpoints is not None
+        if "no_endpoints" in endpoints or not endpoints.get("add", {}).get("addrs"):
+            pods = self._endpoint_pods(service)
+            self._note(f"destination Get {authority.fqdn}", "no endpoints")
+            self._note(f"store: service {authority.namespace}/{authority.service}",
+                       f"selector {json.dumps((service.get('spec') or {}).get('selector') or {})} matches "
+                       f"{len(pods)} running pod(s), {sum(1 for p in pods if facts.ready(p))} ready")
+            raise Failure(f"{authority.fqdn} has no ready endpoints",
+                          "check the Service's selector against the pods' labels, and the pods' readiness "
+                          "(`tether get pods -n " + authority.namespace + "`)")
+        addrs = endpoints["add"]["addrs"]
+        for addr in addrs:
+            self._note(f"destination Get {authority.fqdn}",
+                       f"{addr['addr']} pod={addr['metric_labels'].get('pod', '-')} identity="
+                       f"{addr.get('tls_identity', '-')} hint={addr.get('protocol_hint', '-')}")
+        if profile is not None:
+            ref = profile.get("profile_ref") or {}
+            found = f"{ref.get('namespace')}/{ref.get('name')}" if ref.get("name") else "none"
+            self._note(f"destination GetProfile {authority.fqdn}",
+                       f"opaque_protocol={profile['opaque_protocol']} service profile={found}")
+        return service, svc_port, profile
+
+    def _policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
+        ref = facts.ref(target)
+        client_id = proxies.identity_of(source) or ""
+        default = proxies.proxy_env(target, "LINKERD2_PROXY_INBOUND_DEFAULT_POLICY") or "all-unauthenticated"
+        self._note(f"store: pod {ref}", f"default inbound policy {default}")
+        denied = [(labels, value) for name in ("inbound_http_authz_deny_total", "inbound_tcp_authz_deny_total")
+                  for labels, value in self._samples(target, name, fresh=True, target_port=str(port))
+                  if labels.get("client_id", client_id) == client_id and value > 0]
+        for labels, value in denied:
+            self._metric_note(target, "inbound_authz_deny_total", labels, value)
+        if default == _DENY or denied:
+            raise Failure(f"the target pod {ref} refuses {client_id or 'the client'} on port {port}"
+                          + (f" (default policy {default})" if default == _DENY else ""),
+                          "authorize the client: a Server for the port with an AuthorizationPolicy naming its "
+                          "identity, or another config.linkerd.io/default-inbound-policy")
+
+    def _speaks_first(self, target: Mapping[str, Any], port: int) -> bytes | None:
+        """What the app at ``port`` sends before it is sent anything (asked from inside its own pod)."""
+        try:
+            sock = socket_in(facts.netns_of(self.config, target))
+        except OSError:
+            return None
+        with sock:
+            sock.settimeout(PROBE_TIMEOUT_S)
+            try:
+                sock.connect(("127.0.0.1", port))
+                sock.settimeout(BANNER_WAIT_S)
+                return sock.recv(256) or None
+            except OSError:
+                return None
+
+    def _app_listens(self, target: Mapping[str, Any], port: int) -> str | None:
+        try:
+            sock = socket_in(facts.netns_of(self.config, target))
+        except OSError as exc:
+            return str(exc)
+        with sock:
+            sock.settimeout(PROBE_TIMEOUT_S)
+            try:
+                sock.connect(("127.0.0.1", port))
+            except OSError as exc:
+                return exc.strerror or str(exc)
+        return None
+
+    def _probe(self, source: Mapping[str, Any], service: Mapping[str, Any], authority: Authority,
+               http: bool) -> Probe:
+        """One call from inside the source pod to the service's cluster IP, as its app makes it."""
+        ip = (service.get("spec") or {}).get("clusterIP")
+        try:
+            sock = socket_in(facts.netns_of(self.config, source))
+        except OSError as exc:
+            return Probe(False, error=str(exc))
+        with sock:
+            sock.settimeout(PROBE_TIMEOUT_S)
+            try:
+                sock.connect((ip, authority.port))
+            except OSError as exc:
+                return Probe(False, error=exc.strerror or str(exc))
+            if not http:
+                return Probe(True)
+            try:
+                sock.sendall(f"GET / HTTP/1.1\r\nHost: {authority.fqdn}\r\nUser-Agent: tether-diagnose\r\n"
+                             "Connection: close\r\n\r\n".encode())
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 16384:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+            except OSError as exc:
+                return Probe(True, error=exc.strerror or str(exc))
+        text = head.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+        lines = text.split("\r\n")
+        parts = lines[0].split()
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            return Probe(True, error=f"no HTTP answer ({lines[0][:60]!r})" if text else "closed without an answer")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        return Probe(True, int(parts[1]), headers.get("l5d-proxy-error"), head=lines[0])
+
+    def _opaque(self, target: Mapping[str, Any], svc: Mapping[str, Any], port: int, target_port: int,
+                profile: dict | None) -> bool:
+        if profile is not None and profile.get("opaque_protocol"):
+            return True
+        svc_ports, _ = parse_port_set((svc["metadata"].get("annotations") or {}).get(injection.OPAQUE_PORTS, ""))
+        text = proxies.proxy_env(target, "LINKERD2_PROXY_INBOUND_PORTS_DISABLE_PROTOCOL_DETECTION")
+        pod_ports = parse_port_set(text)[0] if text is not None else DEFAULT_OPAQUE_PORTS
+        return port in svc_ports or target_port in pod_ports
+
+    def _proxy_and_application(self, source: Mapping[str, Any], target: Mapping[str, Any], service: dict,
+                               svc_port: dict, authority: Authority, profile: dict | None) -> None:
+        ref = facts.ref(target)
+        target_port = facts.target_port(svc_port, target) or authority.port
+        opaque = self._opaque(target, service, authority.port, target_port, profile)
+        banner = self._speaks_first(target, target_port)
+        if banner is not None and not opaque:
+            self._note(f"app {ref}:{target_port}", f"sends {banner[:40]!r} before the client says anything")
+            raise Failure(
+                f"the app on {ref}:{target_port} speaks first, but the port is not opaque: the client's proxy "
+                "waits for the client's first bytes to detect the protocol (10 s detect timeout) before it "
+                "connects",
+                f"mark the port opaque: {injection.OPAQUE_PORTS}: \"{target_port}\" on the pods and "
+                f"\"{authority.port}\" on the Service")
+        probe = self._probe(source, service, authority, http=not opaque)
+        self._note(f"call from {facts.ref(source)} to {authority.fqdn}",
+                   probe.head or ("connected" if probe.connected and not probe.error else probe.error or "connected"))
+        source_id = proxies.identity_of(source) or ""
+        errors = [(n, labels, v) for n in ("outbound_tcp_errors_total", "outbound_http_errors_total")
+                  for labels, v in self._samples(source, n, fresh=True) if v > 0]
+        for name, labels, value in errors:
+            self._metric_note(source, name, labels, value)
+        tls_opens = [(labels, v) for labels, v in self._samples(target, "tcp_open_total", fresh=True,
+                                                                direction="inbound", peer="src",
+                                                                target_port=str(target_port))
+                     if labels.get("client_id") == source_id]
+        for labels, value in tls_opens:
+            self._metric_note(target, "tcp_open_total", labels, value)
+        refused = self._app_listens(target, target_port)
+        if refused is not None:
+            self._note(f"app {ref}:{target_port}", f"connect from inside the pod: {refused}")
+        if probe.proxy_error is not None:
+            if refused is not None:
+                self._layer("application")
+                raise Failure(f"the app in {ref} refuses connections on port {target_port} ({refused}); the "
+                              f"target's proxy answered {probe.status} ({probe.proxy_error})",
+                              f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
+            raise Failure(f"the proxies failed the call: {probe.status} l5d-proxy-error: {probe.proxy_error}",
+                          f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
+        if not probe.connected or probe.error:
+            if refused is not None:
+                self._layer("application")
+                raise Failure(f"the app in {ref} refuses connections on port {target_port} ({refused})",
+                              f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
+            raise Failure(f"the call failed: {probe.error or 'not connected'}",
+                          f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
+        if not any(labels.get("tls") == "true" for labels, _ in tls_opens):
+            raise Failure(f"the connection from {source_id} to {ref} is not mTLS", "run `tether check --proxy`")
+        if refused is not None or (probe.status is not None and probe.status >= 500):
+            self._layer("application")
+            raise Failure(f"the app in {ref} answered {probe.status}" if refused is None else
+                          f"the app in {ref} refuses connections on port {target_port} ({refused})",
+                          f"see the app's log: `tether logs {ref.name} -n {ref.namespace}`")
+
+    # -- the walk ------------------------------------------------------------------------------
+
+    def _layer(self, name: str) -> None:
+        self._current = name
+
+    def _pass(self) -> None:
+        assert self.result is not None
+        self.result.passed.append(self._current)
+
+    def run(self, target: str, namespace: str, to: str | None) -> Diagnosis:
+        self.result = Diagnosis(target=target, to=to)
+        try:
+            sources = self._pods_of(target, namespace)
+            authority = parse_authority(to, self.config.cluster_domain) if to else None
+        except StoreError as exc:
+            raise DiagnoseError(str(exc)) from None
+        source = sources[0]
+        if not facts.running(source):
+            raise DiagnoseError(f"pod {facts.ref(source)} is not running "
+                                f"({(source.get('status') or {}).get('phase', 'no status')})")
+        self._current = "injection"
+        try:
+            self._walk(source, authority)
+        except Failure as failure:
+            self.result.layer = self._current
+            self.result.reason = failure.reason
+            self.result.next = failure.next_step
+            return self.result
+        self.result.ok = True
+        self.result.layer = None
+        return self.result
+
+    def _walk(self, source: dict[str, Any], authority: Authority | None) -> None:
+        result = self.result
+        assert result is not None
+        service = svc_port = profile = None
+        targets: list[dict[str, Any]] = []
+        if authority is not None:
+            service = self._service(authority)
+            targets = self._endpoint_pods(service) if service else []
+        target = next((t for t in targets if facts.ready(t)), targets[0] if targets else None)
+
+        self._layer("injection")
+        self._injection(source, "source")
+        if target is not None:
+            self._injection(target, "target")
+        self._pass()
+
+        self._layer("redirection")
+        target_port = None
+        if service is not None and target is not None:
+            sp = self._service_port(service, authority.port) if authority else None
+            target_port = facts.target_port(sp, target) if sp else None
+        self._redirection(source, "source", authority.port if authority else None, inbound=False)
+        if target is not None:
+            self._redirection(target, "target", target_port, inbound=True)
+        self._pass()
+
+        self._layer("identity")
+        self._identity(source, "source")
+        if target is not None:
+            self._identity(target, "target")
+        self._pass()
+
+        if authority is None:
+            self._layer("proxy")
+            ip = proxies.pod_ip(source)
+            try:
+                ready = proxies.admin_get(ip, "/ready") if ip else None
+            except proxies.ProxyUnreachable as exc:
+                raise Failure(f"the proxy of {facts.ref(source)} does not answer: {exc}",
+                              "see `tether logs POD -c proxy`") from None
+            self._note(f"proxy admin {facts.ref(source)}", f"/ready {ready.status if ready else 'no pod IP'}")
+            if ready is None or ready.status != 200:
+                raise Failure(f"the proxy of {facts.ref(source)} is not ready", "see `tether logs POD -c proxy`")
+            self._pass()
+            result.reason = f"{result.target} is meshed, its traffic is redirected and its proxy holds a valid " \
+                            "certificate; name a service with --to to diagnose a call"
+            result.next = "tether diagnose " + result.target + " --to SVC.NS:PORT"
+            return
+
+        self._layer("discovery")
+        service, svc_port, profile = self._discovery(authority, source["metadata"]["namespace"])
+        # Endpoints exist now: pick the one the destination knows (ready) for the remaining layers.
+        targets = self._endpoint_pods(service)
+        target = next((t for t in targets if facts.ready(t)), None)
+        if target is None:
+            raise Failure(f"{authority.fqdn} has no ready pods", f"tether get pods -n {authority.namespace}")
+        self._pass()
+
+        self._layer("policy")
+        port = facts.target_port(svc_port, target) or authority.port
+        self._policy(target, port, source)
+        self._pass()
+
+        self._layer("proxy")
+        self._proxy_and_application(source, target, service, svc_port, authority, profile)
+        self._pass()
+        self._layer("application")
+        self._pass()
+        result.reason = (f"{result.target} reaches {authority.fqdn}: both sides are meshed, the connection between "
+                         "their proxies is mTLS and the call succeeds")
+        result.next = "nothing to do"

@@ -1,0 +1,194 @@
+"""``tether diagnose`` on a running local platform: one real fault per layer, each named at its layer.
+
+One platform for the module; every workload is deployed at once by a module fixture.  The faults are
+real: an annotation that disables injection, a redirect rule deleted from a pod's namespace, an expired
+issuer, a Service with no endpoints, a deny default policy, an app that speaks first on a port that is
+not opaque, an app answering 500 and a Service whose target port nothing listens on.  The healthy call
+is reported ok.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tether.identity import pem, pki
+from up import uplab
+from up.uplab import PYTHON, client, ready, wait_for, web_server
+
+NS = "dg"
+
+BANNER = """
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 2525)); s.listen()
+while True:
+    c, _ = s.accept(); c.sendall(b"220 banner ready\\r\\n"); c.close()
+"""
+
+FAILING = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(500); self.send_header("Content-Length", "4"); self.end_headers(); self.wfile.write(b"boom")
+HTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+
+
+def _script_app(name: str, script: str, port: int, service_port: int, target: int | None = None) -> str:
+    code = script.strip().replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - name: app
+        image: python
+        command: [{PYTHON}, -u, -c, "{code}"]
+        ports: [{{containerPort: {port}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  selector: {{app: {name}}}
+  ports: [{{port: {service_port}, targetPort: {target or port}}}]
+"""
+
+
+MANIFESTS = [
+    f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n",
+    web_server("web", NS, 1),
+    client("client", NS, f"http://web.{NS}.svc.cluster.local/"),
+    client("plain", NS, f"http://web.{NS}.svc.cluster.local/", annotations="linkerd.io/inject: disabled"),
+    web_server("locked", NS, 1, annotations="config.linkerd.io/default-inbound-policy: deny"),
+    _script_app("banner", BANNER, 2525, 2525),
+    _script_app("failing", FAILING, 8080, 80),
+    web_server("refusing", NS, 1).replace("targetPort: http", "targetPort: 9090"),
+    f"apiVersion: v1\nkind: Service\nmetadata: {{name: nobody, namespace: {NS}}}\n"
+    "spec: {selector: {app: nobody}, ports: [{port: 80, targetPort: 8080}]}\n",
+]
+
+
+@pytest.fixture(scope="module")
+def mesh(running: uplab.Platform) -> uplab.Platform:
+    for manifest in MANIFESTS:
+        running.apply(manifest)
+
+    def all_ready() -> bool:
+        pods = running.pods(NS)
+        return len(pods) == 7 and all(ready(p) for p in pods)
+
+    wait_for("every workload of the module ready", all_ready, timeout=120)
+    return running
+
+
+def diagnose(p: uplab.Platform, target: str, to: str | None = None) -> dict:
+    args = ["diagnose", target, "-n", NS, "-o", "json"] + (["--to", to] if to else [])
+    proc = p.tether(*args, ok=None)
+    doc = json.loads(proc.stdout)
+    assert set(doc) == {"target", "to", "ok", "layer", "reason", "evidence", "next"}
+    assert proc.returncode == (0 if doc["ok"] else 1)
+    assert all(set(e) == {"source", "detail"} for e in doc["evidence"])
+    return doc
+
+
+def details(doc: dict) -> str:
+    return "\n".join(f"{e['source']}: {e['detail']}" for e in doc["evidence"])
+
+
+def test_a_healthy_call_is_ok(mesh: uplab.Platform) -> None:
+    doc = diagnose(mesh, "deploy/client", f"web.{NS}:80")
+    assert doc["ok"] is True and doc["layer"] is None, doc
+    evidence = details(doc)
+    assert "HTTP/1.1 200" in evidence
+    assert 'tls="true"' in evidence and "client_id=\"default.dg.serviceaccount" in evidence
+    assert "destination Get web.dg.svc.cluster.local:80" in evidence
+    text = mesh.tether("diagnose", "deploy/client", "-n", NS, "--to", f"web.{NS}.svc.cluster.local:80").stdout
+    assert text.startswith("ok: deploy/client -> web.dg.svc.cluster.local:80")
+
+
+def test_an_unmeshed_client_fails_at_injection(mesh: uplab.Platform) -> None:
+    doc = diagnose(mesh, "deploy/plain", f"web.{NS}:80")
+    assert doc["layer"] == "injection" and doc["ok"] is False
+    assert "not meshed" in doc["reason"] and "injection_disable_annotation_present" in doc["reason"]
+    assert "linkerd.io/inject=disabled" in details(doc)
+    text = mesh.tether("diagnose", "deploy/plain", "-n", NS, ok=False).stdout
+    assert text.startswith("injection: FAILED: deploy/plain")
+
+
+def test_a_deleted_redirect_rule_fails_at_redirection(mesh: uplab.Platform) -> None:
+    (pod,) = [p for p in mesh.pods(NS) if p["metadata"]["name"].startswith("client-")]
+    iptables = ["ip", "netns", "exec", mesh.netns_of(pod), "iptables", "-t", "nat"]
+    nat = subprocess.run([*iptables, "-S"], check=True, capture_output=True, text=True).stdout.splitlines()
+    rule = shlex.split(next(r for r in nat if r.startswith("-A OUTPUT") and "PROXY_INIT_OUTPUT" in r))
+    subprocess.run([*iptables, "-D", *rule[1:]], check=True, capture_output=True)
+    try:
+        doc = diagnose(mesh, "deploy/client", f"web.{NS}:80")
+    finally:
+        subprocess.run([*iptables, "-I", "OUTPUT", "1", *rule[2:]], check=True, capture_output=True)
+    assert doc["layer"] == "redirection", doc
+    assert "OUTPUT does not jump to PROXY_INIT_OUTPUT" in doc["reason"]
+    assert diagnose(mesh, "deploy/client", f"web.{NS}:80")["ok"] is True
+
+
+def test_an_expired_issuer_fails_at_identity(mesh: uplab.Platform) -> None:
+    pki_dir = mesh.home / "pki"
+    saved = {n: (pki_dir / n).read_bytes() for n in ("issuer.crt", "issuer.key")}
+    anchor, key = pem.read_certificates(pki_dir / "ca.crt")[0], pem.read_private_key(pki_dir / "ca.key")
+    cert, issuer_key = pki.create_issuer(anchor, key, control_plane_ns="linkerd", trust_domain="cluster.local",
+                                         valid_for=timedelta(hours=1), now=datetime.now(UTC) - timedelta(hours=2))
+    pem.write_file(pki_dir / "issuer.crt", pem.certificate_pem(cert), private=False)
+    pem.write_file(pki_dir / "issuer.key", pem.private_key_pem(issuer_key), private=True)
+    try:
+        doc = diagnose(mesh, "deploy/client", f"web.{NS}:80")
+    finally:
+        for name, data in saved.items():
+            (pki_dir / name).write_bytes(data)
+    assert doc["layer"] == "identity", doc
+    assert "issuer certificate is outside its validity period" in doc["reason"]
+
+
+def test_a_service_without_endpoints_fails_at_discovery(mesh: uplab.Platform) -> None:
+    doc = diagnose(mesh, "deploy/client", f"nobody.{NS}:80")
+    assert doc["layer"] == "discovery", doc
+    assert "has no ready endpoints" in doc["reason"]
+    assert "matches 0 running pod(s)" in details(doc)
+    wrong_port = diagnose(mesh, "deploy/client", f"web.{NS}:81")
+    assert wrong_port["layer"] == "discovery" and "does not declare port 81" in wrong_port["reason"]
+
+
+@pytest.mark.parametrize("authority, layer, reason, evidence", [
+    # a server with the deny default policy
+    ("locked.dg:80", "policy",
+     "refuses default.dg.serviceaccount.identity.linkerd.cluster.local on port 8080", "default inbound policy deny"),
+    # a server that speaks first on a port that is not opaque
+    ("banner.dg:2525", "proxy", "speaks first", "220 banner ready"),
+    # an app answering 500, and a Service whose target port nothing listens on
+    ("failing.dg:80", "application", "answered 500", "HTTP/1.1 500"),
+    ("refusing.dg:80", "application", "refuses connections on port 9090", "Connection refused"),
+])
+def test_later_layers(mesh: uplab.Platform, authority: str, layer: str, reason: str, evidence: str) -> None:
+    doc = diagnose(mesh, "deploy/client", authority)
+    assert doc["layer"] == layer, doc
+    assert reason in doc["reason"] and evidence in details(doc)
+    if layer == "proxy":
+        assert "config.linkerd.io/opaque-ports" in doc["next"]
+
+
+def test_bad_questions_are_errors_not_diagnoses(mesh: uplab.Platform) -> None:
+    for args, message in [
+        (["deploy/ghost"], 'deployments "ghost" not found'),
+        (["svc/web"], "deploy/NAME or po/NAME"),
+        (["deploy/client", "--to", "web"], "is not SVC.NS:PORT"),
+    ]:
+        proc = mesh.tether("diagnose", *args, "-n", NS, ok=False)
+        assert message in proc.stderr and proc.returncode == 1

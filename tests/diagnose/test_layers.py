@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tether.identity import pem, pki
+from tether.platform.local import config as platform_config
+from tether.platform.local.launcher import ComponentSpec, Launcher
 from up import uplab
 from up.uplab import PYTHON, client, ready, wait_for, web_server
 
@@ -192,3 +194,58 @@ def test_bad_questions_are_errors_not_diagnoses(mesh: uplab.Platform) -> None:
     ]:
         proc = mesh.tether("diagnose", *args, "-n", NS, ok=False)
         assert message in proc.stderr and proc.returncode == 1
+
+
+POLICY = """
+apiVersion: policy.linkerd.io/v1beta3
+kind: Server
+metadata: {name: web-http, namespace: dg}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  port: http
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: MeshTLSAuthentication
+metadata: {name: callers, namespace: dg}
+spec:
+  identities: [IDENTITY]
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: web-callers, namespace: dg}
+spec:
+  targetRef: {group: policy.linkerd.io, kind: Server, name: web-http}
+  requiredAuthenticationRefs:
+  - {group: policy.linkerd.io, kind: MeshTLSAuthentication, name: callers}
+"""
+
+
+def test_with_the_policy_controller_its_answer_decides(mesh: uplab.Platform) -> None:
+    """Last in the module: starts `tether policy serve` beside the platform, as `tether up` will."""
+    config = platform_config.load(mesh.home)
+    assert config is not None
+    launcher = Launcher(config.layout.components, config.layout.logs)
+    pki_dir = mesh.home / "pki"
+    spec = ComponentSpec(
+        name="policy",
+        argv=(uplab.TETHER, "policy", "serve", "--addr", config.address(config.ports.policy),
+              "--admin-addr", config.address(9997), "--store", str(config.layout.store),
+              "--tls-cert", str(pki_dir / "destination.crt"), "--tls-key", str(pki_dir / "destination.key"),
+              "--cluster-networks", str(config.pod_cidr)),
+        admin_url=f"http://{config.address(9997)}")
+    launcher.start(spec)
+    try:
+        (outcome,) = launcher.wait_ready(["policy"], 30)
+        assert outcome.problem is None, outcome.log_tail
+        mesh.apply(POLICY.replace("IDENTITY", "someone-else.dg.serviceaccount.identity.linkerd.cluster.local"))
+        doc = diagnose(mesh, "deploy/client", f"web.{NS}:80")
+        assert doc["layer"] == "policy", doc
+        assert "no authorization of server/web-http" in doc["reason"]
+        assert "admits default.dg.serviceaccount.identity.linkerd.cluster.local" in doc["reason"]
+        assert "authorization authorizationpolicy/web-callers" in details(doc).lower()
+        mesh.apply(POLICY.replace("IDENTITY", "default.dg.serviceaccount.identity.linkerd.cluster.local"))
+        doc = wait_for("the controller to admit the client",
+                       lambda: (d := diagnose(mesh, "deploy/client", f"web.{NS}:80"))["layer"] != "policy" and d)
+        assert doc["ok"] is True, doc
+    finally:
+        launcher.stop("policy")

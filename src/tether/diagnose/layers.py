@@ -35,6 +35,7 @@ from tether.destination.client import (
     update_dict,
 )
 from tether.diagnose import facts, proxies
+from tether.diagnose.authz import allowing
 from tether.diagnose.certs import trust_root_sha256
 from tether.identity import pem, pki
 from tether.naming import control_plane_identity
@@ -43,6 +44,7 @@ from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.launcher import Launcher, tail
 from tether.platform.local.netns import LocalNetError
 from tether.platform.local.probes import socket_in
+from tether.policy.client import PolicyError, inbound_policy
 from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.store import Store, StoreError
 from tether.viz.exposition import Exposition, parse
@@ -380,9 +382,43 @@ class LocalDiagnosis:
                        f"opaque_protocol={profile['opaque_protocol']} service profile={found}")
         return service, svc_port, profile
 
+    async def _ask_policy(self, target: Mapping[str, Any], port: int) -> dict[str, Any]:
+        channel = open_channel(self.config.address(self.config.ports.policy), self._destination_tls())
+        try:
+            meta = target["metadata"]
+            return await inbound_policy(channel, meta["namespace"], meta["name"], port, PROBE_TIMEOUT_S)
+        finally:
+            await channel.close()
+
+    def _controller_policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
+        """The policy controller's answer for the target's port, judged for the source's identity and address."""
+        ref = facts.ref(target)
+        client_id, client_ip = proxies.identity_of(source) or "", proxies.pod_ip(source) or "0.0.0.0"
+        try:
+            server = asyncio.run(self._ask_policy(target, port))
+        except (PolicyError, TimeoutError) as exc:
+            raise Failure(f"the policy controller has no answer for {ref}:{port}: {exc or 'timed out'}",
+                          "`tether status`; `tether logs policy`") from None
+        labels = server.get("labels") or {}
+        self._note(f"policy GetPort {ref}:{port}",
+                   f"server {labels.get('kind', '?')}/{labels.get('name', '?')}, protocol {server.get('protocol')}")
+        for authz in server.get("authorizations", ()):
+            self._note(f"policy GetPort {ref}:{port}", f"authorization {authz['ref']}: {authz['authentication']} "
+                       f"{' '.join(authz.get('identities', []) + authz.get('suffixes', []))} from "
+                       f"{', '.join(authz.get('networks', []))}".replace("  ", " "))
+        allowed = allowing(server, client_id, client_ip)
+        if not allowed:
+            raise Failure(f"no authorization of {labels.get('kind', 'server')}/{labels.get('name', '?')} on "
+                          f"{ref}:{port} admits {client_id or 'an unmeshed client'} from {client_ip}",
+                          "add an AuthorizationPolicy (or ServerAuthorization) naming the client's identity "
+                          "(a MeshTLSAuthentication) for that Server")
+        self._note(f"policy GetPort {ref}:{port}", f"{client_id} is admitted by {', '.join(allowed)}")
+
     def _policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
         ref = facts.ref(target)
         client_id = proxies.identity_of(source) or ""
+        launcher = Launcher(self.config.layout.components, self.config.layout.logs)
+        controller = launcher.running("policy") is not None
         default = proxies.proxy_env(target, "LINKERD2_PROXY_INBOUND_DEFAULT_POLICY") or "all-unauthenticated"
         self._note(f"store: pod {ref}", f"default inbound policy {default}")
         denied = [(labels, value) for name in ("inbound_http_authz_deny_total", "inbound_tcp_authz_deny_total")
@@ -390,11 +426,19 @@ class LocalDiagnosis:
                   if labels.get("client_id", client_id) == client_id and value > 0]
         for labels, value in denied:
             self._metric_note(target, "inbound_authz_deny_total", labels, value)
-        if default == _DENY or denied:
-            raise Failure(f"the target pod {ref} refuses {client_id or 'the client'} on port {port}"
-                          + (f" (default policy {default})" if default == _DENY else ""),
+        if controller:
+            # The controller's answer decides; the counters above may date from an older policy.
+            self._controller_policy(target, port, source)
+            return
+        if default == _DENY:
+            raise Failure(f"the target pod {ref} refuses {client_id or 'the client'} on port {port} "
+                          f"(default policy {default})",
                           "authorize the client: a Server for the port with an AuthorizationPolicy naming its "
                           "identity, or another config.linkerd.io/default-inbound-policy")
+        if denied:
+            raise Failure(f"the target pod {ref}'s proxy has denied {client_id or 'the client'} on port {port}",
+                          "authorize the client: a Server for the port with an AuthorizationPolicy naming its "
+                          "identity")
 
     def _speaks_first(self, target: Mapping[str, Any], port: int) -> bytes | None:
         """What the app at ``port`` sends before it is sent anything (asked from inside its own pod)."""

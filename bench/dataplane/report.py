@@ -24,6 +24,22 @@ def variant_names(res: dict[str, Any]) -> list[str]:
     return list(res.get("variants", {}))
 
 
+def load_of(res: dict[str, Any], variant: str) -> str:
+    return str(res["variants"][variant].get("load", "http1"))
+
+
+def baseline_of(res: dict[str, Any], variant: str) -> str | None:
+    """The proxy-less variant of the same load (direct, direct-h2, direct-grpc), if it ran."""
+    load = load_of(res, variant)
+    for name, v in res.get("variants", {}).items():
+        if not v.get("roles") and v.get("load", "http1") == load:
+            return name
+    return None
+
+
+LOAD_LABELS = {"http1": "HTTP/1.1", "h2": "HTTP/2", "grpc": "gRPC unary"}
+
+
 def max_throughput(res: dict[str, Any], variant: str) -> list[float]:
     return [r["rps"] for r in res.get("throughput", []) if r["variant"] == variant]
 
@@ -137,8 +153,9 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
     high = res.get("high_rate")
     out: list[str] = [f"# Data-plane benchmark, {meta.get('started', '')}", ""]
     out += [
-        "Each variant carries HTTP/1.1 requests from a load generator to the same nginx backend (1 KiB body, "
-        "status 200); the proxied variants pass through a client-side and a server-side proxy with mTLS "
+        "Each variant carries requests from a load generator to the same nginx backend (1 KiB body, status "
+        "200; gRPC: a unary call answered with one 66-byte message and grpc-status 0): HTTP/1.1, HTTP/2 or "
+        "gRPC over h2c as its load says; the proxied variants pass through a client-side and a server-side proxy with mTLS "
         "(TLS 1.3, ECDSA P-256) between them. All variants ran side by side and were measured in turn, "
         "interleaved and in rotated order, so drift of the machine hits all alike. Figures are medians over "
         f"{opts.get('rounds', '?')} round(s); latencies are in microseconds.",
@@ -154,8 +171,11 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
         ["machine", f"{meta.get('cpu_model', '?')}, {meta.get('cpus', '?')} CPUs, Linux {meta.get('kernel', '?')}"],
         ["pinned", meta.get("pinning", "?")],
         ["priority", f"nice {meta.get('nice', 0)} for the proxies, the backend and the load generators"],
-        ["software", f"{versions}; {meta.get('wrk', 'wrk')}; Python {meta.get('python', '?')}"],
-        ["maximum throughput", f"wrk, 1 thread, {opts.get('wrk_connections', '?')} keep-alive connections, "
+        ["software", f"{versions}; {meta.get('wrk', 'wrk')}; {meta.get('h2load') or 'no h2load'}; "
+                     f"Python {meta.get('python', '?')}"],
+        ["maximum throughput", f"HTTP/1.1: wrk, 1 thread, {opts.get('wrk_connections', '?')} keep-alive "
+                               f"connections; HTTP/2 and gRPC: h2load, 1 thread, {opts.get('h2_connections', '?')} "
+                               f"connections × {opts.get('h2_streams', '?')} streams in flight; "
                                f"{opts.get('throughput_seconds', '?')} s per run"],
         ["latency", f"open loop (bench/dataplane/openloop.py): steady schedule, "
                     f"{opts.get('openloop_connections', '?')} keep-alive connections, latency from the scheduled "
@@ -176,22 +196,28 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
     out += ["Variants:", ""] + [f"- **{n}**: {res['variants'][n]['description']}" for n in names] + [""]
 
     # Throughput
-    out += ["## Maximum throughput (closed loop)", ""]
-    direct_rps = median(max_throughput(res, "direct")) if "direct" in names else math.nan
+    out += ["## Maximum throughput (closed loop)", "",
+            "HTTP/1.1: wrk; HTTP/2 and gRPC unary: h2load over h2c (prior knowledge) to the first proxy. "
+            "'/ direct' divides by the proxy-less variant of the same load.", ""]
     rows = []
     for n in names:
         v = max_throughput(res, n)
+        base = baseline_of(res, n)
+        base_rps = median(max_throughput(res, base)) if base else math.nan
         errs = sum(r["errors"] for r in res.get("throughput", []) if r["variant"] == n)
-        rows.append([n, _n(median(v)), f"{_n(min(v, default=math.nan))} – {_n(max(v, default=math.nan))}",
-                     _ratio(median(v), direct_rps), str(errs)])
-    out += _table(["variant", "req/s", "range over rounds", "/ direct", "errors"], rows) + [""]
+        rows.append([n, LOAD_LABELS.get(load_of(res, n), load_of(res, n)), _n(median(v)),
+                     f"{_n(min(v, default=math.nan))} – {_n(max(v, default=math.nan))}",
+                     _ratio(median(v), base_rps), str(errs)])
+    out += _table(["variant", "load", "req/s", "range over rounds", "/ direct", "errors"], rows, "llrrrr") + [""]
 
-    # Latency
-    out += ["## Latency at fixed rates (open loop, µs)", ""]
-    for rate in rates:
+    # Latency (the open-loop generator speaks HTTP/1.1: only those variants have latency rows)
+    timed = [n for n in names if any(r["variant"] == n for r in res.get("latency", []))]
+    if rates and timed:
+        out += ["## Latency at fixed rates (open loop, µs)", ""]
+    for rate in rates if timed else []:
         out += [f"### {_rate(rate, high)}", ""]
         rows = []
-        for n in names:
+        for n in timed:
             med = latency_median(res, n, rate)
             lr = latency_rows(res, n, rate)
             sustained = sum(1 for r in lr if r["summary"]["sustained"])
@@ -199,11 +225,11 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
             lag = median([r["summary"]["gen_lag_us"]["p99"] for r in lr])
             rows.append([n] + [_n(med[p]) for p in PCTS] + [f"{sustained}/{len(lr)}", _n(samples), _n(lag)])
         out += _table(["variant", *PCTS, "sustained", "samples/run", "generator lag p99"], rows) + [""]
-    if "direct" in names:
+    if "direct" in timed:
         out += ["## Added latency over direct (µs)", "",
                 "The variant's median percentile minus direct's at the same rate.", ""]
         rows = []
-        for n in names:
+        for n in timed:
             if n == "direct":
                 continue
             for rate in rates:
@@ -229,8 +255,9 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
                 n,
                 " / ".join(_mb(idle.get(r, 0)) for r in roles),
                 " / ".join(_mb(load.get(r, 0)) for r in roles),
-                f"{cpu_max['total']:.3f} ({' + '.join(f'{cpu_max[r]:.3f}' for r in roles)})",
-                f"{cpu_high['total']:.3f} ({' + '.join(f'{cpu_high[r]:.3f}' for r in roles)})" if cpu_high else "–",
+                f"{_n(cpu_max['total'], 3)} ({' + '.join(_n(cpu_max[r], 3) for r in roles)})",
+                f"{_n(cpu_high['total'], 3)} ({' + '.join(_n(cpu_high[r], 3) for r in roles)})"
+                if cpu_high and not math.isnan(cpu_high["total"]) else "–",
             ])
         out += _table(["variant", "RSS idle MB (client / server)", "RSS under load MB (client / server)",
                        "CPU s / 1k req at max throughput", f"CPU s / 1k req at {_n(high or 0)} req/s"], rows) + [""]
@@ -255,6 +282,7 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
 
     # Checks
     out += profile_section(res)
+    out += callcount_section(res)
     out += ["## Fairness checks", ""]
     any_check = False
     for n in names:
@@ -339,11 +367,52 @@ def targets_section(res: dict[str, Any], metrics: dict[str, dict[str, float]]) -
         row("CPU s / 1k req ≤ Envoy's", t["cpu_per_1k_max"], e["cpu_per_1k_max"],
             t["cpu_per_1k_max"] <= e["cpu_per_1k_max"])
     row("RSS per proxy under load ≤ 40 MB", t["rss_load_max"] / MB, 40.0, t["rss_load_max"] <= 40 * MB)
+    for tv, ev in (("tether-h2", "envoy-h2"), ("tether-grpc", "envoy-grpc")):
+        if tv in metrics and ev in metrics:
+            row(f"{tv} max throughput ≥ {ev}'s", metrics[tv]["max_rps"], metrics[ev]["max_rps"],
+                metrics[tv]["max_rps"] >= metrics[ev]["max_rps"])
+    calls = res.get("callcounts") or {}
+    if "tether-http" in calls:
+        worst = max(per_request(c) for c in calls["tether-http"]["roles"].values())
+        row("tether-http Python calls per request per proxy ≤ 60", worst, 60.0, worst <= 60)
     if "tether-tcp" in metrics and "haproxy-tcp" in metrics:
         tt, ht = metrics["tether-tcp"], metrics["haproxy-tcp"]
         row("stretch: tether-tcp max throughput ≥ haproxy-tcp's", tt["max_rps"], ht["max_rps"],
             tt["max_rps"] >= ht["max_rps"])
     return ["### Targets (issue 8)", ""] + _table(["target", "tether", "bar", ""], rows)
+
+
+def per_request(counted: dict[str, Any]) -> float:
+    """Python function calls per request from one proxy's call count."""
+    return counted["python_calls"] / counted["requests"] if counted.get("requests") else math.nan
+
+
+def callcount_section(res: dict[str, Any], top: int = 12) -> list[str]:
+    """Python calls per request in each Tether proxy (bench/dataplane/callcount.py), with the functions called most."""
+    counts = res.get("callcounts") or {}
+    if not counts:
+        return []
+    out = ["## Python calls per request (cProfile counts, after the measurements)", "",
+           "Each Tether proxy counted the calls made on its event loop's thread while h2load sent a fixed number "
+           "of requests through the variant (4 connections; HTTP/2 and gRPC with as many streams in flight as "
+           "in the throughput runs). Python = calls of Python functions; builtin = calls of functions written "
+           "in C (methods of bytes, dict, the ssl and socket objects, the event loop's C methods...). The "
+           "counts include each connection's accept and close, spread over its requests.", ""]
+    rows = []
+    for name, c in counts.items():
+        for role, r in c["roles"].items():
+            rows.append([name, role, _n(c["requests"]), _n(per_request(r), 1),
+                         _n(r["builtin_calls"] / r["requests"] if r.get("requests") else math.nan, 1)])
+    out += _table(["variant", "proxy", "requests", "Python calls / request", "builtin calls / request"], rows,
+                  "llrrr") + [""]
+    for name, c in counts.items():
+        for role, r in c["roles"].items():
+            if not r.get("requests"):
+                continue
+            out += [f"Python functions called most, {name} {role} proxy (calls per request):", ""]
+            out += _table(["function", "calls / request"],
+                          [[f"`{f}`", _n(n / r["requests"], 2)] for f, n in r["top"][:top]]) + [""]
+    return out
 
 
 def profile_section(res: dict[str, Any]) -> list[str]:

@@ -25,7 +25,9 @@ if str(REPO) not in sys.path:
 
 from bench.dataplane import openloop, report, runner  # noqa: E402
 from bench.dataplane.backend import nginx_binary, start_backend  # noqa: E402
-from bench.dataplane.closedloop import parse_wrk, wrk_binary  # noqa: E402
+from bench.dataplane import callcount  # noqa: E402
+from bench.dataplane.backend import GRPC_RESPONSE, GRPC_RESPONSE_MESSAGE, grpc_frame  # noqa: E402
+from bench.dataplane.closedloop import H2Load, h2load_argv, h2load_binary, parse_h2load, parse_wrk, wrk_binary  # noqa: E402
 from bench.dataplane.pki import issue_mesh_certs  # noqa: E402
 from bench.dataplane.procs import Pinning, Supervisor  # noqa: E402
 from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, rss_bytes  # noqa: E402
@@ -35,6 +37,7 @@ from bench.dataplane.variants.haproxy import haproxy_configs  # noqa: E402
 
 needs_nginx = pytest.mark.skipif(nginx_binary() is None, reason="nginx not installed (dev/setup.sh)")
 needs_wrk = pytest.mark.skipif(wrk_binary() is None, reason="wrk not installed (dev/bench-setup.sh)")
+needs_h2load = pytest.mark.skipif(h2load_binary() is None, reason="h2load not installed (nghttp2-client, dev/setup.sh)")
 
 
 # -- the open-loop generator's pure pieces ---------------------------------------------------
@@ -99,6 +102,53 @@ Requests/sec:  32088.72
     r = parse_wrk(out)
     assert (r.requests, r.seconds, r.errors) == (97555, 3.04, 7)
     assert r.rps == pytest.approx(97555 / 3.04)
+
+
+def test_parse_h2load_counts_only_2xx_as_done() -> None:
+    out = """finished in 2.00s, 4000.00 req/s, 277.60KB/s
+requests: 8011 total, 8024 started, 8011 done, 8000 succeeded, 11 failed, 11 errored, 0 timeout
+status codes: 7990 2xx, 0 3xx, 10 4xx, 0 5xx
+traffic: 555.20KB (568528) total, 375.00KB (384000) headers (space savings 51.02%), 39.06KB (40000) data
+"""
+    r = parse_h2load(out)
+    assert (r.requests, r.seconds, r.errors, r.data_bytes) == (7990, 2.0, 32, 40000)
+    with pytest.raises(ValueError):
+        parse_h2load("h2load: could not connect")
+
+
+def test_h2load_argv_for_grpc_and_http1(tmp_path: Path) -> None:
+    grpc_load = H2Load("/bench.Echo/Ping", tmp_path / "req.bin", ("content-type: application/grpc", "te: trailers"))
+    argv = h2load_argv(Path("/usr/bin/h2load"), "127.0.0.1", 8080, grpc_load, 8, 4, duration=5)
+    assert argv[-1] == "http://127.0.0.1:8080/bench.Echo/Ping"
+    assert "-c8" in argv and "-m4" in argv and "-D5" in argv
+    assert argv[argv.index("-d") + 1] == str(tmp_path / "req.bin")
+    assert argv.count("-H") == 2
+    h1 = h2load_argv(Path("h2load"), "h", 1, H2Load(), 4, 4, requests=100, h1=True)
+    assert "--h1" in h1 and "-m1" in h1 and "-n100" in h1
+
+
+def test_grpc_frame_is_length_prefixed() -> None:
+    assert grpc_frame(b"abc") == b"\x00\x00\x00\x00\x03abc"
+    assert GRPC_RESPONSE[5:] == GRPC_RESPONSE_MESSAGE and GRPC_RESPONSE_MESSAGE[0] == 0x0A  # field 1, a string
+
+
+def test_callcount_summary_splits_python_and_builtin_calls() -> None:
+    import cProfile
+
+    def leaf() -> int:
+        return len("abc")
+
+    def work() -> None:
+        for _ in range(10):
+            leaf()
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    work()
+    profiler.disable()
+    s = callcount.summarize(profiler.getstats())
+    assert s["python_calls"] >= 11 and s["builtin_calls"] >= 10
+    assert s["top"][0][1] == 10 and "leaf" in s["top"][0][0]
 
 
 def test_proc_readings() -> None:
@@ -171,11 +221,34 @@ def test_haproxy_configs_are_fair(tmp_path: Path) -> None:
     assert "mode tcp" in tcp_client and "http-reuse" not in tcp_client
 
 
+def test_envoy_h2_configs_speak_http2_on_every_hop(tmp_path: Path) -> None:
+    client, server = envoy_configs(_ctx(tmp_path), 1001, 1002, (1003, 1004), h2=True)
+    for cfg in (client, server):
+        hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        assert hcm["codec_type"] == "HTTP2"
+        opts = cfg["static_resources"]["clusters"][0]["typed_extension_protocol_options"]
+        assert "http2_protocol_options" in json.dumps(opts)
+    text = json.dumps([client, server])
+    assert text.count('"alpn_protocols": ["h2"]') == 2
+
+
+def test_haproxy_h2_configs_speak_http2_on_every_hop(tmp_path: Path) -> None:
+    client, server = haproxy_configs(_ctx(tmp_path), "http", 1001, 1002, h2=True)
+    assert "bind 127.0.0.1:1001 proto h2" in client and "alpn h2" in client
+    assert "alpn h2" in server and server.rstrip().endswith("proto h2 pool-purge-delay 1h")
+    with pytest.raises(AssertionError):
+        haproxy_configs(_ctx(tmp_path), "tcp", 1001, 1002, h2=True)
+
+
 def test_variants_are_registered_with_names_and_descriptions() -> None:
     assert {"direct", "envoy", "haproxy", "haproxy-tcp"} <= set(VARIANTS)
+    for load in ("h2", "grpc"):
+        assert {f"direct-{load}", f"envoy-{load}", f"haproxy-{load}", f"tether-{load}"} <= set(VARIANTS)
     for name, cls in VARIANTS.items():
         assert cls.name == name and cls.description
         assert all(other in VARIANTS for other in cls.compare_to)
+        # ratios compare like with like
+        assert all(VARIANTS[other].load == cls.load for other in cls.compare_to)
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -209,10 +282,21 @@ def _fake_results() -> dict:
             "throughput": thr, "latency": latency, "rates": [100.0, 5000.0], "high_rate": 5000.0}
 
 
+def test_report_shows_call_counts_per_request() -> None:
+    res = _fake_results()
+    counted = {"python_calls": 290_000, "builtin_calls": 500_000, "requests": 1000,
+               "top": [["Codec.feed (tether/proxy/x.py:1)", 4000]]}
+    res["callcounts"] = {"tether-http": {"requests": 1000, "errors": 0,
+                                         "roles": {"client": counted, "server": counted}}}
+    text = report.render(res)
+    assert "| tether-http | client | 1,000 | 290.0 | 500.0 |" in text
+    assert "| `Codec.feed (tether/proxy/x.py:1)` | 4.00 |" in text
+
+
 def test_report_renders_absolute_added_and_ratio_figures() -> None:
     res = _fake_results()
     text = report.render(res, ["latency.png"])
-    assert "## Maximum throughput" in text and "| envoy | 7,000 |" in text
+    assert "## Maximum throughput" in text and "| envoy | HTTP/1.1 | 7,000 |" in text
     assert "## Added latency over direct" in text and "+400" in text  # envoy p50 500 - direct 100
     assert "| envoy / haproxy | 0.47 |" in text
     assert "✅ **envoy**: TLS 1.3" in text and "![latency.png](latency.png)" in text
@@ -227,7 +311,8 @@ def test_report_renders_absolute_added_and_ratio_figures() -> None:
 @needs_nginx
 def test_openloop_against_nginx_and_everything_stops(tmp_path: Path) -> None:
     with Supervisor() as sup:
-        proc, (host, port) = start_backend(sup, Pinning(None, None), nice=0)
+        proc, backend = start_backend(sup, Pinning(None, None), nice=0)
+        host, port = backend.http1
         s = openloop.run(host, port, rate=200, duration=0.3, connections=4)
         workdirs = list(sup.tmpdirs)
     assert s.scheduled == 60 and s.completed == 60 and s.errors == 0 and s.sustained
@@ -249,6 +334,30 @@ def test_tiny_run_of_the_direct_variant() -> None:
     assert all(r["summary"]["completed"] == r["summary"]["scheduled"] for r in res["latency"])
     assert res["generator_check"]["target_rate"] == 600
     assert "| direct |" in report.render(res)
+
+
+@needs_nginx
+@needs_h2load
+def test_tiny_run_of_the_http2_and_grpc_baselines() -> None:
+    """h2load through nginx's h2c port; a grpcio client checked the gRPC path before the run (check_grpc)."""
+    opts = runner.Options(variants=["direct-h2", "direct-grpc"], rounds=1, throughput_seconds=1, warmup_seconds=1,
+                          nice=0, pin=False, log=lambda line: None)
+    res = runner.run(opts)
+    rows = {r["variant"]: r for r in res["throughput"]}
+    assert set(rows) == {"direct-h2", "direct-grpc"}
+    assert all(r["rps"] > 100 and r["errors"] == 0 for r in rows.values())
+    assert res["latency"] == [] and res["high_rate"] is None  # the open-loop generator speaks HTTP/1.1 only
+    text = report.render(res)
+    assert "| direct-grpc | gRPC unary |" in text and "## Latency" not in text
+
+
+@needs_nginx
+def test_grpc_check_fails_on_a_path_that_is_not_grpc() -> None:
+    with Supervisor() as sup:
+        _, backend = start_backend(sup, Pinning(None, None), nice=0)
+        runner.check_grpc("direct-grpc", backend.h2c)  # the backend's answer, through a real gRPC client
+        with pytest.raises(runner.StartError, match="gRPC call"):
+            runner.check_grpc("http1-port", backend.http1)
 
 
 def test_profile_summary_leaves_idle_out_and_names_areas() -> None:

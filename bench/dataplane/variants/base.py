@@ -20,7 +20,7 @@ class Context:
     """What a variant gets to build its plan: its own directory, the backend, certificates, ports."""
 
     workdir: Path  # the variant's own temp dir (configs, logs); removed after the run
-    backend: tuple[str, int]  # the nginx every variant ends at
+    backend: tuple[str, int]  # the nginx every variant ends at (its HTTP/2 port for the h2 and grpc loads)
     certs: MeshCerts
 
     def port(self) -> int:
@@ -60,6 +60,9 @@ class Variant:
     description: ClassVar[str]
     # Which other variants this one is compared with, as ratio columns (this / other).
     compare_to: ClassVar[tuple[str, ...]] = ()
+    # What the load generator sends (``LOADS``): HTTP/1.1 (wrk, and the open-loop latency runs), HTTP/2 GETs
+    # or gRPC unary calls over h2c (h2load; maximum throughput only). The backend port follows the load.
+    load: ClassVar[str] = "http1"
 
     def __init__(self) -> None:
         self.plan_: Plan | None = None
@@ -104,6 +107,7 @@ class Variant:
         return self.plan_.entry
 
 
+LOADS = ("http1", "h2", "grpc")
 REUSE_MIN_REQUESTS_PER_CONNECTION = 50
 
 

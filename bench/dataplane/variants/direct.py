@@ -22,3 +22,15 @@ class Direct(Variant):
 
     def plan(self, ctx: Context) -> Plan:
         return Plan(proxies=[], entry=ctx.backend)
+
+
+class DirectH2(Direct):
+    name = "direct-h2"
+    description = "h2load -> nginx over h2c (HTTP/2, no proxy): the HTTP/2 baseline"
+    load = "h2"
+
+
+class DirectGrpc(Direct):
+    name = "direct-grpc"
+    description = "h2load (gRPC unary calls) -> nginx over h2c (no proxy): the gRPC baseline"
+    load = "grpc"

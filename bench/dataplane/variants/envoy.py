@@ -10,6 +10,11 @@ Configured as a sidecar would be for a fair race: one worker
 thresholds raised out of the way, no request ids, no access logs, no tracing,
 no ``x-envoy-*`` headers, TLS 1.3 only with ECDSA P-256 certificates and the
 peer's identity checked on both sides (SAN).
+
+envoy-h2 and envoy-grpc: the same, with HTTP/2 on every hop, as a mesh
+carries gRPC: h2c from the load, HTTP/2 over the mTLS hop (ALPN ``h2``) and
+h2c to nginx; Envoy's HTTP/2 defaults otherwise (one connection per upstream
+host, streams multiplexed on it).
 """
 
 from __future__ import annotations
@@ -44,11 +49,11 @@ def _addr(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 
 
-def _listener(name: str, port: int, cluster: str, tls: dict[str, Any] | None) -> dict[str, Any]:
+def _listener(name: str, port: int, cluster: str, tls: dict[str, Any] | None, h2: bool) -> dict[str, Any]:
     hcm = {
         "@type": _HCM,
         "stat_prefix": name,
-        "codec_type": "HTTP1",
+        "codec_type": "HTTP2" if h2 else "HTTP1",
         "generate_request_id": False,
         "common_http_protocol_options": {"idle_timeout": "3600s"},
         "route_config": {
@@ -67,7 +72,7 @@ def _listener(name: str, port: int, cluster: str, tls: dict[str, Any] | None) ->
     return {"name": name, "address": _addr(LOOPBACK, port), "filter_chains": [chain]}
 
 
-def _cluster(name: str, host: str, port: int, tls: dict[str, Any] | None) -> dict[str, Any]:
+def _cluster(name: str, host: str, port: int, tls: dict[str, Any] | None, h2: bool) -> dict[str, Any]:
     limits = {"max_connections": _BIG, "max_pending_requests": _BIG, "max_requests": _BIG, "max_retries": _BIG}
     cluster: dict[str, Any] = {
         "name": name,
@@ -78,7 +83,7 @@ def _cluster(name: str, host: str, port: int, tls: dict[str, Any] | None) -> dic
         "circuit_breakers": {"thresholds": [dict(limits, priority="DEFAULT"), dict(limits, priority="HIGH")]},
         "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
             "@type": _HTTP_OPTS,
-            "explicit_http_config": {"http_protocol_options": {}},
+            "explicit_http_config": {"http2_protocol_options": {}} if h2 else {"http_protocol_options": {}},
             "common_http_protocol_options": {"idle_timeout": "3600s"},
         }},
     }
@@ -96,8 +101,9 @@ def _tls_common(chain: Path, key: Path, anchor: Path, peer: str) -> dict[str, An
     }
 
 
-def envoy_configs(ctx: Context, client_port: int, server_port: int, admin: tuple[int, int]) -> tuple[dict, dict]:
-    """The client-side and server-side bootstrap configs (pure: tested without Envoy)."""
+def envoy_configs(ctx: Context, client_port: int, server_port: int, admin: tuple[int, int],
+                  h2: bool = False) -> tuple[dict, dict]:
+    """The client-side and server-side bootstrap configs (pure: tested without Envoy); ``h2``: HTTP/2 throughout."""
     certs = ctx.certs
     upstream_tls = {"@type": _UP_TLS, "sni": certs.server.name,
                     "common_tls_context": _tls_common(certs.client.chain, certs.client.key, certs.anchor,
@@ -105,18 +111,21 @@ def envoy_configs(ctx: Context, client_port: int, server_port: int, admin: tuple
     downstream_tls = {"@type": _DOWN_TLS, "require_client_certificate": True,
                       "common_tls_context": _tls_common(certs.server.chain, certs.server.key, certs.anchor,
                                                         certs.client.name)}
+    if h2:
+        upstream_tls["common_tls_context"]["alpn_protocols"] = ["h2"]
+        downstream_tls["common_tls_context"]["alpn_protocols"] = ["h2"]
     client = {
         "admin": {"address": _addr(LOOPBACK, admin[0])},
         "static_resources": {
-            "listeners": [_listener("outbound", client_port, "peer", None)],
-            "clusters": [_cluster("peer", LOOPBACK, server_port, upstream_tls)],
+            "listeners": [_listener("outbound", client_port, "peer", None, h2)],
+            "clusters": [_cluster("peer", LOOPBACK, server_port, upstream_tls, h2)],
         },
     }
     server = {
         "admin": {"address": _addr(LOOPBACK, admin[1])},
         "static_resources": {
-            "listeners": [_listener("inbound", server_port, "app", downstream_tls)],
-            "clusters": [_cluster("app", *ctx.backend, None)],
+            "listeners": [_listener("inbound", server_port, "app", downstream_tls, h2)],
+            "clusters": [_cluster("app", *ctx.backend, None, h2)],
         },
     }
     return client, server
@@ -146,7 +155,7 @@ class Envoy(Variant):
         assert binary is not None
         client_port, server_port = ctx.port(), ctx.port()
         admin = (ctx.port(), ctx.port())
-        client, server = envoy_configs(ctx, client_port, server_port, admin)
+        client, server = envoy_configs(ctx, client_port, server_port, admin, h2=self.load != "http1")
 
         def spec(role: str, config: dict[str, Any], port: int) -> ProxySpec:
             argv = [str(binary), "-c", str(ctx.workdir / f"{role}.yaml"), "--concurrency", "1",
@@ -178,7 +187,14 @@ class Envoy(Variant):
         rq = cs.get("cluster.peer.upstream_rq_total", 0)
         app_cx = ss.get("cluster.app.upstream_cx_total", 0)
         app_rq = ss.get("cluster.app.upstream_rq_total", 0)
-        checks = [
+        checks = []
+        if self.load != "http1":
+            h2_peer, h2_app = cs.get("cluster.peer.upstream_cx_http2_total", 0), ss.get(
+                "cluster.app.upstream_cx_http2_total", 0)
+            checks.append(Check("Envoy spoke HTTP/2 to its peer and to nginx", h2_peer > 0 and h2_app > 0,
+                                f"cluster.peer.upstream_cx_http2_total={h2_peer}, "
+                                f"cluster.app.upstream_cx_http2_total={h2_app}"))
+        checks += [
             Check("Envoy negotiated TLS 1.3 (client side ssl.versions)", up13 > 0 and up12 == 0,
                   f"cluster.peer.ssl.versions.TLSv1.3={up13}, TLSv1.2={up12}"),
             Check("Envoy negotiated TLS 1.3 (server side ssl.versions)", down13 > 0 and down12 == 0,
@@ -201,3 +217,17 @@ def admin_stats(port: int) -> dict[str, int]:
         if sep and value.strip().lstrip("-").isdigit():
             stats[name] = int(value)
     return stats
+
+
+class EnvoyH2(Envoy):
+    name = "envoy-h2"
+    description = "h2load -> Envoy -> mTLS (TLS 1.3, ALPN h2) -> Envoy -> nginx; HTTP/2 on every hop, one worker each"
+    compare_to = ("haproxy-h2",)
+    load = "h2"
+
+
+class EnvoyGrpc(Envoy):
+    name = "envoy-grpc"
+    description = "h2load (gRPC unary) -> Envoy -> mTLS (TLS 1.3, ALPN h2) -> Envoy -> nginx; HTTP/2 on every hop"
+    compare_to = ("haproxy-grpc",)
+    load = "grpc"

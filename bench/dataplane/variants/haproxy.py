@@ -10,6 +10,10 @@ side: the client certificate's chain, and its CN once per connection).
 haproxy-tcp: TCP mode on both sides, the same TLS in between; every client
 connection gets its own TLS connection and backend connection. The stretch
 reference for tether-tcp.
+
+haproxy-h2 and haproxy-grpc: HTTP mode with HTTP/2 on every hop: h2c from
+the load (``proto h2`` on the client side's bind), HTTP/2 over the mTLS hop
+(ALPN ``h2`` on both ends) and h2c to nginx (``proto h2`` on the server line).
 """
 
 from __future__ import annotations
@@ -53,10 +57,15 @@ defaults
 """
 
 
-def haproxy_configs(ctx: Context, mode: str, client_port: int, server_port: int) -> tuple[str, str]:
-    """The client-side and server-side configs for ``mode`` "http" or "tcp" (pure: tested without HAProxy)."""
+def haproxy_configs(ctx: Context, mode: str, client_port: int, server_port: int,
+                    h2: bool = False) -> tuple[str, str]:
+    """The client-side and server-side configs for ``mode`` "http" or "tcp" (pure: tested without HAProxy);
+    ``h2``: HTTP/2 on every hop (HTTP mode only)."""
     certs = ctx.certs
     http = mode == "http"
+    assert http or not h2, "HTTP/2 needs HTTP mode"
+    h2c = " proto h2" if h2 else ""
+    alpn = " alpn h2" if h2 else ""
     mode_lines = "    mode http\n    option http-keep-alive\n" if http else "    mode tcp\n"
     reuse = "    http-reuse always\n" if http else ""
     # Idle server connections live as long as Envoy's (idle_timeout 1 h). With HAProxy's default
@@ -68,12 +77,12 @@ def haproxy_configs(ctx: Context, mode: str, client_port: int, server_port: int)
         + mode_lines
         + f"""
 frontend outbound
-    bind {LOOPBACK}:{client_port}
+    bind {LOOPBACK}:{client_port}{h2c}
     default_backend peer
 
 backend peer
 {reuse}    server peer {LOOPBACK}:{server_port} ssl crt {certs.client.bundle} ca-file {certs.anchor} verify required \
-verifyhost {certs.server.name} sni str({certs.server.name}) ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3{keep}
+verifyhost {certs.server.name} sni str({certs.server.name}) ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3{alpn}{keep}
 """
     )
     backend_host, backend_port = ctx.backend
@@ -83,12 +92,12 @@ verifyhost {certs.server.name} sni str({certs.server.name}) ssl-min-ver TLSv1.3 
         + f"""
 frontend inbound
     bind {LOOPBACK}:{server_port} ssl crt {certs.server.bundle} ca-file {certs.anchor} verify required \
-ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3
+ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3{alpn}
     tcp-request session reject unless {{ ssl_c_s_dn(CN) -m str {certs.client.name} }}
     default_backend app
 
 backend app
-{reuse}    server app {backend_host}:{backend_port}{keep}
+{reuse}    server app {backend_host}:{backend_port}{h2c}{keep}
 """
     )
     return client, server
@@ -113,7 +122,7 @@ class _HAProxy(Variant):
         binary = haproxy_binary()
         assert binary is not None
         client_port, server_port = ctx.port(), ctx.port()
-        client, server = haproxy_configs(ctx, self.mode, client_port, server_port)
+        client, server = haproxy_configs(ctx, self.mode, client_port, server_port, h2=self.load != "http1")
 
         def spec(role: str, config: str, port: int) -> ProxySpec:
             return ProxySpec(role, [str(binary), "-db", "-f", str(ctx.workdir / f"{role}.cfg")], (LOOPBACK, port),
@@ -186,3 +195,19 @@ class HAProxyTCP(_HAProxy):
     name = "haproxy-tcp"
     description = "load -> HAProxy -> mTLS (TLS 1.3, P-256) -> HAProxy -> nginx; TCP mode, one thread each"
     mode = "tcp"
+
+
+class HAProxyH2(_HAProxy):
+    name = "haproxy-h2"
+    description = ("h2load -> HAProxy -> mTLS (TLS 1.3, ALPN h2) -> HAProxy -> nginx; HTTP mode, HTTP/2 on every "
+                   "hop, one thread each")
+    mode = "http"
+    load = "h2"
+
+
+class HAProxyGrpc(_HAProxy):
+    name = "haproxy-grpc"
+    description = ("h2load (gRPC unary) -> HAProxy -> mTLS (TLS 1.3, ALPN h2) -> HAProxy -> nginx; HTTP mode, "
+                   "HTTP/2 on every hop")
+    mode = "http"
+    load = "grpc"

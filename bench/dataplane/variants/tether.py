@@ -44,6 +44,7 @@ from __future__ import annotations
 import http.client
 import importlib.util
 import json
+import os
 import random
 import re
 import sys
@@ -51,11 +52,13 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bench.dataplane import callcount
 from bench.dataplane.pki import CLIENT_IDENTITY, SERVER_IDENTITY
 from bench.dataplane.procs import Pinning, StartError, Supervisor
 from bench.dataplane.variants.base import LOOPBACK, Check, Context, Plan, ProxySpec, Variant, tls13_probe
 
 NS = SERVER_IDENTITY.namespace
+REPO = Path(__file__).resolve().parents[3]
 OPAQUE_PORTS = "config.linkerd.io/opaque-ports"
 
 
@@ -207,11 +210,15 @@ class _Tether(Variant):
                 "LINKERD2_PROXY_IDENTITY_SVC_NAME": control_plane_identity("identity").dns_name,
             }
 
-        proxy = [sys.executable, "-m", "tether.proxy"]
+        # tether.proxy, run by the call counter (idle until the harness signals it: bench/dataplane/callcount.py).
+        proxy = [sys.executable, "-m", "bench.dataplane.callcount"]
         server_env = proxy_env(SERVER_IDENTITY.service_account, server_ip, inbound_port, server_outbound,
                                server_admin, [])
         client_env = proxy_env(CLIENT_IDENTITY.service_account, client_ip, client_inbound, client_outbound,
                                client_admin, [f"{service_ip}:{service_port}"])
+        for role, env in (("server", server_env), ("client", client_env)):
+            env[callcount.ENV] = str(work / f"calls-{role}")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         assert server_env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == SERVER_IDENTITY.dns_name
         return Plan(
             proxies=[identity, destination,
@@ -219,6 +226,7 @@ class _Tether(Variant):
                      ProxySpec("client", proxy, (service_ip, service_port), env=client_env)],
             entry=(service_ip, service_port),
             meta={"admin": {"client": (client_ip, client_admin), "server": (server_ip, server_admin)},
+                  "calls": {role: str(work / f"calls-{role}") for role in ("client", "server")},
                   "inbound": (server_ip, inbound_port), "identity_admin": identity_admin},
         )
 
@@ -354,6 +362,24 @@ class TetherHTTP(_Tether):
                    "(the version says which); identity and destination from a real control plane")
     compare_to = ("envoy", "haproxy")
     opaque = False
+
+
+class TetherH2(_Tether):
+    name = "tether-h2"
+    description = ("h2load -> Tether proxy -> mTLS (TLS 1.3, P-256) -> Tether proxy -> nginx; HTTP/2 (prior "
+                   "knowledge) detected, routed per stream, HTTP/2 on every hop")
+    compare_to = ("envoy-h2", "haproxy-h2")
+    opaque = False
+    load = "h2"
+
+
+class TetherGrpc(_Tether):
+    name = "tether-grpc"
+    description = ("h2load (gRPC unary) -> Tether proxy -> mTLS (TLS 1.3, P-256) -> Tether proxy -> nginx; "
+                   "HTTP/2 routed per stream, HTTP/2 on every hop")
+    compare_to = ("envoy-grpc", "haproxy-grpc")
+    opaque = False
+    load = "grpc"
 
 
 class TetherTCP(_Tether):

@@ -1,0 +1,91 @@
+"""Python calls per request in a Tether proxy, counted inside the proxy process while the harness sends N requests.
+
+The harness starts every Tether proxy as ``python -m bench.dataplane.callcount``
+instead of ``python -m tether.proxy``: this module runs ``tether.proxy`` as
+``__main__`` (the same process, the same environment). When
+``TETHER_BENCH_CALLCOUNT_DIR`` is set it first installs two signal handlers,
+and nothing else (no profiler is imported or running during the measurements):
+
+- ``SIGUSR1``: start counting: ``cProfile`` on the main thread, where the
+  event loop runs every request (the profiler's C hooks count each call of a
+  Python function and of a builtin); writes ``enabled`` into the directory;
+- ``SIGUSR2``: stop, and write ``calls.json``: calls of Python functions and of
+  builtins while counting, and the Python functions called most.
+
+The harness (``runner.Harness.callcount``, after every measurement) signals
+both proxies of a variant, sends a fixed number of requests through them with
+h2load, signals again and divides by the requests. The count includes each
+connection's accept and close, spread over the requests it carried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+ENV = "TETHER_BENCH_CALLCOUNT_DIR"
+ENABLED = "enabled"
+RESULT = "calls.json"
+
+
+class _Counter:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.profiler: Any = None
+
+    def start(self, signum: int, frame: object) -> None:
+        import cProfile
+
+        self.profiler = cProfile.Profile()
+        self.profiler.enable()
+        (self.directory / ENABLED).write_text("1")
+
+    def stop(self, signum: int, frame: object) -> None:
+        profiler, self.profiler = self.profiler, None
+        if profiler is None:
+            return
+        profiler.disable()
+        result = summarize(profiler.getstats())
+        tmp = self.directory / (RESULT + ".tmp")
+        tmp.write_text(json.dumps(result))
+        os.replace(tmp, self.directory / RESULT)
+
+
+def summarize(entries: Any, top: int = 25) -> dict[str, Any]:
+    """Totals of cProfile's entries (``Profile.getstats()``): Python function calls, builtin calls, the top."""
+    python = builtin = 0
+    functions: list[tuple[int, str]] = []
+    for entry in entries:
+        code = entry.code
+        if isinstance(code, types.CodeType):
+            python += entry.callcount
+            where = code.co_filename
+            for marker in ("site-packages/", "src/"):
+                if marker in where:
+                    where = where.split(marker, 1)[1]
+            functions.append((entry.callcount, f"{code.co_qualname} ({where}:{code.co_firstlineno})"))
+        else:
+            builtin += entry.callcount
+    functions.sort(reverse=True)
+    return {"python_calls": python, "builtin_calls": builtin, "top": [[name, n] for n, name in functions[:top]]}
+
+
+def main() -> None:
+    directory = os.environ.get(ENV)
+    if directory:
+        counter = _Counter(Path(directory))
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        signal.signal(signal.SIGUSR1, counter.start)
+        signal.signal(signal.SIGUSR2, counter.stop)
+    sys.argv[0] = "tether.proxy"
+    runpy.run_module("tether.proxy", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

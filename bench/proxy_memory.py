@@ -53,9 +53,9 @@ STEPS: list[tuple[str, tuple[str, ...]]] = [
     ("tether.api *_grpc stubs", ("tether.api.destination_pb2_grpc", "tether.api.identity_pb2_grpc")),
     ("tether.proxy.main (config, logs)", ("tether.proxy.main",)),
     ("tether.proxy.app (the data path)", ("tether.proxy.app",)),
-    ("tether.proxy.admin", ("tether.proxy.admin",)),
+    ("tether.proxy.io.admin", ("tether.proxy.io.admin",)),
 ]
-PROXY = ("tether.proxy.main", "uvloop", "tether.proxy.app", "tether.proxy.admin")  # uvloop: imported in main()
+PROXY = ("tether.proxy.main", "uvloop", "tether.proxy.app", "tether.proxy.io.admin")  # uvloop: imported in main()
 # Whole packages that have no business in a proxy: the report says whether the proxy pulled them in.
 UNWANTED = ("yaml", "kubernetes", "rich", "click", "typer", "prometheus_client", "grpc", "google.protobuf")
 
@@ -116,7 +116,7 @@ def render(res: dict[str, Any], top: int = 12) -> str:
     skipped = [label for label in res["alone"] if label not in {r["step"] for r in res["cumulative"]}]
     if skipped:
         out += ["", "Not loaded by the proxy (alone figures only): " + ", ".join(skipped) + "."]
-    out += ["", f"`tether.proxy.main`, `.app` and `.admin` alone (what `python -m tether.proxy` imports before its "
+    out += ["", f"`tether.proxy.main`, `.app` and `.io.admin` alone (what `python -m tether.proxy` imports before its "
             f"first connection): {_mb(proxy['rss'])} MB; of the packages a lean proxy would not hold, they load: "
             + (", ".join(f"{p} ({packages[p]} modules)" for p in present) if present else "none") + "."]
     return "\n".join(out) + "\n"

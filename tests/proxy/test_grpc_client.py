@@ -1,0 +1,338 @@
+"""The proxy's own gRPC client (``tether.proxy.io.grpc_client``, on h2) against a real grpcio server.
+
+The server is grpcio's (``grpc.aio.server``) with the generated Identity and
+Destination servicers, over mutual TLS with P-256 certificates made here, and
+over plaintext: unary and server-streaming calls, status codes and messages,
+deadlines and cancellation as the server sees them, the server's name, a lost
+and re-opened connection, many calls on one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tether.api import destination_pb2 as dpb
+from tether.api import destination_pb2_grpc, identity_pb2, identity_pb2_grpc
+from tether.proxy.io.grpc_client import Channel, Code, RpcError, grpc_timeout
+
+SERVER_NAME = "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local"
+CLIENT_NAME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+CERTIFY = "/io.linkerd.proxy.identity.Identity/Certify"
+GET = "/io.linkerd.proxy.destination.Destination/Get"
+
+
+# -- certificates -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pki:
+    anchor: bytes
+    server: tuple[bytes, bytes]  # (key PEM, chain PEM)
+    client: tuple[bytes, bytes]
+    dir: Path
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, name: str) -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cn = name.split(".")[0]  # a CN is at most 64 characters; the identity is the SAN
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return _pem_key(key), cert.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "root.linkerd.cluster.local")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1))
+          .not_valid_after(now + datetime.timedelta(hours=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    d = tmp_path_factory.mktemp("pki")
+    return Pki(ca.public_bytes(serialization.Encoding.PEM), _leaf(ca, ca_key, SERVER_NAME),
+               _leaf(ca, ca_key, CLIENT_NAME), d)
+
+
+def client_context(pki: Pki, *, with_cert: bool = True, alpn: bool = True) -> ssl.SSLContext:
+    """As the proxy's: TLS 1.3, the anchors, its own certificate, names left to the caller."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False
+    ctx.load_verify_locations(cadata=pki.anchor.decode())
+    if with_cert:
+        key, chain = pki.client
+        (pki.dir / "client.pem").write_bytes(chain + key)
+        ctx.load_cert_chain(pki.dir / "client.pem")
+    if alpn:
+        ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+# -- the server ---------------------------------------------------------------------------------------------------
+
+
+class Behaviour:
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+        self.peers: list[str] = []
+
+
+class IdentityServer(identity_pb2_grpc.IdentityServicer):
+    def __init__(self, b: Behaviour) -> None:
+        self.b = b
+
+    async def Certify(self, request: identity_pb2.CertifyRequest,  # noqa: N802 - the service's name
+                      context: grpc.aio.ServicerContext) -> identity_pb2.CertifyResponse:
+        peer = [v.decode() for v in context.auth_context().get("x509_subject_alternative_name", [])]
+        self.b.peers.append(",".join(peer))
+        if request.identity == "slow":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.b.cancelled.set()
+                raise
+        if request.identity == "denied":
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "token for another service account: 100% wrong")
+        return identity_pb2.CertifyResponse(leaf_certificate=request.token + b"|" + ",".join(peer).encode(),
+                                            intermediate_certificates=[b"x" * 100_000])
+
+
+class DestinationServer(destination_pb2_grpc.DestinationServicer):
+    def __init__(self, b: Behaviour) -> None:
+        self.b = b
+
+    async def Get(self, request: dpb.GetDestination,  # noqa: N802 - the service's name
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[dpb.Update]:
+        if request.path == "missing":
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such service")
+        count = 3 if request.path == "three" else 1
+        for i in range(count):
+            yield dpb.Update(add=dpb.WeightedAddrSet(metric_labels={"i": str(i)}))
+        if request.path == "forever":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.b.cancelled.set()
+                raise
+
+
+@dataclass
+class Server:
+    server: grpc.aio.Server
+    target: str
+    b: Behaviour
+
+
+async def start_server(pki: Pki | None, port: int = 0) -> Server:
+    b = Behaviour()
+    server = grpc.aio.server()
+    identity_pb2_grpc.add_IdentityServicer_to_server(IdentityServer(b), server)
+    destination_pb2_grpc.add_DestinationServicer_to_server(DestinationServer(b), server)
+    if pki is None:
+        bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    else:
+        creds = grpc.ssl_server_credentials([pki.server], root_certificates=pki.anchor, require_client_auth=True)
+        bound = server.add_secure_port(f"127.0.0.1:{port}", creds)
+    await server.start()
+    return Server(server, f"127.0.0.1:{bound}", b)
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+# -- tests --------------------------------------------------------------------------------------------------------
+
+
+def test_unary_over_mtls_the_server_sees_the_client_identity(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(pki)
+        try:
+            async with Channel(srv.target, ssl_context=client_context(pki), server_name=SERVER_NAME) as ch:
+                answer = await ch.unary(CERTIFY, identity_pb2.CertifyRequest(identity="web", token=b"tok"),
+                                        identity_pb2.CertifyResponse, timeout=10)
+                # a second call rides the same connection
+                again = await ch.unary(CERTIFY, identity_pb2.CertifyRequest(identity="web", token=b"2"),
+                                       identity_pb2.CertifyResponse, timeout=10)
+            assert answer.leaf_certificate == f"tok|{CLIENT_NAME}".encode()
+            assert again.leaf_certificate.startswith(b"2|")
+            # 100 kB answer: more than a stream's initial window, so flow control was handed back
+            assert answer.intermediate_certificates == [b"x" * 100_000]
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_status_and_message_from_the_server(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            async with Channel(srv.target) as ch:
+                with pytest.raises(RpcError) as err:
+                    await ch.unary(CERTIFY, identity_pb2.CertifyRequest(identity="denied"),
+                                   identity_pb2.CertifyResponse)
+                assert err.value.code is Code.PERMISSION_DENIED
+                assert err.value.details == "token for another service account: 100% wrong"  # percent-decoded
+                with pytest.raises(RpcError) as err:
+                    async for _ in ch.server_stream(GET, dpb.GetDestination(path="missing"), dpb.Update):
+                        pass
+                assert err.value.code is Code.NOT_FOUND and err.value.details == "no such service"
+                with pytest.raises(RpcError) as err:
+                    await ch.unary("/io.linkerd.proxy.identity.Identity/Nope", identity_pb2.CertifyRequest(),
+                                   identity_pb2.CertifyResponse)
+                assert err.value.code is Code.UNIMPLEMENTED
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_server_stream_yields_every_message_then_ends(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            async with Channel(srv.target) as ch:
+                got = [u.add.metric_labels["i"] async for u in
+                       ch.server_stream(GET, dpb.GetDestination(path="three"), dpb.Update)]
+            assert got == ["0", "1", "2"]
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_deadline_ends_the_call_and_the_server_sees_it_cancelled(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(pki)
+        try:
+            async with Channel(srv.target, ssl_context=client_context(pki), server_name=SERVER_NAME) as ch:
+                with pytest.raises(RpcError) as err:
+                    await ch.unary(CERTIFY, identity_pb2.CertifyRequest(identity="slow"),
+                                   identity_pb2.CertifyResponse, timeout=0.3)
+                assert err.value.code is Code.DEADLINE_EXCEEDED
+                await asyncio.wait_for(srv.b.cancelled.wait(), 10)
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_leaving_a_stream_cancels_it_on_the_server(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            async with Channel(srv.target) as ch:
+                seen = asyncio.Event()
+
+                async def watch() -> None:
+                    async for _ in ch.server_stream(GET, dpb.GetDestination(path="forever"), dpb.Update):
+                        seen.set()
+
+                task = asyncio.create_task(watch())
+                await asyncio.wait_for(seen.wait(), 10)
+                task.cancel()
+                await asyncio.wait_for(srv.b.cancelled.wait(), 10)
+                # the connection still serves other calls
+                assert [u async for u in ch.server_stream(GET, dpb.GetDestination(path="one"), dpb.Update)]
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_wrong_server_name_no_alpn_and_no_client_cert_are_unavailable(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(pki)
+        request = identity_pb2.CertifyRequest(identity="web")
+        try:
+            async with Channel(srv.target, ssl_context=client_context(pki), server_name="evil.example") as ch:
+                with pytest.raises(RpcError) as err:
+                    await ch.unary(CERTIFY, request, identity_pb2.CertifyResponse, timeout=10)
+                assert err.value.code is Code.UNAVAILABLE and "evil.example" in err.value.details
+            async with Channel(srv.target, ssl_context=client_context(pki, alpn=False), server_name=SERVER_NAME) as ch:
+                with pytest.raises(RpcError) as err:
+                    await ch.unary(CERTIFY, request, identity_pb2.CertifyResponse, timeout=10)
+                assert err.value.code is Code.UNAVAILABLE
+            async with Channel(srv.target, ssl_context=client_context(pki, with_cert=False),
+                               server_name=SERVER_NAME) as ch:
+                with pytest.raises(RpcError) as err:
+                    await ch.unary(CERTIFY, request, identity_pb2.CertifyResponse, timeout=10)
+                assert err.value.code is Code.UNAVAILABLE
+            assert srv.b.peers == []  # none of them reached the service
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_lost_connection_is_unavailable_then_reopened(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        port = int(srv.target.rsplit(":", 1)[1])
+        async with Channel(srv.target, connect_timeout=5) as ch:
+            stream = ch.server_stream(GET, dpb.GetDestination(path="forever"), dpb.Update)
+            assert await anext(stream)
+            await srv.server.stop(None)
+            with pytest.raises(RpcError) as err:
+                await anext(stream)
+            assert err.value.code is Code.UNAVAILABLE
+            with pytest.raises(RpcError) as err:
+                await ch.unary(CERTIFY, identity_pb2.CertifyRequest(), identity_pb2.CertifyResponse)
+            assert err.value.code is Code.UNAVAILABLE  # nothing listens: connect refused
+            srv = await start_server(None, port)
+            try:
+                answer = await ch.unary(CERTIFY, identity_pb2.CertifyRequest(token=b"back"),
+                                        identity_pb2.CertifyResponse, timeout=10)
+                assert answer.leaf_certificate.startswith(b"back|")
+            finally:
+                await srv.server.stop(None)
+
+    run(main)
+
+
+def test_many_calls_share_one_connection(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(pki)
+        try:
+            async with Channel(srv.target, ssl_context=client_context(pki), server_name=SERVER_NAME) as ch:
+                answers = await asyncio.gather(*(
+                    ch.unary(CERTIFY, identity_pb2.CertifyRequest(token=str(i).encode()),
+                             identity_pb2.CertifyResponse, timeout=20) for i in range(150)))
+                assert sorted(int(a.leaf_certificate.split(b"|")[0]) for a in answers) == list(range(150))
+                assert ch._conn is not None and ch._conn.h2.highest_outbound_stream_id == 299
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_grpc_timeout_header_fits_eight_digits() -> None:
+    assert grpc_timeout(0.25) == "250m"
+    assert grpc_timeout(0.0001) == "1m"
+    assert grpc_timeout(10 ** 6) == "1000000S"
+    with pytest.raises(ValueError):
+        Channel("no-port")

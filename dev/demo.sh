@@ -15,6 +15,8 @@
 #   TETHER_DEMO_SERVICE_CIDR  service range             (default 10.216.0.0/24)
 #   TETHER_DEMO_DURATION      seconds of live view when not interactive (default 30)
 #   TETHER_DEMO_INTERACTIVE   1 or 0 to force either mode
+#   TETHER_DEMO_PROMETHEUS_PORT  viz's Prometheus, on 127.0.0.1 (default 9091)
+#   TETHER_DEMO_DISCOVERY_PORT   viz's discovery admin, on 127.0.0.1 (default 9999)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -54,8 +56,10 @@ The demo is still running.${url:+ Vote in a browser on this machine: $url}
 Look around:
   export TETHER_HOME=$TETHER_HOME PATH=$ROOT/.venv/bin:\$PATH
   tether get pods -n $NS -o wide
-  tether stat deploy -n $NS -w            # the live view again
-  tether stat po -n $NS -o wide           # per pod, with byte rates and mTLS clients
+  tether viz stat deploy -n $NS -w        # the live view again (from Prometheus)
+  tether viz stat po -n $NS -o wide       # per pod, with byte rates and the mTLS share
+  tether viz edges deploy -n $NS -o wide  # who talks to whom, with both identities
+  tether viz dashboard                    # the web UI, on http://localhost:50750/
   tether logs -n $NS deploy/vote-bot -f   # the traffic generator's tally
   tether logs -n $NS deploy/web -c proxy  # web's proxy
 
@@ -97,6 +101,10 @@ step "control plane: tether up (identity, destination, pod controller)"
 STARTED=1
 tether up --prefix "$PREFIX" --bridge "${PREFIX}0" --pod-cidr "$POD_CIDR" --service-cidr "$SERVICE_CIDR"
 
+step "viz: Prometheus (loopback only) scraping every proxy, with Linkerd's scrape configuration"
+tether viz install --prometheus-port "${TETHER_DEMO_PROMETHEUS_PORT:-9091}" --discovery-port \
+  "${TETHER_DEMO_DISCOVERY_PORT:-9999}" --scrape-interval 2s
+
 step "deploy emojivoto, meshed (namespace annotated linkerd.io/inject: enabled)"
 python demo/render.py | tether apply -f -
 
@@ -131,21 +139,22 @@ while :; do
 done
 tether get pods -n "$NS" -o wide
 
-step "live: per workload, from each pod's proxy (inbound): success rate, RPS, latency, TCP connections, mTLS"
+step "live: per workload, from Prometheus (inbound): success rate, RPS, latency, TCP connections, mTLS"
 echo "(vote-bot calls web; web calls emoji and voting over gRPC; votes for :doughnut: fail on purpose)"
-sleep 3  # a little traffic before the first frame
+sleep 5  # a few scrapes before the first frame
 if [ "$INTERACTIVE" = 1 ]; then
   # Ctrl-C ends the view (tether exits 0 on it), then the script goes on to say how to stop.
   trap ':' INT  # a handled (not ignored) INT: tether gets it, this script carries on
-  tether stat deploy -n "$NS" -w -o wide || true
+  tether viz stat deploy -n "$NS" -w -o wide -t 30s || true
   trap 'exit 130' INT
   exit 0
 fi
 
 rc=0
-timeout -s INT "$DURATION" tether stat deploy -n "$NS" -w -o wide --interval 5s || rc=$?
-[ "$rc" = 0 ] || [ "$rc" = 124 ] || fail "tether stat failed (exit $rc)"
+timeout -s INT "$DURATION" tether viz stat deploy -n "$NS" -w -o wide -t 30s --interval 5 || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 124 ] || fail "tether viz stat failed (exit $rc)"
 
 step "check: traffic flowed between the meshed workloads over mTLS"
 tether logs -n "$NS" deploy/vote-bot --tail 3
-tether stat deploy -n "$NS" -o json -t 3s | python demo/checks.py traffic
+python demo/checks.py traffic <(tether viz stat deploy -n "$NS" -o json -t 30s) \
+  <(tether viz edges deploy -n "$NS" -o json)

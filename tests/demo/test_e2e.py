@@ -22,9 +22,9 @@ from types import ModuleType
 import pytest
 
 from demo.conftest import DEMO_DIR
-from tether.viz.exposition import parse
-from tether.viz.scrape import fetch
+from tether.viz.prometheus import Prometheus
 from up import uplab
+from viz.promlab import free_port
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "iptables", "setpriv")),
@@ -58,21 +58,21 @@ def platform(tmp_path: Path) -> Iterator[uplab.Platform]:
         assert not problems, "\n".join(problems)
 
 
-def _inbound_tls_bytes(ip: str) -> float:
-    """Bytes the pod's proxy read on inbound mTLS connections from web (tcp_read_bytes_total, peer="src")."""
-    total = 0.0
-    for s in parse(fetch(ip, timeout=5)).named("tcp_read_bytes_total"):
-        labels = s.labels
-        if (labels.get("direction"), labels.get("peer"), labels.get("tls"), labels.get("client_id")) == (
-                "inbound", "src", "true", WEB_ID):
-            total += s.value
-    return total
+def _inbound_tls_bytes(prom: Prometheus) -> float:
+    """Bytes emoji's proxy read on inbound mTLS connections from web, as Prometheus scraped them."""
+    samples = prom.query(f'sum(tcp_read_bytes_total{{deployment="emoji", direction="inbound", peer="src", '
+                         f'tls="true", client_id="{WEB_ID}"}})')
+    return samples[0].value if samples else 0.0
 
 
 def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform) -> None:
     p = platform
     before = uplab.Snapshot.take()
     p.tether("up", *p.up_args, "--restart-backoff", "0.5")
+    port = free_port()
+    p.tether("viz", "install", "--prometheus-port", str(port), "--discovery-port", str(free_port()),
+             "--scrape-interval", "1s")
+    prom = Prometheus(f"http://127.0.0.1:{port}")
     render = _load("render")
     p.apply(render.render(sys.executable, str(DEMO_DIR), vote_rate=8))
 
@@ -87,10 +87,8 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
         assert [c["name"] for c in pod["spec"]["initContainers"]] == ["linkerd-init", "linkerd-proxy"]
 
     # vote-bot -> web -> emoji: the emoji pod's proxy reads more and more bytes on mTLS connections from web.
-    emoji_ip = pods["emoji"]["status"]["podIP"]
-    first = uplab.wait_for("mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(emoji_ip),
-                           timeout=30)
-    uplab.wait_for("more mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(emoji_ip) > first,
+    first = uplab.wait_for("mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(prom), timeout=45)
+    uplab.wait_for("more mTLS traffic from web at emoji's proxy", lambda: _inbound_tls_bytes(prom) > first,
                    timeout=30)
 
     bot = pods["vote-bot"]["metadata"]["name"]
@@ -99,23 +97,24 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
                                     if " requests in " in line], timeout=20)
     assert " 0 ok" not in tally[-1], tally
 
-    # tether stat sees every workload meshed and every edge over mTLS.
-    result = p.tether("stat", "deploy", "-n", "emojivoto", "-o", "json", "-t", "2s")
-    rows = json.loads(result.stdout)
-    problems = _load("checks").traffic(rows)
-    assert not problems, (problems, rows)
-    by_name = {r["name"]: r for r in rows}
-    assert by_name["emoji"]["tcp_read_bytes_rate"] > 0
-    if by_name["web"]["rps"] is not None:  # once the proxy exports request metrics
-        assert 0.5 < by_name["web"]["success"] <= 1.0  # HTTP/1 per request; gRPC (HTTP/2) is still per connection
-        # The doughnut votes fail on purpose: once vote-bot has seen a 500, web's proxy has counted it.
-        uplab.wait_for("a failed vote", lambda: "(500:" in p.tether("logs", "-n", "emojivoto", bot).stdout,
-                       timeout=30)
-        web_ip = pods["web"]["status"]["podIP"]
-        failures = [s for s in parse(fetch(web_ip, timeout=5)).named("response_total")
-                    if s.labels.get("direction") == "inbound" and s.labels.get("classification") == "failure"
-                    and s.labels.get("status_code") == "500"]
-        assert failures and sum(s.value for s in failures) > 0, failures
+    # viz sees every workload meshed and every edge over mTLS.
+    checks = _load("checks")
+
+    def problems() -> list[str]:
+        rows = json.loads(p.tether("viz", "stat", "deploy", "-n", "emojivoto", "-o", "json", "-t", "30s").stdout)
+        edges = json.loads(p.tether("viz", "edges", "deploy", "-n", "emojivoto", "-o", "json").stdout)
+        return checks.traffic(rows, edges)
+
+    uplab.wait_for("every edge over mTLS in viz", lambda: not problems(), timeout=30)
+    rows = {r["name"]: r for r in json.loads(p.tether("stat", "deploy", "-n", "emojivoto", "-o", "json",
+                                                      "-t", "30s").stdout)}  # the alias
+    assert rows["emoji"]["stats"]["tcp_read_bytes"] > 0
+    assert 0.5 < rows["web"]["stats"]["success"] <= 1.0
+    # The doughnut votes fail on purpose: once vote-bot has seen a 500, web's proxy has counted it.
+    uplab.wait_for("a failed vote", lambda: "(500:" in p.tether("logs", "-n", "emojivoto", bot).stdout, timeout=30)
+    uplab.wait_for("web's 500s in Prometheus", lambda: prom.query(
+        'sum(response_total{deployment="web", direction="inbound", classification="failure", status_code="500"}) > 0'),
+        timeout=30)
 
     # Purge: nothing of this platform is left on the host.
     p.tether("down", "--purge")

@@ -90,20 +90,24 @@ def test_checks_summarise_pods_and_find_the_web_page() -> None:
     assert checks.web_url({"items": [_pod("web", False)]}) == ""
 
 
-def _row(name: str, clients: list[str], meshed: str = "1/1", mtls: float | None = 1.0) -> dict:
-    return {"name": name, "meshed": meshed, "mtls": mtls,
-            "clients": [{"tls": "true", "identity": f"{c}.emojivoto.serviceaccount.identity.linkerd.cluster.local",
-                         "open": 1} for c in clients]}
+def _row(name: str, meshed: str = "1/1") -> dict:
+    return {"name": name, "meshed": meshed, "stats": None}
+
+
+def _edge(src: str, dst: str, secured: bool = True) -> dict:
+    return {"src": src, "dst": dst, "secured": secured, "no_tls_reason": "" if secured else "Not Provided By Remote"}
 
 
 def test_checks_traffic_wants_every_edge_meshed_and_mtls() -> None:
     checks = _load("checks")
-    good = [_row("web", ["vote-bot"]), _row("emoji", ["web"]), _row("voting", ["web"]),
-            _row("vote-bot", [], mtls=None)]
-    assert checks.traffic(good) == []
-    bad = [_row("web", []), _row("emoji", ["web"], meshed="0/1"), _row("voting", ["web"], mtls=0.5)]
-    problems = checks.traffic(bad)
+    rows = [_row("web"), _row("emoji"), _row("voting"), _row("vote-bot")]
+    edges = [_edge("vote-bot", "web"), _edge("web", "emoji"), _edge("web", "voting")]
+    assert checks.traffic(rows, edges) == []
+    bad_rows = [_row("web"), _row("emoji", meshed="0/1"), _row("voting")]
+    bad_edges = [_edge("web", "emoji", secured=False), _edge("web", "voting")]
+    problems = checks.traffic(bad_rows, bad_edges)
     assert "vote-bot: no such deployment" in problems
     assert "emoji: meshed 0/1" in problems
-    assert any(p.startswith("web: no mTLS connection from vote-bot") for p in problems)
-    assert not any(p.startswith("voting") for p in problems)  # some mTLS, from web: fine
+    assert any(p.startswith("web: no connection from vote-bot") for p in problems)
+    assert "web -> emoji: not mTLS (Not Provided By Remote)" in problems
+    assert not any(p.startswith("voting") or "-> voting" in p for p in problems)

@@ -264,6 +264,23 @@ def _print_or_json(output: str, grid: list[list[str]], doc: Any, empty: str) -> 
         click.echo(tables.plain(grid))
 
 
+def _stat_text(results: list[tuple[Target, list[api.Row]]], seconds: float, ns: str | None, wide: bool,
+               filtered: bool) -> str:
+    """Every kind's table; several kinds are each headed by their kind, as in ``linkerd viz stat``."""
+    texts = []
+    for target, rows in results:
+        if rows:
+            grid = tables.stat_table(rows, seconds, all_namespaces=ns is None and target.kind != NAMESPACE, wide=wide)
+            texts.append((target.kind, tables.plain(grid)))
+    if not texts:
+        if ns and filtered:
+            return f"No traffic found in {ns} namespace."
+        return f"No resources found in {ns} namespace." if ns else "No resources found."
+    if len(texts) == 1:
+        return texts[0][1]
+    return "\n\n".join(f"==> {kind} <==\n{text}" for kind, text in texts)
+
+
 @viz.command()
 @click.argument("resources", nargs=-1, required=True, metavar="RESOURCE [NAME...]")
 @click.option("-n", "--namespace", help="The namespace (default: default).")
@@ -276,10 +293,14 @@ def _print_or_json(output: str, grid: list[list[str]], doc: Any, empty: str) -> 
               help="Window of the rates (a Prometheus duration: 30s, 1m, 1h).")
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
               help="wide adds byte rates and the share of requests over mTLS.")
+@click.option("-w", "--watch", is_flag=True, help="Keep asking, every --interval, until Ctrl-C (redrawn in place "
+              "on a terminal, printed one after another otherwise).")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=2.0, show_default=True,
+              help="Seconds between two answers with --watch.")
 @prometheus_option
 def stat(resources: tuple[str, ...], namespace: str | None, all_namespaces: bool, to: str | None,
          to_namespace: str | None, from_: str | None, from_namespace: str | None, window: str, output: str,
-         prometheus_url: str | None) -> None:
+         watch: bool, interval: float, prometheus_url: str | None) -> None:
     """Success rate, requests per second, latency and connections of each resource, from Prometheus.
 
     RESOURCE is deploy, po, ns, svc or au, optionally /NAME (or followed by
@@ -298,29 +319,45 @@ def stat(resources: tuple[str, ...], namespace: str | None, all_namespaces: bool
     seconds = api.window_seconds(window)
     ctx = Context(prometheus_url)
 
-    def run() -> list[tuple[Target, list[api.Row]]]:
+    def ask() -> list[tuple[Target, list[api.Row]]]:
         return [(t, api.stat_summary(ctx.prometheus, ctx.objects, t, window, to=to_t, from_=from_t, mesh=ctx.mesh))
                 for t in targets]
 
-    results = ctx.run(run)
-    if output == "json":
-        click.echo(json.dumps([tables.row_json(r, seconds) for _, rows in results for r in rows], indent=2))
+    def show(results: list[tuple[Target, list[api.Row]]]) -> str:
+        if output == "json":
+            return json.dumps([tables.row_json(r, seconds) for _, rows in results for r in rows],
+                              indent=None if watch else 2)
+        return _stat_text(results, seconds, ns, output == "wide", bool(to or from_))
+
+    if not watch:
+        text = show(ctx.run(ask))
+        click.echo(text, err=text.startswith("No "))
         return
-    texts = []
-    for target, rows in results:
-        if not rows:
-            continue
-        grid = tables.stat_table(rows, seconds, all_namespaces=ns is None and target.kind != NAMESPACE,
-                                 wide=output == "wide")
-        texts.append((target.kind, tables.plain(grid)))
-    if not texts:
-        click.echo(f"No traffic found in {ns} namespace." if ns and (to or from_) else (
-            f"No resources found in {ns} namespace." if ns else "No resources found."), err=True)
+    ctx.run(lambda: _watch(ask, show, interval, f"rates over the last {window}, from {ctx.prometheus.url}"))
+
+
+def _watch(ask: Callable[[], Any], show: Callable[[Any], str], interval: float, caption: str) -> None:
+    """Ask every ``interval`` seconds until Ctrl-C: in place on a terminal, one answer after another otherwise."""
+    import time
+    from datetime import datetime
+
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    console = Console()
+    try:
+        if not console.is_terminal:
+            while True:
+                click.echo(f"\n{datetime.now():%H:%M:%S}  {caption}\n{show(ask())}")
+                time.sleep(interval)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                body = show(ask())
+                live.update(Text(f"{datetime.now():%H:%M:%S}  {caption}   (Ctrl-C to stop)\n\n{body}"), refresh=True)
+                time.sleep(interval)
+    except (KeyboardInterrupt, BrokenPipeError):
         return
-    if len(texts) == 1:
-        click.echo(texts[0][1])
-    else:
-        click.echo("\n\n".join(f"==> {kind} <==\n{text}" for kind, text in texts))
 
 
 @viz.command()

@@ -8,7 +8,7 @@ has the ``linkerd.io/control-plane-ns`` label the injector adds (Linkerd's own
 test); it counts in MESHED when it has not finished (phase Pending or
 Running), and is scraped when it is Running with an IP.
 
-Pure: objects in, ``Workload`` values out.  Callers: ``tether.viz.stat``.
+Pure: objects in, ``Workload`` values out.  Callers: ``tether.viz.metrics_api``.
 """
 
 from __future__ import annotations

@@ -196,6 +196,26 @@ def test_bad_questions_are_errors_not_diagnoses(mesh: uplab.Platform) -> None:
         assert message in proc.stderr and proc.returncode == 1
 
 
+
+def test_proxy_metrics_controller_metrics_identity_and_version(mesh: uplab.Platform) -> None:
+    out = mesh.tether("diagnostics", "proxy-metrics", "deploy/web", "-n", NS).stdout
+    (web,) = [p for p in mesh.pods(NS) if p["metadata"]["name"].startswith("web-")]
+    assert out.startswith(f"#\n# POD {web['metadata']['name']} (1 of 1)\n#\n")
+    assert 'proxy_build_info{vendor="tether"' in out and "request_total{" in out
+    plain = mesh.tether("diagnostics", "proxy-metrics", "deploy/plain", "-n", NS, ok=False)
+    assert "has no linkerd-proxy container" in plain.stderr
+    components = mesh.tether("diagnostics", "controller-metrics").stdout
+    for name in ("identity", "destination", "platform"):
+        assert f"# COMPONENT {name} (" in components
+    ident = mesh.tether("identity", f"po/{web['metadata']['name']}", "-n", NS).stdout
+    assert "subject:    CN=default.dg.serviceaccount.identity.linkerd.cluster.local" in ident
+    assert "SANs:       DNS:default.dg.serviceaccount.identity.linkerd.cluster.local" in ident
+    assert "issuer:     CN=identity.linkerd.cluster.local" in ident and "hours left" in ident
+    version = mesh.tether("version", "--proxy", "-n", NS).stdout
+    assert "Server version: 0.1.0" in version and "\t0.1.0 (6 pods)" in version
+    assert mesh.tether("version", "--client", "--short").stdout == "0.1.0\n"
+
+
 POLICY = """
 apiVersion: policy.linkerd.io/v1beta3
 kind: Server

@@ -243,3 +243,13 @@ def _register_policy() -> None:
 
 
 _register_policy()
+
+
+def _register_scrapes() -> None:
+    from tether.cli.diagnostics_scrape import controller_metrics, proxy_metrics
+
+    diagnostics.add_command(proxy_metrics)
+    diagnostics.add_command(controller_metrics)
+
+
+_register_scrapes()

@@ -104,9 +104,50 @@ _out_opt = click.option(
 _force_opt = click.option("--force", is_flag=True, help="Overwrite existing files.")
 
 
-@click.group()
+class _IdentityGroup(click.Group):
+    """Subcommands, plus ``tether identity po/NAME|deploy/NAME...`` as Linkerd's ``linkerd identity PODS``."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and "/" in args[0] and args[0] not in self.commands:
+            return "pods", pods_command, args
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_IdentityGroup)
 def identity() -> None:
-    """The mesh PKI (trust anchors, issuers) and the identity service."""
+    """The mesh PKI (trust anchors, issuers) and the identity service.
+
+    `tether identity po/NAME|deploy/NAME... [-n NS]` prints the certificate each pod's proxy serves.
+    """
+
+
+@click.command("pods", hidden=True)
+@click.argument("targets", nargs=-1, required=True, metavar="po/NAME|deploy/NAME...")
+@click.option("-n", "--namespace", default="default", show_default=True)
+def pods_command(targets: tuple[str, ...], namespace: str) -> None:
+    """The certificate each pod's proxy serves: subject, SANs, issuer, validity (a TLS handshake with it)."""
+    from tether.cli.diagnostics_scrape import local_config, resolve_pods
+    from tether.diagnose import proxies
+
+    config = local_config()
+    pods = resolve_pods(config, targets, namespace)
+    failed = False
+    for index, pod in enumerate(pods, 1):
+        name = pod["metadata"]["name"]
+        click.echo(f"POD {name} ({index} of {len(pods)})")
+        ip, local_name = proxies.pod_ip(pod), proxies.identity_of(pod)
+        try:
+            if not ip or not local_name:
+                raise proxies.ProxyUnreachable(f"pod {name} is not a running meshed pod")
+            cert = proxies.served_certificate(ip, local_name)
+        except proxies.ProxyUnreachable as exc:
+            failed = True
+            click.echo(f"error: {exc}", err=True)
+            continue
+        for label, value in _describe(cert, _now()):
+            click.echo(f"  {label + ':':<11} {value}")
+    if failed:
+        sys.exit(1)
 
 
 @identity.command("create-trust-anchor")
@@ -270,8 +311,12 @@ def _write_pair(
         if path.exists() and not force:
             raise CliError(f"{path}: already exists (pass --force to overwrite)")
     try:
+        for path in (cert_path, key_path):
+            path.parent.mkdir(parents=True, exist_ok=True)  # `--out DIR` makes DIR, as Linkerd's step does
         pem.write_file(cert_path, pem.certificate_pem(cert), private=False)
         pem.write_file(key_path, pem.private_key_pem(key), private=True)
+    except OSError as exc:
+        raise CliError(f"{exc.filename}: {exc.strerror}") from None
     except pem.PemError as exc:
         raise CliError(str(exc)) from None
     click.echo(f"wrote {cert_path} ({pki.subject_cn(cert)}, valid until {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%SZ})")

@@ -11,7 +11,6 @@ import sys
 
 import click
 
-from tether import __version__
 
 # name -> "module:attribute" of the click command; listed in help order.
 _COMMANDS = {
@@ -42,7 +41,7 @@ _COMMANDS = {
     "uninstall": "tether.cli.install_cmd:uninstall",
     "check": "tether.cli.check:check",
     "diagnose": "tether.cli.diagnose:diagnose",
-    "version": "tether.cli.main:version",
+    "version": "tether.cli.version_cmd:version",
 }
 
 
@@ -61,12 +60,6 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Tether: a service mesh implementing Linkerd 2.20's architecture."""
-
-
-@click.command()
-def version() -> None:
-    """Print the client version."""
-    click.echo(f"Client version: {__version__}")
 
 
 def main() -> None:

@@ -21,8 +21,35 @@ from tether.platform.local.proxy_init import OUTPUT_CHAIN, REDIRECT_CHAIN
 from tether.platform.local.sandbox import sandbox_name
 from tether.platform.local.services import CHAIN as SERVICES_CHAIN
 from tether.platform.local.sidecar import is_meshed
+from tether.store import Store
 
 Obj = Mapping[str, Any]
+DEPLOYMENT_KINDS = ("deploy", "deployment", "deployments", "deployment.apps")
+POD_KINDS = ("po", "pod", "pods")
+
+
+class TargetError(Exception):
+    """A workload named on the command line is malformed or does not exist."""
+
+
+def workload_pods(store: Store, target: str, namespace: str) -> list[dict[str, Any]]:
+    """The pods of ``deploy/NAME`` (running and ready ones first, then by name) or ``po/NAME``."""
+    kind, slash, name = target.partition("/")
+    if not slash or not name:
+        raise TargetError(f"TARGET: {target!r} is not deploy/NAME or po/NAME")
+    if kind in DEPLOYMENT_KINDS:
+        if store.get("Deployment.apps", namespace, name) is None:
+            raise TargetError(f'deployments "{name}" not found in namespace {namespace}')
+        pods = [p for p in store.list("Pod", namespace).items if deployment_of(p) == name]
+        if not pods:
+            raise TargetError(f"deployment {namespace}/{name} has no pods yet")
+        return sorted(pods, key=lambda p: (not running(p), not ready(p), p["metadata"]["name"]))
+    if kind in POD_KINDS:
+        pod = store.get("Pod", namespace, name)
+        if pod is None:
+            raise TargetError(f'pods "{name}" not found in namespace {namespace}')
+        return [pod]
+    raise TargetError(f"TARGET: expected deploy/NAME or po/NAME, not {kind}/")
 
 
 @dataclass(frozen=True)

@@ -190,23 +190,11 @@ class LocalDiagnosis:
     # -- targets -------------------------------------------------------------------------------
 
     def _pods_of(self, target: str, namespace: str) -> list[dict[str, Any]]:
-        kind, slash, name = target.partition("/")
-        if not slash or not name:
-            raise DiagnoseError(f"TARGET: {target!r} is not deploy/NAME or po/NAME")
-        if kind in ("deploy", "deployment", "deployments", "deployment.apps"):
-            if self._get("Deployment.apps", namespace, name) is None:
-                raise DiagnoseError(f'deployments "{name}" not found in namespace {namespace}')
-            pods = [p for p in self._list("Pod", namespace) if facts.deployment_of(p) == name]
-            if not pods:
-                raise DiagnoseError(f"deployment {namespace}/{name} has no pods yet")
-            # A running, ready pod says the most; then the newest name for a stable choice.
-            return sorted(pods, key=lambda p: (not facts.running(p), not facts.ready(p), p["metadata"]["name"]))
-        if kind in ("po", "pod", "pods"):
-            pod = self._get("Pod", namespace, name)
-            if pod is None:
-                raise DiagnoseError(f'pods "{name}" not found in namespace {namespace}')
-            return [pod]
-        raise DiagnoseError(f"TARGET: diagnose takes deploy/NAME or po/NAME, not {kind}/")
+        try:
+            with Store(self.config.layout.store) as store:
+                return facts.workload_pods(store, target, namespace)
+        except facts.TargetError as exc:
+            raise DiagnoseError(str(exc)) from None
 
     def _service(self, authority: Authority) -> dict[str, Any] | None:
         return self._get("Service", authority.namespace, authority.service)

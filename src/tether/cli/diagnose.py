@@ -17,12 +17,10 @@ import sys
 
 import click
 
-from tether.cli import home
+from tether.cli.diagnostics_scrape import local_config
 from tether.cli.errors import CliError
 from tether.cli.up import COMPONENTS
 from tether.diagnose.layers import DiagnoseError, Diagnosis, LocalDiagnosis
-from tether.platform.local import config as platform_config
-from tether.platform.local.config import PlatformConfigError
 from tether.store import StoreError
 
 
@@ -51,13 +49,7 @@ def _print(result: Diagnosis) -> None:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def diagnose(target: str, to: str | None, namespace: str, output: str) -> None:
     """Find the first layer at which TARGET (deploy/NAME or po/NAME), or its call to --to, fails."""
-    state = home.state_dir()
-    try:
-        config = platform_config.load(state)
-    except PlatformConfigError as exc:
-        raise CliError(str(exc)) from None
-    if config is None:
-        raise CliError(f"no local platform in {state}: run `tether up`")
+    config = local_config()
     try:
         result = LocalDiagnosis(config, COMPONENTS).run(target, namespace, to)
     except (DiagnoseError, StoreError) as exc:

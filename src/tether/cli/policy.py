@@ -74,6 +74,8 @@ def policy() -> None:
               help="Ports opaque when no annotation says otherwise (ports and ranges).")
 @click.option("--global-egress-network-namespace", default=DEFAULT_EGRESS_NAMESPACE, show_default=True,
               callback=namespace, help="Namespace of the EgressNetworks that apply to every client.")
+@click.option("--allow-l5d-request-headers", is_flag=True,
+              help="Let clients' l5d-* request headers tune outbound retries and timeouts.")
 @click.option("--stream-queue-capacity", type=click.IntRange(min=1), default=DEFAULT_STREAM_QUEUE_CAPACITY,
               show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
 @click.option("--tls-cert", type=_FILE, help="The gRPC port's certificate chain (PEM).")
@@ -86,11 +88,12 @@ def policy() -> None:
 def serve(
     addr: str, admin_addr: str, store_path: Path | None, cluster_networks: tuple, default_policy: str,
     probe_networks: tuple, identity_domain: str, cluster_domain: str, control_plane_ns: str,
-    default_opaque_ports: str, global_egress_network_namespace: str, stream_queue_capacity: int,
+    default_opaque_ports: str, global_egress_network_namespace: str, allow_l5d_request_headers: bool,
+    stream_queue_capacity: int,
     tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None, insecure: bool, log_level: str,
     platform: Platform,
 ) -> None:
-    """Serve InboundServerPolicies over TLS, fed by the platform's policy resources."""
+    """Serve InboundServerPolicies and OutboundPolicies over TLS, fed by the platform's policy resources."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if insecure and (tls_cert or tls_key or trust_anchors):
         raise click.UsageError("--insecure cannot be combined with --tls-cert, --tls-key or --trust-anchors")
@@ -111,6 +114,7 @@ def serve(
         control_plane_ns=control_plane_ns,
         default_opaque_ports=opaque,
         global_egress_network_namespace=global_egress_network_namespace,
+        allow_l5d_request_headers=allow_l5d_request_headers,
         stream_queue_capacity=stream_queue_capacity,
     )
     try:

@@ -4,7 +4,7 @@ Mirrors the flags of Linkerd's policy controller that Tether implements
 (``--grpc-addr``, ``--admin-addr``, ``--cluster-networks``, ``--default-policy``,
 ``--probe-networks``, ``--identity-domain``, ``--cluster-domain``,
 ``--control-plane-namespace``, ``--default-opaque-ports``,
-``--global-egress-network-namespace``) plus the TLS files of the gRPC port.
+``--global-egress-network-namespace``, ``--allow-l5d-request-headers``) plus the TLS files of the gRPC port.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class PolicyConfig:
     control_plane_ns: str = DEFAULT_CONTROL_PLANE_NS
     default_opaque_ports: PortSet = DEFAULT_OPAQUE_PORTS
     global_egress_network_namespace: str = DEFAULT_EGRESS_NAMESPACE
+    # Outbound route rules let request headers (l5d-retry-*, l5d-timeout) tune retries and timeouts.
+    allow_l5d_request_headers: bool = False
     stream_queue_capacity: int = DEFAULT_STREAM_QUEUE_CAPACITY
     stream_queue_bytes: int = DEFAULT_MAX_BYTES
     shutdown_grace: float = 2.0

@@ -1,7 +1,7 @@
 """The policy controller's Prometheus metrics (one registry per instance).
 
-``inbound_index_*`` (objects indexed, ports watched, recomputations that
-changed a policy, things ignored by reason), ``resource_status_*`` (status
+``inbound_index_*`` and ``outbound_index_*`` (objects indexed, ports or
+targets watched, recomputations that changed a policy, things ignored by reason), ``resource_status_*`` (status
 writes), ``grpc_server_*`` (per RPC, ``tether.serving.grpc_metrics``) and the
 stream counters shared with destination's shape (``policy_streams``,
 ``policy_updates_queue_overflow_total``, ``policy_delivery_lag_seconds``).
@@ -21,24 +21,32 @@ from tether.serving.grpc_metrics import GrpcServerMetrics
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-class _IndexCollector(Collector):
-    """Read from the index at scrape time: sizes, watched ports, updates, what is ignored."""
+# What each index watches: the series name and its help.
+_WATCHED = {
+    "inbound": ("inbound_index_watched_ports", "Pod ports with an open policy watch"),
+    "outbound": ("outbound_index_watched_targets", "Outbound targets (per client namespace) with an open policy watch"),
+}
 
-    def __init__(self, sizes: Callable[[], dict[str, int]], watched: Callable[[], int], updates: Callable[[], int],
-                 problems: Callable[[], list[tuple[str, str]]]) -> None:
+
+class _IndexCollector(Collector):
+    """Read from an index (``side`` inbound or outbound) at scrape time: sizes, watches, updates, what is ignored."""
+
+    def __init__(self, side: str, sizes: Callable[[], dict[str, int]], watched: Callable[[], int],
+                 updates: Callable[[], int], problems: Callable[[], list[tuple[str, str]]]) -> None:
+        self._side = side
         self._sizes, self._watched, self._updates, self._problems = sizes, watched, updates, problems
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        sizes = GaugeMetricFamily("inbound_index_size", "Objects in the inbound index", labels=["kind"])
+        side = self._side
+        sizes = GaugeMetricFamily(f"{side}_index_size", f"Objects in the {side} index", labels=["kind"])
         for kind, size in sorted(self._sizes().items()):
             sizes.add_metric([kind], size)
         yield sizes
-        yield GaugeMetricFamily("inbound_index_watched_ports", "Pod ports with an open policy watch",
-                                value=self._watched())
-        yield CounterMetricFamily("inbound_index_updates", "Port policies recomputed to a new value",
+        yield GaugeMetricFamily(*_WATCHED[side], value=self._watched())
+        yield CounterMetricFamily(f"{side}_index_updates", "Policies recomputed to a new value",
                                   value=self._updates())
         ignored = GaugeMetricFamily(
-            "inbound_index_ignored", "Resources the index ignores now (conflicts, dangling references, bad routes)",
+            f"{side}_index_ignored", "Resources the index ignores now (conflicts, dangling references, bad routes)",
             labels=["kind", "reason"])
         for (kind, reason), count in sorted(Tally(self._problems()).items()):
             ignored.add_metric([kind, reason], count)
@@ -62,5 +70,5 @@ class PolicyMetrics:
                                      registry=r)
 
     def watch_index(self, sizes: Callable[[], dict[str, int]], watched: Callable[[], int], updates: Callable[[], int],
-                    problems: Callable[[], list[tuple[str, str]]]) -> None:
-        self.registry.register(_IndexCollector(sizes, watched, updates, problems))
+                    problems: Callable[[], list[tuple[str, str]]], side: str = "inbound") -> None:
+        self.registry.register(_IndexCollector(side, sizes, watched, updates, problems))

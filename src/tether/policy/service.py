@@ -1,21 +1,38 @@
-"""The policy controller process, assembled: platform watches -> inbound index -> gRPC + admin.
+"""The policy controller process, assembled: platform watches -> inbound and outbound indexes -> gRPC + admin.
 
 ``tether.cli.policy`` builds a ``PolicyConfig`` and the platform's
 ``ResourceWatcher`` and calls ``PolicyService.run``; tests and benchmarks use
 ``start``/``stop``.  The lifecycle (admin port first, the index synced, then
 gRPC with TLS; ``stop`` ends every stream with OK) is
-``tether.serving.process``, the same as destination's.
+``tether.serving.process``, the same as destination's.  Both indexes are fed
+from one set of watches (each type once, handed to the index or indexes that
+read it) and share the streams' bounds.
 """
 
 from __future__ import annotations
 
-from tether.platform.watch import ResourceWatcher
+import asyncio
+import logging
+from collections.abc import Callable
+
+from tether.platform.watch import ResourceEvent, ResourceWatcher
 from tether.policy.config import PolicyConfig
 from tether.policy.inbound.index import WATCHED, InboundIndex
 from tether.policy.inbound.server import InboundPolicyServer
 from tether.policy.metrics import PolicyMetrics
+from tether.policy.outbound.index import WATCHED as OUTBOUND_WATCHED
+from tether.policy.outbound.index import OutboundIndex
+from tether.policy.outbound.server import OutboundPoliciesServicer
 from tether.serving.process import ControlPlaneProcess, Listen, ProcessFacade
 from tether.serving.rpc import StreamSet
+
+
+log = logging.getLogger(__name__)
+
+
+def _call_soon(callback: Callable[[], None]) -> None:
+    # The outbound index coalesces a burst of events into one update per target, once per loop turn.
+    asyncio.get_running_loop().call_soon(callback)
 
 
 class PolicyService(ProcessFacade):
@@ -27,14 +44,30 @@ class PolicyService(ProcessFacade):
         self.inbound = InboundPolicyServer(config, self.index, self.metrics, self.streams)
         self.metrics.watch_index(self.index.sizes, lambda: self.index.watched_ports, lambda: self.index.updates,
                                  lambda: [(p.kind, p.reason) for p in self.index.problems()])
+        self.outbound_index = OutboundIndex(config, schedule=_call_soon)
+        self.outbound = OutboundPoliciesServicer(self.outbound_index, self.streams, self.metrics)
+        self.metrics.watch_index(
+            self.outbound_index.sizes, lambda: self.outbound_index.watched_targets,
+            lambda: self.outbound_index.updates, lambda: [(p.kind, p.reason) for p in self.outbound_index.problems()],
+            side="outbound")
         self._process = ControlPlaneProcess(
             "policy",
             Listen(config.addr, config.admin_addr, config.tls, config.shutdown_grace),
             self.metrics.registry,
             watcher,
-            WATCHED,
-            apply=self.index.apply,
-            synced=lambda: self.index.synced,
-            handlers=lambda: [self.inbound.handler()],
+            tuple(dict.fromkeys((*WATCHED, *OUTBOUND_WATCHED))),
+            apply=self._apply,
+            synced=lambda: self.index.synced and self.outbound_index.synced,
+            handlers=lambda: [self.inbound.handler(), self.outbound.handler()],
             streams=[self.streams],
         )
+
+    def _apply(self, type_key: str, event: ResourceEvent) -> None:
+        # A failure in one index must not keep the event from the other.
+        for watched, index in ((WATCHED, self.index), (OUTBOUND_WATCHED, self.outbound_index)):
+            if type_key in watched:
+                try:
+                    index.apply(type_key, event)
+                except Exception:
+                    log.exception("failed to apply a %s %s event to the %s", event.type, type_key,
+                                  type(index).__name__)

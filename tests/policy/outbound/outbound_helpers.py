@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from typing import Any
 
 from tether.platform.watch import ResourceEvent
-from tether.policy.outbound import OutboundConfig, OutboundIndex
+from tether.policy import PolicyConfig
+from tether.policy.config import parse_networks
+from tether.policy.outbound import OutboundIndex
 
 NS = "emojivoto"
 EGRESS_NS = "linkerd-egress"
-CONFIG = OutboundConfig(
-    cluster_networks=tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "fd00::/8")),
-    global_egress_network_namespace=EGRESS_NS,
-)
+CONFIG = PolicyConfig(cluster_networks=parse_networks("10.0.0.0/8,fd00::/8"), global_egress_network_namespace=EGRESS_NS)
 TYPE_KEYS = {
     "Service": "Service",
     "Namespace": "Namespace",

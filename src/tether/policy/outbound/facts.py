@@ -64,6 +64,7 @@ class Problem:
     kind: str
     namespace: str
     name: str
+    reason: str  # a short label for metrics: invalid_annotation, unsupported_filter, parent_not_found, ...
     message: str
 
     def __str__(self) -> str:
@@ -174,8 +175,13 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
     if rtype is kinds.NAMESPACE:
         return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
     if rtype in (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE):
-        return _route(resource)
+        # Routes whose parents are all Servers are the inbound index's business.
+        return _route(resource) if any(_outbound_parent(ref) for ref in resource.spec.parent_refs) else None  # type: ignore[union-attr]
     return None
+
+
+def _outbound_parent(ref: ParentRef) -> bool:
+    return ref.targets(kinds.SERVICE) or ref.targets(kinds.EGRESS_NETWORK)
 
 
 def _read(
@@ -185,7 +191,8 @@ def _read(
     try:
         return reader(annotations)
     except ann.AnnotationError as exc:
-        problems.append(Problem(resource.type.kind, resource.namespace or "", resource.name, str(exc)))
+        problems.append(Problem(resource.type.kind, resource.namespace or "", resource.name, "invalid_annotation",
+                                str(exc)))
         return default
 
 
@@ -206,7 +213,7 @@ def _opaque_ports(resource: Resource, names: Mapping[str, int], problems: list[P
         return None
     ports, bad = parse_port_set(text, names)
     for item in bad:
-        problems.append(Problem(resource.type.kind, resource.namespace or "", resource.name,
+        problems.append(Problem(resource.type.kind, resource.namespace or "", resource.name, "invalid_annotation",
                                 f"annotation {OPAQUE_PORTS_ANNOTATION}: skipped invalid item {item!r}"))
     return ports
 
@@ -245,7 +252,7 @@ def _egress_network(resource: Resource) -> EgressNetworkFacts:
     if settings.load_biaser is not None:
         # Linkerd's rule: the biaser penalises endpoints of a balancer; an EgressNetwork forwards to one address.
         problems.append(Problem("EgressNetwork", resource.namespace or "", resource.name,
-                                f"annotation {ann.PENALIZE_FAILURES} has no effect on an EgressNetwork"))
+                                "annotation_without_effect", f"annotation {ann.PENALIZE_FAILURES} has no effect on an EgressNetwork"))
         settings = Settings(settings.timeouts, settings.http_retry, settings.grpc_retry, settings.accrual, None)
     return EgressNetworkFacts(
         namespace=resource.namespace or "",
@@ -266,8 +273,8 @@ def _route(resource: Resource) -> RouteFacts:
     ns = resource.namespace or ""
     kind = resource.type.kind
 
-    def problem(message: str) -> Problem:
-        return Problem(kind, ns, resource.name, message)
+    def problem(reason: str, message: str) -> Problem:
+        return Problem(kind, ns, resource.name, reason, message)
 
     errors: list[Problem] = []
     timeouts = _read(ann.parse_timeouts, resource.annotations, ann.Timeouts(), errors, resource)
@@ -279,15 +286,16 @@ def _route(resource: Resource) -> RouteFacts:
         for f in rule.filters:
             if f.type == "ResponseHeaderModifier" and grpc:
                 # Linkerd converts the route but the gRPC route proto has no such filter: it is dropped.
-                warnings.append(problem(f"spec.rules[{i}].filters: ResponseHeaderModifier has no effect on a "
-                                        "GRPCRoute's outbound policy"))
+                warnings.append(problem("filter_without_effect", f"spec.rules[{i}].filters: ResponseHeaderModifier "
+                                        "has no effect on a GRPCRoute's outbound policy"))
             elif f.type not in allowed and f.type != "ResponseHeaderModifier":
-                errors.append(problem(f"spec.rules[{i}].filters: {f.type} filter is not supported"))
+                errors.append(problem("unsupported_filter",
+                                      f"spec.rules[{i}].filters: {f.type} filter is not supported"))
         if grpc:
             for j, m in enumerate(rule.matches):
                 if m.method is not None and m.method.type == "RegularExpression":  # type: ignore[union-attr]
-                    errors.append(problem(f"spec.rules[{i}].matches[{j}].method: unsupported GRPCRoute "
-                                          "method match type RegularExpression"))
+                    errors.append(problem("unsupported_match", f"spec.rules[{i}].matches[{j}].method: unsupported "
+                                          "GRPCRoute method match type RegularExpression"))
     rules = tuple(
         RuleFacts(
             matches=rule.matches,

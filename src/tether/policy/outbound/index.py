@@ -44,7 +44,7 @@ from typing import Literal
 from tether.naming import ServiceAuthority, is_dns1123_label
 from tether.platform.watch import ResourceEvent
 from tether.policy.outbound import annotations as ann
-from tether.policy.outbound.config import OutboundConfig
+from tether.policy.config import PolicyConfig
 from tether.policy.outbound.facts import (
     GRPC_ROUTE_FILTERS,
     HTTP_ROUTE_FILTERS,
@@ -203,7 +203,7 @@ class _Watch:
 class OutboundIndex:
     """Facts of the watched objects, target resolution, and one shared watch per subscribed target."""
 
-    def __init__(self, config: OutboundConfig, schedule: Callable[[Callable[[], None]], object] | None = None) -> None:
+    def __init__(self, config: PolicyConfig, schedule: Callable[[Callable[[], None]], object] | None = None) -> None:
         self.config = config
         self._schedule = schedule
         self.services: dict[Key, ServiceFacts] = {}
@@ -216,6 +216,7 @@ class OutboundIndex:
         self._synced: set[str] = set()
         self._pending_at: float | None = None
         self._flush_scheduled = False
+        self.updates = 0  # watched policies recomputed to a new value
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -295,6 +296,7 @@ class OutboundIndex:
             if state == watch.state:
                 continue
             watch.state = state
+            self.updates += 1
             for listener in list(watch.listeners):
                 listener(state, at)
 
@@ -341,7 +343,7 @@ class OutboundIndex:
         }
 
     def problems(self) -> list[Problem]:
-        """Everything the index could not use, by object: ignored routes, dropped annotations."""
+        """Everything the index cannot use now, by object: dropped annotations, ignored routes, dangling references."""
         out: list[Problem] = []
         for svc in self.services.values():
             out.extend(svc.problems)
@@ -350,8 +352,31 @@ class OutboundIndex:
         for route in self.routes.values():
             if route.problem is not None:
                 out.append(route.problem)
+                continue
             out.extend(route.warnings)
+            out.extend(self._dangling(route))
         return out
+
+    def _dangling(self, route: RouteFacts) -> Iterable[Problem]:
+        """A route's parents and backends that name nothing: they grant nothing (reported, never fatal)."""
+        def problem(reason: str, message: str) -> Problem:
+            return Problem(route.kind, route.namespace, route.name, reason, message)
+
+        for ref in route.parents:
+            ns = ref.namespace or route.namespace
+            if ref.targets(kinds.SERVICE) and (ns, ref.name) not in self.services:
+                yield problem("parent_not_found", f"parentRefs: Service {ns}/{ref.name} does not exist")
+            elif ref.targets(kinds.EGRESS_NETWORK) and (ns, ref.name) not in self.egress_networks:
+                yield problem("parent_not_found", f"parentRefs: EgressNetwork {ns}/{ref.name} does not exist")
+        for i, rule in enumerate(route.rules):
+            for ref in rule.backends:
+                ns = ref.namespace or route.namespace
+                if ref.targets(kinds.SERVICE) and (ns, ref.name) not in self.services:
+                    yield problem("backend_not_found", f"spec.rules[{i}].backendRefs: Service {ns}/{ref.name} "
+                                                       "does not exist")
+                elif ref.targets(kinds.EGRESS_NETWORK) and (ns, ref.name) not in self.egress_networks:
+                    yield problem("backend_not_found", f"spec.rules[{i}].backendRefs: EgressNetwork "
+                                                       f"{ns}/{ref.name} does not exist")
 
     # -- target resolution ---------------------------------------------------------------------------
 
@@ -396,7 +421,7 @@ class OutboundIndex:
         network = self._egress_network_for(address, target.source_ns)
         if network is not None:
             return self._egress_state(network, target.port, target.source_ns)
-        if not self.config.in_cluster(address):
+        if not any(network.contains(address) for network in self.config.cluster_networks):
             return EgressFallback()
         raise TargetNotFound(f"no Service or EgressNetwork covers {target.ip}:{target.port}")
 
@@ -421,8 +446,8 @@ class OutboundIndex:
     def _networks_of(self, net: EgressNetworkFacts) -> tuple[Network, ...]:
         if net.networks is not None:
             return net.networks
-        v4 = tuple(n for n in self.config.cluster_networks if n.version == 4)
-        v6 = tuple(n for n in self.config.cluster_networks if n.version == 6)
+        v4 = tuple(n.cidr for n in self.config.cluster_networks if n.cidr.version == 4)
+        v6 = tuple(n.cidr for n in self.config.cluster_networks if n.cidr.version == 6)
         return (
             Network(ipaddress.ip_network("0.0.0.0/0"), v4),  # type: ignore[arg-type]
             Network(ipaddress.ip_network("::/0"), v6),  # type: ignore[arg-type]

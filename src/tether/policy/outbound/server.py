@@ -1,8 +1,9 @@
 """The ``io.linkerd.proxy.outbound.OutboundPolicies`` gRPC handlers: ``Get`` and ``Watch``.
 
-``TrafficSpec.source_workload`` names the client (JSON ``{"ns": .., "pod": ..}``
-or ``{"ns": .., "external_workload": ..}``, or legacy ``<ns>:<pod>``); the
-target is an ``authority`` (a Service name) or an ``addr`` (``ip:port``), which
+Registered by ``tether.policy.service`` beside the inbound handlers.
+``TrafficSpec.source_workload`` names the client (``tether.policy.workload``:
+JSON ``{"ns": .., "pod": ..}`` or ``{"ns": .., "external_workload": ..}``, or
+legacy ``<ns>:<pod>``); the target is an ``authority`` (a Service name) or an ``addr`` (``ip:port``), which
 the index resolves (``tether.policy.outbound.index``).
 
 Every target watched by at least one stream is one ``_Publication``: it holds
@@ -20,7 +21,6 @@ server shutting down -> UNAVAILABLE for new calls, OK for open streams.
 
 from __future__ import annotations
 
-import json
 import logging
 
 import grpc
@@ -35,46 +35,15 @@ from tether.policy.outbound.index import (
     TargetNotFound,
 )
 from tether.policy.outbound.translator import encode
-from tether.serving.rpc import StreamSet
-from tether.serving.stream import UpdateStream
+from tether.policy.metrics import PolicyMetrics
+from tether.policy.workload import InvalidWorkload, parse_workload
+from tether.serving.rpc import Rejected, StreamSet, passthrough
+from tether.serving.stream import EndReason, UpdateStream
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "io.linkerd.proxy.outbound.OutboundPolicies"
-MAX_WORKLOAD = 4096  # a proxy's workload string is a few dozen bytes
-
-
-class _Rejected(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def source_namespace(workload: str) -> str:
-    """The namespace in a ``source_workload`` string; ``ValueError`` naming the string when it has none."""
-    text = workload.strip()
-    if len(text) > MAX_WORKLOAD:
-        raise ValueError("Invalid workload: longer than 4096 bytes")
-    if text.startswith("{"):
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = None
-        if (
-            isinstance(doc, dict) and isinstance(doc.get("ns"), str) and doc["ns"]
-            and sum(isinstance(doc.get(k), str) for k in ("pod", "external_workload")) == 1
-        ):
-            return doc["ns"]
-        raise ValueError(f"Invalid workload: {text}")
-    ns, sep, pod = text.partition(":")
-    if not sep or not ns or not pod:
-        raise ValueError(f"Invalid workload: {text}")
-    return ns
-
-
-def _passthrough(message: bytes) -> bytes:
-    return message
+_END_CODES = {EndReason.OVERFLOW: grpc.StatusCode.RESOURCE_EXHAUSTED, EndReason.SHUTDOWN: grpc.StatusCode.OK}
 
 
 class _Publication:
@@ -100,20 +69,25 @@ class _Publication:
 class OutboundPoliciesServicer:
     """The OutboundPolicies service over an ``OutboundIndex``; ``streams`` bounds and ends its streams."""
 
-    def __init__(self, index: OutboundIndex, streams: StreamSet) -> None:
+    def __init__(self, index: OutboundIndex, streams: StreamSet, metrics: PolicyMetrics) -> None:
         self.index = index
         self._streams = streams
+        self._metrics = metrics
         self._publications: dict[Target, _Publication] = {}
+        self._get = metrics.grpc.call(SERVICE_NAME, "Get", "unary")
+        self._watch = metrics.grpc.call(SERVICE_NAME, "Watch", "server_stream")
+        self._lag = metrics.delivery_lag.labels("Watch")
+        self._overflow = metrics.queue_overflow.labels("Watch")
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
                 "Get": grpc.unary_unary_rpc_method_handler(
-                    self.get, request_deserializer=pb.TrafficSpec.FromString, response_serializer=_passthrough
+                    self.get, request_deserializer=pb.TrafficSpec.FromString, response_serializer=passthrough
                 ),
                 "Watch": grpc.unary_stream_rpc_method_handler(
-                    self.watch, request_deserializer=pb.TrafficSpec.FromString, response_serializer=_passthrough
+                    self.watch, request_deserializer=pb.TrafficSpec.FromString, response_serializer=passthrough
                 ),
             },
         )
@@ -125,57 +99,75 @@ class OutboundPoliciesServicer:
 
     def _target(self, spec: pb.TrafficSpec) -> Target:
         if self._streams.stopping:
-            raise _Rejected(grpc.StatusCode.UNAVAILABLE, "the policy controller is shutting down")
+            raise Rejected(grpc.StatusCode.UNAVAILABLE, "the policy controller is shutting down")
         kind = spec.WhichOneof("target")
         if kind is None:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "target is required")
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "target is required")
         try:
-            source_ns = source_namespace(spec.source_workload)
-        except ValueError as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            source_ns = parse_workload(spec.source_workload).namespace
+        except InvalidWorkload as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         try:
             if kind == "authority":
                 return self.index.service_target(spec.authority, source_ns)
             if not spec.addr.HasField("ip"):
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, "traffic target must have an IP")
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "traffic target must have an IP")
             try:
                 ip = from_ip_address(spec.addr.ip)
             except InvalidAddress as exc:
-                raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"failed to parse target addr: {exc}") from None
+                raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"failed to parse target addr: {exc}") from None
             return self.index.address_target(ip, spec.addr.port, source_ns)
         except InvalidTarget as exc:
-            raise _Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         except TargetNotFound as exc:
-            raise _Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
+            raise Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
 
     async def get(self, request: pb.TrafficSpec, context: grpc.aio.ServicerContext) -> bytes:
+        self._get.start()
         try:
             target = self._target(request)
             publication = self._publications.get(target)
             if publication is not None:
-                return publication.message
-            state = self.index.state(target)
-        except _Rejected as rejected:
+                message = publication.message
+            else:
+                try:
+                    state = self.index.state(target)
+                except TargetNotFound as exc:
+                    raise Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
+                message = encode(target, state, self.index.config).SerializeToString()
+        except Rejected as rejected:
+            self._get.end(rejected.code)
             await context.abort(rejected.code, rejected.message)
             raise AssertionError("abort returns only by raising") from None
-        except TargetNotFound as exc:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-            raise AssertionError("abort returns only by raising") from None
-        return encode(target, state, self.index.config).SerializeToString()
+        self._get.end(grpc.StatusCode.OK)
+        return message
 
     async def watch(self, request: pb.TrafficSpec, context: grpc.aio.ServicerContext) -> None:
+        self._watch.start()
+        lag = self._lag
+
+        def on_sent(delay: float | None) -> None:
+            self._watch.sent()
+            if delay is not None:  # None: the first answer, not caused by a change
+                lag.observe(delay)
+
         try:
             target = self._target(request)
-            stream = self._streams.new_stream()
-            publication = self._attach(target, stream)
-        except _Rejected as rejected:
+            stream = self._streams.new_stream(on_sent=on_sent, on_overflow=self._overflow.inc)
+            try:
+                publication = self._attach(target, stream)
+            except TargetNotFound as exc:
+                raise Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
+        except Rejected as rejected:
+            self._watch.end(rejected.code)
             await context.abort(rejected.code, rejected.message)
             return
-        except TargetNotFound as exc:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-            return
         stream.send(publication.message, None)
-        await self._streams.run(stream, context, lambda: self._detach(publication, stream))
+        try:
+            await self._streams.run(stream, context, lambda: self._detach(publication, stream),
+                                    self._metrics.streams.labels("Watch"))
+        finally:
+            self._watch.end(_END_CODES.get(stream.ended, grpc.StatusCode.CANCELLED))
 
     def _attach(self, target: Target, stream: UpdateStream) -> _Publication:
         publication = self._publications.get(target)

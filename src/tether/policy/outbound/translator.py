@@ -34,11 +34,12 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 
-from tether.api import destination_pb2, grpc_route_pb2, http_route_pb2, http_types_pb2, meta_pb2, opaque_route_pb2
+from tether.api import destination_pb2, grpc_route_pb2, http_route_pb2, meta_pb2, opaque_route_pb2
 from tether.api import outbound_pb2 as pb
 from tether.api.addresses import to_tcp_address
+from tether.policy import route_translator as rt
 from tether.policy.outbound import annotations as ann
-from tether.policy.outbound.config import OutboundConfig
+from tether.policy.config import PolicyConfig
 from tether.policy.outbound.index import (
     AddressTarget,
     EgressFallback,
@@ -51,7 +52,7 @@ from tether.policy.outbound.index import (
     Target,
     UndefinedPort,
 )
-from tether.resources.routes import GRPCRouteMatch, HTTPRouteMatch, RouteFilter
+from tether.resources.routes import RouteFilter
 
 DETECT_TIMEOUT = 10.0
 QUEUE_CAPACITY = 100
@@ -64,7 +65,6 @@ RETRY_MAX_BACKOFF = 0.250
 RETRY_MAX_REQUEST_BYTES = 64 * 1024
 GRPC_PERMISSION_DENIED = 7
 
-_METHODS = {name: value for name, value in http_types_pb2.HttpMethod.Registered.items()}
 _GRPC_CONDITION_FIELDS = {
     "cancelled": "cancelled",
     "deadline-exceeded": "deadine_exceeded",  # sic: the proto's field name
@@ -74,7 +74,7 @@ _GRPC_CONDITION_FIELDS = {
 }
 
 
-def encode(target: Target, state: State, config: OutboundConfig) -> pb.OutboundPolicy:
+def encode(target: Target, state: State, config: PolicyConfig) -> pb.OutboundPolicy:
     """The message for ``state``; ``target`` gives the original destination of address lookups."""
     original = (target.ip, target.port) if isinstance(target, AddressTarget) else None
     if isinstance(state, UndefinedPort):
@@ -159,92 +159,18 @@ def _fallback(ip: str, port: int) -> pb.OutboundPolicy:
 # -- matches and filters ------------------------------------------------------------------------------
 
 
-def _host_match(hostname: str) -> http_route_pb2.HostMatch:
-    if hostname.startswith("*."):
-        labels = hostname[2:].split(".")
-        return http_route_pb2.HostMatch(suffix=http_route_pb2.HostMatch.Suffix(reverse_labels=labels[::-1]))
-    return http_route_pb2.HostMatch(exact=hostname)
-
-
-def _header_match(name: str, value: str, match_type: str) -> http_route_pb2.HeaderMatch:
-    if match_type == "RegularExpression":
-        return http_route_pb2.HeaderMatch(name=name, regex=value)
-    return http_route_pb2.HeaderMatch(name=name, exact=value.encode())
-
-
-def _http_match(match: HTTPRouteMatch) -> http_route_pb2.HttpRouteMatch:
-    path = match.path
-    if path.type == "Exact":
-        path_match = http_route_pb2.PathMatch(exact=path.value)
-    elif path.type == "RegularExpression":
-        path_match = http_route_pb2.PathMatch(regex=path.value)
-    else:
-        path_match = http_route_pb2.PathMatch(prefix=path.value)
-    out = http_route_pb2.HttpRouteMatch(
-        path=path_match,
-        headers=[_header_match(h.name, h.value, h.type) for h in match.headers],
-        query_params=[
-            http_route_pb2.QueryParamMatch(name=q.name, regex=q.value) if q.type == "RegularExpression"
-            else http_route_pb2.QueryParamMatch(name=q.name, exact=q.value)
-            for q in match.query_params
-        ],
-    )
-    if match.method is not None:
-        if match.method in _METHODS:
-            out.method.registered = _METHODS[match.method]
-        else:
-            out.method.unregistered = match.method
-    return out
-
-
-def _grpc_match(match: GRPCRouteMatch) -> grpc_route_pb2.GrpcRouteMatch:
-    out = grpc_route_pb2.GrpcRouteMatch(headers=[_header_match(h.name, h.value, h.type) for h in match.headers])
-    if match.method is not None:
-        out.rpc.service = match.method.service or ""
-        out.rpc.method = match.method.method or ""
-    return out
-
-
-def _headers(pairs: tuple[tuple[str, str], ...]) -> http_types_pb2.Headers:
-    return http_types_pb2.Headers(headers=[http_types_pb2.Headers.Header(name=n, value=v.encode()) for n, v in pairs])
-
-
-def _request_headers(f: RouteFilter) -> http_route_pb2.RequestHeaderModifier:
-    m = f.request_header_modifier
-    assert m is not None
-    return http_route_pb2.RequestHeaderModifier(add=_headers(m.add), set=_headers(m.set), remove=list(m.remove))
-
-
-def _response_headers(f: RouteFilter) -> http_route_pb2.ResponseHeaderModifier:
-    m = f.response_header_modifier
-    assert m is not None
-    return http_route_pb2.ResponseHeaderModifier(add=_headers(m.add), set=_headers(m.set), remove=list(m.remove))
-
-
-def _redirect(f: RouteFilter) -> http_route_pb2.RequestRedirect:
-    r = f.request_redirect
-    assert r is not None
-    out = http_route_pb2.RequestRedirect(host=r.hostname or "", port=r.port or 0, status=r.status_code)
-    if r.scheme is not None:
-        out.scheme.registered = (http_types_pb2.Scheme.HTTPS if r.scheme == "https" else http_types_pb2.Scheme.HTTP)
-    if r.path is not None:
-        if r.path.type == "ReplaceFullPath":
-            out.path.full = r.path.value
-        else:
-            out.path.prefix = r.path.value
-    return out
-
-
 def _http_filter(f: RouteFilter) -> pb.HttpRoute.Filter:
-    if f.type == "RequestHeaderModifier":
-        return pb.HttpRoute.Filter(request_header_modifier=_request_headers(f))
-    if f.type == "ResponseHeaderModifier":
-        return pb.HttpRoute.Filter(response_header_modifier=_response_headers(f))
-    return pb.HttpRoute.Filter(redirect=_redirect(f))
+    if f.request_header_modifier is not None:
+        return pb.HttpRoute.Filter(request_header_modifier=rt.request_header_modifier(f.request_header_modifier))
+    if f.response_header_modifier is not None:
+        return pb.HttpRoute.Filter(response_header_modifier=rt.response_header_modifier(f.response_header_modifier))
+    assert f.request_redirect is not None, f"{f.type} is not an outbound filter"
+    return pb.HttpRoute.Filter(redirect=rt.redirect(f.request_redirect))
 
 
 def _grpc_filter(f: RouteFilter) -> pb.GrpcRoute.Filter:
-    return pb.GrpcRoute.Filter(request_header_modifier=_request_headers(f))
+    assert f.request_header_modifier is not None, f"{f.type} is not an outbound gRPC filter"
+    return pb.GrpcRoute.Filter(request_header_modifier=rt.request_header_modifier(f.request_header_modifier))
 
 
 def _timeouts(t: ann.Timeouts) -> http_route_pb2.Timeouts:
@@ -319,7 +245,7 @@ class _RouteKind:
 _HTTP = _RouteKind(
     name="http",
     route=pb.HttpRoute,
-    match=_http_match,
+    match=rt.http_match,
     filter=_http_filter,
     retry=_http_retry,
     invalid=lambda message: pb.HttpRoute.Filter(
@@ -331,7 +257,7 @@ _HTTP = _RouteKind(
 _GRPC = _RouteKind(
     name="grpc",
     route=pb.GrpcRoute,
-    match=_grpc_match,
+    match=rt.grpc_match,
     filter=_grpc_filter,
     retry=_grpc_retry,
     # Linkerd sends code 500 for a bad backend of a gRPC route (sic); the proxy fails the call either way.
@@ -347,7 +273,7 @@ _GRPC = _RouteKind(
 
 
 class _Encoder:
-    def __init__(self, state: OutboundState, config: OutboundConfig, original: tuple[str, int] | None) -> None:
+    def __init__(self, state: OutboundState, config: PolicyConfig, original: tuple[str, int] | None) -> None:
         self.state = state
         self.config = config
         self.original = original
@@ -464,7 +390,7 @@ class _Encoder:
     def _route(self, kind: _RouteKind, route: ResolvedRoute) -> Any:
         return kind.route(
             metadata=_resource_meta(route.group, route.kind, route.namespace, route.name),
-            hosts=[_host_match(h) for h in route.hostnames],
+            hosts=[rt.host_match(h) for h in route.hostnames],
             rules=[self._rule(kind, rule) for rule in route.rules],
         )
 

@@ -153,7 +153,7 @@ def test_load_path_reads_one_file_with_a_byte_order_mark(tmp_path):
 
 
 def test_load_path_reads_stdin_for_a_dash(monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.StringIO("kind: Namespace\n---\nkind: Pod\n"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"kind: Namespace\n---\nkind: Pod\n")))
     assert load_path("-") == [("<stdin>", 1, {"kind": "Namespace"}), ("<stdin>", 2, {"kind": "Pod"})]
 
 
@@ -169,7 +169,7 @@ def test_load_path_errors_name_the_file(tmp_path):
     binary.write_bytes(b"kind: \xff\xfe\n")
     with pytest.raises(ValidationError) as info:
         load_path(binary)
-    assert str(info.value) == f"{binary}: not UTF-8 text"
+    assert str(info.value) == f"{binary} line 1: not UTF-8 text (byte 6)"
 
 
 def test_unreadable_files_are_reported_not_raised(tmp_path, monkeypatch):
@@ -179,7 +179,7 @@ def test_unreadable_files_are_reported_not_raised(tmp_path, monkeypatch):
     def denied(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(type(path), "read_text", denied)
+    monkeypatch.setattr(type(path), "read_bytes", denied)
     with pytest.raises(ValidationError) as info:
         load_path(path)
     assert str(info.value) == f"{path}: cannot read: Permission denied"

@@ -10,6 +10,7 @@ import pytest
 from store_workers import pod
 
 from tether.store import Store, StoreError
+from tether.store.schema import SCHEMA_VERSION
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
@@ -23,7 +24,7 @@ def test_creates_the_directory_and_marks_the_file(tmp_path: Path) -> None:
     header = path.read_bytes()[:100]
     assert header.startswith(b"SQLite format 3\x00")
     assert header[68:72] == b"TETH", "application_id marks a Tether store"
-    assert int.from_bytes(header[60:64], "big") == 1, "user_version holds the schema version"
+    assert int.from_bytes(header[60:64], "big") == SCHEMA_VERSION, "user_version holds the schema version"
 
 
 def test_an_empty_file_is_refused(tmp_path: Path) -> None:
@@ -103,7 +104,7 @@ def test_a_store_from_a_newer_tether_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA user_version = 99")
     db.close()
-    with pytest.raises(StoreError, match=r"schema version 99, newer than this Tether understands \(1\)"):
+    with pytest.raises(StoreError, match=rf"schema version 99, newer than this Tether understands \({SCHEMA_VERSION}\)"):
         Store(path)
 
 

@@ -12,11 +12,11 @@ from tether.cli.home import store_path
 from tether.cli.printing import OUTPUT_FORMATS, echo, render, resource_name
 from tether.resources.errors import UnknownKind, ValidationError
 from tether.resources.kinds import ResourceType, lookup, type_of
-from tether.resources.loading import load_path
+from tether.resources.loading import load_path, object_name
 from tether.resources.model import parse
 from tether.resources.selectors import LabelSelector
 from tether.store import Store
-from tether.store.errors import StoreError
+from tether.store.errors import CorruptObject, StoreError
 
 DEFAULT_NAMESPACE = "default"
 
@@ -65,12 +65,20 @@ def _load(files: Sequence[str], namespace: str | None) -> list[dict]:
                 parse(obj, source=source, index=index)
                 objs.append(obj)
             except ValidationError as err:
-                errors.append(str(err))
+                errors.append(str(err.located(source=source, doc_index=index, name=object_name(obj))))
     if errors:
         raise CliError("\n".join(errors))
     if not objs:
         raise CliError("no objects passed to apply" if files else "must specify one of -f")
     return objs
+
+
+def _stored_or_none(store: Store, key: tuple[str, str | None, str]) -> dict | None:
+    """What ``apply`` compares with: a corrupt stored object counts as absent, since applying replaces it."""
+    try:
+        return store.get(*key)
+    except CorruptObject:
+        return None
 
 
 def _rtype(name: str) -> ResourceType:
@@ -95,10 +103,13 @@ def apply(files: tuple[str, ...], namespace: str | None) -> None:
     for obj in objs:
         obj["metadata"].pop("resourceVersion", None)
     with _store() as store:
-        before = {_key(o): store.get(*_key(o)) for o in objs}
+        before = {_key(o): _stored_or_none(store, _key(o)) for o in objs}
         stored = store.apply_many(objs)
+    # An object named twice in one apply is applied twice, in order, as kubectl does: the
+    # second is compared with the first (configured or unchanged), not with what was stored before.
     for obj in stored:
         old = before[_key(obj)]
+        before[_key(obj)] = obj
         if old is None:
             verb = "created"
         elif old["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]:
@@ -126,10 +137,16 @@ def get(kind: str | None, names: tuple[str, ...], files: tuple[str, ...], namesp
     except ValidationError as err:
         raise click.BadParameter(str(err), param_hint="'-l' / '--selector'") from None
     missing: list[str] = []
+    unreadable: list[str] = []  # objects whose stored body is corrupt: named, and the rest still shown
     with _store() as store:
         if files:
             wanted = [_key(o) for o in _load(files, namespace)]
-            found = [(k, store.get(*k)) for k in wanted]
+            found = []
+            for k in wanted:
+                try:
+                    found.append((k, store.get(*k)))
+                except CorruptObject as err:
+                    unreadable.append(str(err))
             objs = [o for _, o in found if o is not None]
             missing = [f'{k[0]} "{k[2]}"' for k, o in found if o is None]
             single = len(wanted) == 1
@@ -141,18 +158,27 @@ def get(kind: str | None, names: tuple[str, ...], files: tuple[str, ...], namesp
             for rtype in rtypes:
                 ns = None if (all_namespaces or not rtype.namespaced) else (namespace or DEFAULT_NAMESPACE)
                 if names:
-                    found = {n: store.get(rtype.key, ns, n) for n in names}
-                    objs += [o for o in found.values() if o is not None]
-                    missing += [f'{rtype.plural} "{n}"' for n, o in found.items() if o is None]
+                    for n in names:
+                        try:
+                            obj = store.get(rtype.key, ns, n)
+                        except CorruptObject as err:
+                            unreadable.append(str(err))
+                            continue
+                        if obj is None:
+                            missing.append(f'{rtype.plural} "{n}"')
+                        else:
+                            objs.append(obj)
                 else:
-                    objs += store.list(rtype.key, namespace=ns, selector=sel).items
+                    listed = store.list(rtype.key, namespace=ns, selector=sel)
+                    objs += listed.items
+                    unreadable += listed.unreadable
             if not objs and not names and output not in ("json", "yaml"):
                 scoped = not all_namespaces and any(r.namespaced for r in rtypes)
                 where = f" in {namespace or DEFAULT_NAMESPACE} namespace" if scoped else ""
                 click.echo(f"No resources found{where}.", err=True)
     echo(render(objs, output, single, all_namespaces))
-    if missing:
-        raise CliError("\n".join(f"{m} not found" for m in missing))
+    if missing or unreadable:
+        raise CliError("\n".join([*(f"{m} not found" for m in missing), *unreadable]))
 
 
 @click.command()

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tether.resources import limits
 from tether.resources.errors import ValidationError
 from tether.resources.fields import expect_list, index, join
 
@@ -82,7 +83,8 @@ def load_path(path: str | Path) -> list[tuple[str, int, dict[str, Any]]]:
     ``*.yml`` and ``*.json``. ``doc_index`` counts documents from 1 within each file.
     """
     if str(path) == STDIN:
-        return [(STDIN_SOURCE, i, obj) for i, obj in iter_documents(sys.stdin.read(), STDIN_SOURCE)]
+        text = _decode(sys.stdin.buffer.read(), STDIN_SOURCE)
+        return [(STDIN_SOURCE, i, obj) for i, obj in iter_documents(text, STDIN_SOURCE)]
     root = Path(path)
     out = []
     for file in _manifest_files(root):
@@ -102,13 +104,20 @@ def _manifest_files(root: Path) -> list[Path]:
 
 def _read(file: Path) -> str:
     try:
-        return file.read_text(encoding="utf-8-sig")
+        data = file.read_bytes()
     except FileNotFoundError:
         raise ValidationError("no such file or directory", source=str(file)) from None
-    except UnicodeDecodeError:
-        raise ValidationError("not UTF-8 text", source=str(file)) from None
     except OSError as e:
         raise ValidationError(f"cannot read: {e.strerror}", source=str(file)) from None
+    return _decode(data, str(file))
+
+
+def _decode(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValidationError(f"not UTF-8 text (byte {e.start})", source=source, line=line) from None
 
 
 def iter_documents(text: str, source: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -122,9 +131,12 @@ def iter_documents(text: str, source: str) -> Iterator[tuple[int, dict[str, Any]
                 f"expected a mapping (a Kubernetes object), got {_describe(doc)}", source=source, doc_index=doc_index
             )
         try:
+            limits.check_depth(doc)
             objects = list(_flatten(doc, ""))
+            for obj in objects:
+                limits.check_object_bytes(len(json.dumps(obj, separators=(",", ":"), default=str)))
         except ValidationError as e:
-            raise e.located(source=source, doc_index=doc_index) from None
+            raise e.located(source=source, doc_index=doc_index, name=object_name(doc)) from None
         for obj in objects:
             yield doc_index, obj
 
@@ -133,9 +145,21 @@ def _yaml_documents(text: str, source: str) -> Iterator[tuple[int, Any]]:
     loader = _ManifestLoader(text)
     doc_index = 0
     try:
-        while loader.check_data():
+        while loader.check_node():
             doc_index += 1
-            yield doc_index, loader.get_data()
+            node = loader.get_node()
+            if node is None:
+                yield doc_index, None
+                continue
+            # Measured before it is built: aliases make a few bytes of text into any number of nodes.
+            limits.ExpansionCounter().check(node)
+            yield doc_index, loader.construct_document(node)
+    except ValidationError as e:
+        raise e.located(source=source, doc_index=doc_index or None) from None
+    except RecursionError:
+        raise ValidationError(
+            f"nested more than {limits.MAX_DEPTH} levels deep", source=source, doc_index=doc_index or None
+        ) from None
     except _MappingKeyError as e:
         raise ValidationError(str(e), source=source, doc_index=doc_index or None, line=e.line) from None
     except yaml.MarkedYAMLError as e:
@@ -170,6 +194,10 @@ def _json_documents(text: str, source: str) -> Iterator[tuple[int, Any]]:
             doc, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise ValidationError(e.msg, source=source, doc_index=doc_index, line=e.lineno) from None
+        except RecursionError:
+            raise ValidationError(
+                f"nested more than {limits.MAX_DEPTH} levels deep", source=source, doc_index=doc_index
+            ) from None
         except _DuplicateJSONKey as e:
             raise ValidationError(str(e), source=source, doc_index=doc_index) from None
         yield doc_index, doc
@@ -210,6 +238,13 @@ def _flatten(obj: dict[str, Any], path: str) -> Iterator[dict[str, Any]]:
         if not isinstance(item, dict):
             raise ValidationError("expected a mapping (a Kubernetes object)", path=item_path)
         yield from _flatten(item, item_path)
+
+
+def object_name(obj: dict[str, Any]) -> str | None:
+    """``metadata.name`` when it is a string (for labelling errors), else None."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _describe(value: Any) -> str:

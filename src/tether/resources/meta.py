@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tether.resources import formats
+from tether.resources import formats, limits
 from tether.resources.fields import Fields, NameCheck
 from tether.resources.kinds import NAMESPACE, SERVICE, ResourceType
 
@@ -101,7 +101,7 @@ def parse_metadata(doc: Fields, rtype: ResourceType) -> ObjectMeta:
         name=meta.string("name", check=_NAME_RULES.get(rtype, formats.dns1123_subdomain)),
         namespace=namespace,
         labels=meta.string_map("labels", key_check=formats.qualified_name, value_check=formats.label_value),
-        annotations=meta.string_map("annotations", key_check=_annotation_key),
+        annotations=_annotations(meta),
         uid=meta.string("uid", None),
         resource_version=meta.string("resourceVersion", None),
         generation=meta.integer("generation", None, minimum=0),
@@ -126,8 +126,14 @@ def parse_template_metadata(template: Fields) -> TemplateMeta:
         return TemplateMeta()
     return TemplateMeta(
         labels=meta.string_map("labels", key_check=formats.qualified_name, value_check=formats.label_value),
-        annotations=meta.string_map("annotations", key_check=_annotation_key),
+        annotations=_annotations(meta),
     )
+
+
+def _annotations(meta: Fields) -> dict[str, str]:
+    annotations = meta.string_map("annotations", key_check=_annotation_key)
+    limits.check_annotations(annotations, meta.at("annotations"))
+    return annotations
 
 
 def parse_conditions_status(doc: Fields) -> ConditionsStatus:

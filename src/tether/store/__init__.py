@@ -16,13 +16,14 @@ The watch pattern, spelled out (``list_then_watch`` does this for you)::
         ...list again and diff...
 """
 
-from tether.store.errors import Conflict, Gone, StoreError
+from tether.store.errors import Conflict, CorruptObject, Gone, StoreError
 from tether.store.listwatch import list_then_watch
 from tether.store.store import DEFAULT_HISTORY, ListResult, Store, WatchEvent
 
 __all__ = [
     "DEFAULT_HISTORY",
     "Conflict",
+    "CorruptObject",
     "Gone",
     "ListResult",
     "Store",

@@ -13,6 +13,14 @@ class StoreError(Exception):
     """The store file can't be used: missing permission, corrupt, foreign, busy, closed."""
 
 
+class CorruptObject(StoreError):
+    """One stored object's body cannot be read back; the message names the object.
+
+    The rest of the store is fine: ``list`` and watches leave that object out (and say so),
+    ``apply`` replaces it and ``delete`` removes it.
+    """
+
+
 class Conflict(StoreError):
     """A write carried a ``metadata.resourceVersion`` that is no longer the stored one.
 

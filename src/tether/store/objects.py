@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tether.resources import limits
 from tether.resources.errors import ValidationError
 from tether.resources.kinds import type_of
 from tether.resources.model import parse
@@ -51,9 +52,14 @@ def prepare(obj: Mapping[str, Any]) -> tuple[Key, dict]:
     try:
         # A JSON round trip both deep-copies and normalises (tuples become lists), so the
         # no-op comparison with what was stored (also JSON) is exact.
-        private = json.loads(json.dumps(obj, allow_nan=False))
+        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+        private = json.loads(text)
     except (TypeError, ValueError) as e:
         raise ValidationError(f"not representable as JSON ({e})", kind=rtype.kind, name=name) from None
+    try:
+        limits.check_object_bytes(len(text.encode()))
+    except ValidationError as e:
+        raise e.located(kind=rtype.kind, name=name) from None
     return (rtype.key, namespace or "", name), private
 
 

@@ -15,6 +15,7 @@ whichever link landed first.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sqlite3
@@ -25,9 +26,17 @@ from urllib.parse import quote
 
 from tether.store.errors import StoreError
 
+log = logging.getLogger(__name__)
+
 # PRAGMA application_id marks the file as a Tether store ("TETH" in ASCII).
 APPLICATION_ID = 0x54455448
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Freed pages go back to the file system (``PRAGMA incremental_vacuum``, run by the store after
+# writes that free many pages), so a store shrinks again after mass deletes.
+AUTO_VACUUM_INCREMENTAL = 2
+# The write-ahead log is cut back to this after each checkpoint instead of keeping its peak size.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 # Statements that bring a store from version N-1 to N; PRAGMA user_version holds N.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -52,6 +61,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # to this version may have been dropped, so a watch from before it is Gone.
         "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
         "INSERT INTO counters VALUES ('resource_version', 0), ('compacted_through', 0)",
+    ),
+    2: (
+        # The bytes of event bodies kept, so that the history is bounded in size as well as in count.
+        "INSERT INTO counters SELECT 'history_bytes', coalesce(sum(length(CAST(body AS BLOB))), 0) FROM events",
     ),
 }
 
@@ -148,6 +161,7 @@ def _create(path: Path) -> None:
             try:
                 # WAL is recorded in the file, so every later connection gets it without
                 # switching modes (a switch needs an exclusive lock and can fail under contention).
+                conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")  # before the first table
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 _migrate(conn, path)
@@ -162,6 +176,17 @@ def _create(path: Path) -> None:
     finally:
         for leftover in (draft, draft.with_name(draft.name + "-wal"), draft.with_name(draft.name + "-shm")):
             leftover.unlink(missing_ok=True)
+
+
+def _enable_incremental_vacuum(conn: sqlite3.Connection, path: Path) -> None:
+    """Convert a store made before incremental vacuum (one full VACUUM); a busy store tries at its next open."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL:
+        return
+    conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.OperationalError as e:
+        log.info("%s: not converted to incremental vacuum this time (%s)", path, e)
 
 
 def open_store(path: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -189,6 +214,8 @@ def open_store(path: Path, busy_timeout: float) -> sqlite3.Connection:
                 raise StoreError(f"{path}: the store is not in WAL mode (found {mode!r}); was it edited by hand?")
             # NORMAL sync under WAL survives any process crash; only a power cut may lose the last commits.
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            _enable_incremental_vacuum(conn, path)
         except BaseException:
             conn.close()
             raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import threading
 import uuid
@@ -29,14 +30,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tether.resources.selectors import LabelSelector
-from tether.store.errors import Gone, StoreError
-from tether.store.objects import Key, created, prepare, updated
+from tether.resources.kinds import REGISTRY
+from tether.store.errors import CorruptObject, Gone, StoreError
+from tether.store.objects import Key, created, describe, prepare, updated
 from tether.store.schema import open_store, sqlite_errors
 from tether.store.wakeup import Listener, WakeDir
+
+log = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 DEFAULT_HISTORY = 10_000
+# The history is also cut to this many bytes of bodies: a burst of big objects must not keep
+# the file large long after they are deleted.
+DEFAULT_HISTORY_BYTES = 32 * 1024 * 1024
+# Free pages are handed back once they are this share of the file (and at least _VACUUM_MIN_PAGES).
+_VACUUM_SHARE = 4
+_VACUUM_MIN_PAGES = 256
 # Events a watch reads per transaction, so that a far-behind watch never holds one long read.
 _WATCH_BATCH = 500
 
@@ -52,10 +62,14 @@ class WatchEvent:
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
-    """The objects a ``list`` matched, and the store's version in that same snapshot."""
+    """The objects a ``list`` matched, and the store's version in that same snapshot.
+
+    ``unreadable`` names the objects left out because their stored body is corrupt.
+    """
 
     items: list[dict]
     resource_version: int
+    unreadable: tuple[str, ...] = ()
 
 
 def _now() -> str:
@@ -66,10 +80,22 @@ def _counter(db: sqlite3.Connection, name: str) -> int:
     return db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0]
 
 
+def _decode(body: str, key: Key) -> dict:
+    """A stored body as an object, or ``CorruptObject`` naming it (a damaged row must not hide the rest)."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise CorruptObject(f"{describe(key)}: the stored object is corrupt ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        raise CorruptObject(f"{describe(key)}: the stored object is corrupt (not an object with metadata)")
+    return obj
+
+
 class Store:
     """A resource store backed by the SQLite file at ``path`` (created with its directory if absent).
 
-    ``history`` is how many events are kept for watches; ``poll_interval`` is how
+    ``history`` is how many events are kept for watches, ``history_bytes`` how many bytes of
+    them at most (the oldest go first either way); ``poll_interval`` is how
     often (seconds) a watch looks for changes when no wake-up came, a fallback
     only; ``busy_timeout`` is how long (seconds) to wait for another process's
     write to finish before failing with ``StoreError``.  Methods may be called
@@ -82,6 +108,7 @@ class Store:
         path: str | PathLike[str],
         *,
         history: int = DEFAULT_HISTORY,
+        history_bytes: int = DEFAULT_HISTORY_BYTES,
         poll_interval: float = 2.0,
         busy_timeout: float = 30.0,
     ) -> None:
@@ -89,6 +116,7 @@ class Store:
             raise ValueError(f"history must be at least 1, not {history}")
         self.path = Path(path)
         self._history = history
+        self._history_bytes = history_bytes
         self._poll_interval = poll_interval
         self._conn = open_store(self.path, busy_timeout)
         try:
@@ -159,7 +187,7 @@ class Store:
                 "SELECT body FROM objects WHERE type_key = ? AND namespace = ? AND name = ?",
                 (type_key, namespace or "", name),
             ).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else _decode(row[0], (type_key, namespace or "", name))
 
     def list(
         self, type_key: str, namespace: str | None = None, selector: LabelSelector | None = None
@@ -169,7 +197,7 @@ class Store:
         Sorted by namespace then name.  ``resource_version`` belongs to the same
         snapshot: ``watch(since=result.resource_version)`` continues exactly after it.
         """
-        query = "SELECT body FROM objects WHERE type_key = ?"
+        query = "SELECT namespace, name, body FROM objects WHERE type_key = ?"
         params: tuple[str, ...] = (type_key,)
         if namespace is not None:
             query += " AND namespace = ?"
@@ -177,10 +205,16 @@ class Store:
         with self._transaction(write=False) as db:
             version = _counter(db, "resource_version")
             rows = db.execute(query + " ORDER BY namespace, name", params).fetchall()
-        items = [json.loads(body) for (body,) in rows]
+        items, unreadable = [], []
+        for ns, name, body in rows:
+            try:
+                items.append(_decode(body, (type_key, ns, name)))
+            except CorruptObject as e:
+                log.error("%s: %s", self.path, e)
+                unreadable.append(str(e))
         if selector is not None:
             items = [item for item in items if selector.matches(item["metadata"].get("labels") or {})]
-        return ListResult(items=items, resource_version=version)
+        return ListResult(items=items, resource_version=version, unreadable=tuple(unreadable))
 
     # -- writing -------------------------------------------------------------
 
@@ -197,6 +231,7 @@ class Store:
         prepared = [prepare(obj) for obj in objs]
         now = _now()
         results: list[dict] = []
+        added = 0
         with self._transaction(write=True) as db:
             first = version = _counter(db, "resource_version")
             for key, incoming in prepared:
@@ -212,9 +247,10 @@ class Store:
                     change = "MODIFIED"
                 version += 1
                 obj["metadata"]["resourceVersion"] = str(version)
-                self._record(db, key, change, obj, version)
+                added += self._record(db, key, change, obj, version)
                 results.append(obj)
-            self._advance(db, first, version)
+            self._advance(db, first, version, added)
+        self._reclaim()
         return results
 
     def delete(self, type_key: str, namespace: str | None, name: str) -> dict | None:
@@ -224,44 +260,93 @@ class Store:
     def delete_many(self, keys: Sequence[tuple[str, str | None, str]]) -> list[dict | None]:
         """Delete ``(type_key, namespace, name)`` objects in one transaction; None for each that was absent."""
         results: list[dict | None] = []
+        added = 0
         with self._transaction(write=True) as db:
             first = version = _counter(db, "resource_version")
             for type_key, namespace, name in keys:
                 key = (type_key, namespace or "", name)
                 obj = self._stored(db, key)
+                if obj is None and self._exists(db, key):
+                    obj = _stand_in(key)  # a corrupt row: deleting it is how a user gets rid of it
                 if obj is not None:
                     version += 1
                     obj["metadata"]["resourceVersion"] = str(version)
-                    self._record(db, key, "DELETED", obj, version)
+                    added += self._record(db, key, "DELETED", obj, version)
                 results.append(obj)
-            self._advance(db, first, version)
+            self._advance(db, first, version, added)
+        self._reclaim()
         return results
 
-    @staticmethod
-    def _stored(db: sqlite3.Connection, key: Key) -> dict | None:
+    def _stored(self, db: sqlite3.Connection, key: Key) -> dict | None:
+        """The stored object; a corrupt one counts as absent, so writing over it replaces it."""
         row = db.execute(
             "SELECT body FROM objects WHERE type_key = ? AND namespace = ? AND name = ?", key
         ).fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            return _decode(row[0], key)
+        except CorruptObject as e:
+            log.warning("%s: %s; it is replaced", self.path, e)
+            return None
 
     @staticmethod
-    def _record(db: sqlite3.Connection, key: Key, change: EventType, obj: dict, version: int) -> None:
+    def _exists(db: sqlite3.Connection, key: Key) -> bool:
+        query = "SELECT 1 FROM objects WHERE type_key = ? AND namespace = ? AND name = ?"
+        return db.execute(query, key).fetchone() is not None
+
+    @staticmethod
+    def _record(db: sqlite3.Connection, key: Key, change: EventType, obj: dict, version: int) -> int:
+        """Write the change and its event; returns the event body's size in bytes."""
         body = json.dumps(obj, separators=(",", ":"))
         if change == "DELETED":
             db.execute("DELETE FROM objects WHERE type_key = ? AND namespace = ? AND name = ?", key)
         else:
             db.execute("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", (*key, body))
         db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)", (version, change, key[0], key[1], body))
+        return len(body.encode())
 
-    def _advance(self, db: sqlite3.Connection, first: int, version: int) -> None:
-        """Store the new version and drop the events that fall out of the history."""
+    def _advance(self, db: sqlite3.Connection, first: int, version: int, added: int) -> None:
+        """Store the new version and drop the events that fall out of the history (by count, then by bytes)."""
         if version == first:
             return
         db.execute("UPDATE counters SET value = ? WHERE name = 'resource_version'", (version,))
-        floor = version - self._history
-        if floor > 0:
-            db.execute("DELETE FROM events WHERE resource_version <= ?", (floor,))
-            db.execute("UPDATE counters SET value = max(value, ?) WHERE name = 'compacted_through'", (floor,))
+        kept = _counter(db, "history_bytes") + added
+        floor = max(version - self._history, _counter(db, "compacted_through"))
+        oldest = db.execute(
+            "SELECT resource_version, length(CAST(body AS BLOB)) FROM events WHERE resource_version > ? "
+            "ORDER BY resource_version",
+            (floor,),
+        )
+        kept -= self._dropped_bytes(db, floor)
+        for rv, size in oldest:
+            if kept <= self._history_bytes or rv == version:
+                break
+            kept -= size
+            floor = rv
+        oldest.close()
+        db.execute("DELETE FROM events WHERE resource_version <= ?", (floor,))
+        db.execute("UPDATE counters SET value = max(value, ?) WHERE name = 'compacted_through'", (floor,))
+        db.execute("UPDATE counters SET value = ? WHERE name = 'history_bytes'", (max(kept, 0),))
+
+    @staticmethod
+    def _dropped_bytes(db: sqlite3.Connection, floor: int) -> int:
+        query = "SELECT coalesce(sum(length(CAST(body AS BLOB))), 0) FROM events WHERE resource_version <= ?"
+        return db.execute(query, (floor,)).fetchone()[0]
+
+    def _reclaim(self) -> None:
+        """Hand free pages back to the file system once they are a large share of the file."""
+        with self._lock, sqlite_errors(self.path):
+            if self._closed:
+                return
+            free = self._conn.execute("PRAGMA freelist_count").fetchone()[0]
+            pages = self._conn.execute("PRAGMA page_count").fetchone()[0]
+            if free < max(_VACUUM_MIN_PAGES, pages // _VACUUM_SHARE):
+                return
+            # executescript: the pragma frees one page per step, and a script steps it to the end.
+            self._conn.executescript("PRAGMA incremental_vacuum;")
+            # Readers hold only short transactions, so waiting for them to truncate the log is brief.
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- watching ------------------------------------------------------------
 
@@ -309,7 +394,7 @@ class Store:
         self, cursor: int, type_key: str | None, namespace: str | None
     ) -> tuple[list[WatchEvent], int, bool]:
         """The next events after ``cursor`` matching the filters, the new cursor, and whether more are waiting."""
-        query = "SELECT resource_version, type, body FROM events WHERE resource_version > ?"
+        query = "SELECT resource_version, type, type_key, namespace, body FROM events WHERE resource_version > ?"
         params: tuple[object, ...] = (cursor,)
         if type_key is not None:
             query += " AND type_key = ?"
@@ -334,4 +419,19 @@ class Store:
         more = len(rows) == _WATCH_BATCH
         # With nothing more to read, skip past the events of other types too.
         cursor = rows[-1][0] if more else current
-        return [WatchEvent(change, json.loads(body), version) for version, change, body in rows], cursor, more
+        events = []
+        for version, change, type_key_, ns, body in rows:
+            try:
+                events.append(WatchEvent(change, _decode(body, (type_key_, ns, "?")), version))
+            except CorruptObject as e:
+                log.error("%s: event %d skipped: %s", self.path, version, e)
+        return events, cursor, more
+
+
+def _stand_in(key: Key) -> dict:
+    """What ``delete`` returns for an object whose body was unreadable: its kind and name only."""
+    type_key, namespace, name = key
+    rtype = next((t for t in REGISTRY if t.key == type_key), None)
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    head = {"apiVersion": rtype.api_version, "kind": rtype.kind} if rtype is not None else {}
+    return {**head, "metadata": meta}

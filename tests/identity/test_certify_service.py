@@ -338,14 +338,20 @@ def test_verifier_failure_is_internal_not_the_callers_fault(ca_files: Pki, clock
     assert caught.value.reason is Reason.INTERNAL
 
 
-def test_checks_run_in_linkerds_order(ca_files: Pki, clock: FakeClock, verifier: LocalTokenVerifier) -> None:
+def test_token_is_verified_before_anything_else_is_read(ca_files: Pki, clock: FakeClock, verifier: LocalTokenVerifier, signer: LocalTokenSigner) -> None:
     authority = CertificateAuthority(Issuer.validated([ca_files.issuer], ca_files.issuer_key, [ca_files.anchor]), IssuanceSettings())
     certifier = Certifier(lambda: authority, verifier, control_plane_ns="linkerd", trust_domain="cluster.local", clock=clock)
-    clock.advance(timedelta(days=400))  # the issuer has expired
     outcomes = {}
-    for case, csr in (("garbage", b"junk"), ("second-san", csr_for(NAME, extra_sans=[x509.DNSName("x.example")]))):
+    cases = (("garbage-token", b"junk"), ("garbage-csr", b"junk"),
+             ("second-san", csr_for(NAME, extra_sans=[x509.DNSName("x.example")])))
+    for case, csr in cases:
+        if case == "second-san":
+            clock.advance(timedelta(days=400))  # the issuer has expired (the token is minted after)
+        token = b"token" if case == "garbage-token" else web_token(signer)
         with pytest.raises(CertifyError) as caught:
-            certifier.certify(NAME, b"token", csr)
+            certifier.certify(NAME, token, csr)
         outcomes[case] = caught.value.reason
-    # A CSR that does not parse is a bad request whatever the issuer; the issuer is checked before CSR rules.
-    assert outcomes == {"garbage": Reason.MALFORMED_CSR, "second-san": Reason.ISSUER_NOT_VALID}
+    # Without a valid token the CSR is never parsed; then a bad CSR is a bad request whatever the
+    # issuer, and the issuer is checked before the CSR's rules.
+    assert outcomes == {"garbage-token": Reason.INVALID_TOKEN, "garbage-csr": Reason.MALFORMED_CSR,
+                        "second-san": Reason.ISSUER_NOT_VALID}

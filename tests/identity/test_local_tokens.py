@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import stat
 import threading
@@ -13,7 +15,7 @@ import pytest
 
 from tether.naming import InvalidName
 from tether.platform.local.tokens import KEY_FILE, LocalTokenSigner, LocalTokenVerifier, TokenKey, TokenKeyError
-from tether.platform.tokens import IDENTITY_AUDIENCE, ExpiredToken, ForgedToken, MalformedToken, WrongAudience
+from tether.platform.tokens import IDENTITY_AUDIENCE, ExpiredToken, ForgedToken, InvalidToken, MalformedToken, WrongAudience
 
 from identity_helpers import FakeClock, web_token
 
@@ -63,8 +65,17 @@ def test_token_for_another_audience_is_rejected(signer: LocalTokenSigner, verifi
 
 @pytest.mark.parametrize("token", [b"", b"garbage", b"a.b", b"!!.??.**", b"e30.e30.AAAA", b"a.b.c.d"])
 def test_malformed_tokens_are_rejected(verifier: LocalTokenVerifier, token: bytes) -> None:
-    with pytest.raises(MalformedToken):
+    # Unsigned parts are never decoded: a token whose signature does not verify is forged, whatever it holds.
+    with pytest.raises(InvalidToken):
         verifier.verify(token, IDENTITY_AUDIENCE)
+
+
+def test_a_signed_but_deeply_nested_header_is_malformed_not_a_crash(token_key: TokenKey, verifier: LocalTokenVerifier) -> None:
+    header = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).rstrip(b"=")
+    signing_input = header + b"." + base64.urlsafe_b64encode(b"{}").rstrip(b"=")
+    signature = base64.urlsafe_b64encode(hmac.new(token_key.secret, signing_input, hashlib.sha256).digest()).rstrip(b"=")
+    with pytest.raises(MalformedToken, match="nested too deeply"):
+        verifier.verify(signing_input + b"." + signature, IDENTITY_AUDIENCE)
 
 
 def test_signer_refuses_names_that_are_not_dns_labels(signer: LocalTokenSigner) -> None:

@@ -1,9 +1,10 @@
 """The decision behind one Certify call, free of gRPC I/O: check, authenticate, issue.
 
 ``tether.identity.server`` calls ``Certifier.certify`` for each request and turns a
-``CertifyError`` into the gRPC status its ``Reason`` names.  The order of the checks follows
-Linkerd's identity service: issuer loaded, request well-formed (CSR parses), issuer valid, CSR
-conforming, token verified, token identity equal to the requested one.
+``CertifyError`` into the gRPC status its ``Reason`` names.  The checks: issuer loaded, every
+field present, token verified, token identity equal to the requested one, and only then CSR
+parses, issuer valid, CSR conforming.  Linkerd parses the CSR first; here the token comes first
+so that a caller without a valid token never gets the service to parse anything it sent.
 
 Token verification runs inline: the local verifier is an HMAC check.  A verifier that makes a
 network call (Kubernetes TokenReview) should run off the event loop.
@@ -57,13 +58,13 @@ class Certifier:
         for value, what in ((identity, "identity"), (token, "token"), (csr_data, "certificate_signing_request")):
             if not value:
                 raise CertifyError(Reason.INVALID_REQUEST, f"missing {what}")
+        caller = self._authenticate(token)
+        if caller.dns_name != identity:
+            raise CertifyError(Reason.IDENTITY_MISMATCH, f"token is for {caller.dns_name!r}, not {identity!r}")
         csr = parse_csr(csr_data)
         now = self._clock()
         authority.check_valid_at(now)
         check_csr(csr, identity)
-        caller = self._authenticate(token)
-        if caller.dns_name != identity:
-            raise CertifyError(Reason.IDENTITY_MISMATCH, f"token is for {caller.dns_name!r}, not {identity!r}")
         leaf = authority.issue(csr.public_key(), caller, now)
         return Issued(leaf, authority.issuer.intermediates)
 

@@ -33,6 +33,11 @@ from tether.platform.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
 
+# Largest Certify request read: a CSR (an RSA-4096 one is under 2 KiB) and a token (a Kubernetes
+# projected token is 1-2 KiB) with room to spare.  gRPC's default, 4 MiB, let callers without a
+# valid token make the service hold megabytes per call.
+MAX_REQUEST_BYTES = 64 * 1024
+
 DEFAULT_ADDR = "0.0.0.0:8080"
 DEFAULT_ADMIN_ADDR = "0.0.0.0:9990"
 
@@ -116,7 +121,9 @@ class IdentityService:
         ]
         await self.serving.issued()
         # so_reuseport off: a second identity on the same port must fail, not share the traffic.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)]
+        )
         identity_pb2_grpc.add_IdentityServicer_to_server(self._servicer, server)
         try:
             self.port = server.add_secure_port(self._grpc_addr, self.serving.credentials())

@@ -127,12 +127,13 @@ class LocalTokenVerifier:
         parts = token.strip().split(b".")
         if len(parts) != 3:
             raise MalformedToken("not a compact JWT (expected three dot-separated parts)")
-        header, claims = _decode_json(parts[0], "header"), _decode_json(parts[1], "claims")
-        if header.get("alg") != _HEADER["alg"]:
-            raise MalformedToken(f"unsupported algorithm {header.get('alg')!r}")
+        # The signature is checked before any JSON is read: only the platform's own tokens get parsed.
         signature = _unb64(parts[2], "signature")
         if not hmac.compare_digest(signature, _sign(self._key, parts[0] + b"." + parts[1])):
             raise ForgedToken("signature does not verify with the local platform's key")
+        header, claims = _decode_json(parts[0], "header"), _decode_json(parts[1], "claims")
+        if header.get("alg") != _HEADER["alg"]:
+            raise MalformedToken(f"unsupported algorithm {header.get('alg')!r}")
         now = self._clock().timestamp()
         if not now < _number(claims, "exp"):
             raise ExpiredToken("token has expired")
@@ -185,8 +186,8 @@ def _json(value: dict[str, Any]) -> bytes:
 def _decode_json(part: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(_unb64(part, what))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise MalformedToken(f"{what} is not JSON") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise MalformedToken(f"{what} is not JSON (or nested too deeply)") from None
     if not isinstance(value, dict):
         raise MalformedToken(f"{what} is not a JSON object")
     return value

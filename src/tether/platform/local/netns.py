@@ -2,7 +2,7 @@
 
 Role: create and delete the host bridge (carrying the pod range's gateway address) and pod
 namespaces: a veth pair whose host end is a bridge port and whose pod end is ``eth0`` with the
-pod IP, a default route via the gateway, ``lo`` up.  Run processes inside a pod namespace,
+pod IP (and no IPv6: see ``create_pod``), a default route via the gateway, ``lo`` up.  Run processes inside a pod namespace,
 optionally as another uid/gid (the proxy runs as 2102).  Everything made here carries the
 configured name prefix, so ``teardown_all`` finds and removes it all, leftovers included.
 
@@ -145,6 +145,12 @@ class HostNet:
         run(["ip", "netns", "add", net.netns])
         in_pod = ["ip", "-n", net.netns]
         try:
+            # No IPv6 on the pod network: proxy-init's rules here are IPv4 only, so a link-local
+            # IPv6 address on eth0 would let any pod reach an app bound to ``::`` past its proxy
+            # (and an app reach out past it).  Set before eth0 exists, so it never gets one; the
+            # loopback keeps ``::1``.  An app bound to ``::`` still takes IPv4, which is redirected.
+            run(exec_argv(net.netns, ["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1",
+                                      "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.lo.disable_ipv6=0"]))
             run(["ip", "link", "add", net.host_veth, "type", "veth", "peer", "name", POD_IFACE, "netns", net.netns])
             run(["ip", "link", "set", net.host_veth, "master", self.config.bridge, "up"])
             run([*in_pod, "addr", "add", str(address), "dev", POD_IFACE])

@@ -1,0 +1,259 @@
+"""Tap in the proxy: match trees, limits, events (pure), and the Observe server over real mTLS with a client from tap.proto.
+
+The server is ``tether.proxy.io.tap_server`` with a certificate from a
+throwaway PKI; clients are grpcio channels presenting the tap identity,
+another identity, or no certificate.  Requests are reported to the registry
+as the HTTP layers report them (``Taps.begin`` and the stream's events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from tether.api import http_types_pb2, net_pb2, tap_pb2, tap_pb2_grpc
+from tether.proxy.core.tap import EVENT_BUFFER, INBOUND, OUTBOUND, MatchError, TapRequest, Taps, compile_match, new_tap
+from tether.proxy.io.tap_server import UNAUTHORIZED, ServingCert, TapServer
+from viz.pkilab import Pki
+
+M = tap_pb2.ObserveRequest.Match
+
+
+def req(path: str = "/a", *, method: str = "GET", authority: str = "web.ns.svc.cluster.local:80",
+        source: tuple[str, int] = ("10.0.0.5", 40000), destination: tuple[str, int] = ("10.0.0.9", 8080),
+        direction: int = INBOUND, **kw: Any) -> TapRequest:
+    return TapRequest(direction, source, destination, method, "http", authority, path, **kw)
+
+
+def _ip(text: str) -> net_pb2.IPAddress:
+    return net_pb2.IPAddress(ipv4=int(ipaddress.IPv4Address(text)))
+
+
+# -- match trees ----------------------------------------------------------------------------------
+
+
+def test_http_matches() -> None:
+    by_path = compile_match(M(http=M.Http(path=M.Http.StringMatch(prefix="/api"))))
+    assert by_path(req("/api/list")) and not by_path(req("/web"))
+    exact = compile_match(M(http=M.Http(authority=M.Http.StringMatch(exact="web.ns.svc.cluster.local:80"))))
+    assert exact(req()) and not exact(req(authority="other"))
+    post = compile_match(M(http=M.Http(method=http_types_pb2.HttpMethod(registered=http_types_pb2.HttpMethod.POST))))
+    assert post(req(method="post")) and not post(req(method="GET"))
+    get = compile_match(M(http=M.Http(method=http_types_pb2.HttpMethod(registered=http_types_pb2.HttpMethod.GET))))
+    assert get(req(method="GET"))  # GET is 0, still set inside the oneof
+    https = compile_match(M(http=M.Http(scheme=http_types_pb2.Scheme(registered=http_types_pb2.Scheme.HTTPS))))
+    assert not https(req())
+
+
+def test_tcp_and_label_matches_and_combinators() -> None:
+    net = compile_match(M(source=M.Tcp(netmask=M.Tcp.Netmask(ip=_ip("10.0.0.0"), mask=24))))
+    assert net(req()) and not net(req(source=("10.0.1.5", 1)))
+    ports = compile_match(M(destination=M.Tcp(ports=M.Tcp.PortRange(min=8000, max=8080))))
+    assert ports(req()) and not ports(req(destination=("10.0.0.9", 9090)))
+    one = compile_match(M(destination=M.Tcp(ports=M.Tcp.PortRange(min=8080))))
+    assert one(req()) and not one(req(destination=("10.0.0.9", 8081)))
+    label = compile_match(M(destination_label=M.Label(key="deployment", value="web")))
+    assert label(req(destination_labels={"deployment": "web"})) and not label(req())
+    route = compile_match(M(route_label=M.Label(key="route", value="list")))
+    assert route(req(route_labels={"route": "list"}))
+    both = compile_match(M(all=M.Seq(matches=[M(http=M.Http(path=M.Http.StringMatch(prefix="/a"))),
+                                              M(**{"not": M(http=M.Http(path=M.Http.StringMatch(exact="/a/x")))})])))
+    assert both(req("/a/y")) and not both(req("/a/x")) and not both(req("/b"))
+    assert compile_match(M(all=M.Seq()))(req()) and not compile_match(M(any=M.Seq()))(req())
+
+
+@pytest.mark.parametrize(("match", "message"), [
+    (M(), "match: no condition set"),
+    (M(all=M.Seq(matches=[M()])), r"match.all\[0\]: no condition set"),
+    (M(destination=M.Tcp(ports=M.Tcp.PortRange(min=9, max=3))), "is not a port range"),
+    (M(source=M.Tcp()), "neither netmask nor ports"),
+    (M(http=M.Http(path=M.Http.StringMatch())), "neither exact nor prefix"),
+])
+def test_malformed_matches_are_named(match: Any, message: str) -> None:
+    with pytest.raises(MatchError, match=message):
+        compile_match(match)
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+def test_no_tap_costs_one_test_and_returns_nothing() -> None:
+    assert Taps(base=7).begin(req(), 0.0) is None
+
+
+def test_limit_counts_requests_and_events_follow_the_stream() -> None:
+    taps = Taps(base=7)
+    woken: list[int] = []
+    tap = new_tap(tap_pb2.ObserveRequest(limit=2, match=M(http=M.Http(path=M.Http.StringMatch(prefix="/a")))),
+                  lambda: woken.append(1))
+    taps.add(tap)
+    assert taps.begin(req("/b"), 0.0) is None  # not matched: not counted
+    first = taps.begin(req("/a/1", headers=[(b"x-id", b"1")]), 1.0)
+    second = taps.begin(req("/a/2", direction=OUTBOUND), 1.5)
+    assert first is not None and second is not None
+    assert taps.begin(req("/a/3"), 2.0) is None  # over the limit
+    first.response_init(200, [(b"content-type", b"text/plain")], 1.25)
+    first.response_end(2.0, response_bytes=42, trailers=[(b"grpc-status", b"0")])
+    assert not tap.finished  # the second request is still open
+    second.response_end(3.0, reset_code=2)
+    assert tap.finished
+    kinds = [e.http.WhichOneof("event") for e in tap.events]
+    assert kinds == ["request_init", "request_init", "response_init", "response_end", "response_end"]
+    init, init2, rsp, end, end2 = tap.events
+    assert init.http.request_init.path == "/a/1" and init.proxy_direction == INBOUND
+    assert init.http.request_init.id.base == 7 and init.http.request_init.id.stream == 1
+    assert init2.proxy_direction == OUTBOUND and init2.http.request_init.id.stream == 2
+    assert not init.http.request_init.HasField("headers")  # extraction not asked for
+    assert rsp.http.response_init.http_status == 200
+    assert rsp.http.response_init.since_request_init.ToNanoseconds() == 250_000_000
+    assert end.http.response_end.response_bytes == 42
+    assert end.http.response_end.since_response_init.ToNanoseconds() == 750_000_000
+    assert end2.http.response_end.eos.reset_error_code == 2
+    assert init.source.port == 40000 and init.destination.port == 8080
+    assert woken
+
+
+def test_headers_are_extracted_when_asked_and_events_are_bounded() -> None:
+    taps = Taps(base=1)
+    extract = tap_pb2.ObserveRequest.Extract(http=tap_pb2.ObserveRequest.Extract.Http(
+        headers=tap_pb2.ObserveRequest.Extract.Http.Headers()))
+    with_headers = new_tap(tap_pb2.ObserveRequest(limit=EVENT_BUFFER + 10, extract=extract), lambda: None)
+    plain = new_tap(tap_pb2.ObserveRequest(limit=1), lambda: None)
+    taps.add(with_headers)
+    taps.add(plain)
+    stream = taps.begin(req(headers=[(b"x-id", b"1")]), 0.0)
+    assert stream is not None
+    stream.response_end(1.0, grpc_status=0, trailers=[(b"grpc-status", b"0")])
+    init = with_headers.events[0].http.request_init
+    assert [(h.name, h.value) for h in init.headers.headers] == [("x-id", b"1")]
+    assert with_headers.events[1].http.response_end.trailers.headers[0].name == "grpc-status"
+    assert not plain.events[0].http.request_init.HasField("headers")
+    for i in range(EVENT_BUFFER + 5):
+        taps.begin(req(f"/{i}"), 0.0)
+    assert len(with_headers.events) == EVENT_BUFFER and with_headers.dropped > 0
+
+
+def test_limit_must_be_positive() -> None:
+    with pytest.raises(MatchError, match="limit: must be greater than 0"):
+        new_tap(tap_pb2.ObserveRequest(limit=0), lambda: None)
+
+
+# -- the server over mTLS -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki() -> Pki:
+    return Pki()
+
+
+def _run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), 60))
+
+
+async def _server(pki: Pki, taps: Taps) -> tuple[TapServer, str]:
+    proxy_id, key, chain = pki.leaf("web", "emojivoto")
+    tap_id = pki.leaf("tap", "linkerd-viz")[0]
+    server = TapServer(taps, tap_id, lambda: ServingCert(key, chain, pki.anchors_pem))
+    await server.start("127.0.0.1", 0)
+    return server, proxy_id
+
+
+def _channel(pki: Pki, server: TapServer, proxy_id: str, client: tuple[str, bytes, bytes] | None) -> grpc.aio.Channel:
+    credentials = grpc.ssl_channel_credentials(root_certificates=pki.anchors_pem,
+                                               private_key=client[1] if client else None,
+                                               certificate_chain=client[2] if client else None)
+    return grpc.aio.secure_channel(f"127.0.0.1:{server.port}", credentials,
+                                   options=[("grpc.ssl_target_name_override", proxy_id)])
+
+
+def test_observe_streams_the_matching_requests_to_the_tap_identity(pki: Pki) -> None:
+    async def body() -> None:
+        taps = Taps(base=99)
+        server, proxy_id = await _server(pki, taps)
+        async with _channel(pki, server, proxy_id, pki.leaf("tap", "linkerd-viz")) as channel:
+            call = tap_pb2_grpc.TapStub(channel).Observe(tap_pb2.ObserveRequest(
+                limit=2, match=M(http=M.Http(path=M.Http.StringMatch(prefix="/api")))))
+            events: list[tap_pb2.TapEvent] = []
+
+            async def read() -> None:
+                async for event in call:
+                    events.append(event)
+
+            reader = asyncio.create_task(read())
+            await server.service.wait_for_taps(1)
+            loop = asyncio.get_running_loop()
+            for path in ("/web", "/api/a", "/api/b", "/api/c"):
+                stream = taps.begin(req(path), loop.time())
+                if stream is not None:
+                    stream.response_init(200, [], loop.time())
+                    stream.response_end(loop.time(), response_bytes=5)
+            await reader  # the stream ends once two requests were reported and answered
+            paths = [e.http.request_init.path for e in events if e.http.WhichOneof("event") == "request_init"]
+            assert paths == ["/api/a", "/api/b"]
+            assert [e.http.WhichOneof("event") for e in events].count("response_end") == 2
+            assert await call.code() == grpc.StatusCode.OK
+        assert taps.taps == []  # the finished tap is gone: no cost on the request path any more
+        await server.stop()
+
+    _run(body)
+
+
+@pytest.mark.parametrize("who", ["another identity", "no certificate"])
+def test_other_clients_are_unauthenticated(pki: Pki, who: str) -> None:
+    async def body() -> None:
+        taps = Taps(base=1)
+        server, proxy_id = await _server(pki, taps)
+        client = pki.leaf("web", "emojivoto") if who == "another identity" else None
+        async with _channel(pki, server, proxy_id, client) as channel:
+            call = tap_pb2_grpc.TapStub(channel).Observe(tap_pb2.ObserveRequest(limit=1))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in call:
+                    pass
+            if who == "another identity":
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and err.value.details() == UNAUTHORIZED
+            else:  # grpcio's server cannot ask for a certificate without requiring it: the handshake fails
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert taps.taps == []
+        await server.stop()
+
+    _run(body)
+
+
+def test_bad_requests_are_invalid_arguments(pki: Pki) -> None:
+    async def body() -> None:
+        server, proxy_id = await _server(pki, Taps(base=1))
+        async with _channel(pki, server, proxy_id, pki.leaf("tap", "linkerd-viz")) as channel:
+            stub = tap_pb2_grpc.TapStub(channel)
+            for request, message in ((tap_pb2.ObserveRequest(limit=0), "limit"),
+                                     (tap_pb2.ObserveRequest(limit=1, match=M()), "no condition set")):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    async for _ in stub.Observe(request):
+                        pass
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
+        await server.stop()
+
+    _run(body)
+
+
+def test_a_client_that_goes_away_closes_its_tap(pki: Pki) -> None:
+    async def body() -> None:
+        taps = Taps(base=1)
+        server, proxy_id = await _server(pki, taps)
+        async with _channel(pki, server, proxy_id, pki.leaf("tap", "linkerd-viz")) as channel:
+            call = tap_pb2_grpc.TapStub(channel).Observe(tap_pb2.ObserveRequest(limit=100))
+            reader = asyncio.create_task(call.read())
+            await server.service.wait_for_taps(1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+        async with server.service.changed:
+            await server.service.changed.wait_for(lambda: not taps.taps)
+        assert taps.begin(req(), 0.0) is None
+        await server.stop()
+
+    _run(body)

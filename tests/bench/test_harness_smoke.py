@@ -367,7 +367,7 @@ def test_profile_summary_leaves_idle_out_and_names_areas() -> None:
         "main;run;epoll_wait (libc.so.6) 50",  # a waiting thread: not work
         "main;run;Http1Connection._read_head (tether/proxy/codec/http1.py:358) 30",
         "main;run;write (libc.so.6) 20",
-        "main;run;_forward (tether/proxy/core/http1_layer.py:200) 10",
+        "main;run;_forward (tether/proxy/core/http1_proxy.py:200) 10",
         "main;run;SSLObject.read (ssl.py:921) 40",
         "garbage line",
     ])

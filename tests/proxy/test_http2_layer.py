@@ -21,7 +21,7 @@ from tether.proxy.core import errors
 from tether.proxy.core.http_commands import Poll, Polled, SendDown, Start
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http2_layer import http2
-from tether.proxy.core.http1_layer import HttpSettings, InFlight, Pick
+from tether.proxy.core.http import HttpSettings, InFlight, Pick
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core import inbound as inbound
 from tether.proxy.core import outbound as outbound

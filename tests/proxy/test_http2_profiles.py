@@ -18,7 +18,7 @@ from tether.proxy.core import commands as cmd
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http2_layer import _Http2, http2
-from tether.proxy.core.http1_layer import MAX_REPLAY, HttpSettings, Pick
+from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.profiles import PathRegex, Profile, ResponseClass, Route, Split, StatusRange
 from tether.proxy.core.retries import RetryBudget

@@ -11,7 +11,7 @@ import pytest
 from tether.proxy.core import commands as cmd
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http1_layer import Pick
+from tether.proxy.core.http import Pick
 from tether.proxy.core.profiles import Backend, Method, Profile, Route, Split
 from tether.proxy.core.routes import OVERRIDE_ROUTE, outbound_router, parse_override
 from tether.proxy.core.balancer import Balancer

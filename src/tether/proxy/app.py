@@ -31,7 +31,7 @@ from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
 from tether.proxy.core.config import OrigDstFallback, ProxyConfig
 from tether.proxy.io.driver import Driver
-from tether.proxy.core.http1_layer import HttpSettings, InFlight
+from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 from tether.proxy.core.inbound import InboundSettings, inbound

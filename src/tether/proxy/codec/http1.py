@@ -5,7 +5,7 @@
 ``RequestHead`` / ``ResponseHead``, ``Body``, ``EndOfMessage``,
 ``ConnectionClosed``. Sending is ``send_head``, ``send_body``, ``send_end``,
 which return the bytes to write. The connection never touches a socket; the
-proxy's HTTP layer (``tether.proxy.core.http1_layer``) owns the I/O.
+proxy's HTTP layer (``tether.proxy.core.http1_proxy``) owns the I/O.
 
 What it handles:
 
@@ -37,7 +37,7 @@ What it handles:
 The transitions of each side (ours and theirs) are in ``TRANSITIONS``, one
 table for both roles; an input the table does not allow is an error.
 
-Caller: ``tether.proxy.core.http1_layer`` (the request-level layer), and tests.
+Caller: ``tether.proxy.core.http1_proxy`` (the request-level layer), and tests.
 """
 
 from __future__ import annotations
@@ -91,6 +91,9 @@ class Event:
 # derived from ``headers``). ``rewrite``: the head may hold headers a proxy rewrites -- hop-by-hop ones or
 # ``l5d-*`` (True unless the parser saw none, so a head built by hand is always filtered). ``found``: the
 # lowercased values of the framing headers, as ``scan_framing`` gives them (None: not known; ``send_head`` scans).
+# ``raw``: the head as received, start line and header lines each ending in CRLF (without the empty line):
+# ``send_head`` writes it as it is, so a head a proxy forwards unchanged (or with lines appended to ``raw``
+# and ``headers`` alike) is not serialised again. None for a head built by hand.
 
 
 @dataclass(slots=True)
@@ -101,6 +104,7 @@ class RequestHead(Event):
     version: bytes = b"1.1"
     rewrite: bool = field(default=True, compare=False, repr=False)
     found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -111,6 +115,7 @@ class ResponseHead(Event):
     version: bytes = b"1.1"
     rewrite: bool = field(default=True, compare=False, repr=False)
     found: dict[bytes, list[bytes]] | None = field(default=None, compare=False, repr=False)
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -326,6 +331,11 @@ class Http1Connection:
             self._buf += data
         else:
             self._eof = True
+        return self.parse_buffered()
+
+    def parse_buffered(self) -> list[Event]:
+        """The events the bytes held complete, with nothing new received: after ``start_next_cycle``, a
+        pipelined request already read (or the EOF that followed it)."""
         events: list[Event] = []
         try:
             while self._read_one(events):
@@ -405,7 +415,7 @@ class Http1Connection:
         self._switch_asked = _wants_switch(method, found)
         if _wants_close(found, version):
             self.keep_alive = False
-        events.append(RequestHead(method, target, headers, version, rewrite, found))
+        events.append(RequestHead(method, target, headers, version, rewrite, found, head))
         self._begin_read(framing, length, events)
         return True
 
@@ -423,7 +433,7 @@ class Http1Connection:
         headers, found, _, rewrite = _parse_head(head, False)
         version = b"1." + match.group(1)
         reason = parts[2] if len(parts) == 3 else b""
-        head_event = ResponseHead(status, headers, reason, version, rewrite, found)
+        head_event = ResponseHead(status, headers, reason, version, rewrite, found, head)
         if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
             if not self._switch_asked:
                 raise BadMessage("a protocol switch nobody asked for")
@@ -558,28 +568,28 @@ class Http1Connection:
             self._switch_asked = _wants_switch(head.method, found)
             if _wants_close(found, head.version):
                 self.keep_alive = False
-            line = b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
+            line = b"" if head.raw is not None else b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
         else:
             if self.role is not Role.SERVER:
                 raise LocalProtocolError("a client sends requests")
             status = head.status
-            line = b"HTTP/%s %d %s\r\n" % (head.version, status, head.reason)
+            line = b"" if head.raw is not None else b"HTTP/%s %d %s\r\n" % (head.version, status, head.reason)
             if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
                 if not self._switch_asked or self.their_state is not State.DONE:
                     raise LocalProtocolError("a protocol switch the request did not ask for")
                 self.our_state = _step(self.our_state, Input.SWITCH, True)
                 self.their_state = _step(self.their_state, Input.SWITCH, True)
-                return line + _serialise(headers)
+                return _head_bytes(line, head)
             if status < 200:
                 self.our_state = _step(self.our_state, Input.INFORMATIONAL, True)
-                return line + _serialise(headers)
+                return _head_bytes(line, head)
             if self._method == b"HEAD" or status in (204, 304):
                 framing, length = _Framing.NONE, 0
             else:
                 framing, length = _framing(found, False, LocalProtocolError)
             if framing is _Framing.UNTIL_CLOSE or _wants_close(found, head.version):
                 self.keep_alive = False
-        out = line + _serialise(headers)
+        out = _head_bytes(line, head)
         self.our_state = _step(self.our_state, RequestHead if self.role is Role.CLIENT else ResponseHead, True)
         self._wframing = framing
         self._wleft = length
@@ -685,6 +695,16 @@ def _parse_headers(lines: list[bytes]) -> Headers:
             raise BadMessage("invalid header value")
         out.append((name, value))
     return tuple(out)
+
+
+def _head_bytes(line: bytes, head: RequestHead | ResponseHead) -> bytes:
+    raw = head.raw
+    return raw + b"\r\n" if raw is not None else line + _serialise(head.headers)
+
+
+def serialise_lines(headers: Headers) -> bytes:
+    """Header lines, each ending in CRLF: what a proxy appends to a ``raw`` head."""
+    return b"".join(b"%s: %s\r\n" % kv for kv in headers)
 
 
 def _serialise(headers: Headers) -> bytes:

@@ -11,7 +11,7 @@ trailers-only ``200`` whose ``grpc-status`` says what went wrong
 (``grpc_headers``): Linkerd's mapping, UNAVAILABLE for a failed endpoint,
 DEADLINE_EXCEEDED for fail-fast and connect timeouts (proxy.md §7.9).
 
-Callers: ``tether.proxy.core.http1_layer``, ``tether.proxy.core.http2_layer``.
+Callers: ``tether.proxy.core.http1_proxy``, ``tether.proxy.core.http2_layer``.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class ErrorKind(enum.Enum):
     BAD_OVERRIDE = (400, GRPC_INTERNAL, "", False, "l5d-dst-override is not host[:port]")
     LOAD_SHED = (503, GRPC_UNAVAILABLE, "load shed", False, "too many requests in flight")
     RESPONSE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False, "a route's timeout passed")
-    BAD_REQUEST = (400, GRPC_INTERNAL, "", False, "a malformed request")
-    HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "", False, "a request head over the size limit")
+    # A request the codec refuses (smuggling, a bad head...): Linkerd's catch-all label, so they leave a trace.
+    BAD_REQUEST = (400, GRPC_INTERNAL, "unexpected", False, "a malformed request")
+    HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "unexpected", False, "a request head over the size limit")
 
     def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
         self.status = status

@@ -45,7 +45,7 @@ the remote proxy are removed. Metrics (``core.http_metrics``) per stream, with
 ``grpc_status`` for gRPC responses (success: ``grpc-status`` 0).
 
 A stream whose pick has a ServiceProfile route (``Pick.route``) is treated
-as ``core.http1_layer._routed`` treats an HTTP/1 request (proxy.md §7.5, §7.6,
+as ``core.http1_proxy._routed`` treats an HTTP/1 request (proxy.md §7.5, §7.6,
 §9.2): ``route_*`` metrics (classification by the route's response classes,
 then a gRPC response's ``grpc-status``, then 5xx); the route's timeout for
 the response head, from the stream's start across every attempt (the
@@ -78,7 +78,7 @@ from tether.proxy.core.commands import Command, Count, Failed, Layer
 from tether.proxy.core import errors
 from tether.proxy.core.http_commands import Checkin, Checkout, OpenUp, Poll, Polled, SendDown, Start, Upstream
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http1_layer import L5D_DST_CANONICAL, L5D_DST_OVERRIDE, MAX_REPLAY, HttpSettings, Pick, Router
+from tether.proxy.core.http import L5D_DST_CANONICAL, L5D_DST_OVERRIDE, MAX_REPLAY, HttpSettings, Pick, Router
 from tether.proxy.core.profiles import Route
 from tether.proxy.core.retries import Settled, settle
 from tether.proxy.codec.common import LocalProtocolError
@@ -761,7 +761,7 @@ class _Http2:
         the client: True when it is sent again (or the timeout, passed, answered it), False when this is the
         answer.
 
-        As ``core.http1_layer._routed``: a failure by the route's classes is
+        As ``core.http1_proxy._routed``: a failure by the route's classes is
         retried while the budget allows, if the request body is kept whole
         (within 64 KiB; one still coming goes on to the new attempt as it
         comes, as HTTP/1's replay does); an endpoint error only if it is an

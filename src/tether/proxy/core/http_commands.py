@@ -1,21 +1,23 @@
-"""Commands of the HTTP layer (``tether.proxy.core.http1_layer``), done by the driver (``tether.proxy.io.driver``).
+"""Commands of the HTTP layers, done by the driver (``tether.proxy.io.driver``); they extend ``core.commands``.
 
-They extend ``tether.proxy.core.commands``: the layer still does no I/O. The
-accepted ("down") connection is read and written with ``RecvDown`` /
-``SendDown``; upstream connections come from a pool kept by the driver, one per
-endpoint and TLS setting, with ``Checkout`` / ``Checkin``, and are read and
-written with ``RecvUp`` / ``SendUp``. Writes wait while the socket's buffer is
-over its high-water mark (backpressure), so a body is never buffered whole.
-After a protocol switch (``101``, ``CONNECT``) ``Tunnel`` joins the two
-connections byte for byte.
+HTTP/1 is one command: ``ServeHttp1`` hands the accepted connection to the
+push-driven ``core.http1_proxy.Http1Proxy``, which the driver feeds from the
+transports' callbacks (no command per request). The HTTP/2 layer
+(``core.http2_layer``) writes the accepted connection with ``SendDown``, takes
+upstream connections from the driver's pool (``Checkout`` / ``Checkin``) or
+opens its own (``OpenUp``), and waits on all of them at once with ``Poll``.
+``Upstream`` is a connection the proxy made, as the layers hold it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tether.proxy.core.commands import Command, Connect
+
+if TYPE_CHECKING:
+    from tether.proxy.core.http import HttpSettings, Router
 
 
 class Upstream:
@@ -32,8 +34,12 @@ class Upstream:
 
 
 @dataclass(frozen=True, slots=True)
-class RecvDown(Command):
-    """Read from the accepted connection. Reply: bytes, ``b""`` at EOF (or when it is gone)."""
+class ServeHttp1(Command):
+    """Serve the accepted connection as HTTP/1 with a push-driven ``core.http1_proxy.Http1Proxy`` (made by the
+    driver over its sink) until it is over. Reply: None."""
+
+    router: Router = field(compare=False)
+    settings: HttpSettings = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,40 +62,12 @@ class Checkout(Command):
 
 
 @dataclass(frozen=True, slots=True)
-class RecvUp(Command):
-    """Read from an upstream connection. Reply: bytes, ``b""`` at EOF (or when it is gone).
-
-    With ``timeout`` (seconds; a profile route's deadline): None when nothing came in that time.
-    """
-
-    up: Upstream = field(compare=False)
-    timeout: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SendUp(Command):
-    """Write to an upstream connection, waiting while its buffer is full. Reply: False if it is gone."""
-
-    up: Upstream = field(compare=False)
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
 class Checkin(Command):
     """Give an upstream connection back: to the pool when ``reuse``, else closed."""
 
     blocking: ClassVar[bool] = False
     up: Upstream = field(compare=False)
     reuse: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Tunnel(Command):
-    """After a protocol switch: write each side's unparsed bytes to the other, then copy both ways. Reply: None."""
-
-    up: Upstream = field(compare=False)
-    to_up: bytes
-    to_down: bytes
 
 
 # -- HTTP/2 (tether.proxy.core.http2_layer): many streams in one layer -------------------------------------------------

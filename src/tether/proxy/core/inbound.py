@@ -15,7 +15,7 @@ Then the default policy decides (``core.inbound_policy``), and the layer for the
 detected protocol carries the connection to the app at the original
 destination IP and the target port -- never to the inbound port. As outbound,
 ``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
-to ``tether.proxy.core.http1_layer`` (requests to the app over pooled keep-alive
+to ``tether.proxy.core.http1_proxy`` (requests to the app over pooled keep-alive
 connections), ``Http2`` to its per-stream HTTP/2 layer; the rest is
 forwarded per connection.
 
@@ -47,7 +47,8 @@ from tether.proxy.core.commands import (
 )
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.http2_layer import http2
-from tether.proxy.core.http1_layer import HttpSettings, Router, http1
+from tether.proxy.core.http import HttpSettings, Router
+from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.inbound_policy import authorize
 from tether.proxy.codec import detect

@@ -4,7 +4,7 @@ For each connection accepted on the outbound listener: refuse loops; ask
 discovery about the original destination (only inside the profile networks);
 detect the protocol unless discovery says opaque; then hand the connection to
 the layer for that protocol (``PROTOCOL_LAYERS``): ``Http1`` goes to the
-request-level layer (``tether.proxy.core.http1_layer``, via ``http1_requests``), ``Http2``
+request-level layer (``tether.proxy.core.http1_proxy``, via ``http1_requests``), ``Http2``
 to the per-stream HTTP/2 layer (``http2_requests``); opaque is carried per
 connection by ``tcp_forward``.
 
@@ -28,7 +28,8 @@ from tether.proxy.core import labels
 from tether.proxy.codec.addrs import IpAddress, IpNetwork, SocketAddr
 from tether.proxy.core.commands import Command, Connected, Detect, Failed, Forward, Layer, Refuse, Send, SetLabels, Wait
 from tether.proxy.core.http2_layer import http2
-from tether.proxy.core.http1_layer import HttpSettings, Router, http1
+from tether.proxy.core.http import HttpSettings, Router
+from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router
 from tether.proxy.core.resolution import FORWARD, DiscoverySource, ProfileSource, Resolution
 from tether.proxy.core.endpoint import Endpoint, plan

@@ -37,7 +37,7 @@ from tether.proxy.codec.addrs import IpAddress, SocketAddr, is_dns_name, parse_i
 from tether.proxy.core.commands import Command, Connect, Failed, Wait
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http1_layer import L5D_DST_OVERRIDE, Pick, Router
+from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.resolution import ProfileSource, Resolution

@@ -51,6 +51,8 @@ from tether.proxy.core import commands as cmd
 from tether.proxy.core import labels
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core import http_commands as http_cmd
+from tether.proxy.io.http1_io import Http1Io
+from tether.proxy.io.streams import Stream, errno_name, link
 from tether.proxy.io.pool import Pool
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
@@ -58,7 +60,6 @@ from tether.proxy.codec.client_hello import MAX_CLIENT_HELLO_SIZE
 from tether.proxy.codec.common import NEED_DATA, RemoteProtocolError
 from tether.proxy.codec.transport_header import (
     ALPN_PROTOCOL,
-    MAX_HEADER_LENGTH,
     HeaderReceived,
     TransportHeaderDecoder,
 )
@@ -69,8 +70,6 @@ log = logging.getLogger(__name__)
 TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
 
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linux/in.h
-# Bytes a stream buffers before it is linked (transport header, sniffed bytes, a server's first words).
-PRELINK_LIMIT = MAX_HEADER_LENGTH + 1024
 # HTTP/2 (Poll): a connection with this much unwritten is not read until it drains. The layer writes data only
 # within the peer's windows and holds it while a buffer is over its high-water mark; what grows past this is
 # answers to a peer that sends (PINGs, SETTINGS...) and does not read.
@@ -89,182 +88,6 @@ HELP = {
     "outbound_http_errors_total": "The total number of outbound HTTP requests that could not be processed due to a "
                                   "proxy error.",
 }
-
-
-def errno_name(exc: BaseException | None) -> str:
-    """``ECONNRESET`` and the like for a socket error; empty for a clean close or a non-OS error."""
-    if isinstance(exc, OSError) and exc.errno:
-        return errno_mod.errorcode.get(exc.errno, str(exc.errno))
-    return ""
-
-
-# Every read lands here first (asyncio.BufferedProtocol): the loop reads into it and calls buffer_updated at once,
-# before any other callback, so one buffer serves every connection. uvloop's TLS transport otherwise allocates
-# a fresh 256 KiB bytes object per read (mmap, mremap, munmap each time: measured in the HTTP benchmark).
-READ_BUFFER = memoryview(bytearray(256 * 1024))
-
-
-class Stream(asyncio.BufferedProtocol):
-    """One side of a proxied connection: buffers until linked, then writes every read to its peer."""
-
-    __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
-                 "source", "paused", "_drain", "_loop", "reading_paused")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
-        self.peer: Stream | None = None
-        self.rx = 0  # bytes read from this socket
-        self.tx = 0  # bytes written to it
-        self.buffer = bytearray()
-        self.eof = False
-        self.lost = False
-        self.errno = ""
-        self.tls = tls
-        self.done: asyncio.Future[None] = loop.create_future()
-        self._waiter: asyncio.Future[None] | None = None
-        self.source: tuple[str, int, str, int] | None = None  # (local, dialed) address of a connection we made
-        self.paused = False  # the transport's write buffer is over its high-water mark (HTTP writes wait)
-        self._drain: asyncio.Future[None] | None = None
-        self._loop = loop  # not asyncio.get_running_loop(): that costs a getpid() per call
-        self.reading_paused = False  # by us, for a full buffer (not by a linked peer's backpressure)
-
-    # -- asyncio.BufferedProtocol -------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return READ_BUFFER
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(READ_BUFFER[:nbytes].tobytes())
-
-    def data_received(self, data: bytes) -> None:
-        n = len(data)
-        self.rx += n
-        peer = self.peer
-        if peer is not None:
-            peer.tx += n
-            try:
-                peer.transport.write(data)
-            except RuntimeError:  # the other side's handle is already closed
-                self.transport.close()
-            return
-        self.buffer += data
-        if len(self.buffer) > PRELINK_LIMIT and not self.reading_paused:
-            self.reading_paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        peer = self.peer
-        if peer is None:
-            self._wake()
-            return not self.tls
-        if peer.eof:
-            # Both directions are finished.
-            self.transport.close()
-            peer.transport.close()
-            return False
-        _pass_eof(peer)
-        return not self.tls
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.errno = errno_name(exc)
-        if not self.done.done():
-            self.done.set_result(None)
-        self._wake()
-        self._drained()
-        peer = self.peer
-        if peer is not None and not peer.lost:
-            peer.transport.close()  # after what is buffered for it has been written
-
-    def pause_writing(self) -> None:
-        self.paused = True
-        peer = self.peer
-        if peer is not None and not peer.lost:
-            peer.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self._drained()
-        peer = self.peer
-        if peer is not None and not peer.lost:
-            peer.transport.resume_reading()
-
-    # -- before linking -----------------------------------------------------------------------------------------
-
-    def readable(self) -> Awaitable[None]:
-        """Done when there are buffered bytes, or EOF, or the connection is gone."""
-        waiter = self._loop.create_future()
-        if self.buffer or self.eof or self.lost:
-            waiter.set_result(None)
-        else:
-            self._waiter = waiter
-        return waiter
-
-    def take(self) -> bytes:
-        data = bytes(self.buffer)
-        self.buffer.clear()
-        if self.reading_paused:
-            self.reading_paused = False
-            if not self.lost and not self.transport.is_closing():
-                self.transport.resume_reading()
-        return data
-
-    def drain(self) -> Awaitable[None]:
-        """Done once the write buffer is below its low-water mark again (or the connection is gone)."""
-        waiter = self._drain
-        if waiter is None:
-            waiter = self._drain = self._loop.create_future()
-        return waiter
-
-    def _drained(self) -> None:
-        waiter = self._drain
-        if waiter is not None:
-            self._drain = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-def link(a: Stream, b: Stream) -> None:
-    """Join two streams: what each buffered goes to the other first, then every read."""
-    a.peer, b.peer = b, a
-    for src, dst in ((a, b), (b, a)):
-        if src.buffer and not dst.lost:
-            data = src.take()
-            dst.tx += len(data)
-            dst.transport.write(data)
-    for src, dst in ((a, b), (b, a)):
-        if src.lost:
-            if not dst.lost:
-                dst.transport.close()
-        elif src.eof:
-            if dst.eof:
-                src.transport.close()
-                dst.transport.close()
-            else:
-                _pass_eof(dst)
-
-
-def _pass_eof(dst: Stream) -> None:
-    """The other side said EOF: half-close towards ``dst`` where TCP allows it, else end its TLS session."""
-    if dst.lost:
-        return
-    if dst.transport.can_write_eof():
-        dst.transport.write_eof()
-    else:
-        # A TLS transport cannot send close_notify and go on reading: end the session (after what is buffered).
-        dst.transport.close()
 
 
 class _Conn:
@@ -314,12 +137,9 @@ class Driver:
             cmd.Connect: self._connect,
             cmd.Forward: self._forward,
             cmd.Wait: self._wait,
-            http_cmd.RecvDown: self._recv_down,
+            http_cmd.ServeHttp1: self._serve_http1,
             http_cmd.SendDown: self._send_down,
             http_cmd.Checkout: self._checkout,
-            http_cmd.RecvUp: self._recv_up,
-            http_cmd.SendUp: self._send_up,
-            http_cmd.Tunnel: self._tunnel,
             http_cmd.OpenUp: self._open_up,  # HTTP/2
             http_cmd.Poll: self._poll,
         }
@@ -477,7 +297,7 @@ class Driver:
         conn.accept_labels = command.labels
 
     def _count(self, conn: _Conn, command: cmd.Count) -> None:
-        self._metrics.counter(command.name, HELP[command.name]).inc(command.labels)
+        self.count(command.name, command.labels)
 
     def _refuse(self, conn: _Conn, command: cmd.Refuse) -> None:
         accept = command.labels or conn.accept_labels
@@ -620,35 +440,50 @@ class Driver:
             conn.down_meter = self._metrics.tcp.open(conn.accept_labels or "", down)
         return down
 
-    async def _recv_down(self, conn: _Conn, command: http_cmd.RecvDown) -> bytes:
-        down = conn.down
-        if down is None or conn.down_meter is None:
-            down = await self._ensure_down(conn)
-            if down is None:
-                return b""
-        if not down.buffer:
-            await down.readable()
-        return down.take() if down.buffer else b""
-
     async def _send_down(self, conn: _Conn, command: http_cmd.SendDown) -> bool:
         down = conn.down
         if down is None or conn.down_meter is None:
             down = await self._ensure_down(conn)
         return down is not None and await _write(down, command.data)
 
+    async def _serve_http1(self, conn: _Conn, command: http_cmd.ServeHttp1) -> None:
+        """HTTP/1, push-driven: the connection's reads go straight into an ``Http1Proxy`` until it is over."""
+        down = await self._ensure_down(conn)
+        if down is None:
+            return
+        served = Http1Io(self, conn, down, command.router, command.settings)
+        served.start()
+        await served.finished
+
+    def pooled(self, direction: str, connect: cmd.Connect) -> http_cmd.Upstream | None:
+        """An idle pooled connection for ``connect`` (same address and TLS), or None."""
+        return self._pools[direction].take((connect.addr, connect.tls))
+
+    def pool_put(self, direction: str, up: http_cmd.Upstream) -> None:
+        self._pools[direction].put(up)
+
+    def count(self, name: str, labels: str) -> None:
+        self._metrics.counter(name, HELP[name]).inc(labels)
+
+    def run_blocking(self, conn: _Conn, command: cmd.Command) -> Awaitable[Any]:
+        """Do a blocking command for a push-driven core (a router's ``Wait``)."""
+        handler = self._blocking.get(type(command))
+        if handler is None:
+            raise TypeError(f"the driver does not know the command {command!r}")
+        return handler(conn, command)
+
     async def _checkout(self, conn: _Conn, command: http_cmd.Checkout) -> http_cmd.Upstream | cmd.Failed:
         connect = command.connect
-        key = (connect.addr, connect.tls)
-        up = self._pools[conn.direction].take(key)
+        up = self.pooled(conn.direction, connect)
         if up is None:
-            opened = await self._open_upstream(connect, command.header)
+            opened = await self.open_upstream(connect, command.header)
             if isinstance(opened, cmd.Failed):
                 return opened
             up = opened
         conn.checked_out.add(up)
         return up
 
-    async def _open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
+    async def open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
         """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent
         when ALPN agreed to one."""
         opened = await self._open(connect)
@@ -675,32 +510,6 @@ class Driver:
         elif not up.io.lost:
             up.io.transport.close()
 
-    async def _recv_up(self, conn: _Conn, command: http_cmd.RecvUp) -> bytes | None:
-        stream: Stream = command.up.io
-        if not stream.buffer:
-            if command.timeout is None:
-                await stream.readable()
-            else:
-                try:
-                    await asyncio.wait_for(stream.readable(), command.timeout)
-                except TimeoutError:
-                    return None  # a profile route's timeout passed first
-        return stream.take() if stream.buffer else b""
-
-    async def _send_up(self, conn: _Conn, command: http_cmd.SendUp) -> bool:
-        return await _write(command.up.io, command.data)
-
-    async def _tunnel(self, conn: _Conn, command: http_cmd.Tunnel) -> None:
-        down = await self._ensure_down(conn)
-        up: Stream = command.up.io
-        if down is None:
-            return
-        down.buffer[:0] = command.to_up
-        up.buffer[:0] = command.to_down
-        link(down, up)
-        await down.done
-        await up.done
-
     def close_idle(self) -> None:
         """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
         for pool in self._pools.values():
@@ -709,7 +518,7 @@ class Driver:
     # -- HTTP/2 (tether.proxy.core.http2_layer): one Poll over every connection of the layer, commands in the background --
 
     async def _open_up(self, conn: _Conn, command: http_cmd.OpenUp) -> http_cmd.Upstream | cmd.Failed:
-        up = await self._open_upstream(command.connect, command.header)
+        up = await self.open_upstream(command.connect, command.header)
         if isinstance(up, http_cmd.Upstream):
             conn.checked_out.add(up)
         return up

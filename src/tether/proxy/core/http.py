@@ -1,0 +1,119 @@
+"""What every HTTP request of the proxy shares, whatever its version: where it goes, its settings, its hooks.
+
+- ``Pick``: the router's answer for one request (endpoint, labels, balancer
+  callbacks, profile route); ``Router``: the per-request routing function
+  (``core.routes``), a generator that yields ``commands.Wait`` only when
+  discovery has no answer yet.
+- ``HttpSettings``: one direction's HTTP settings (metrics, header policy,
+  limits, hooks), shared by its connections.
+- ``InFlight``: ``*_MAX_IN_FLIGHT`` load shedding.
+- ``RequestPolicy`` and ``StreamObserver``: the hook points for per-request
+  policy and for tap (see their docstrings); none is installed yet.
+- ``l5d-*`` header names, and ``MAX_REPLAY`` (request body bytes kept for a retry).
+
+Callers: ``core.http1_proxy`` (HTTP/1), ``core.http2_layer`` (HTTP/2), ``core.routes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tether.proxy.codec.http1 import MAX_HEAD_SIZE, RequestHead
+from tether.proxy.core.commands import Command
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http_metrics import HttpMetrics
+
+if TYPE_CHECKING:
+    from tether.proxy.core.profiles import Route
+
+L5D_PROXY_ERROR = b"l5d-proxy-error"
+L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
+L5D_CLIENT_ID = b"l5d-client-id"
+L5D_DST_OVERRIDE = b"l5d-dst-override"
+L5D_DST_CANONICAL = b"l5d-dst-canonical"
+
+MAX_REPLAY = 64 * 1024  # request body bytes kept for a retry (Linkerd's); a larger body is not retried
+
+
+def _no_sample(rtt: float) -> None:
+    """A ``Pick`` that feeds no balancer."""
+
+
+def _nothing() -> None:
+    """A ``Pick`` with nothing to tell."""
+
+
+@dataclass(slots=True)
+class Pick:
+    """Where one request goes: the upstream connection to use and what to tell the balancer."""
+
+    connect: Any  # commands.Connect
+    header: bytes | None  # transport header for a new connection
+    labels: str  # request metric labels (endpoint labels)
+    authority: bytes  # Host for a request that has none
+    observe: Callable[[float], None] = _no_sample  # a latency sample for the endpoint
+    failed: Callable[[], None] = _nothing  # the endpoint could not be reached
+    release: Callable[[], None] = _nothing  # the request is over (in-flight count)
+    route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
+    strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
+
+
+Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]
+
+
+class InFlight:
+    """Requests of one direction (all connections) in flight; past ``limit`` a new one is shed with a 503.
+
+    Linkerd counts a request until its response head; this counts it until its
+    response ends, which sheds no later than Linkerd would under the same limit.
+    """
+
+    __slots__ = ("limit", "count")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+
+class RequestPolicy(Protocol):
+    """Per-request policy, asked once per request head before it is routed (issue #15: inbound
+    authorization per route and rate limits). An answer other than None is what the proxy answers
+    instead (a ``ProxyError``: 403, 429...); the request is then not routed.
+
+    Outbound HTTPRoute client policy (#15) is routing, not a check: it plugs in as the ``Router``
+    (``core.routes``), which already answers per request with a ``Pick`` carrying its route.
+    """
+
+    def check(self, request: RequestHead) -> ProxyError | None: ...
+
+
+class StreamObserver(Protocol):
+    """Stream-scoped events for tap (issue #16): told, never asked; must not block or raise.
+
+    ``request`` when a request head is routed (with the endpoint's labels), ``response`` at its
+    response head, ``end`` when the exchange is over (status None: no response was sent; ``error``:
+    the error kind the proxy answered, if it did).
+    """
+
+    def request(self, stream: object, request: RequestHead, labels: str) -> None: ...
+
+    def response(self, stream: object, status: int) -> None: ...
+
+    def end(self, stream: object, status: int | None, error: ProxyError | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    direction: str  # "inbound" | "outbound": also the prefix of <direction>_http_errors_total
+    clock: Callable[[], float]
+    metrics: HttpMetrics | None = None
+    strip_proxy_errors: bool = False  # outbound: l5d-proxy-error from the remote proxy is not for the app
+    meshed_client: bool = False  # inbound: the client is a proxy (gets l5d-proxy-connection)
+    client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
+    max_head_size: int = MAX_HEAD_SIZE
+    error_labels: str = field(default="")  # labels of requests that got no endpoint
+    in_flight: InFlight | None = None  # *_MAX_IN_FLIGHT, shared by the direction's connections
+    policy: RequestPolicy | None = None  # per-request policy (#15); None: every request is allowed
+    observer: StreamObserver | None = None  # tap (#16); None: nobody listens

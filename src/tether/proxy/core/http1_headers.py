@@ -1,0 +1,155 @@
+"""The header policy of an HTTP/1 hop (proxy.md §7.8): what goes up, what comes back down.
+
+Up: hop-by-hop headers dropped (``Upgrade`` kept for a protocol switch), a
+``Host`` added when the request had none, inbound ``l5d-client-id`` set from
+the verified client identity (a forged one dropped), ``l5d-dst-canonical``
+naming a profile's service, and ``l5d-dst-override`` dropped once an ingress
+acted on it. Down: hop-by-hop dropped, outbound ``l5d-proxy-error`` and
+``l5d-proxy-connection`` from the remote proxy dropped, and the response
+re-framed for this client (chunked when the upstream gave no length).
+
+The codec marks heads with nothing to rewrite (``rewrite`` False: no
+hop-by-hop, no ``l5d-*`` header) and keeps their bytes (``raw``): such a head
+goes on as it came, with only the lines the proxy adds appended to its bytes.
+
+Callers: ``core.http1_proxy``; the header names are ``core.http``'s.
+"""
+
+from __future__ import annotations
+
+from tether.proxy.codec.http1 import (
+    HOP_BY_HOP,
+    Headers,
+    RequestHead,
+    ResponseHead,
+    scan_framing,
+    serialise_lines,
+)
+from tether.proxy.core.http import (
+    L5D_CLIENT_ID,
+    L5D_DST_CANONICAL,
+    L5D_DST_OVERRIDE,
+    L5D_PROXY_CONNECTION,
+    L5D_PROXY_ERROR,
+    HttpSettings,
+    Pick,
+)
+
+_UPGRADE = frozenset({b"upgrade"})
+_NONE: frozenset[bytes] = frozenset()
+
+
+def _connection_tokens(headers: Headers) -> set[bytes]:
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b","))
+    return tokens
+
+
+def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE) -> Headers:
+    """``headers`` without the hop-by-hop ones (those of RFC 9110 and those ``Connection`` lists), but ``keep``."""
+    listed = _connection_tokens(headers) - keep
+    return tuple((n, v) for n, v in headers
+                 if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed))
+
+
+def found(head: RequestHead | ResponseHead) -> dict[bytes, list[bytes]]:
+    """The framing values of a head, as the codec found them (or scanned now for a head built by hand)."""
+    return head.found if head.found is not None else scan_framing(head.headers)
+
+
+def wants_switch(request: RequestHead) -> bool:
+    return request.method == b"CONNECT" or b"upgrade" in found(request)
+
+
+def _appended(head: RequestHead, extra: Headers) -> RequestHead:
+    """``head`` with ``extra`` header lines at its end; its bytes kept (and extended) when it has them."""
+    raw = head.raw
+    if raw is not None and extra:
+        raw += serialise_lines(extra)
+    return RequestHead(head.method, head.target, head.headers + extra, head.version, head.rewrite, head.found, raw)
+
+
+def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -> RequestHead:
+    """The head sent to the endpoint ``pick`` chose."""
+    framing = found(request)
+    switch = request.method == b"CONNECT" or b"upgrade" in framing
+    client_id = settings.client_id.encode() if settings.client_id else None
+    route = pick.route
+    dst = route.dst if route is not None else b""
+    if not request.rewrite and not switch and request.found is not None and request.version == b"1.1":
+        # Parsed, HTTP/1.1 (so it has its one Host), nothing hop-by-hop and no l5d-*: it goes up as it came,
+        # with the proxy's own lines appended.
+        extra: Headers = ()
+        if client_id is not None:
+            extra += ((L5D_CLIENT_ID, client_id),)
+        if dst:
+            extra += ((L5D_DST_CANONICAL, dst),)
+        head = RequestHead(request.method, request.target, request.headers, b"1.1", False, framing, request.raw)
+        return _appended(head, extra)
+    upgrade = switch and request.method != b"CONNECT"
+    headers = list(end_to_end(request.headers, _UPGRADE if upgrade else _NONE))
+    if upgrade:
+        headers.append((b"connection", b"upgrade"))
+    if settings.direction == "inbound":
+        headers = [(n, v) for n, v in headers if n.lower() != L5D_CLIENT_ID]
+        if client_id is not None:
+            headers.append((L5D_CLIENT_ID, client_id))
+    if not any(n.lower() == b"host" for n, _ in headers):
+        headers.insert(0, (b"host", pick.authority))
+    if b"transfer-encoding" in framing:  # hop-by-hop, so dropped above: the body is sent with the same framing
+        headers.extend((n, v) for n, v in request.headers if n.lower() == b"transfer-encoding")
+    if dst or pick.strip_override:
+        # Linkerd names the profile's service to the peer (l5d-dst-canonical), and an ingress does not pass on
+        # the l5d-dst-override it acted on.
+        drop = (L5D_DST_CANONICAL, L5D_DST_OVERRIDE) if pick.strip_override else (L5D_DST_CANONICAL,)
+        headers = [(n, v) for n, v in headers if n.lower() not in drop]
+        if dst:
+            headers.append((L5D_DST_CANONICAL, dst))
+    return RequestHead(request.method, request.target, tuple(headers), b"1.1")
+
+
+def informational(head: ResponseHead) -> ResponseHead:
+    """A 1xx head passed on to the client."""
+    return ResponseHead(head.status, end_to_end(head.headers), head.reason)
+
+
+def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bool,
+                        settings: HttpSettings) -> ResponseHead:
+    """The response head sent to the client; ``keep_alive``: whether the client's connection stays open."""
+    status = head.status
+    if status == 101:
+        upgraded = (*end_to_end(head.headers, _UPGRADE), (b"connection", b"upgrade"))
+        return ResponseHead(status, _strip_proxy_errors(upgraded, settings), head.reason, b"1.1")
+    if request.method == b"CONNECT" and 200 <= status < 300:  # a tunnel: no body framing to speak of
+        tunnel = tuple((n, v) for n, v in end_to_end(head.headers) if n.lower() != b"content-length")
+        return ResponseHead(status, _strip_proxy_errors(tunnel, settings), head.reason, b"1.1")
+    up_found = found(head)
+    plain = not head.rewrite
+    headers: Headers = head.headers if plain else _strip_proxy_errors(end_to_end(head.headers), settings)
+    framing: dict[bytes, list[bytes]] = {}
+    no_body = request.method == b"HEAD" or status in (204, 304)
+    extra: Headers = ()
+    if b"content-length" in up_found:  # kept by end_to_end; the codec refused it next to Transfer-Encoding
+        framing[b"content-length"] = up_found[b"content-length"]
+    elif not no_body and request.version == b"1.1":
+        extra = ((b"transfer-encoding", b"chunked"),)
+        framing[b"transfer-encoding"] = [b"chunked"]
+    # else: no body, or an HTTP/1.0 client reads until the close.
+    if not keep_alive:
+        extra += ((b"connection", b"close"),)
+        framing[b"connection"] = [b"close"]
+    elif request.version == b"1.0":
+        extra += ((b"connection", b"keep-alive"),)
+        framing[b"connection"] = [b"keep-alive"]
+    raw = head.raw if plain and head.version == b"1.1" else None
+    if raw is not None and extra:
+        raw += serialise_lines(extra)
+    return ResponseHead(status, headers + extra if extra else headers, head.reason, b"1.1", False, framing, raw)
+
+
+def _strip_proxy_errors(headers: Headers, settings: HttpSettings) -> Headers:
+    if not settings.strip_proxy_errors:
+        return tuple(headers)
+    return tuple((n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION))

@@ -1,0 +1,750 @@
+"""The HTTP/1 proxy of one client connection, push-driven: bytes in from callbacks, writes out through a sink.
+
+``Http1Proxy`` is a plain class (sans-IO, no asyncio). The I/O side
+(``io.http1_io``) calls it from the transports' callbacks --
+``down_data``/``down_eof``/``down_lost`` for the accepted connection,
+``up_data``/``up_eof`` for the upstream connection of the request in hand --
+and it answers by calling its ``Http1Sink``: writes, a pooled connection
+checked out or in, a discovery wait, a timer. A request on a warm connection
+(the router answers at once, the pool has an idle connection) is served
+within those callbacks: no task, future or awaited command. Only what has to
+wait goes async and comes back by a callback: connecting, discovery, a route's
+timeout.
+
+For each request on the connection (parsed by one ``codec.http1``
+connection in the server role, kept for the connection's life):
+
+1. ``RequestPolicy.check`` (when installed, #15), then the ``Router`` picks
+   where it goes -- per request, so P2C and the endpoint set apply to every
+   request; a failed connect puts the endpoint in backoff and the request
+   tries another, up to three times;
+2. the head goes up (as it came, when there is nothing to rewrite: see
+   ``core.http1_headers``), then the body as it arrives; the response comes
+   back the same way as soon as its head is there (full duplex), re-framed
+   for the client;
+3. the upstream connection goes back to the pool when both ends allow
+   keep-alive, and the next request (maybe already read: pipelining) begins.
+
+A request on a ServiceProfile route (``Pick.route``) also gets the route's
+timeout (a timer from the request head to the response head, over every
+attempt: 504), retries of failures while the profile's budget allows (the
+body kept up to 64 KiB, ``MAX_REPLAY``), and the ``route_*`` metrics
+(proxy.md §7.5, §7.6, §9.2). An idle pooled connection that turns out closed
+is tried once more on a new one when what was sent can be sent again.
+
+Errors are answered as Linkerd answers them (``core.errors``: 502/503/504
+with ``l5d-proxy-error``; 400/431 for a request the codec refuses, which is
+also counted in ``response_total`` and logged, rate-limited); the
+connection is closed after each. A client that goes away while its request
+is in hand has its upstream connection closed at once. ``Upgrade`` + 101 and
+``CONNECT`` + 2xx end HTTP: the sink joins the two connections byte for
+byte. A first line that is not HTTP/1 (detection only sees a prefix) is
+carried as opaque bytes.
+
+Tests: tests/proxy/test_http1_proxy.py (playbooks: events in, sink calls out).
+Callers: ``core.inbound`` and ``core.outbound`` (``http1``, their
+``PROTOCOL_LAYERS`` entry for HTTP/1), which hand the connection to
+``io.driver`` with ``ServeHttp1``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+from tether.proxy.codec.http1 import (
+    BadMessage,
+    BadStartLine,
+    Body,
+    ConnectionClosed,
+    EndOfMessage,
+    Event,
+    Headers,
+    Http1Connection,
+    RequestHead,
+    ResponseHead,
+    Role,
+    State,
+)
+from tether.proxy.core import errors
+from tether.proxy.core.commands import Command, Connect, Failed, Layer
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick, Router
+from tether.proxy.core.http1_headers import downstream_response, found, informational, upstream_request
+from tether.proxy.core.http_commands import ServeHttp1, Upstream
+from tether.proxy.core.retries import Settled, settle
+
+log = logging.getLogger(__name__)
+
+CONNECT_ATTEMPTS = 3
+# Client bytes held while the request in hand cannot take them (routing, connecting; a pipelined next
+# request): above this, the client's connection is not read until they are passed on.
+HOLD_LIMIT = 64 * 1024
+REFUSAL_LOG_INTERVAL = 10.0  # seconds between log lines about refused requests (the rest are counted)
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Http1Sink(Protocol):
+    """What the core asks of the I/O side (``io.http1_io.Http1Io``); none of it blocks."""
+
+    def send_down(self, data: bytes) -> None:
+        """Write to the client (the I/O side stops reading upstream while the client's buffer is full)."""
+
+    def pause_down(self) -> None:
+        """Stop reading the client (the core holds too much of what it sent)."""
+
+    def resume_down(self) -> None: ...
+
+    def close(self) -> None:
+        """The connection is over: close the client's connection once what was written is sent."""
+
+    def checkout(self, connect: Connect, header: bytes | None,
+                 done: Callable[[Upstream | Failed], None]) -> Upstream | None:
+        """An idle pooled connection at once (returned), else None and ``done`` called with a new one (or
+        ``Failed``) later. A checked-out connection's bytes come to ``up_data``/``up_eof`` until checked in."""
+
+    def send_up(self, up: Upstream, data: bytes) -> None:
+        """Write upstream (the I/O side stops reading the client while the upstream's buffer is full)."""
+
+    def checkin(self, up: Upstream, reuse: bool) -> None:
+        """Give a connection back: to the pool when ``reuse``, else closed."""
+
+    def wait(self, command: Command, done: Callable[[Any], None]) -> None:
+        """Run a blocking command (the router's discovery ``Wait``); ``done`` gets its reply."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+    def count(self, name: str, labels: str) -> None:
+        """Add one to the counter ``name`` (``<direction>_http_errors_total``)."""
+
+    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
+        """After a protocol switch: join the two connections byte for byte; ``done`` when both ended."""
+
+
+def http1(router: Router, settings: HttpSettings) -> Layer:
+    """The HTTP/1 layer of a connection: the driver serves it with an ``Http1Proxy`` over its sink."""
+    yield ServeHttp1(router, settings)
+
+
+class Phase(enum.Enum):
+    ROUTING = "routing"  # asking the router (maybe waiting for discovery)
+    CONNECTING = "connecting"  # waiting for an upstream connection
+    WAITING = "waiting"  # the request is going up; no final response head yet
+    RELAYING = "relaying"  # the response is coming down
+    OVER = "over"
+
+
+class _Replay:
+    """The request body as read so far, kept for another attempt while it stays within ``limit`` bytes."""
+
+    __slots__ = ("events", "size", "limit", "overflow")
+
+    def __init__(self, limit: int) -> None:
+        self.events: list[Body | EndOfMessage] = []
+        self.size = 0
+        self.limit = limit
+        self.overflow = False  # it was too large to keep: the request cannot be sent again
+
+    def keep(self, event: Body | EndOfMessage) -> None:
+        if isinstance(event, Body):
+            self.size += len(event.data)
+            if self.size > self.limit:
+                self.overflow = True
+                self.events.clear()
+        if not self.overflow:
+            self.events.append(event)
+
+
+class _Exchange:
+    """One request and its response, across its attempts."""
+
+    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "replay", "unsent", "held",
+                 "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
+                 "chunked", "in_flight")
+
+    def __init__(self, request: RequestHead, start: float) -> None:
+        self.request = request
+        self.start = start
+        self.phase = Phase.ROUTING
+        self.route: Any = None  # core.profiles.Route, once the first pick named one
+        self.route_labels = ""  # the route metrics' series ("" : not counted)
+        self.timer: Timer | None = None  # the route's timeout
+        self.replay = _Replay(0)
+        self.unsent: list[Body | EndOfMessage] = []  # body events not yet written to the upstream in hand
+        self.held = 0  # bytes in ``unsent``
+        self.pick: Pick | None = None
+        self.up: Upstream | None = None
+        self.client: Http1Connection | None = None
+        self.connects = 0  # failed connects of this attempt
+        self.begun = 0.0  # when the attempt's request went out (the RTT sample's start)
+        self.sampled = False
+        self.resent = False  # sent again once after a stale pooled connection
+        self.counted = False  # the attempt's request_total is counted
+        self.head: ResponseHead | None = None  # the final response head being relayed
+        self.success = True  # by the route's classes (the route metrics)
+        self.chunked = False  # the response to the client is chunked (so it may carry trailers)
+        self.in_flight = False
+
+
+class Http1Proxy:
+    """One accepted HTTP/1 connection (see the module docstring), answering through ``sink``."""
+
+    def __init__(self, router: Router, settings: HttpSettings, sink: Http1Sink) -> None:
+        self.router = router
+        self.settings = settings
+        self.sink = sink
+        self.server = Http1Connection(Role.SERVER, max_head_size=settings.max_head_size)
+        self.ex: _Exchange | None = None
+        self.first = True  # no request head yet: a bad first line means "not HTTP" (opaque)
+        self.over = False
+        self.paused = False  # the client's connection is not read (HOLD_LIMIT)
+
+    @property
+    def idle(self) -> bool:
+        """No request in hand (between requests): what the client's idle timeout applies to."""
+        return self.ex is None and not self.over
+
+    # -- the client's connection ---------------------------------------------------------------------------------
+
+    def down_data(self, data: bytes) -> None:
+        if self.over:
+            return
+        try:
+            events = self.server.receive_data(data)
+        except BadMessage as exc:
+            self._refused(exc)
+            return
+        self._down_events(events)
+        if not self.over and not self.paused and self.server.buffered > HOLD_LIMIT:
+            self._pause()
+
+    def down_eof(self) -> None:
+        self.down_data(b"")
+
+    def down_lost(self) -> None:
+        """The client's connection is gone: whatever is in hand upstream is dropped at once."""
+        if self.over:
+            return
+        ex = self.ex
+        if ex is not None:
+            if ex.up is not None:
+                self.sink.checkin(ex.up, reuse=False)
+                ex.up = None
+            if ex.head is not None and ex.pick is not None:
+                self._record(ex.pick.labels, ex.head.status, False, ex.start)
+            self._end(ex)
+        self._close()
+
+    def _down_events(self, events: list[Event]) -> None:
+        for event in events:
+            if self.over:
+                return
+            if isinstance(event, RequestHead):
+                self.first = False
+                self._begin(event)
+            elif isinstance(event, (Body, EndOfMessage)):
+                ex = self.ex
+                if ex is not None:
+                    self._request_event(ex, event)
+            elif isinstance(event, ConnectionClosed):
+                self._close()
+
+    def _pause(self) -> None:
+        self.paused = True
+        self.sink.pause_down()
+
+    def _resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.sink.resume_down()
+
+    # -- a request ----------------------------------------------------------------------------------------------
+
+    def _begin(self, request: RequestHead) -> None:
+        settings = self.settings
+        ex = self.ex = _Exchange(request, settings.clock())
+        in_flight = settings.in_flight
+        if in_flight is not None:
+            if in_flight.count >= in_flight.limit:
+                self._answer(ex, errors.load_shed(), None)
+                return
+            in_flight.count += 1
+            ex.in_flight = True
+        if settings.policy is not None:
+            refusal = settings.policy.check(request)
+            if refusal is not None:
+                self._answer(ex, refusal, None)
+                return
+        self._route(ex)
+
+    def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
+        ex.replay.keep(event)
+        up = ex.up
+        if up is not None and ex.phase in (Phase.WAITING, Phase.RELAYING):
+            client = ex.client
+            assert client is not None
+            if isinstance(event, Body):
+                self.sink.send_up(up, client.send_body(event.data))
+            else:
+                self.sink.send_up(up, client.send_end(event.trailers))
+            return
+        if ex.phase is Phase.OVER:
+            return
+        ex.unsent.append(event)
+        if isinstance(event, Body):
+            ex.held += len(event.data)
+            if ex.held > HOLD_LIMIT and not self.paused:
+                self._pause()
+
+    def _route(self, ex: _Exchange) -> None:
+        ex.phase = Phase.ROUTING
+        self._route_step(ex, self.router(ex.request), None)
+
+    def _route_step(self, ex: _Exchange, gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
+        if self.ex is not ex:
+            gen.close()
+            return
+        try:
+            command = gen.send(reply)
+        except StopIteration as stop:
+            self._routed(ex, stop.value)
+            return
+        self.sink.wait(command, lambda answer: self._route_step(ex, gen, answer))
+
+    def _routed(self, ex: _Exchange, pick: Pick | ProxyError) -> None:
+        if ex.route is None and pick.route is not None:  # the first pick names the request's profile route
+            self._on_route(ex, pick.route)
+        if isinstance(pick, ProxyError):
+            self._outcome(ex, None, pick)
+            return
+        ex.pick = pick
+        ex.phase = Phase.CONNECTING
+        up = self.sink.checkout(pick.connect, pick.header, lambda reply: self._checked_out(ex, pick, reply))
+        if up is not None:
+            self._checked_out(ex, pick, up)
+
+    def _on_route(self, ex: _Exchange, route: Any) -> None:
+        ex.route = route
+        ex.route_labels = route.metric_labels  # empty for an l5d-dst-override target without routes
+        metrics = self.settings.metrics
+        if metrics is not None and ex.route_labels:
+            metrics.routes.request(ex.route_labels, route.budget is not None)
+        if route.budget is not None:
+            ex.replay = _Replay(MAX_REPLAY)
+            for event in ex.unsent:  # what came before the route was known
+                ex.replay.keep(event)
+        if route.timeout is not None:
+            left = ex.start + route.timeout - self.settings.clock()
+            ex.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(ex))
+
+    def _checked_out(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
+        if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
+            if isinstance(reply, Upstream):  # the request ended meanwhile (a timeout, the client gone)
+                self.sink.checkin(reply, reuse=not reply.reused)
+            return
+        if isinstance(reply, Failed):
+            pick.failed()
+            pick.release()
+            ex.pick = None
+            ex.connects += 1
+            error = errors.connect_failed(pick.connect.addr, reply.timed_out, reply.error, reply.errno)
+            if ex.connects < CONNECT_ATTEMPTS:
+                self._route(ex)
+            else:
+                self._outcome(ex, None, error)
+            return
+        self._send(ex, pick, reply)
+
+    def _send(self, ex: _Exchange, pick: Pick, up: Upstream) -> None:
+        """The attempt's request goes out on ``up``: its head and what of the body has come so far."""
+        settings = self.settings
+        ex.up = up
+        client = up.codec
+        if client is None:
+            client = up.codec = Http1Connection(Role.CLIENT, max_head_size=settings.max_head_size)
+        ex.client = client
+        if not ex.counted:
+            ex.counted = True
+            ex.begun = settings.clock()
+            ex.sampled = False
+            if settings.metrics is not None:
+                settings.metrics.request(pick.labels)
+            if settings.observer is not None:
+                settings.observer.request(ex, ex.request, pick.labels)
+        out = client.send_head(upstream_request(ex.request, pick, settings))
+        for event in ex.unsent:
+            out += client.send_body(event.data) if isinstance(event, Body) else client.send_end(event.trailers)
+        ex.unsent.clear()
+        ex.held = 0
+        ex.phase = Phase.WAITING
+        self.sink.send_up(up, out)
+        if self.paused and self.server.buffered <= HOLD_LIMIT:
+            self._resume()
+
+    # -- the upstream connection --------------------------------------------------------------------------------
+
+    def up_data(self, up: Upstream, data: bytes) -> None:
+        ex = self.ex
+        if ex is None or ex.up is not up:
+            return  # not ours any more (the I/O side stops delivering at check-in)
+        client = ex.client
+        assert client is not None
+        try:
+            events = client.receive_data(data)
+        except BadMessage:
+            self._up_failed(ex)
+            return
+        if not events and not data:
+            self._up_failed(ex)
+            return
+        for event in events:
+            if self.ex is not ex or ex.up is not up:
+                return
+            if isinstance(event, ResponseHead):
+                self._response_head(ex, event)
+            elif isinstance(event, Body):
+                if ex.phase is Phase.RELAYING:
+                    self.sink.send_down(self.server.send_body(event.data))
+            elif isinstance(event, EndOfMessage):
+                if ex.phase is Phase.RELAYING:
+                    self._response_end(ex, event.trailers)
+            else:  # ConnectionClosed: the upstream closed between messages, before any response
+                self._up_failed(ex)
+
+    def up_eof(self, up: Upstream) -> None:
+        self.up_data(up, b"")
+
+    def _up_failed(self, ex: _Exchange) -> None:
+        up, pick = ex.up, ex.pick
+        assert up is not None and pick is not None
+        self.sink.checkin(up, reuse=False)
+        ex.up = None
+        if ex.phase is Phase.RELAYING:
+            head = ex.head
+            assert head is not None
+            self.server.send_failed()
+            self._record(pick.labels, head.status, False, ex.start, "unclassified")
+            self._route_response(ex, head.status, False, "unclassified")
+            self._end(ex)
+            self._close()
+            return
+        if not ex.resent and up.reused and not ex.replay.overflow:
+            # An idle pooled connection the server had closed: what was kept is safe to send again.
+            ex.resent = True
+            ex.unsent = list(ex.replay.events)
+            ex.phase = Phase.CONNECTING
+            fresh = self.sink.checkout(pick.connect, pick.header, lambda reply: self._resent(ex, pick, reply))
+            if fresh is not None:
+                self._resent(ex, pick, fresh)
+            return
+        self._outcome(ex, None, errors.io_error(pick.connect.addr))
+
+    def _resent(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
+        if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
+            if isinstance(reply, Upstream):
+                self.sink.checkin(reply, reuse=not reply.reused)
+            return
+        if isinstance(reply, Failed):
+            self._outcome(ex, None, errors.io_error(pick.connect.addr))
+            return
+        self._send(ex, pick, reply)
+
+    def _response_head(self, ex: _Exchange, head: ResponseHead) -> None:
+        pick = ex.pick
+        client = ex.client
+        assert pick is not None and client is not None
+        if not ex.sampled:
+            ex.sampled = True
+            pick.observe(self.settings.clock() - ex.begun)
+        if head.status < 200 and not client.switched:
+            if self.server.our_state is State.IDLE:
+                self.sink.send_down(self.server.send_head(informational(head)))
+            return
+        self._outcome(ex, head, None)
+
+    # -- what an attempt came to ------------------------------------------------------------------------------
+
+    def _outcome(self, ex: _Exchange, head: ResponseHead | None, error: ProxyError | None) -> None:
+        """An attempt's end: a final response head, or an error the proxy answers for. On a profile route, a
+        failure (by the route's classes) may be retried within the budget (Linkerd's profile stack)."""
+        route = ex.route
+        pick = ex.pick
+        if route is None:
+            if error is not None:
+                self._answer(ex, error, pick)
+            else:
+                assert head is not None
+                self._relay(ex, head, head.status < 500)
+            return
+        status = head.status if head is not None else error.status if error is not None else 0
+        failure = route.is_failure(status)
+        retryable = failure and not ex.replay.overflow and (error is None or error.kind.retryable)
+        budget = route.budget
+        clock = self.settings.clock
+        expired = (retryable and budget is not None and route.timeout is not None
+                   and clock() >= ex.start + route.timeout)
+        metrics = self.settings.metrics
+        routes = metrics.routes if metrics is not None and ex.route_labels else None
+        settled = settle(budget, retryable, expired, routes, ex.route_labels, status)
+        if settled is not Settled.FINAL:
+            if pick is not None:
+                self._record(pick.labels, status, status < 500, ex.start)
+                pick.release()
+                ex.pick = None
+            if ex.up is not None:
+                self.sink.checkin(ex.up, reuse=False)  # the failed response is not read further
+                ex.up = None
+            if settled is Settled.RETRY:
+                ex.counted = False
+                ex.connects = 0
+                ex.unsent = list(ex.replay.events)
+                ex.held = 0
+                self._route(ex)
+                return
+            # The timeout wraps the retries: it has passed, so the request ends here.
+            self._answer(ex, errors.response_timeout(route.timeout), None, recorded=True)
+            self._route_response(ex, 0, False, "timeout")
+            return
+        if error is not None:
+            self._answer(ex, error, pick)
+            self._route_response(ex, status, not failure)
+            return
+        assert head is not None
+        self._relay(ex, head, not failure)
+
+    def _timed_out(self, ex: _Exchange) -> None:
+        """The route's timeout passed before the final response head: 504, the connection closed."""
+        ex.timer = None
+        if self.ex is not ex or ex.phase in (Phase.RELAYING, Phase.OVER):
+            return
+        if ex.up is not None:
+            self.sink.checkin(ex.up, reuse=False)
+            ex.up = None
+        pick = ex.pick
+        metrics = self.settings.metrics
+        if pick is not None and not ex.counted and metrics is not None:
+            metrics.request(pick.labels)  # timed out while connecting: the request still counts
+        self._answer(ex, errors.response_timeout(ex.route.timeout), pick)
+        self._route_response(ex, 0, False, "timeout")
+
+    def _relay(self, ex: _Exchange, head: ResponseHead, success: bool) -> None:
+        """From the final response head on: the response streamed to the client (or, after a protocol
+        switch, the two connections joined)."""
+        if ex.timer is not None:
+            ex.timer.cancel()
+            ex.timer = None
+        server = self.server
+        up, pick, client = ex.up, ex.pick, ex.client
+        assert up is not None and pick is not None and client is not None
+        if self.settings.observer is not None:
+            self.settings.observer.response(ex, head.status)
+        if client.switched:
+            if server.their_state is not State.DONE:
+                self.sink.checkin(up, reuse=False)
+                ex.up = None
+                self._end(ex)
+                self._close()
+                return
+            self.sink.send_down(server.send_head(downstream_response(head, ex.request, server.keep_alive,
+                                                                     self.settings)))
+            self._record(pick.labels, head.status, True, ex.start)
+            self._route_response(ex, head.status, success)
+            ex.up = None
+            ex.pick = None
+            self._end(ex)
+            self.over = True
+            self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release)
+            return
+        down_head = downstream_response(head, ex.request, server.keep_alive, self.settings)
+        ex.chunked = b"transfer-encoding" in found(down_head)
+        ex.head = head
+        ex.success = success
+        ex.phase = Phase.RELAYING
+        self.sink.send_down(server.send_head(down_head))
+
+    def _response_end(self, ex: _Exchange, trailers: Headers) -> None:
+        server = self.server
+        up, pick, client, head = ex.up, ex.pick, ex.client, ex.head
+        assert up is not None and pick is not None and client is not None and head is not None
+        self.sink.send_down(server.send_end(trailers if ex.chunked else ()))
+        self._record(pick.labels, head.status, head.status < 500, ex.start)
+        self._route_response(ex, head.status, ex.success)
+        ex.up = None
+        if server.their_state is not State.DONE:
+            # The response ended before the request did: the rest of the request has nowhere to go.
+            self.sink.checkin(up, reuse=False)
+            self._end(ex)
+            self._close()
+            return
+        reuse = client.keep_alive and client.our_state is State.DONE and client.their_state is State.DONE
+        if reuse:
+            client.start_next_cycle()
+        self.sink.checkin(up, reuse=reuse)
+        self._end(ex)
+        self._next()
+
+    def _next(self) -> None:
+        """The exchange is over and both sides allow it: the next request (maybe already read)."""
+        server = self.server
+        if not server.keep_alive:
+            self._close()
+            return
+        server.start_next_cycle()
+        try:
+            events = server.parse_buffered()
+        except BadMessage as exc:
+            self._refused(exc)
+            return
+        if self.paused and server.buffered <= HOLD_LIMIT:
+            self._resume()
+        self._down_events(events)
+
+    # -- answers, metrics and the end ----------------------------------------------------------------------------
+
+    def _answer(self, ex: _Exchange, error: ProxyError, pick: Pick | None, recorded: bool = False) -> None:
+        """Answer ``error`` for the request (its attempt's endpoint ``pick``, or none) and close.
+        ``recorded``: the request was already recorded under the endpoint it tried."""
+        settings = self.settings
+        if error.metric:
+            self.sink.count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+        labels = pick.labels if pick is not None else settings.error_labels
+        if not recorded and settings.metrics is not None and labels and pick is None:
+            settings.metrics.request(labels)
+        server = self.server
+        if server.our_state is State.IDLE:
+            head = errors.response(error, meshed_client=settings.meshed_client)
+            self.sink.send_down(server.send_head(head) + server.send_end())
+            if labels and not recorded:
+                self._record(labels, error.status, False, ex.start)
+        else:
+            server.send_failed()
+        if settings.observer is not None:
+            settings.observer.end(ex, error.status, error)
+        self._end(ex, told=True)
+        self._close()
+
+    def _refused(self, exc: BadMessage) -> None:
+        """The codec refused what the client sent."""
+        ex = self.ex
+        if isinstance(exc, BadStartLine) and self.first and ex is None:
+            # Detection said HTTP/1 (its rule only sees a prefix) but the first line is not: carry it as opaque.
+            self._opaque()
+            return
+        if ex is not None:  # a broken request body: what is in hand upstream is dropped
+            if ex.up is not None:
+                self.sink.checkin(ex.up, reuse=False)
+                ex.up = None
+            self._end(ex)
+        if self.server.our_state is State.IDLE:
+            error = errors.bad_request(exc.status_hint, str(exc))
+            settings = self.settings
+            labels = settings.error_labels
+            if settings.metrics is not None and labels:
+                settings.metrics.request(labels)
+                settings.metrics.response(labels, error.status, False, 0, error.metric)
+            if error.metric:
+                self.sink.count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+            _REFUSALS.note(settings.clock(), settings.direction, error)
+            head = errors.response(error, meshed_client=False)
+            self.sink.send_down(self.server.send_head(head) + self.server.send_end())
+        self._close()
+
+    def _opaque(self) -> None:
+        def routed(gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
+            if self.over:
+                gen.close()
+                return
+            try:
+                command = gen.send(reply)
+            except StopIteration as stop:
+                connect(stop.value)
+                return
+            self.sink.wait(command, lambda answer: routed(gen, answer))
+
+        def connect(pick: Pick | ProxyError) -> None:
+            if isinstance(pick, ProxyError):
+                self._close()
+                return
+            up = self.sink.checkout(pick.connect, pick.header, lambda reply: connected(pick, reply))
+            if up is not None:
+                connected(pick, up)
+
+        def connected(pick: Pick, reply: Upstream | Failed) -> None:
+            if isinstance(reply, Failed) or self.over:
+                if isinstance(reply, Upstream):
+                    self.sink.checkin(reply, reuse=False)
+                else:
+                    pick.failed()
+                pick.release()
+                self._close()
+                return
+            self.over = True
+            self.sink.tunnel(reply, self.server.received, b"", pick.release)
+
+        routed(self.router(RequestHead(b"GET", b"/")), None)
+
+    def _record(self, labels: str, status: int, success: bool, start: float, error: str = "") -> None:
+        metrics = self.settings.metrics
+        if metrics is not None:
+            metrics.response(labels, status, success, int((self.settings.clock() - start) * 1000), error)
+
+    def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "") -> None:
+        metrics = self.settings.metrics
+        if metrics is not None and ex.route_labels:
+            metrics.routes.response(ex.route_labels, status, success,
+                                    int((self.settings.clock() - ex.start) * 1000), error,
+                                    actual=error != "timeout")
+
+    def _end(self, ex: _Exchange, told: bool = False) -> None:
+        """The exchange is over (however it ended): its timer, endpoint and in-flight count let go."""
+        if ex.phase is Phase.OVER:
+            return
+        ex.phase = Phase.OVER
+        if ex.timer is not None:
+            ex.timer.cancel()
+            ex.timer = None
+        if ex.pick is not None:
+            ex.pick.release()
+            ex.pick = None
+        if ex.in_flight:
+            ex.in_flight = False
+            in_flight = self.settings.in_flight
+            assert in_flight is not None
+            in_flight.count -= 1
+        observer = self.settings.observer
+        if observer is not None and not told:
+            observer.end(ex, ex.head.status if ex.head is not None else None, None)
+        if self.ex is ex:
+            self.ex = None
+
+    def _close(self) -> None:
+        if not self.over:
+            self.over = True
+            self.sink.close()
+
+
+class _RefusalLog:
+    """Requests the codec refused, logged at most once per ``REFUSAL_LOG_INTERVAL`` (the rest counted)."""
+
+    __slots__ = ("last", "skipped")
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.skipped = 0
+
+    def note(self, now: float, direction: str, error: ProxyError) -> None:
+        if self.last is not None and now - self.last < REFUSAL_LOG_INTERVAL:
+            self.skipped += 1
+            return
+        more = f" ({self.skipped} more since the last line)" if self.skipped else ""
+        log.info("%s HTTP/1 request refused with %d: %s%s", direction, error.status, error.message, more)
+        self.last = now
+        self.skipped = 0
+
+
+_REFUSALS = _RefusalLog()

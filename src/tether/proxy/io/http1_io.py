@@ -1,0 +1,240 @@
+"""The I/O side of one HTTP/1 connection: transports' callbacks in, ``core.http1_proxy.Http1Proxy`` out.
+
+``Http1Io`` is the core's ``Http1Sink``. It becomes the ``handler`` of the
+accepted connection's ``Stream`` and of each upstream connection the core
+checks out, so every read goes straight from ``buffer_updated`` into the core,
+and the core's writes go straight to the transports -- as ``link()`` does for
+opaque bytes. Backpressure both ways: while the client's write buffer is over
+its high-water mark the upstream in hand is not read, and while that
+upstream's is, the client is not (nor while the core holds too much, which it
+asks for with ``pause_down``).
+
+What must wait runs as a task that calls back into the core: a new upstream
+connection (``Driver.open_upstream``), a discovery wait. An idle pooled
+connection comes back at once, from ``io.pool.Pool``. The connection ends
+with ``close`` (the core's), or after a protocol switch when both joined
+connections have ended.
+
+Caller: ``io.driver.Driver`` (the ``ServeHttp1`` command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tether.proxy.core.commands import Command, Connect, Failed
+from tether.proxy.core.http import HttpSettings, Router
+from tether.proxy.core.http1_proxy import Http1Proxy, Timer
+from tether.proxy.core.http_commands import Upstream
+
+from tether.proxy.io.streams import Stream, link
+
+if TYPE_CHECKING:
+    from tether.proxy.io.driver import Driver, _Conn
+
+
+class Http1Io:
+    """One accepted connection served as HTTP/1 (see the module docstring)."""
+
+    __slots__ = ("driver", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
+                 "down_full", "down_reading", "up_reading_paused", "closed")
+
+    def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings) -> None:
+        self.driver = driver
+        self.conn = conn
+        self.down = down
+        self.loop = asyncio.get_running_loop()
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.up: Upstream | None = None  # the upstream connection in hand (its reads come to the core)
+        self.core_paused = False  # the core holds enough of the client's bytes
+        self.up_full = False  # the upstream in hand has a full write buffer
+        self.down_full = False  # the client has a full write buffer
+        self.down_reading = True
+        self.up_reading_paused = False
+        self.closed = False
+        self.core = Http1Proxy(router, settings, self)
+
+    def start(self) -> None:
+        """Take over the client's stream, with what it already holds (sniffed bytes, an EOF)."""
+        down = self.down
+        down.handler = self
+        if down.buffer:
+            self.core.down_data(down.take())
+        if down.lost:
+            self.core.down_lost()
+        elif down.eof:
+            self.core.down_eof()
+
+    # -- Stream handler (called from the streams' protocol callbacks) --------------------------------------------
+
+    def on_data(self, stream: Stream, data: bytes) -> None:
+        if stream is self.down:
+            self.core.down_data(data)
+        elif self.up is not None and stream is self.up.io:
+            self.core.up_data(self.up, data)
+
+    def on_eof(self, stream: Stream) -> None:
+        if stream is self.down:
+            self.core.down_eof()
+        elif self.up is not None and stream is self.up.io:
+            self.core.up_eof(self.up)
+
+    def on_lost(self, stream: Stream) -> None:
+        if stream is self.down:
+            self.core.down_lost()
+            self._finish()
+        elif self.up is not None and stream is self.up.io and not stream.eof:
+            self.core.up_eof(self.up)
+
+    def on_write_paused(self, stream: Stream) -> None:
+        if stream is self.down:
+            self.down_full = True
+            self._up_reading()
+        else:
+            self.up_full = True
+            self._down_reading()
+
+    def on_write_resumed(self, stream: Stream) -> None:
+        if stream is self.down:
+            self.down_full = False
+            self._up_reading()
+        else:
+            self.up_full = False
+            self._down_reading()
+
+    def _down_reading(self) -> None:
+        want = not (self.core_paused or self.up_full)
+        if want != self.down_reading and not self.down.lost:
+            self.down_reading = want
+            if want:
+                self.down.transport.resume_reading()
+            else:
+                self.down.transport.pause_reading()
+
+    def _up_reading(self) -> None:
+        up = self.up
+        if up is None or up.io.lost:
+            return
+        pause = self.down_full
+        if pause != self.up_reading_paused:
+            self.up_reading_paused = pause
+            if pause:
+                up.io.transport.pause_reading()
+            else:
+                up.io.transport.resume_reading()
+
+    # -- Http1Sink ------------------------------------------------------------------------------------------------
+
+    def send_down(self, data: bytes) -> None:
+        down = self.down
+        if data and not down.lost:
+            down.tx += len(data)
+            down.transport.write(data)
+
+    def pause_down(self) -> None:
+        self.core_paused = True
+        self._down_reading()
+
+    def resume_down(self) -> None:
+        self.core_paused = False
+        self._down_reading()
+
+    def close(self) -> None:
+        self._finish()
+
+    def checkout(self, connect: Connect, header: bytes | None,
+                 done: Callable[[Upstream | Failed], None]) -> Upstream | None:
+        up = self.driver.pooled(self.conn.direction, connect)
+        if up is not None:
+            self._hold(up)
+            return up
+        job = asyncio.ensure_future(self.driver.open_upstream(connect, header))
+        self.conn.jobs[job] = (None, connect)
+        job.add_done_callback(lambda j: self._opened(j, done))
+        return None
+
+    def _opened(self, job: asyncio.Future[Upstream | Failed], done: Callable[[Upstream | Failed], None]) -> None:
+        if self.conn.jobs.pop(job, None) is None or job.cancelled():
+            return  # the connection ended first: the driver closes what the job opened
+        reply = job.result()
+        if isinstance(reply, Upstream):
+            if self.closed:
+                reply.io.transport.close()
+                return
+            self._hold(reply)
+        done(reply)
+
+    def _hold(self, up: Upstream) -> None:
+        """``up`` is the core's now: its reads go to the core, its backpressure is the client's."""
+        self.conn.checked_out.add(up)
+        up.io.handler = self
+        self.up = up
+        self.up_full = up.io.paused
+        self._up_reading()
+        self._down_reading()
+
+    def send_up(self, up: Upstream, data: bytes) -> None:
+        stream = up.io
+        if data and not stream.lost:
+            stream.tx += len(data)
+            stream.transport.write(data)
+
+    def checkin(self, up: Upstream, reuse: bool) -> None:
+        stream = up.io
+        stream.handler = None
+        self.conn.checked_out.discard(up)
+        if self.up is up:
+            self.up = None
+            if self.up_reading_paused:
+                self.up_reading_paused = False
+                if not stream.lost:
+                    stream.transport.resume_reading()
+            self.up_full = False
+            self._down_reading()
+        if reuse and not self.closed:
+            self.driver.pool_put(self.conn.direction, up)
+        elif not stream.lost:
+            stream.transport.close()
+
+    def wait(self, command: Command, done: Callable[[Any], None]) -> None:
+        job = asyncio.ensure_future(self.driver.run_blocking(self.conn, command))
+        self.conn.jobs[job] = (None, command)
+
+        def waited(j: asyncio.Future[Any]) -> None:
+            if self.conn.jobs.pop(j, None) is not None and not j.cancelled():
+                done(j.result())
+
+        job.add_done_callback(waited)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return self.loop.call_later(delay, callback)
+
+    def count(self, name: str, labels: str) -> None:
+        self.driver.count(name, labels)
+
+    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
+        down, stream = self.down, up.io
+        down.handler = None
+        stream.handler = None
+        self.up = None
+        for side, paused in ((down, not self.down_reading), (stream, self.up_reading_paused)):
+            if paused and not side.lost:
+                side.transport.resume_reading()
+        down.buffer[:0] = to_up
+        stream.buffer[:0] = to_down
+        link(down, stream)
+        both = asyncio.gather(down.done, stream.done)
+
+        def ended(_: object) -> None:
+            done()
+            self._finish()
+
+        both.add_done_callback(ended)
+
+    def _finish(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.finished.done():
+                self.finished.set_result(None)

@@ -513,8 +513,8 @@ def test_tether_injector_serve_process(pki: Pki, tmp_path: Path) -> None:
     )  # fmt: skip
     stderr = StderrLines(proc)
     try:
+        admin_port = stderr.port("admin")  # the admin port listens first
         port = stderr.port("webhook")
-        admin_port = stderr.port("admin")
         assert admin_get(admin_port, "/ready")[0] == 200
         obj = deployment()["spec"]["template"]
         obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", **obj["metadata"]}, "spec": obj["spec"]}

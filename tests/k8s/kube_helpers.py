@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -33,8 +34,9 @@ class Emulator(kmock.KubernetesEmulator):
     kmock reads ``/api/v1/namespaces/<x>`` as "namespace x", so a request for the
     Namespace collection itself fails inside kmock before any reaction can answer.
     Those two requests (list and watch) are answered here from ``namespaces``, as a
-    recorded API response would: the list as the API server shapes it, the watch
-    held open without events.
+    recorded API response would: the list as the API server shapes it (held while
+    ``namespace_gate`` is clear), the watch held open, streaming what `put_namespace`
+    changes (``kubectl annotate ns``) to every watch open at the time.
     """
 
     namespaces: list[dict[str, Any]]
@@ -46,18 +48,39 @@ class Emulator(kmock.KubernetesEmulator):
 
         self.namespace_requests.append(dict(raw_request.query))
         if raw_request.query.get("watch") != "true":
+            await self.namespace_gate.wait()
             return web.json_response({"apiVersion": "v1", "kind": "NamespaceList",
                                       "metadata": {"resourceVersion": "1"}, "items": self.namespaces})
         response = web.StreamResponse()
         await response.prepare(raw_request)
-        await asyncio.sleep(3600)  # cancelled when the client goes away
-        return response
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.namespace_watches.append(events)
+        try:
+            while True:  # cancelled when the client goes away
+                event = await events.get()
+                await response.write((json.dumps(event) + "\n").encode())
+        finally:
+            self.namespace_watches.remove(events)
+
+    def put_namespace(self, namespace: dict[str, Any]) -> None:
+        """Create or replace a Namespace and tell the open watches (a new resourceVersion each time)."""
+        self.namespace_version += 1
+        namespace = {**namespace, "metadata": {**namespace["metadata"], "resourceVersion": str(self.namespace_version)}}
+        name = namespace["metadata"]["name"]
+        existed = any(ns["metadata"]["name"] == name for ns in self.namespaces)
+        self.namespaces[:] = [ns for ns in self.namespaces if ns["metadata"]["name"] != name] + [namespace]
+        for events in self.namespace_watches:
+            events.put_nowait({"type": "MODIFIED" if existed else "ADDED", "object": namespace})
 
 
 def new_emulator() -> Emulator:
     api = Emulator()
     api.namespaces = []
     api.namespace_requests = []
+    api.namespace_watches = []
+    api.namespace_version = 1
+    api.namespace_gate = asyncio.Event()
+    api.namespace_gate.set()
     return api
 
 

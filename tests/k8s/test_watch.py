@@ -15,7 +15,7 @@ import kmock
 import pytest
 
 from tether.platform.kubernetes.client import ClientSettings
-from tether.platform.kubernetes.resources import API_RESOURCES, ENDPOINT_SLICE, api_resource
+from tether.platform.kubernetes.resources import API_RESOURCES, api_resource
 from tether.platform.kubernetes.watch import KubernetesResourceWatcher, change_time
 from tether.resources import kinds
 
@@ -249,8 +249,8 @@ def test_every_kind_of_the_resource_model_has_an_api_path() -> None:
     assert api_resource("Pod").collection_path("web") == "/api/v1/namespaces/web/pods"
     assert api_resource("Namespace").collection_path("web") == "/api/v1/namespaces"
     assert api_resource(kinds.SERVER.key).collection_path() == "/apis/policy.linkerd.io/v1beta3/servers"
-    assert ENDPOINT_SLICE.key in API_RESOURCES
-    assert ENDPOINT_SLICE.collection_path("a") == "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices"
+    assert kinds.ENDPOINT_SLICE.key in API_RESOURCES
+    assert api_resource(kinds.ENDPOINT_SLICE.key).collection_path("a") == "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices"
     with pytest.raises(KeyError):
         api_resource("Widget")
 
@@ -261,7 +261,7 @@ async def test_endpoint_slices_are_watched_too(tmp_path: Path) -> None:
                   "metadata": {"name": "web-abc", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
                   "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]}
         await api.post("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", json=slice_)
-        events = watcher(settings).watch(ENDPOINT_SLICE.key)
+        events = watcher(settings).watch(kinds.ENDPOINT_SLICE.key)
         got = await take(events, 2)
         assert names(got) == [("ADDED", "web-abc"), ("SYNCED", "")]
         assert got[0].object["endpoints"][0]["addresses"] == ["10.0.0.1"]

@@ -538,7 +538,7 @@ class Renderer:
             f"--log-level={self._log_level()}",
         ]
         injector_args = [
-            "injector", "serve", "--addr=0.0.0.0:8443", "--admin-addr=0.0.0.0:9995",
+            "injector", "serve", "--platform=kubernetes", "--addr=0.0.0.0:8443", "--admin-addr=0.0.0.0:9995",
             f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key", f"--values={CONFIG_DIR}/values",
             f"--identity-trust-anchors-file={anchors_file}",
             f"--failure-policy={_text(self.values, 'webhookFailurePolicy')}", f"--log-level={self._log_level()}",

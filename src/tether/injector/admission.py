@@ -5,6 +5,9 @@ and bytes to answer, never raising. A CREATE of a Pod runs the pure patch (`patc
 origin WEBHOOK) with the namespace's annotations from the `NamespaceAnnotations` seam, and
 the difference between the pod and the patched pod goes back as a base64 RFC 6902 JSON
 patch. Services get the annotation-only opaque-ports patch; anything else is allowed as is.
+With an `OwnerLookup` the pod's owner label comes from the API (ReplicaSet -> Deployment,
+Job -> CronJob) and, with an `EventRecorder`, its parent gets an ``Injected`` or
+``InjectionSkipped`` Event (`tether.injector.owners`).
 
 Errors, by whose fault (Linkerd answers its handler errors with HTTP 400):
 
@@ -32,6 +35,7 @@ from tether.injector.config import MeshConfig
 from tether.injector.decision import Origin
 from tether.injector.metrics import InjectorMetrics
 from tether.injector.namespaces import NamespaceAnnotations
+from tether.injector.owners import INJECTED, INJECTED_MESSAGE, SKIPPED, SKIPPED_MESSAGE, EventRecorder, OwnerLookup, resolve
 from tether.injector.patch import inject
 from tether.resources.errors import ValidationError
 
@@ -93,6 +97,8 @@ class Admission:
         metrics: InjectorMetrics | None = None,
         failure_policy: str = "Ignore",
         logger: logging.Logger | None = None,
+        owners: OwnerLookup | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         if failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}")
@@ -101,6 +107,8 @@ class Admission:
         self._metrics = metrics or InjectorMetrics()
         self._failure_policy = failure_policy
         self._log = logger or logging.getLogger("tether.injector")
+        self._owners = owners
+        self._events = events
 
     @property
     def metrics(self) -> InjectorMetrics:
@@ -128,9 +136,11 @@ class Admission:
         namespace = request.get("namespace") if isinstance(request.get("namespace"), str) else ""
         if not isinstance(obj, dict):
             return self._failed(review, "invalid_object", "the request carries no object")
+        resolved = resolve(obj, namespace, self._owners if kind == "Pod" else None)
         try:
             result = inject(
-                obj, self._namespaces(namespace), self._config(), origin=Origin.WEBHOOK, namespace=namespace or None
+                obj, self._namespaces(namespace), self._config(), origin=Origin.WEBHOOK, namespace=namespace or None,
+                owner=resolved.owner,
             )
             ops = jsonpatch.diff(obj, result.obj)
         except ValidationError as err:
@@ -148,6 +158,11 @@ class Admission:
             "%s %s/%s %s%s", kind.lower(), namespace, report.name, report.action,
             f": {'; '.join(report.reasons)}" if report.reasons else "",
         )  # fmt: skip
+        if resolved.parent is not None and self._events is not None:
+            if report.action == "injected":
+                self._events.record(resolved.parent, INJECTED, INJECTED_MESSAGE)
+            else:
+                self._events.record(resolved.parent, SKIPPED, SKIPPED_MESSAGE.format(reasons=", ".join(report.reasons)))
         response: dict[str, Any] = {"allowed": True}
         if ops:
             response["patchType"] = "JSONPatch"

@@ -6,7 +6,8 @@ below the API server's 10 s timeout, and answers on the same keep-alive connecti
 deadline passes it answers per the failure policy instead of hanging (`Admission.fallback`).
 TLS 1.3 with the certificate and key from files, re-read when they change (as Linkerd
 reloads its mounted secret). The admin port (9995, as Linkerd's injector) serves
-``/metrics``, ``/ready`` (200 once the webhook listens), ``/live`` and ``/ping``.
+``/metrics``, ``/ready`` (200 once the webhook listens, which with a namespace watch waits for its
+first listing), ``/live`` and ``/ping``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +82,24 @@ class InjectorServer:
 
     async def start(self) -> tuple[int, int]:
         """Listen on both ports; return (webhook port, admin port), useful when asked for port 0."""
-        host, port = self._config.addr
-        webhook = await asyncio.start_server(self._serve_webhook, host, port, ssl=self._tls, limit=http.MAX_HEAD)
-        self._servers.append(webhook)
+        admin_port = await self.start_admin()
+        return await self.start_webhook(), admin_port
+
+    async def start_admin(self) -> int:
+        """Listen on the admin port (``/ready`` says 503 until the webhook listens); return the port."""
         admin_host, admin_port = self._config.admin_addr
         admin = await asyncio.start_server(self._serve_admin, admin_host, admin_port, limit=http.MAX_HEAD)
         self._servers.append(admin)
+        return admin.sockets[0].getsockname()[1]
+
+    async def start_webhook(self) -> int:
+        """Listen on the webhook port and become ready; return the port."""
+        host, port = self._config.addr
+        webhook = await asyncio.start_server(self._serve_webhook, host, port, ssl=self._tls, limit=http.MAX_HEAD)
+        self._servers.append(webhook)
         self._reloader = asyncio.create_task(self._reload_certificates())
         self._ready = True
-        return webhook.sockets[0].getsockname()[1], admin.sockets[0].getsockname()[1]
+        return webhook.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         self._ready = False
@@ -196,13 +207,35 @@ class InjectorServer:
         return 404, b"not found\n", _TEXT
 
 
-async def run(server: InjectorServer, stop: asyncio.Event, *, logger: logging.Logger) -> None:
-    """Serve until ``stop`` is set; log the bound addresses (the CLI's tests read them)."""
+async def run(
+    server: InjectorServer,
+    stop: asyncio.Event,
+    *,
+    logger: logging.Logger,
+    synced: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve until ``stop`` is set; log the bound addresses (the CLI's tests read them).
+
+    With ``synced``, the admin port listens at once but the webhook only after it returns (the
+    namespace watch has listed every Namespace), so no pod is admitted without its namespace's
+    annotations.
+    """
     config = server.config
-    webhook_port, admin_port = await server.start()
-    logger.info("webhook listening on https://%s:%d", config.addr[0], webhook_port)
-    logger.info("admin listening on http://%s:%d", config.admin_addr[0], admin_port)
     try:
+        admin_port = await server.start_admin()
+        logger.info("admin listening on http://%s:%d", config.admin_addr[0], admin_port)
+        if synced is not None:
+            waiting = asyncio.create_task(synced())
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait([waiting, stopping], return_when=asyncio.FIRST_COMPLETED)
+            for task in (waiting, stopping):
+                task.cancel()
+            if waiting.done() and not waiting.cancelled():
+                waiting.result()  # a watch that could not start says why
+            elif stop.is_set():
+                return
+        webhook_port = await server.start_webhook()
+        logger.info("webhook listening on https://%s:%d", config.addr[0], webhook_port)
         await stop.wait()
     finally:
         logger.info("shutting down")

@@ -85,6 +85,7 @@ HTTP_LOCAL_RATE_LIMIT_POLICY = ResourceType(
 )
 EGRESS_NETWORK = ResourceType("policy.linkerd.io", "EgressNetwork", ("v1alpha1",), "egressnetworks")
 EXTERNAL_WORKLOAD = ResourceType("workload.linkerd.io", "ExternalWorkload", ("v1beta1",), "externalworkloads")
+ENDPOINT_SLICE = ResourceType("discovery.k8s.io", "EndpointSlice", ("v1",), "endpointslices")
 
 # Order matters only where a bare name matches several groups: the earlier entry
 # wins.  For ``httproute`` kubectl's answer depends on API discovery order; with
@@ -109,6 +110,7 @@ REGISTRY: tuple[ResourceType, ...] = (
     HTTP_LOCAL_RATE_LIMIT_POLICY,
     EGRESS_NETWORK,
     EXTERNAL_WORKLOAD,
+    ENDPOINT_SLICE,
 )
 
 

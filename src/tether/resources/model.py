@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.resources import core, kinds, policy, profiles, routes, workloads
+from tether.resources import core, discovery, kinds, policy, profiles, routes, workloads
 from tether.resources.durations import parse_duration
 from tether.resources.errors import ValidationError
 from tether.resources.fields import Fields
@@ -42,6 +42,7 @@ Spec = (
     | policy.EgressNetworkSpec
     | routes.HTTPRouteSpec
     | routes.GRPCRouteSpec
+    | discovery.EndpointSliceSpec
 )
 Status = workloads.PodStatus | workloads.DeploymentStatus | routes.RouteStatus | ConditionsStatus
 
@@ -66,6 +67,7 @@ PARSERS: dict[ResourceType, KindParser] = {
     kinds.HTTP_LOCAL_RATE_LIMIT_POLICY: policy.parse_http_local_rate_limit_policy,
     kinds.EGRESS_NETWORK: policy.parse_egress_network,
     kinds.EXTERNAL_WORKLOAD: workloads.parse_external_workload,
+    kinds.ENDPOINT_SLICE: discovery.parse_endpoint_slice,
 }
 
 

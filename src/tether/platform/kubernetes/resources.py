@@ -4,7 +4,8 @@
 and watch paths of a type key (``ResourceType.key`` from ``tether.resources.kinds``,
 e.g. ``"Pod"`` or ``"Server.policy.linkerd.io"``).  Every type of the resource model
 is served at its preferred version; the few types the model does not parse but
-controllers still watch on Kubernetes (EndpointSlices) are added here.
+controllers still read or write on Kubernetes (Endpoints, Nodes, Events, the owner kinds of
+pods) are added here.
 """
 
 from __future__ import annotations
@@ -41,12 +42,21 @@ class ApiResource:
         return f"{root}/{self.plural}"
 
 
-ENDPOINT_SLICE = ApiResource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 ENDPOINTS = ApiResource("", "v1", "endpoints", "Endpoints")
 NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False)
+EVENT = ApiResource("", "v1", "events", "Event")
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+# The kinds a pod's owner reference may name (the injector looks them up for its labels and Events).
+OWNER_KINDS = (
+    ApiResource("apps", "v1", "replicasets", "ReplicaSet"),
+    ApiResource("apps", "v1", "statefulsets", "StatefulSet"),
+    ApiResource("apps", "v1", "daemonsets", "DaemonSet"),
+    ApiResource("batch", "v1", "jobs", "Job"),
+    ApiResource("batch", "v1", "cronjobs", "CronJob"),
+    ApiResource("", "v1", "replicationcontrollers", "ReplicationController"),
+)
 
-_EXTRA = (ENDPOINT_SLICE, ENDPOINTS, NODE)
+_EXTRA = (ENDPOINTS, NODE, EVENT, *OWNER_KINDS)
 
 
 def _from_model(rtype: kinds.ResourceType) -> ApiResource:

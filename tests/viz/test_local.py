@@ -32,7 +32,7 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     p.tether("up", *p.up_args, "--restart-backoff", "0.5")
     port = free_port()
     p.tether("viz", "install", "--prometheus-port", str(port), "--discovery-port", str(free_port()),
-             "--scrape-interval", "1s")
+             "--tap-port", str(free_port()), "--tap-admin-port", str(free_port()), "--scrape-interval", "1s")
     prom = Prometheus(f"http://127.0.0.1:{port}")
     p.apply(NAMESPACE)
     p.apply(web_server("web", NS, 1))
@@ -77,6 +77,11 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     assert edge["secured"] and edge["client_id"] == IDENTITY and edge["server_id"] == IDENTITY
 
     assert "√ Prometheus scrapes" in p.tether("viz", "check").stdout
+
+    # Tap: the platform's proxies have no tap service yet, so the tap server names each pod and why.
+    web = next(x["metadata"]["name"] for x in pods if x["metadata"]["name"].startswith("web-"))
+    refused = p.tether("viz", "tap", "deploy/web", "-n", NS, ok=False)
+    assert f"{web}: tap not enabled (its proxy has no LINKERD2_PROXY_TAP_SVC_NAME)" in refused.stderr
 
     # Uninstalled, Prometheus is gone: a clear error naming its URL.
     p.tether("viz", "uninstall", "--purge")

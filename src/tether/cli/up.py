@@ -32,7 +32,7 @@ from tether.cli import home
 from tether.cli.errors import CliError
 from tether.identity import pem, pki
 from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer
-from tether.naming import control_plane_identity
+from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local import config as platform_config
 from tether.platform.local import deployments
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, PlatformConfigError
@@ -112,10 +112,18 @@ def ensure_destination_cert(config: LocalPlatformConfig) -> bool:
     signs it with the issuer and the destination reloads the files when they change.
     """
     files = _pki_files(config)
+    identity = control_plane_identity("destination", config.control_plane_ns, config.trust_domain)
+    return ensure_serving_cert(config, identity, files["destination.crt"], files["destination.key"])
+
+
+def ensure_serving_cert(config: LocalPlatformConfig, identity: WorkloadIdentity, cert_path: Path, key_path: Path,
+                        lifetime: timedelta = DESTINATION_CERT_LIFETIME) -> bool:
+    """(Re)issue ``identity``'s certificate, signed by the platform's issuer, when missing or past half its life."""
+    files = _pki_files(config)
     now = _now()
-    if files["destination.crt"].exists():
+    if cert_path.exists():
         try:
-            current = pem.read_certificates(files["destination.crt"])[0]
+            current = pem.read_certificates(cert_path)[0]
             life = current.not_valid_after_utc - current.not_valid_before_utc
             if now < current.not_valid_before_utc + life / 2:
                 return False
@@ -124,12 +132,11 @@ def ensure_destination_cert(config: LocalPlatformConfig) -> bool:
     anchors = pem.read_certificates(files["ca.crt"])
     issuer = Issuer.validated(pem.read_certificates(files["issuer.crt"]), pem.read_private_key(files["issuer.key"]),
                               anchors)
-    authority = CertificateAuthority(issuer, IssuanceSettings(lifetime=DESTINATION_CERT_LIFETIME))
+    authority = CertificateAuthority(issuer, IssuanceSettings(lifetime=lifetime))
     key = pki.new_key()
-    identity = control_plane_identity("destination", config.control_plane_ns, config.trust_domain)
     leaf = authority.issue(key.public_key(), identity, now)
-    pem.write_file(files["destination.key"], pem.private_key_pem(key), private=True)
-    pem.write_file(files["destination.crt"], pem.certificate_pem(leaf, *issuer.intermediates), private=False)
+    pem.write_file(key_path, pem.private_key_pem(key), private=True)
+    pem.write_file(cert_path, pem.certificate_pem(leaf, *issuer.intermediates), private=False)
     return True
 
 

@@ -30,6 +30,8 @@ import click
 
 from tether.cli import home
 from tether.cli.errors import CliError
+from tether.identity import pem, pki
+from tether.naming import WorkloadIdentity
 from tether.platform.local import config as platform_config
 from tether.platform.local.config import LocalPlatformConfig, PlatformConfigError
 from tether.store import Store
@@ -126,11 +128,15 @@ def viz() -> None:
               help="Port of the local Prometheus (on 127.0.0.1).")
 @click.option("--discovery-port", type=click.IntRange(1, 65535), default=9998, show_default=True,
               help="Admin port of the discovery process (on 127.0.0.1).")
+@click.option("--tap-port", type=click.IntRange(1, 65535), default=8088, show_default=True,
+              help="Port of the tap server's TapByResource (on 127.0.0.1).")
+@click.option("--tap-admin-port", type=click.IntRange(1, 65535), default=9997, show_default=True,
+              help="Admin port of the tap server (on 127.0.0.1).")
 @click.option("--scrape-interval", default="10s", show_default=True, help="How often Prometheus scrapes.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True,
               help="Seconds to wait for each component to become ready.")
-def install(prometheus_url: str | None, prometheus_port: int, discovery_port: int, scrape_interval: str,
-            timeout: float) -> None:
+def install(prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
+            tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
     """Start Prometheus (Linkerd's scrape configuration) and its pod discovery on the local platform."""
     from tether.cli.up import tether_argv
 
@@ -151,10 +157,12 @@ def install(prometheus_url: str | None, prometheus_port: int, discovery_port: in
     if config is None:
         raise CliError(f"no local platform in {state}: run `tether up` first")
     settings = local.VizSettings(prometheus_port=prometheus_port, discovery_port=discovery_port,
-                                 scrape_interval=scrape_interval, prometheus_url=prometheus_url)
+                                 scrape_interval=scrape_interval, prometheus_url=prometheus_url, tap_port=tap_port,
+                                 tap_admin_port=tap_admin_port)
     try:
+        _ensure_tap_cert(config)
         launcher, specs = local.install(config, settings, tether_argv())
-    except (local.VizError, OSError) as err:
+    except (local.VizError, OSError, pem.PemError, pki.PkiError) as err:
         raise CliError(str(err)) from None
     click.echo(f"wrote {local.layout(config).prometheus_yml}")
 
@@ -189,24 +197,44 @@ def uninstall(purge: bool) -> None:
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "viz was not running")
 
 
+def _tap_identity(config: LocalPlatformConfig) -> WorkloadIdentity:
+    return WorkloadIdentity(*local.TAP_SERVICE_ACCOUNT, config.control_plane_ns, config.trust_domain)
+
+
+def _ensure_tap_cert(config: LocalPlatformConfig) -> None:
+    """The tap identity's certificate, signed by the platform's issuer (as the destination's is)."""
+    from tether.cli.up import ensure_serving_cert
+
+    lay = local.layout(config)
+    lay.root.mkdir(parents=True, exist_ok=True)
+    if ensure_serving_cert(config, _tap_identity(config), lay.tap_cert, lay.tap_key):
+        click.echo(f"issued the tap server's certificate ({_tap_identity(config).dns_name})")
+
+
+def _component_settings(state_dir: Path) -> tuple[LocalPlatformConfig, local.VizSettings]:
+    """A viz component process's platform and viz settings; it logs to its launcher's log file."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = platform_config.load(state_dir)
+        settings = local.load_settings(config) if config is not None else None
+    except (PlatformConfigError, local.VizError) as err:
+        raise CliError(str(err)) from None
+    if config is None:
+        raise CliError(f"{state_dir}: no platform settings; run `tether up`")
+    if settings is None:
+        raise CliError(f"{state_dir}: viz is not installed")
+    return config, settings
+
+
 @viz.command(hidden=True)
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 def discovery(state_dir: Path) -> None:
     """Keep Prometheus' file-based discovery targets equal to the store's pods (started by `viz install`)."""
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config, settings = _component_settings(state_dir)
     try:
-        config = platform_config.load(state_dir)
-    except PlatformConfigError as err:
-        raise CliError(str(err)) from None
-    if config is None:
-        raise CliError(f"{state_dir}: no platform settings; run `tether up`")
-    try:
-        settings = local.load_settings(config)
         store = Store(config.layout.store)
-    except (local.VizError, StoreError) as err:
+    except StoreError as err:
         raise CliError(str(err)) from None
-    if settings is None:
-        raise CliError(f"{state_dir}: viz is not installed")
     try:
         asyncio.run(local.serve_discovery(config, settings, store))
     finally:
@@ -458,3 +486,122 @@ def dashboard(address: str, port: int, show: str, enforced_host: str | None, win
     finally:
         server.stop()
         ctx.close()
+
+
+# -- tap ------------------------------------------------------------------------------------------
+
+
+@viz.command("tap-server", hidden=True)
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), required=True)
+def tap_server(state_dir: Path) -> None:
+    """Serve TapByResource on loopback, calling the proxies' Observe as the tap identity (started by `viz install`)."""
+    from tether.viz.tap import TapCredentials
+
+    config, settings = _component_settings(state_dir)
+    lay = local.layout(config)
+    try:
+        credentials = TapCredentials(lay.tap_key.read_bytes(), lay.tap_cert.read_bytes(),
+                                     config.layout.trust_anchors.read_bytes())
+        store = Store(config.layout.store)
+    except (OSError, StoreError) as err:
+        raise CliError(str(err)) from None
+    mesh = api.Mesh(config.control_plane_ns, config.trust_domain, config.cluster_domain)
+    try:
+        asyncio.run(_serve_tap(StoreObjects(store), mesh, credentials, settings))
+    finally:
+        store.close()
+
+
+async def _serve_tap(objects: StoreObjects, mesh: api.Mesh, credentials: Any, settings: local.VizSettings) -> None:
+    import signal
+
+    import grpc
+
+    from tether.admin import AdminServer
+    from tether.api import viz_tap_pb2_grpc
+    from tether.viz.tap import TapController, TapService
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    controller = TapController(objects, mesh, credentials, tap_port=settings.proxy_tap_port)
+    server = grpc.aio.server()
+    viz_tap_pb2_grpc.add_TapServicer_to_server(TapService(controller), server)
+    server.add_insecure_port(f"{local.LOOPBACK}:{settings.tap_port}")  # loopback only: the CLI's
+    await server.start()
+    admin = AdminServer(lambda: b"", lambda: True)
+    await admin.start(local.LOOPBACK, settings.tap_admin_port)
+    click.echo(f"tap: TapByResource on {local.LOOPBACK}:{settings.tap_port}")
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(1.0)
+        await admin.stop()
+
+
+@viz.command()
+@click.argument("resource")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("--to", "to", help="Only requests to this resource (deploy/NAME, po/NAME, ns/NAME).")
+@click.option("--to-namespace", help="The --to resource's namespace (default: -n).")
+@click.option("--method", help="Only requests with this HTTP method.")
+@click.option("--scheme", help="Only requests with this scheme (http, https).")
+@click.option("--authority", help="Only requests for this :authority.")
+@click.option("--path", help="Only requests whose path starts with this.")
+@click.option("--max-rps", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
+              help="At most this many requests per second, over all the pods (more is capped, not refused).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--tap-server", help="The tap server, host:port [default: the one `tether viz install` started].")
+def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
+        scheme: str | None, authority: str | None, path: str | None, max_rps: float, output: str,
+        tap_server: str | None) -> None:
+    """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`)."""
+    from tether.api import viz_tap_pb2
+
+    ns = namespace or DEFAULT_NAMESPACE
+    target = _target(resource, ns, "RESOURCE")
+    request = viz_tap_pb2.TapByResourceRequest(maxRps=max_rps)
+    request.target.resource.CopyFrom(viz_tap_pb2.Resource(namespace=ns, type=target.kind, name=target.name))
+    VM = viz_tap_pb2.TapByResourceRequest.Match  # noqa: N806 - a message class
+    matches = []
+    if to:
+        dest = _target(to, to_namespace or ns, "--to")
+        matches.append(VM(destinations=viz_tap_pb2.ResourceSelection(
+            resource=viz_tap_pb2.Resource(namespace=dest.namespace or "", type=dest.kind, name=dest.name))))
+    for field, value in (("method", method), ("scheme", scheme), ("authority", authority), ("path", path)):
+        if value:
+            matches.append(VM(http=VM.Http(**{field: value})))
+    request.match.CopyFrom(VM(all=VM.Seq(matches=matches)))
+    address = tap_server
+    if address is None:
+        state = home.state_dir()
+        try:
+            config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
+            settings = local.load_settings(config)
+        except (PlatformConfigError, local.VizError) as err:
+            raise CliError(str(err)) from None
+        if settings is None:
+            raise CliError("no tap server: run `tether viz install`, or pass --tap-server HOST:PORT")
+        address = f"{local.LOOPBACK}:{settings.tap_port}"
+    try:
+        asyncio.run(_stream_tap(address, request, output))
+    except KeyboardInterrupt:
+        pass
+
+
+async def _stream_tap(address: str, request: Any, output: str) -> None:
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+
+    from tether.api import viz_tap_pb2_grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            async for event in viz_tap_pb2_grpc.TapStub(channel).TapByResource(request):
+                line = json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event)
+                click.echo(line)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                raise CliError(f"cannot reach the tap server at {address}: {err.details()}") from None
+            raise CliError(err.details() or err.code().name) from None

@@ -1,7 +1,7 @@
 """Viz on the local platform: its settings, Prometheus and the discovery process, started and stopped.
 
 ``tether viz install`` writes ``<state>/viz/viz.json`` (``VizSettings``), the
-Prometheus configuration (``scrape_config.prometheus_config``) and starts two
+Prometheus configuration (``scrape_config.prometheus_config``) and starts its
 components with the platform's launcher, so ``tether down`` stops them with
 the rest:
 
@@ -10,6 +10,11 @@ the rest:
   Kubernetes discovery would give them) and ``controllers.json`` (the control
   plane's admin ports) up to date; its admin server (``/ready`` once both files
   are written, ``/metrics``) listens on loopback;
+- ``viz-tap`` (``tether viz tap-server``): Linkerd viz's tap component,
+  ``TapByResource`` on ``127.0.0.1:<tap_port>`` (gRPC), calling the proxies'
+  ``Observe`` over mTLS as the tap identity
+  (``tap.linkerd-viz.serviceaccount.identity.<cp-ns>.<trust-domain>``, whose
+  certificate install has the platform's issuer sign into ``<state>/viz/``);
 - ``prometheus``: Debian's ``prometheus`` binary with that configuration,
   listening on loopback only (``127.0.0.1:<prometheus_port>``), its data under
   ``<state>/viz/data``.  Only its read API is used; its admin API stays off.
@@ -46,7 +51,9 @@ log = logging.getLogger(__name__)
 
 PROMETHEUS = "prometheus"
 DISCOVERY = "viz-discovery"
-COMPONENTS = (DISCOVERY, PROMETHEUS)
+TAP = "viz-tap"
+COMPONENTS = (DISCOVERY, TAP, PROMETHEUS)
+TAP_SERVICE_ACCOUNT = ("tap", "linkerd-viz")  # the tap identity: tap.linkerd-viz.serviceaccount.identity...
 LOOPBACK = "127.0.0.1"
 
 
@@ -58,6 +65,9 @@ class VizError(Exception):
 class VizSettings:
     prometheus_port: int = 9090
     discovery_port: int = 9998
+    tap_port: int = 8088  # TapByResource (gRPC, loopback)
+    tap_admin_port: int = 9997
+    proxy_tap_port: int = 4190  # where proxies serve Observe (LINKERD2_PROXY_CONTROL_LISTEN_ADDR)
     scrape_interval: str = "10s"
     prometheus_url: str | None = None  # the user's own Prometheus; none is started then
     prometheus_binary: str = "prometheus"
@@ -86,6 +96,14 @@ class VizLayout:
     @property
     def data(self) -> Path:
         return self.root / "data"
+
+    @property
+    def tap_cert(self) -> Path:
+        return self.root / "tap.crt"
+
+    @property
+    def tap_key(self) -> Path:
+        return self.root / "tap.key"
 
 
 def layout(config: LocalPlatformConfig) -> VizLayout:
@@ -141,6 +159,12 @@ def component_specs(config: LocalPlatformConfig, settings: VizSettings, tether: 
         admin_url=f"http://{LOOPBACK}:{settings.discovery_port}",
         addr=f"{LOOPBACK}:{settings.discovery_port}",
     )]
+    specs.append(ComponentSpec(
+        name=TAP,
+        argv=(*tether, "viz", "tap-server", "--state-dir", str(config.state_dir)),
+        admin_url=f"http://{LOOPBACK}:{settings.tap_admin_port}",
+        addr=f"{LOOPBACK}:{settings.tap_port}",
+    ))
     if settings.prometheus_url is None:
         specs.append(ComponentSpec(
             name=PROMETHEUS,

@@ -8,6 +8,7 @@ Formats follow Linkerd's: ``92.50%``, ``3.9rps``, ``2ms``, ``-`` for unknown.
 | routes | ROUTE SERVICE SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99; with --to wide: EFFECTIVE_SUCCESS EFFECTIVE_RPS ACTUAL_SUCCESS ACTUAL_RPS |
 | edges | SRC DST SRC_NS DST_NS SECURED (CLIENT_ID SERVER_ID MSG) |
 | authz | SERVER ROUTE AUTHORIZATION ALLOWED DENIED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 |
+| tap | one line per event: ``req``/``rsp``/``end id=<base>:<stream> proxy=in|out src= dst= tls= ...`` |
 
 Pure.  Callers: the ``tether viz`` CLI and the dashboard (JSON).
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tether.api import http_types_pb2, tap_pb2
+from tether.api.addresses import InvalidAddress, from_tcp_address
 from tether.viz.metrics_api import Edge, Row, Stats
 
 DASH = "-"
@@ -166,3 +169,41 @@ def edge_json(e: Edge) -> dict[str, Any]:
     return {"kind": e.kind, "src": e.src, "src_namespace": e.src_namespace, "dst": e.dst,
             "dst_namespace": e.dst_namespace, "client_id": e.client_id, "server_id": e.server_id,
             "no_tls_reason": e.no_tls_reason, "secured": bool(e.server_id)}
+
+
+def _addr(addr: Any) -> str:
+    try:
+        ip, port = from_tcp_address(addr)
+    except (InvalidAddress, ValueError):
+        return DASH
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _micros(duration: Any) -> int:
+    return int(duration.ToNanoseconds() // 1000)
+
+
+def tap_line(event: tap_pb2.TapEvent) -> str:
+    """One event as ``linkerd viz tap`` prints it."""
+    inbound = event.proxy_direction == tap_pb2.TapEvent.INBOUND
+    meta = event.source_meta if inbound else event.destination_meta
+    head = (f"proxy={'in' if inbound else 'out'} src={_addr(event.source)} dst={_addr(event.destination)} "
+            f"tls={meta.labels.get('tls', '')}")
+    kind = event.http.WhichOneof("event")
+    if kind == "request_init":
+        r = event.http.request_init
+        method = (r.method.unregistered if r.method.WhichOneof("type") == "unregistered"
+                  else http_types_pb2.HttpMethod.Registered.Name(r.method.registered))
+        return f"req id={r.id.base}:{r.id.stream} {head} :method={method} :authority={r.authority} :path={r.path}"
+    if kind == "response_init":
+        r = event.http.response_init
+        return (f"rsp id={r.id.base}:{r.id.stream} {head} :status={r.http_status} "
+                f"latency={_micros(r.since_request_init)}µs")
+    if kind == "response_end":
+        r = event.http.response_end
+        end = r.eos.WhichOneof("end")
+        tail = (f" grpc-status={r.eos.grpc_status_code}" if end == "grpc_status_code"
+                else f" reset-error={r.eos.reset_error_code}" if end == "reset_error_code" else "")
+        return (f"end id={r.id.base}:{r.id.stream} {head}{tail} duration={_micros(r.since_response_init)}µs "
+                f"response-length={r.response_bytes}B")
+    return f"unknown event {head}"

@@ -1,0 +1,227 @@
+"""The tap controller: TapByResource resolved to tappable pods, max_rps divided, Observe fanned out over mTLS.
+
+The "pods" are Pod objects at 127.0.0.2 and 127.0.0.3, each with a real
+``tether.proxy.io.tap_server`` on the same port, presenting that pod's
+identity; the controller presents the tap identity, as on the local platform.
+The CLI ``tether viz tap`` is run against the controller's gRPC server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from click.testing import CliRunner
+
+from tether.api import tap_pb2, viz_tap_pb2, viz_tap_pb2_grpc
+from tether.cli.main import cli
+from tether.proxy.core.tap import INBOUND, TapRequest, Taps
+from tether.proxy.io.tap_server import ServingCert, TapServer
+from tether.viz import tables
+from tether.viz.metrics_api import Mesh
+from tether.viz.tap import (NoTappablePods, TapController, TapCredentials, TapError, TapService, per_pod_limit,
+                            tappable_pods, translate_match)
+from viz.pkilab import Pki
+from viz.promlab import Objects, deployment, free_port, meshed_pod
+
+NS = "emojivoto"
+TAP_ENV = {"name": "LINKERD2_PROXY_TAP_SVC_NAME",
+           "value": "tap.linkerd-viz.serviceaccount.identity.linkerd.cluster.local"}
+VM = viz_tap_pb2.TapByResourceRequest.Match
+
+
+def _tappable(name: str, ip: str) -> dict[str, Any]:
+    pod = meshed_pod(name, NS, "web", 4191, ip=ip, service_account="web")
+    pod["spec"]["initContainers"][1]["env"] = [TAP_ENV]
+    return pod
+
+
+def _objects() -> Objects:
+    plain = meshed_pod("emoji-5d8f7c9b4-aaaaa", NS, "emoji", 4191, ip="127.0.0.4")
+    unmeshed = meshed_pod("voting-5d8f7c9b4-bbbbb", NS, "voting", 4191, ip="127.0.0.5")
+    del unmeshed["metadata"]["labels"]["linkerd.io/control-plane-ns"]
+    disabled = _tappable("emoji-5d8f7c9b4-ccccc", "127.0.0.6")
+    disabled["metadata"]["labels"]["app"] = "emoji"
+    disabled["metadata"]["labels"]["linkerd.io/proxy-deployment"] = "emoji"
+    disabled["metadata"]["ownerReferences"][0]["name"] = "emoji-5d8f7c9b4"
+    disabled["metadata"]["annotations"] = {"viz.linkerd.io/disable-tap": "true"}
+    return Objects([deployment("web", NS), deployment("emoji", NS), deployment("voting", NS),
+                    _tappable("web-5d8f7c9b4-abcde", "127.0.0.2"), _tappable("web-5d8f7c9b4-fghij", "127.0.0.3"),
+                    plain, unmeshed, disabled])
+
+
+def test_resolution_keeps_meshed_tap_enabled_running_pods() -> None:
+    pods = tappable_pods(_objects(), viz_tap_pb2.Resource(namespace=NS, type="deploy", name="web"), Mesh())
+    assert [(p.name, p.ip) for p in pods] == [("web-5d8f7c9b4-abcde", "127.0.0.2"), ("web-5d8f7c9b4-fghij", "127.0.0.3")]
+    assert pods[0].identity == "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+
+
+def test_untappable_pods_are_named_with_their_reason() -> None:
+    with pytest.raises(NoTappablePods) as err:
+        tappable_pods(_objects(), viz_tap_pb2.Resource(namespace=NS, type="deployment", name="emoji"), Mesh())
+    message = str(err.value)
+    assert "no pods to tap for deployment/emoji in namespace emojivoto" in message
+    assert "emoji-5d8f7c9b4-aaaaa: tap not enabled (its proxy has no LINKERD2_PROXY_TAP_SVC_NAME)" in message
+    assert "emoji-5d8f7c9b4-ccccc: tap disabled (viz.linkerd.io/disable-tap)" in message
+    with pytest.raises(NoTappablePods, match="voting-5d8f7c9b4-bbbbb: not meshed"):
+        tappable_pods(_objects(), viz_tap_pb2.Resource(namespace=NS, type="po", name="voting-5d8f7c9b4-bbbbb"),
+                      Mesh())
+    with pytest.raises(NoTappablePods, match="no pods found for deployment/nope"):
+        tappable_pods(_objects(), viz_tap_pb2.Resource(namespace=NS, type="deploy", name="nope"), Mesh())
+    with pytest.raises(TapError, match="not services"):
+        tappable_pods(_objects(), viz_tap_pb2.Resource(namespace=NS, type="svc", name="web"), Mesh())
+
+
+def test_max_rps_is_divided_among_pods_at_least_one_each() -> None:
+    assert per_pod_limit(100, 2) == 50
+    assert per_pod_limit(1, 4) == 1  # capped, not refused
+    assert per_pod_limit(0, 1) == 100  # unset: Linkerd's default
+
+
+def test_the_viz_match_becomes_the_proxys() -> None:
+    match = translate_match(VM(all=VM.Seq(matches=[
+        VM(http=VM.Http(method="POST")), VM(http=VM.Http(path="/api")), VM(http=VM.Http(authority="web:80")),
+        VM(destinations=viz_tap_pb2.ResourceSelection(resource=viz_tap_pb2.Resource(
+            namespace=NS, type="deploy", name="emoji")))])))
+    method, path, authority, dest = match.all.matches
+    assert method.http.method.registered == 1  # POST
+    assert path.http.path.prefix == "/api" and authority.http.authority.exact == "web:80"
+    assert [(m.destination_label.key, m.destination_label.value) for m in dest.all.matches] == [
+        ("deployment", "emoji"), ("namespace", NS)]
+    with pytest.raises(TapError, match="no condition set"):
+        translate_match(VM())
+
+
+class _Lab:
+    """Two tapped "pods" and the controller's gRPC server, on one event loop in a thread."""
+
+    def __init__(self) -> None:
+        self.pki = Pki()
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.taps = {ip: Taps(base=i) for i, ip in enumerate(("127.0.0.2", "127.0.0.3"), 1)}
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+
+    async def _start(self) -> None:
+        _, key, chain = self.pki.leaf("web", NS)
+        tap_id, tap_key, tap_chain = self.pki.leaf("tap", "linkerd-viz")
+        self.proxies = []
+        for ip, taps in self.taps.items():
+            server = TapServer(taps, tap_id, lambda: ServingCert(key, chain, self.pki.anchors_pem))
+            await server.start(ip, self.port)
+            self.proxies.append(server)
+        controller = TapController(_objects(), Mesh(), TapCredentials(tap_key, tap_chain, self.pki.anchors_pem),
+                                   tap_port=self.port)
+        self.grpc = grpc.aio.server()
+        viz_tap_pb2_grpc.add_TapServicer_to_server(TapService(controller), self.grpc)
+        self.address = f"127.0.0.1:{self.grpc.add_insecure_port('127.0.0.1:0')}"
+        await self.grpc.start()
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def serve_requests(self, paths: list[str]) -> None:
+        """Once both pods have a tap open, each "serves" the paths (as its HTTP layer would report them)."""
+        for proxy in self.proxies:
+            await proxy.service.wait_for_taps(1)
+        now = self.loop.time()
+        for ip, taps in self.taps.items():
+            for path in paths:
+                stream = taps.begin(TapRequest(INBOUND, ("10.0.0.1", 5000), (ip, 8080), "GET", "http",
+                                               "web.emojivoto.svc.cluster.local:80", path,
+                                               source_labels={"tls": "true"}), now)
+                if stream is not None:
+                    stream.response_init(200, [], now + 0.001)
+                    stream.response_end(now + 0.002, response_bytes=3)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            await self.grpc.stop(0)
+            for proxy in self.proxies:
+                await proxy.stop(0)
+
+        self.run(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[_Lab]:
+    lab = _Lab()
+    yield lab
+    lab.close()
+
+
+def test_tap_by_resource_merges_both_pods_events(lab: _Lab) -> None:
+    async def tap() -> list[tap_pb2.TapEvent]:
+        request = viz_tap_pb2.TapByResourceRequest(maxRps=10)
+        request.target.resource.CopyFrom(viz_tap_pb2.Resource(namespace=NS, type="deployment", name="web"))
+        request.match.CopyFrom(VM(http=VM.Http(path="/api")))
+        events = []
+        async with grpc.aio.insecure_channel(lab.address) as channel:
+            call = viz_tap_pb2_grpc.TapStub(channel).TapByResource(request)
+            feeder = asyncio.create_task(lab.serve_requests(["/api/a", "/web", "/api/b"]))
+            async for event in call:
+                events.append(event)
+                if len(events) == 12:  # 2 pods x 2 matching requests x 3 events
+                    call.cancel()
+                    break
+            await feeder
+        return events
+
+    events = lab.run(tap())
+    inits = [e for e in events if e.http.WhichOneof("event") == "request_init"]
+    assert sorted((e.destination.port, e.http.request_init.path, e.http.request_init.id.base) for e in inits) == [
+        (8080, "/api/a", 1), (8080, "/api/a", 2), (8080, "/api/b", 1), (8080, "/api/b", 2)]
+
+
+def test_an_untappable_resource_is_not_found_naming_the_pods(lab: _Lab) -> None:
+    async def tap() -> grpc.aio.AioRpcError:
+        request = viz_tap_pb2.TapByResourceRequest()
+        request.target.resource.CopyFrom(viz_tap_pb2.Resource(namespace=NS, type="deployment", name="emoji"))
+        async with grpc.aio.insecure_channel(lab.address) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in viz_tap_pb2_grpc.TapStub(channel).TapByResource(request):
+                    pass
+        return err.value
+
+    err = lab.run(tap())
+    assert err.code() == grpc.StatusCode.NOT_FOUND and "emoji-5d8f7c9b4-aaaaa: tap not enabled" in err.details()
+
+
+def test_tap_lines_read_as_linkerd_s() -> None:
+    taps = Taps(base=3)
+    from tether.proxy.core.tap import new_tap
+
+    tap = new_tap(tap_pb2.ObserveRequest(limit=1), lambda: None)
+    taps.add(tap)
+    stream = taps.begin(TapRequest(INBOUND, ("10.0.0.1", 5000), ("10.0.0.2", 8080), "GET", "http", "web:80", "/api",
+                                   source_labels={"tls": "true"}), 0.0)
+    assert stream is not None
+    stream.response_init(200, [], 0.0015)
+    stream.response_end(0.002, response_bytes=3, grpc_status=0)
+    assert [tables.tap_line(e) for e in tap.events] == [
+        "req id=3:1 proxy=in src=10.0.0.1:5000 dst=10.0.0.2:8080 tls=true :method=GET :authority=web:80 :path=/api",
+        "rsp id=3:1 proxy=in src=10.0.0.1:5000 dst=10.0.0.2:8080 tls=true :status=200 latency=1500µs",
+        "end id=3:1 proxy=in src=10.0.0.1:5000 dst=10.0.0.2:8080 tls=true grpc-status=0 duration=500µs "
+        "response-length=3B",
+    ]
+
+
+def test_cli_tap_errors_name_the_pods_or_the_server(lab: _Lab, tmp_path: Path) -> None:
+    env = {"TETHER_HOME": str(tmp_path)}
+    bad = CliRunner().invoke(cli, ["viz", "tap", "deploy/emoji", "-n", NS, "--tap-server", lab.address], env=env)
+    assert bad.exit_code == 1 and "emoji-5d8f7c9b4-aaaaa: tap not enabled" in bad.output
+    assert "Traceback" not in bad.output
+    down = CliRunner().invoke(cli, ["viz", "tap", "deploy/web", "-n", NS, "--tap-server", "127.0.0.1:1"], env=env)
+    assert down.exit_code == 1 and "cannot reach the tap server at 127.0.0.1:1" in down.output
+    none = CliRunner().invoke(cli, ["viz", "tap", "deploy/web"], env=env)
+    assert none.exit_code == 1 and "tether viz install" in none.output

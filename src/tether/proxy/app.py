@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import resource
 import signal
 import socket
 import time
@@ -30,7 +31,7 @@ import grpc
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
 from tether.proxy.core.config import OrigDstFallback, ProxyConfig
-from tether.proxy.io.driver import Driver
+from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FD_RESERVE = 256  # descriptors kept back from the accepted connections' bound
 NOT_READY_WARNING_INTERVAL = 15.0  # seconds between "still waiting for a certificate" warnings
 
 
@@ -58,6 +60,8 @@ class Proxy:
         *,
         log_filter: LogFilter | None = None,
         rng: random.Random | None = None,
+        max_connections: int | None = None,
+        client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT,
     ) -> None:
         self.config = config
         self._env = env
@@ -81,7 +85,11 @@ class Proxy:
         self.driver = Driver(self.metrics, self.tls, source_ip=source, pool_idle_timeouts={
             "inbound": config.inbound.http1_pool_idle_timeout.total_seconds(),
             "outbound": config.outbound.http1_pool_idle_timeout.total_seconds(),
-        })
+        }, client_idle_timeout=client_idle_timeout)
+        # Accepted connections open at once (both directions); at the bound, accepting waits (the backlog
+        # holds new ones) and /ready says 503, so the pod leaves its services' endpoints until there is room.
+        self.max_connections = max_connections if max_connections is not None else _connection_bound()
+        self._room = asyncio.Event()
         # The request-level HTTP/1 layer (tether.proxy.http) and its metrics.
         self.http_metrics = HttpMetrics(time.monotonic, config.metrics_retain_idle.total_seconds())
         self.metrics.add_collector(self.http_metrics.render, before_tcp=True)
@@ -121,7 +129,15 @@ class Proxy:
 
     @property
     def ready(self) -> bool:
-        return self.tls.current is not None
+        """A certificate, room for more connections, and every listener accepting."""
+        return (self.tls.current is not None and len(self._connections) < self.max_connections
+                and not any(listener.failing for listeners in self._listeners.values() for listener in listeners))
+
+    async def _accepting(self) -> None:
+        """Return once there is room for one more accepted connection."""
+        while len(self._connections) >= self.max_connections:
+            self._room.clear()
+            await self._room.wait()
 
     async def idle(self) -> None:
         """Wait until every connection open now has finished (tests use it to read settled metrics)."""
@@ -200,9 +216,9 @@ class Proxy:
         finally:
             ready.cancel()
         for listener in self._listeners["inbound"]:
-            self._spawn(listener.serve(self._accept_inbound), f"accept {listener.addr}")
+            self._spawn(listener.serve(self._accept_inbound, self._accepting), f"accept {listener.addr}")
         for listener in self._listeners["outbound"]:
-            self._spawn(listener.serve(self._accept_outbound), f"accept {listener.addr}")
+            self._spawn(listener.serve(self._accept_outbound, self._accepting), f"accept {listener.addr}")
         log.info("proxy ready: inbound %s, outbound %s, admin %s", self.inbound_addr,
                  ", ".join(map(str, self.outbound_addrs)), self.admin_addr)
 
@@ -235,7 +251,7 @@ class Proxy:
         self._close_listeners()
         if self._connections and grace > 0:
             await asyncio.wait(self._connections, timeout=grace)
-        self.driver.close_idle()
+        self.driver.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -297,7 +313,11 @@ class Proxy:
     def _connection(self, direction: str, sock: socket.socket, target: SocketAddr, layer: object) -> None:
         task = asyncio.get_running_loop().create_task(self.driver.run(direction, sock, target, layer))  # type: ignore[arg-type]
         self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        task.add_done_callback(self._connection_ended)
+
+    def _connection_ended(self, task: asyncio.Task[None]) -> None:
+        self._connections.discard(task)
+        self._room.set()
 
     # -- metrics -------------------------------------------------------------------------------------------------
 
@@ -313,6 +333,15 @@ class Proxy:
         samples(out, "control_identity_cert_refreshes_total", "counter",
                 "The total number of times this proxy's mTLS identity certificate has been refreshed by the "
                 "Identity provider.", [(f'result="{k}"', v) for k, v in self.identity.refreshes.items()])
+
+
+def _connection_bound() -> int:
+    """Accepted connections the descriptor limit allows: each takes two (its own and the upstream one), and
+    ``FD_RESERVE`` stay for listeners, pooled connections, control-plane channels and files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(16, (soft - FD_RESERVE) // 2)
 
 
 def _build_info(out: list[str]) -> None:

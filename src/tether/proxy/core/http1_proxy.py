@@ -226,6 +226,11 @@ class Http1Proxy:
     def down_eof(self) -> None:
         self.down_data(b"")
 
+    def expire(self) -> None:
+        """The client kept its connection idle between requests for too long: close it (no answer)."""
+        if self.idle:
+            self._close()
+
     def down_lost(self) -> None:
         """The client's connection is gone: whatever is in hand upstream is dropped at once."""
         if self.over:

@@ -51,7 +51,7 @@ from tether.proxy.core import commands as cmd
 from tether.proxy.core import labels
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core import http_commands as http_cmd
-from tether.proxy.io.http1_io import Http1Io
+from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.streams import Stream, errno_name, link
 from tether.proxy.io.pool import Pool
 from tether.proxy.core.metrics import Meter, Registry
@@ -74,6 +74,11 @@ IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linu
 # within the peer's windows and holds it while a buffer is over its high-water mark; what grows past this is
 # answers to a peer that sends (PINGs, SETTINGS...) and does not read.
 POLL_FLOOD_LIMIT = 4 * 1024 * 1024
+# An HTTP/1 client connection idle between requests is closed after this long (to twice as long; see
+# io.http1_io.IdleClients). Linkerd has no such setting (hyper keeps an idle connection for ever); this is
+# above the peers' pool idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, 3 s), so a proxy's pooled
+# connection is closed by its owner first, and near nginx's keepalive_timeout (75 s).
+HTTP1_CLIENT_IDLE_TIMEOUT = 60.0
 
 HELP = {
     "inbound_tcp_errors_total": "The total number of inbound TCP connections that could not be processed due to a "
@@ -120,7 +125,8 @@ class Driver:
     """Executes connection layers. One per proxy; ``run`` is called once per accepted connection."""
 
     def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None,
-                 pool_idle_timeouts: dict[str, float] | None = None) -> None:
+                 pool_idle_timeouts: dict[str, float] | None = None,
+                 client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT) -> None:
         self._metrics = metrics
         self._tls = tls
         # Without iptables (tests on loopback), connections leave from the pod's IP, as they would in a pod.
@@ -154,6 +160,7 @@ class Driver:
         # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT).
         timeouts = pool_idle_timeouts or {}
         self._pools = {d: Pool(timeouts[d]) if d in timeouts else Pool() for d in ("inbound", "outbound")}
+        self._idle_clients = {d: IdleClients(client_idle_timeout) for d in ("inbound", "outbound")}
 
     def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
         """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
@@ -451,7 +458,7 @@ class Driver:
         down = await self._ensure_down(conn)
         if down is None:
             return
-        served = Http1Io(self, conn, down, command.router, command.settings)
+        served = Http1Io(self, conn, down, command.router, command.settings, self._idle_clients[conn.direction])
         served.start()
         await served.finished
 
@@ -514,6 +521,12 @@ class Driver:
         """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
         for pool in self._pools.values():
             pool.close()
+
+    def close(self) -> None:
+        """The proxy stops: idle connections closed, timers cancelled."""
+        self.close_idle()
+        for clients in self._idle_clients.values():
+            clients.close()
 
     # -- HTTP/2 (tether.proxy.core.http2_layer): one Poll over every connection of the layer, commands in the background --
 

@@ -9,6 +9,9 @@ its high-water mark the upstream in hand is not read, and while that
 upstream's is, the client is not (nor while the core holds too much, which it
 asks for with ``pause_down``).
 
+A connection idle between requests for ``IdleClients.timeout`` is closed
+(``IdleClients``: one timer for all of a direction's connections).
+
 What must wait runs as a task that calls back into the core: a new upstream
 connection (``Driver.open_upstream``), a discovery wait. An idle pooled
 connection comes back at once, from ``io.pool.Pool``. The connection ends
@@ -38,11 +41,13 @@ if TYPE_CHECKING:
 class Http1Io:
     """One accepted connection served as HTTP/1 (see the module docstring)."""
 
-    __slots__ = ("driver", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
+    __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
                  "down_full", "down_reading", "up_reading_paused", "closed")
 
-    def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings) -> None:
+    def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
+                 idle: IdleClients) -> None:
         self.driver = driver
+        self.idle = idle
         self.conn = conn
         self.down = down
         self.loop = asyncio.get_running_loop()
@@ -60,6 +65,7 @@ class Http1Io:
         """Take over the client's stream, with what it already holds (sniffed bytes, an EOF)."""
         down = self.down
         down.handler = self
+        self.idle.add(self)
         if down.buffer:
             self.core.down_data(down.take())
         if down.lost:
@@ -236,5 +242,44 @@ class Http1Io:
     def _finish(self) -> None:
         if not self.closed:
             self.closed = True
+            self.idle.discard(self)
             if not self.finished.done():
                 self.finished.set_result(None)
+
+
+class IdleClients:
+    """HTTP/1 client connections of one direction, each closed once idle between requests for ``timeout``.
+
+    One timer for all of them, every ``timeout``: a connection that moved no byte since the last sweep and has
+    no request in hand is closed, so an idle connection lasts between one and two ``timeout``s. A keep-alive
+    client that sends nothing cannot hold the proxy's descriptors for ever.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._served: dict[Http1Io, tuple[int, int]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, served: Http1Io) -> None:
+        self._served[served] = (-1, -1)
+        if self._timer is None:
+            self._timer = served.loop.call_later(self.timeout, self._sweep)
+
+    def discard(self, served: Http1Io) -> None:
+        self._served.pop(served, None)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        for served, seen in list(self._served.items()):
+            moved = (served.down.rx, served.down.tx)
+            if moved == seen and served.core.idle:
+                served.core.expire()  # closes: the connection leaves the set
+            else:
+                self._served[served] = moved
+        if self._served:
+            self._timer = asyncio.get_running_loop().call_later(self.timeout, self._sweep)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

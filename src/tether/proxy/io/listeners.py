@@ -22,7 +22,7 @@ import ipaddress
 import logging
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tether.proxy.codec.addrs import SocketAddr
 
@@ -95,19 +95,26 @@ class Listener:
         self.name = name
         self.sock = sock
         self.addr = local_addr(sock)
+        self.failing = False  # the last accept failed for want of descriptors or memory (readiness says so)
 
-    async def serve(self, handle: Callable[[socket.socket], None]) -> None:
-        """Accept until cancelled; ``handle`` gets each connection's socket and must return at once."""
+    async def serve(self, handle: Callable[[socket.socket], None],
+                    room: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Accept until cancelled; ``handle`` gets each connection's socket and must return at once.
+        ``room``: awaited before each accept (the proxy's bound on open connections)."""
         loop = asyncio.get_running_loop()
         while True:
+            if room is not None:
+                await room()
             try:
                 conn, _ = await loop.sock_accept(self.sock)
             except OSError as exc:
                 # Out of descriptors, or a connection reset before accept: keep serving the others.
                 log.warning("%s listener: accept failed: %s", self.name, exc)
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self.failing = True
                     await asyncio.sleep(0.1)
                 continue
+            self.failing = False
             conn.setblocking(False)
             try:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

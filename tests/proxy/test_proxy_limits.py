@@ -1,0 +1,102 @@
+"""What a client cannot take from the proxy: an idle keep-alive connection is closed, the accepted connections
+are bounded (with /ready saying so), on real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from playbook import Checkout, Close, Connected, DownData, Playbook, SendUp
+from proxy_harness import EchoServer, Mesh, connection, run
+from test_http1_proxy import ADDR, GET, OK, router, settings
+from test_proxy_driver import TARGET, accepted_pair
+
+from tether.proxy.app import Proxy
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.config import ProxyConfig
+from tether.proxy.core.http import HttpSettings
+from tether.proxy.core.http1_proxy import http1
+from tether.proxy.core.routes import inbound_router
+from tether.proxy.core.metrics import Registry
+from tether.proxy.io.driver import Driver
+from tether.proxy.io.tls import TlsState
+
+
+def test_expiry_closes_an_idle_connection_and_spares_a_busy_one() -> None:
+    events: list[str] = []
+    play = Playbook(router(events), settings())
+    assert (play
+            >> DownData(GET)
+            << Checkout(ADDR)
+            >> Connected()
+            << SendUp(0, GET))
+    core = play.core
+    assert core is not None
+    core.expire()  # a request in hand: not idle
+    assert play.sink.calls == []
+    core.up_data(play.sink.ups[0], OK)
+    play.sink.calls.clear()
+    core.expire()
+    assert play.sink.calls == [Close()]
+    assert (Playbook(router([]), settings()) >> DownData(b"") << Close())  # and a client's EOF closes too
+
+
+def test_an_idle_keep_alive_client_is_closed_by_the_proxy() -> None:
+    async def scenario() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(OK)
+
+        backend = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = backend.sockets[0].getsockname()[1]
+        no_tls = TlsState(lambda material, alpn: (None, None))  # type: ignore[arg-type,return-value]
+        driver = Driver(Registry(retain_idle=600), no_tls, client_idle_timeout=0.2)
+        loop = asyncio.get_running_loop()
+        async with accepted_pair() as (client, server):
+            target = SocketAddr(parse_ip("127.0.0.1"), port)
+            layer = http1(inbound_router(target, 1.0, 'direction="inbound"'), HttpSettings("inbound", time.monotonic))
+            served = asyncio.ensure_future(driver.run("inbound", server, TARGET, layer))
+            await loop.sock_sendall(client, GET)
+            got = b""
+            while not got.endswith(b"ok"):
+                got += await loop.sock_recv(client, 65536)
+            assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+            # Nothing more from the client: the proxy closes the connection (EOF), well before this guard.
+            assert await asyncio.wait_for(loop.sock_recv(client, 65536), 30) == b""
+            await served
+        driver.close()
+        backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_accepted_connections_are_bounded_and_ready_says_so(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("echo-0", app="echo", ports=[7000])
+            client = mesh.pod("client-0", app="client")
+            svc = mesh.service("echo", [(7000, 7000)])
+            await mesh.start_proxy(server)
+            env = mesh.proxy_env(client, outbound_to=[f"{svc}:7000"])
+            proxy = Proxy(ProxyConfig.from_env(env), env, max_connections=1)
+            await proxy.start()
+            try:
+                await proxy.identity.ready()
+                assert proxy.ready
+                async with EchoServer(server.ip, 7000, "echo-0"):
+                    async with connection(svc, 7000) as (reader, writer):
+                        writer.write(b"one")
+                        assert await reader.readexactly(10) == b"echo-0\none"
+                        assert not proxy.ready  # at the bound: the pod should leave its services' endpoints
+                        async with connection(svc, 7000) as (reader2, writer2):
+                            writer2.write(b"two")  # waits in the backlog, not accepted yet
+                            writer.close()
+                            # The first one ends: the second is accepted and served.
+                            assert await asyncio.wait_for(reader2.readexactly(10), 30) == b"echo-0\ntwo"
+                await proxy.idle()
+                assert proxy.ready
+            finally:
+                await proxy.stop()
+
+    run(scenario())

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import uvloop
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -161,7 +162,8 @@ async def start_server(pki: Pki | None, port: int = 0) -> Server:
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(test(), 30))
+    """On uvloop, as the proxy runs (its transports are not asyncio's classes)."""
+    uvloop.run(asyncio.wait_for(test(), 30))
 
 
 # -- tests --------------------------------------------------------------------------------------------------------

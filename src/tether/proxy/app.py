@@ -26,8 +26,6 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
-import grpc
-
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
 from tether.proxy.core.config import OrigDstFallback, ProxyConfig
@@ -39,6 +37,7 @@ from tether.proxy.core.inbound import InboundSettings, inbound
 from tether.proxy.io.listeners import Listener, bind, local_addr, original_dst, peer_addr
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry, gauge, process_collector, samples
+from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.discovery import Discovery
 from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.io.tls import TlsState
@@ -228,11 +227,10 @@ class Proxy:
         target = _target(destination.addr)
         if destination.identity is None:
             if self.discovery.channel is None:
-                self.discovery.set_channel(grpc.aio.insecure_channel(target))
+                self.discovery.set_channel(Channel(target))
             return
-        credentials = self.identity.grpc_credentials(material)
-        options = [("grpc.ssl_target_name_override", destination.identity)]
-        self.discovery.set_channel(grpc.aio.secure_channel(target, credentials, options=options))
+        self.discovery.set_channel(Channel(target, ssl_context=self.identity.control_context(material),
+                                           server_name=destination.identity))
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then drain (bounded by the shutdown grace period) and stop."""

@@ -33,10 +33,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable
 
-import grpc
-
 from tether.api import destination_pb2 as pb
-from tether.api import destination_pb2_grpc
 from tether.api.addresses import InvalidAddress, from_tcp_address
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.commands import Failed
@@ -46,16 +43,14 @@ from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.endpoint import Endpoint
 from tether.proxy.core.profile_translation import translate
 from tether.proxy.core.resolution import FORWARD, Resolution
+from tether.proxy.io.grpc_client import Channel, Code, RpcError, method_path
 
 log = logging.getLogger(__name__)
 
 # Answers that will not change by asking again (Linkerd does not retry these).
-_FINAL_CODES = frozenset({
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.UNIMPLEMENTED,
-})
+_FINAL_CODES = frozenset({Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION, Code.UNIMPLEMENTED})
+_SERVICE = pb.DESCRIPTOR.services_by_name["Destination"]
+GET, GET_PROFILE = method_path(_SERVICE, "Get"), method_path(_SERVICE, "GetProfile")
 
 
 class WaitingBalancer(Balancer):
@@ -155,9 +150,8 @@ class _Watch:
             try:
                 if channel is None:
                     raise _NoChannel
-                stub = destination_pb2_grpc.DestinationStub(channel)
                 request = pb.GetDestination(path=self.key, context_token=self._discovery.context_token)
-                call = self._open(stub, request)
+                call = self._open(channel, request)
                 first = True
                 async for message in call:
                     self._apply(message, first)
@@ -165,14 +159,14 @@ class _Watch:
                     failures = 0
                     self.answered.set()
                 log.debug("discovery: stream %s ended; reconnecting", self.key)
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
+            except RpcError as exc:
+                code = exc.code
                 if code in _FINAL_CODES:
-                    log.debug("discovery: %s answered %s: %s", self.key, code.name, exc.details())
+                    log.debug("discovery: %s answered %s: %s", self.key, code.name, exc.details)
                     self._final(code)
                     self.answered.set()
                     return
-                log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details())
+                log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details)
             except _NoChannel:
                 pass
             finally:
@@ -180,13 +174,13 @@ class _Watch:
             failures += 1
             await asyncio.sleep(self._discovery.backoff_delay(failures))
 
-    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
+    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
         raise NotImplementedError
 
     def _apply(self, message: object, first: bool) -> None:
         raise NotImplementedError
 
-    def _final(self, code: grpc.StatusCode) -> None:
+    def _final(self, code: Code) -> None:
         raise NotImplementedError
 
 
@@ -201,8 +195,8 @@ class ServiceWatch(_Watch):
         super().__init__(discovery, key)
         self.balancer = discovery.new_balancer()
 
-    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
-        return stub.Get(request)
+    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
+        return channel.server_stream(GET, request, pb.Update)
 
     def _apply(self, message: object, first: bool) -> None:
         assert isinstance(message, pb.Update)
@@ -231,7 +225,7 @@ class ServiceWatch(_Watch):
         elif kind == "no_endpoints":
             self.balancer.reset()
 
-    def _final(self, code: grpc.StatusCode) -> None:
+    def _final(self, code: Code) -> None:
         self.balancer.reset()
 
     def _forget(self) -> None:
@@ -249,8 +243,8 @@ class ProfileWatch(_Watch):
         self._backends: list[ServiceWatch] = []  # the traffic split's services, leased
         self._update_waiters: list[asyncio.Future[None]] = []
 
-    def _open(self, stub: destination_pb2_grpc.DestinationStub, request: pb.GetDestination) -> AsyncIterator[object]:
-        return stub.GetProfile(request)
+    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
+        return channel.server_stream(GET_PROFILE, request, pb.DestinationProfile)
 
     def updated(self) -> asyncio.Future[None]:
         """Done at the next profile update (tests wait on it)."""
@@ -330,7 +324,7 @@ class ProfileWatch(_Watch):
             watch.release()
         return profile
 
-    def _final(self, code: grpc.StatusCode) -> None:
+    def _final(self, code: Code) -> None:
         self._use_service(None)
         self._use_backends(None, "")
         self.resolution = FORWARD
@@ -374,8 +368,8 @@ class Discovery:
         self._rng = rng or random.Random()
         self.profiles: dict[str, ProfileWatch] = {}
         self.services: dict[str, ServiceWatch] = {}
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_users: dict[grpc.aio.Channel, int] = {}
+        self._channel: Channel | None = None
+        self._channel_users: dict[Channel, int] = {}
         self._watchers: list[asyncio.Future[None]] = []
 
     # -- leases -------------------------------------------------------------------------------------------------
@@ -432,10 +426,10 @@ class Discovery:
     # -- the channel --------------------------------------------------------------------------------------------
 
     @property
-    def channel(self) -> grpc.aio.Channel | None:
+    def channel(self) -> Channel | None:
         return self._channel
 
-    def set_channel(self, channel: grpc.aio.Channel) -> None:
+    def set_channel(self, channel: Channel) -> None:
         """Streams opened from now on use ``channel``; the previous one closes when its last stream ends."""
         old = self._channel
         self._channel = channel
@@ -443,13 +437,13 @@ class Discovery:
         if old is not None and old is not channel and self._channel_users.get(old, 0) == 0:
             self._close_channel(old)
 
-    def lease_channel(self) -> grpc.aio.Channel | None:
+    def lease_channel(self) -> Channel | None:
         channel = self._channel
         if channel is not None:
             self._channel_users[channel] = self._channel_users.get(channel, 0) + 1
         return channel
 
-    def return_channel(self, channel: grpc.aio.Channel | None) -> None:
+    def return_channel(self, channel: Channel | None) -> None:
         if channel is None:
             return
         users = self._channel_users.get(channel, 1) - 1
@@ -457,7 +451,7 @@ class Discovery:
         if users == 0 and channel is not self._channel:
             self._close_channel(channel)
 
-    def _close_channel(self, channel: grpc.aio.Channel) -> None:
+    def _close_channel(self, channel: Channel) -> None:
         self._channel_users.pop(channel, None)
         asyncio.get_running_loop().create_task(channel.close())
 

@@ -109,6 +109,12 @@ _RESET = {ErrorCodes.REFUSED_STREAM: Code.UNAVAILABLE, ErrorCodes.CANCEL: Code.C
           ErrorCodes.ENHANCE_YOUR_CALM: Code.RESOURCE_EXHAUSTED, ErrorCodes.INADEQUATE_SECURITY: Code.PERMISSION_DENIED}
 
 
+def method_path(service: Any, method: str) -> str:
+    """``/package.Service/Method`` from a generated module's service descriptor
+    (``identity_pb2.DESCRIPTOR.services_by_name["Identity"]``), so a renamed method fails at import."""
+    return f"/{service.full_name}/{service.methods_by_name[method].name}"
+
+
 def grpc_timeout(seconds: float) -> str:
     """A ``grpc-timeout`` value: at most 8 digits, in milliseconds while they fit, else in seconds."""
     ms = max(1, int(seconds * 1000))
@@ -177,7 +183,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, max_message: int) -> None:
         self.h2 = H2Connection(H2Configuration(client_side=True))
         self.max_message = max_message
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None  # asyncio's or uvloop's transport (uvloop's are not asyncio.Transport)
         self.streams: dict[int, _Stream] = {}
         self.draining = False  # GOAWAY received: no new streams
         self.lost: RpcError | None = None
@@ -186,7 +192,6 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.h2.initiate_connection()
         self._flush()

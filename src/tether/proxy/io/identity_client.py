@@ -24,15 +24,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import grpc
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tether.api import identity_pb2, identity_pb2_grpc
+from tether.api import identity_pb2
 from tether.proxy.core import certs
 from tether.proxy.core.certs import CertError, Certified, RefreshPolicy
+from tether.proxy.io.grpc_client import Channel, RpcError, method_path
 
 log = logging.getLogger(__name__)
+
+CERTIFY = method_path(identity_pb2.DESCRIPTOR.services_by_name["Identity"], "Certify")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +146,10 @@ class IdentityClient:
         )
         try:
             async with self._channel() as channel:
-                response = await identity_pb2_grpc.IdentityStub(channel).Certify(
-                    request, timeout=config.call_timeout.total_seconds()
-                )
-        except grpc.aio.AioRpcError as exc:
-            raise IdentityUnavailable(f"{exc.code().name}: {exc.details()}") from None
+                response = await channel.unary(CERTIFY, request, identity_pb2.CertifyResponse,
+                                               timeout=config.call_timeout.total_seconds())
+        except RpcError as exc:
+            raise IdentityUnavailable(f"{exc.code.name}: {exc.details}") from None
         valid_until = response.valid_until.ToDatetime(UTC) if response.HasField("valid_until") else None
         try:
             return certs.check_certified(
@@ -163,13 +164,15 @@ class IdentityClient:
         except CertError as exc:
             raise IdentityUnavailable(f"unusable response: {exc}") from None
 
-    def _channel(self) -> grpc.aio.Channel:
+    def _channel(self) -> Channel:
         config = self._config
         if config.svc_name is None:
-            return grpc.aio.insecure_channel(config.svc_addr)
-        credentials = grpc.ssl_channel_credentials(root_certificates=config.trust_anchors_pem)
-        options = [("grpc.ssl_target_name_override", config.svc_name)]  # the name the server must prove
-        return grpc.aio.secure_channel(config.svc_addr, credentials, options=options)
+            return Channel(config.svc_addr)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False  # the Channel checks svc_name, the name the server must prove
+        ctx.load_verify_locations(cadata=config.trust_anchors_pem.decode())
+        ctx.set_alpn_protocols(["h2"])
+        return Channel(config.svc_addr, ssl_context=ctx, server_name=config.svc_name)
 
     def _install(self, certified: Certified) -> None:
         chain = certified.chain_pem()
@@ -190,7 +193,7 @@ class IdentityClient:
                 log.exception("identity: rotation listener %r failed", listener)
 
     # --- Addition for the proxy's transport (``tether.proxy.io.tls``), kept apart from the code above: ----------
-    # --- contexts and gRPC credentials for the same certificate, so the key never leaves this object. -------
+    # --- contexts for the data path and the control plane with the same certificate: the key stays here. ---
 
     def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
@@ -201,16 +204,10 @@ class IdentityClient:
             ctx.set_alpn_protocols(list(alpn))
         return server, client
 
-    def grpc_credentials(self, material: TlsMaterial) -> grpc.ChannelCredentials:
-        """Credentials for a control-plane channel: the trust anchors, and ``material`` as the client certificate."""
-        key_pem = self._key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        return grpc.ssl_channel_credentials(
-            root_certificates=self._config.trust_anchors_pem,
-            private_key=key_pem,
-            certificate_chain=material.certified.chain_pem(),
-        )
+    def control_context(self, material: TlsMaterial) -> ssl.SSLContext:
+        """A client context for a control-plane channel (``io.grpc_client``): ``material`` as the client
+        certificate, the trust anchors, ALPN ``h2``; the channel checks the server's name."""
+        return self.contexts_for(material, ["h2"])[1]
 
 
 def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:

@@ -225,3 +225,39 @@ def test_cli_tap_errors_name_the_pods_or_the_server(lab: _Lab, tmp_path: Path) -
     assert down.exit_code == 1 and "cannot reach the tap server at 127.0.0.1:1" in down.output
     none = CliRunner().invoke(cli, ["viz", "tap", "deploy/web"], env=env)
     assert none.exit_code == 1 and "tether viz install" in none.output
+
+
+def test_top_folds_events_into_the_busiest_paths() -> None:
+    from tether.proxy.core.tap import new_tap
+    from tether.viz.top import Top
+
+    taps = Taps(base=1)
+    tap = new_tap(tap_pb2.ObserveRequest(limit=10), lambda: None)
+    taps.add(tap)
+    for path, status, latency in (("/a", 200, 0.002), ("/a", 500, 0.010), ("/b", 200, 0.001), ("/a", 200, 0.004)):
+        stream = taps.begin(TapRequest(INBOUND, ("10.0.0.1", 5000), ("10.0.0.2", 8080), "GET", "http", "web",
+                                       path), 0.0)
+        assert stream is not None
+        stream.response_init(status, [], latency)
+        stream.response_end(latency + 0.001)
+    top = Top()
+    for event in tap.events:
+        top.add(event)
+    assert top.rows() == [
+        ["10.0.0.1", "10.0.0.2", "GET", "/a", "3", "2ms", "10ms", "4ms", "66.67%"],
+        ["10.0.0.1", "10.0.0.2", "GET", "/b", "1", "1ms", "1ms", "1ms", "100.00%"],
+    ]
+
+
+def test_list_names_tappable_pods_and_why_not(tmp_path: Path) -> None:
+    from tether.store import Store
+
+    with Store(tmp_path / "store.db") as store:
+        for obj in _objects().objs:
+            store.apply(obj)
+    result = CliRunner().invoke(cli, ["viz", "list", "-n", NS], env={"TETHER_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[1]: line for line in result.output.splitlines()[1:]}
+    assert lines["web-5d8f7c9b4-abcde"].endswith("enabled")
+    assert "not meshed" in lines["voting-5d8f7c9b4-bbbbb"]
+    assert "tap disabled (viz.linkerd.io/disable-tap)" in lines["emoji-5d8f7c9b4-ccccc"]

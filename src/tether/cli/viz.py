@@ -540,23 +540,29 @@ async def _serve_tap(objects: StoreObjects, mesh: api.Mesh, credentials: Any, se
         await admin.stop()
 
 
-@viz.command()
-@click.argument("resource")
-@click.option("-n", "--namespace", help="The namespace (default: default).")
-@click.option("--to", "to", help="Only requests to this resource (deploy/NAME, po/NAME, ns/NAME).")
-@click.option("--to-namespace", help="The --to resource's namespace (default: -n).")
-@click.option("--method", help="Only requests with this HTTP method.")
-@click.option("--scheme", help="Only requests with this scheme (http, https).")
-@click.option("--authority", help="Only requests for this :authority.")
-@click.option("--path", help="Only requests whose path starts with this.")
-@click.option("--max-rps", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
-              help="At most this many requests per second, over all the pods (more is capped, not refused).")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--tap-server", help="The tap server, host:port [default: the one `tether viz install` started].")
-def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
-        scheme: str | None, authority: str | None, path: str | None, max_rps: float, output: str,
-        tap_server: str | None) -> None:
-    """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`)."""
+def _tap_options(f: Callable) -> Callable:
+    """The filters ``tap`` and ``top`` share (``linkerd viz tap``'s)."""
+    options = [
+        click.argument("resource"),
+        click.option("-n", "--namespace", help="The namespace (default: default)."),
+        click.option("--to", "to", help="Only requests to this resource (deploy/NAME, po/NAME, ns/NAME)."),
+        click.option("--to-namespace", help="The --to resource's namespace (default: -n)."),
+        click.option("--method", help="Only requests with this HTTP method."),
+        click.option("--scheme", help="Only requests with this scheme (http, https)."),
+        click.option("--authority", help="Only requests for this :authority."),
+        click.option("--path", help="Only requests whose path starts with this."),
+        click.option("--max-rps", type=click.FloatRange(min=0, min_open=True), default=100.0, show_default=True,
+                     help="At most this many requests per second, over all the pods (more is capped, not refused)."),
+        click.option("--tap-server", help="The tap server, host:port [default: the one `tether viz install` started]."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _tap_request(resource: str, namespace: str | None, to: str | None, to_namespace: str | None,
+                 method: str | None, scheme: str | None, authority: str | None, path: str | None,
+                 max_rps: float) -> Any:
     from tether.api import viz_tap_pb2
 
     ns = namespace or DEFAULT_NAMESPACE
@@ -573,34 +579,133 @@ def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str 
         if value:
             matches.append(VM(http=VM.Http(**{field: value})))
     request.match.CopyFrom(VM(all=VM.Seq(matches=matches)))
-    address = tap_server
-    if address is None:
-        state = home.state_dir()
-        try:
-            config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
-            settings = local.load_settings(config)
-        except (PlatformConfigError, local.VizError) as err:
-            raise CliError(str(err)) from None
-        if settings is None:
-            raise CliError("no tap server: run `tether viz install`, or pass --tap-server HOST:PORT")
-        address = f"{local.LOOPBACK}:{settings.tap_port}"
+    return request
+
+
+def _tap_address(tap_server: str | None) -> str:
+    if tap_server is not None:
+        return tap_server
+    state = home.state_dir()
     try:
-        asyncio.run(_stream_tap(address, request, output))
+        config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
+        settings = local.load_settings(config)
+    except (PlatformConfigError, local.VizError) as err:
+        raise CliError(str(err)) from None
+    if settings is None:
+        raise CliError("no tap server: run `tether viz install`, or pass --tap-server HOST:PORT")
+    return f"{local.LOOPBACK}:{settings.tap_port}"
+
+
+@viz.command()
+@_tap_options
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
+        scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
+        output: str) -> None:
+    """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`)."""
+    request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
+    address = _tap_address(tap_server)
+
+    def show(event: Any) -> None:
+        from google.protobuf.json_format import MessageToDict
+
+        click.echo(json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event))
+
+    try:
+        asyncio.run(_stream_tap(address, request, show))
     except KeyboardInterrupt:
         pass
 
 
-async def _stream_tap(address: str, request: Any, output: str) -> None:
+@viz.command()
+@_tap_options
+@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True,
+              help="Seconds between two redraws.")
+def top(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
+        scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
+        interval: float) -> None:
+    """The busiest request paths of RESOURCE, live from tap, until Ctrl-C (`linkerd viz top`)."""
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from tether.viz.top import COLUMNS, Top
+
+    request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
+    address = _tap_address(tap_server)
+    console = Console()
+    state = Top()
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    last = [0.0]
+
+    def show(event: Any) -> None:
+        state.add(event)
+        now = time.monotonic()
+        if now - last[0] < interval:
+            return
+        last[0] = now
+        rows = state.rows(limit=console.height - 5 if live else None)
+        if live is None:
+            click.echo(tables.plain([list(COLUMNS), *rows]) + "\n")
+            return
+        table = Table(*COLUMNS, box=None)
+        for row in rows:
+            table.add_row(*row)
+        live.update(table, refresh=True)
+
+    try:
+        if live is not None:
+            live.start()
+        asyncio.run(_stream_tap(address, request, show))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+
+
+@viz.command("list")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")
+def list_(namespace: str | None, all_namespaces: bool) -> None:
+    """The pods tap can watch, and why the others cannot."""
+    from tether.viz.tap import why_not_tappable
+
+    ns = _namespace(namespace, all_namespaces)
+    state = home.state_dir()
+    try:
+        config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
+    except PlatformConfigError as err:
+        raise CliError(str(err)) from None
+    path = config.layout.store
+    if not path.exists():
+        raise CliError(f"{path.parent}: no store here; start the platform with `tether up` (or set TETHER_HOME)")
+    try:
+        with Store(path) as store:
+            pods = StoreObjects(store).list("Pod", ns)
+    except StoreError as err:
+        raise CliError(str(err)) from None
+    grid = [["NAMESPACE", "NAME", "TAP"]]
+    for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
+        reason = why_not_tappable(pod)
+        grid.append([pod["metadata"].get("namespace", ""), pod["metadata"]["name"], reason or "enabled"])
+    if len(grid) == 1:
+        click.echo(f"No pods found in {ns} namespace." if ns else "No pods found.", err=True)
+        return
+    click.echo(tables.plain(grid))
+
+
+async def _stream_tap(address: str, request: Any, show: Callable[[Any], None]) -> None:
     import grpc
-    from google.protobuf.json_format import MessageToDict
 
     from tether.api import viz_tap_pb2_grpc
 
     async with grpc.aio.insecure_channel(address) as channel:
         try:
             async for event in viz_tap_pb2_grpc.TapStub(channel).TapByResource(request):
-                line = json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event)
-                click.echo(line)
+                show(event)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
                 raise CliError(f"cannot reach the tap server at {address}: {err.details()}") from None

@@ -47,6 +47,14 @@ OBJECTS = [
     server_authz("probes", {"unauthenticated": True, "networks": [{"cidr": "10.0.0.0/8"}]}, server_name="web-http"),
     http_route("api", "web-http"),
     policy("api-voters", (P, "HTTPRoute", "api"), [(P, "MeshTLSAuthentication", "voters")]),
+    # Outbound: a Service and a route splitting its traffic.
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": NS},
+     "spec": {"clusterIP": "10.96.0.10", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}},
+    {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "HTTPRoute", "metadata": {"name": "split", "namespace": NS},
+     "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web", "port": 80}],
+              "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v2"}}],
+                         "backendRefs": [{"name": "web", "port": 80, "weight": 3}],
+                         "timeouts": {"request": "5s"}}]}},
 ]
 
 
@@ -132,3 +140,18 @@ def test_authz_lists_what_applies_to_a_deployment(running: Running) -> None:
     assert doc["authorizations"] == [] and doc["default_policy"] == "all-unauthenticated"
     missing = running.run("authz", "deploy/nope", "-n", NS)
     assert missing.returncode == 1 and "deployment emojivoto/nope not found" in missing.stderr
+
+
+def test_diagnostics_policy_of_a_service_port(running: Running) -> None:
+    out = running.diagnose("svc/web", "80", "-n", NS)
+    assert out.returncode == 0, out.stderr
+    assert "target:   service/emojivoto/web:80" in out.stdout
+    assert "http route httproute/emojivoto/split" in out.stdout
+    assert "backends: web.emojivoto.svc.cluster.local:80 weight 3" in out.stdout
+    assert "timeouts: request 5s" in out.stdout
+    doc = json.loads(running.diagnose("svc/web", "80", "-n", NS, "-o", "json").stdout)
+    assert doc["metadata"]["resource"]["name"] == "web"
+    assert doc["protocol"]["detect"]["http1"]["routes"][0]["metadata"]["resource"]["name"] == "split"
+    # Another port of the same Service has no route: the default route, as the proxy falls back to the profile.
+    bare = json.loads(running.diagnose("svc/web", "8080", "-n", NS, "-o", "json").stdout)
+    assert bare["protocol"]["detect"]["http1"]["routes"][0]["metadata"] == {"default": "http"}

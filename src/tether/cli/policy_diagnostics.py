@@ -20,8 +20,9 @@ import click
 import grpc
 
 from tether.cli.errors import CliError
-from tether.naming import DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, control_plane_identity
+from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, control_plane_identity
 from tether.policy.client import PolicyError, inbound_policy, server_dict, watch_port, workload_string
+from tether.policy.outbound.client import describe, get_outbound, policy_dict, service_request, watch_outbound
 from tether.serving.channel import ClientTls, open_channel
 
 _FILE = click.Path(dir_okay=False, exists=True, path_type=Path)
@@ -70,6 +71,10 @@ def print_server(doc: dict[str, Any]) -> None:
 @click.argument("target")
 @click.argument("port", type=click.IntRange(1, 65535))
 @click.option("-n", "--namespace", default="default", show_default=True, help="Namespace of the pod or service.")
+@click.option("--client-namespace", help="svc/: the namespace of the asking proxy, which decides the consumer "
+                                         "routes that apply [default: the service's namespace].")
+@click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True,
+              help="svc/: the cluster domain of the service's name.")
 @click.option("--policy-addr", default="localhost:8090", show_default=True, help="Where the policy controller listens.")
 @click.option("--trust-anchors", type=_FILE, help="Roots to verify the controller's certificate (PEM).")
 @click.option("--server-name", help="Identity expected in the controller's certificate "
@@ -83,7 +88,8 @@ def print_server(doc: dict[str, Any]) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
 @click.option("--watch", "-w", is_flag=True, help="Follow WatchPort, printing every message.")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def policy(target: str, port: int, namespace: str, policy_addr: str, trust_anchors: Path | None,
+def policy(target: str, port: int, namespace: str, client_namespace: str | None, cluster_domain: str,
+           policy_addr: str, trust_anchors: Path | None,
            server_name: str | None, control_plane_ns: str, trust_domain: str, tls_cert: Path | None,
            tls_key: Path | None, insecure: bool, timeout: float, watch: bool, output: str) -> None:
     """The policy a proxy receives: po/NAME PORT (inbound) or svc/NAME PORT (outbound)."""
@@ -94,7 +100,9 @@ def policy(target: str, port: int, namespace: str, policy_addr: str, trust_ancho
         trust_anchors, server_name or control_plane_identity("destination", control_plane_ns, trust_domain).dns_name,
         tls_cert, tls_key)
     if kind == "service":
-        raise CliError("outbound policy (svc/NAME) is not served by this controller yet")
+        spec = service_request(namespace, name, port, client_namespace or namespace, cluster_domain)
+        asyncio.run(_run_outbound(policy_addr, tls, spec, timeout, watch, output))
+        return
 
     def show(doc: dict[str, Any]) -> None:
         if output == "json":
@@ -122,5 +130,30 @@ async def _run(addr: str, tls: ClientTls | None, namespace: str, pod: str, port:
         if exc.code is grpc.StatusCode.UNAVAILABLE:
             raise CliError(f"cannot reach the policy controller at {addr}: {exc.details}") from None
         raise CliError(f"{namespace}/{pod}:{port}: {exc.code.name}: {exc.details}") from None
+    finally:
+        await channel.close()
+
+
+async def _run_outbound(addr: str, tls: ClientTls | None, spec: Any, timeout: float, watch: bool,
+                        output: str) -> None:
+    def show(message: Any) -> None:
+        if output == "json":
+            click.echo(json.dumps(policy_dict(message), indent=None if watch else 2, sort_keys=True))
+        else:
+            click.echo("\n".join(describe(message)))
+
+    channel = open_channel(addr, tls)
+    try:
+        if not watch:
+            show(await get_outbound(channel, spec, timeout))
+            return
+        async for message in watch_outbound(channel, spec):
+            show(message)
+    except TimeoutError:
+        raise CliError(f"no answer from the policy controller at {addr} within {timeout:g}s") from None
+    except PolicyError as exc:
+        if exc.code is grpc.StatusCode.UNAVAILABLE:
+            raise CliError(f"cannot reach the policy controller at {addr}: {exc.details}") from None
+        raise CliError(f"{spec.authority}: {exc.code.name}: {exc.details}") from None
     finally:
         await channel.close()

@@ -19,6 +19,7 @@ from outbound_helpers import (
 
 from tether.api import outbound_pb2 as pb
 from tether.policy.outbound import OutboundIndex
+from tether.policy.outbound.client import describe, policy_dict
 from tether.policy.outbound.annotations import AnnotationError, parse_duration, parse_failure_accrual
 from tether.policy.outbound.index import (
     AddressTarget,
@@ -453,3 +454,26 @@ def test_watchers_hear_only_real_changes_once_per_flush() -> None:
     assert len(calls) == 2 and [r.name for r in calls[1].http_routes] == ["b"]
     index.unsubscribe(target, calls.append)  # not subscribed: no effect
     assert index.watched_targets == 1
+
+
+def test_the_cli_summary_reads_every_kind_of_policy(index) -> None:
+    feed(index, service("rpc", "10.96.0.60", [{"name": "grpc", "port": 80, "appProtocol": "kubernetes.io/h2c"}],
+                        annotations={"retry.linkerd.io/grpc": "unavailable",
+                                     "balancer.linkerd.io/failure-accrual": "consecutive"}),
+         grpc_route("rpc", "rpc", [{"matches": [{"method": {"service": "a.B", "method": "C"}}]}]),
+         egress_network("deny", "Deny", [{"cidr": "1.2.3.0/24"}]),
+         http_route("get", "web", [{"matches": [{"method": "GET", "path": {"type": "Exact", "value": "/x"}}]}],
+                    annotations={"retry.linkerd.io/http": "5xx"}))
+    grpc_lines = describe(policy_for(index, "rpc.emojivoto.svc.cluster.local:80"))
+    assert "protocol: grpc" in grpc_lines and "    match:    a.B/C" in grpc_lines
+    assert any(line.startswith("failure accrual: consecutive_failures") for line in grpc_lines)
+    assert any("retry:    up to 1 on unavailable" in line for line in grpc_lines)
+    http_lines = describe(policy_for(index))
+    assert "    match:    GET exact /x" in http_lines and "    retry:    up to 1 on 500-599" in http_lines
+    deny = describe(policy_at(index, "1.2.3.4", 443))
+    assert "target:   egressnetwork/linkerd-egress/deny:443" in deny
+    assert "    backends: 1.2.3.4:443 (forward) (forbidden)" in deny
+    assert "protocol: opaque" in describe(policy_at(index, "10.96.0.10", 81))
+    fallback = policy_at(index, "93.184.216.34", 80)
+    assert describe(fallback)[0] == "target:   default:egress-fallback"
+    assert policy_dict(fallback)["metadata"] == {"default": "egress-fallback"}

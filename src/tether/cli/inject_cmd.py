@@ -11,6 +11,7 @@ needs the trust anchors. Errors name the file and document; exit code 1. Registe
 
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 import urllib.error
@@ -24,10 +25,11 @@ from tether.cli.errors import CliError
 from tether.injector import annotations as a
 from tether.injector.config import DEFAULT_PROXY_IMAGE, MeshConfig
 from tether.injector.config_files import ConfigFiles
-from tether.injector.decision import Origin
+from tether.injector.decision import PROXY_CONTAINER, Origin
 from tether.injector.manifests import Output, transform_text
 from tether.injector.namespaces import NamespaceFile, StaticNamespaces
 from tether.injector.patch import InjectResult, inject as inject_patch, mark_for_injection, uninject as uninject_patch
+from tether.injector.workloads import pod_template, workload_kind
 from tether.resources.errors import ValidationError
 from tether.resources.loading import MANIFEST_SUFFIXES
 
@@ -96,6 +98,26 @@ def _run(inputs: tuple[str, ...], transform: Any, verbose: bool) -> None:
                 lines += [f"  {c}" for c in report.changes]
     lines.append("")
     click.echo("\n".join(lines), err=True)
+
+
+def _carries_proxy(obj: dict[str, Any]) -> bool:
+    kind = workload_kind(obj)
+    if kind is None:
+        return False
+    spec = pod_template(copy.deepcopy(obj), kind).spec
+    return any(c.get("name") == PROXY_CONTAINER for key in ("initContainers", "containers") for c in spec.get(key) or ())
+
+
+def _reinjecting(transform: Any) -> Any:
+    """As Linkerd: a workload that already carries a proxy is uninjected first, so re-running inject updates it."""
+
+    def run(obj: dict[str, Any]) -> InjectResult:
+        if not _carries_proxy(obj):
+            return transform(obj)
+        result = transform(uninject_patch(obj).obj)
+        return InjectResult(result.obj, result.report, changed=result.obj != obj)
+
+    return run
 
 
 def _overrides(
@@ -197,7 +219,7 @@ def inject(
         transform = functools.partial(
             mark_for_injection, proxy_image=proxy_image or DEFAULT_PROXY_IMAGE, overrides=overrides, ingress=ingress
         )
-        _run(inputs, transform, verbose)
+        _run(inputs, _reinjecting(transform), verbose)
         return
     config = _manual_config(values, identity_trust_anchors_file, control_plane_namespace, cni)
     try:
@@ -214,7 +236,7 @@ def inject(
             obj, ns_source(ns), config, origin=Origin.CLI, namespace=default_namespace, overrides=overrides
         )
 
-    _run(inputs, transform, verbose)
+    _run(inputs, _reinjecting(transform), verbose)
 
 
 def _manual_config(

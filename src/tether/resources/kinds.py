@@ -78,7 +78,7 @@ NETWORK_AUTHENTICATION = ResourceType(
 POLICY_HTTP_ROUTE = ResourceType(
     "policy.linkerd.io", "HTTPRoute", ("v1beta3", "v1beta2", "v1beta1", "v1alpha1"), "httproutes"
 )
-GATEWAY_HTTP_ROUTE = ResourceType("gateway.networking.k8s.io", "HTTPRoute", ("v1", "v1beta1"), "httproutes")
+GATEWAY_HTTP_ROUTE = ResourceType("gateway.networking.k8s.io", "HTTPRoute", ("v1", "v1beta1", "v1alpha2"), "httproutes")
 GRPC_ROUTE = ResourceType("gateway.networking.k8s.io", "GRPCRoute", ("v1", "v1alpha2"), "grpcroutes")
 HTTP_LOCAL_RATE_LIMIT_POLICY = ResourceType(
     "policy.linkerd.io", "HTTPLocalRateLimitPolicy", ("v1alpha1",), "httplocalratelimitpolicies"

@@ -235,6 +235,8 @@ def _flatten(obj: dict[str, Any], path: str) -> Iterator[dict[str, Any]]:
         return
     for i, item in enumerate(expect_list(items, items_path)):
         item_path = index(items_path, i)
+        if item is None:
+            continue  # kubectl and Linkerd skip null items of a List
         if not isinstance(item, dict):
             raise ValidationError("expected a mapping (a Kubernetes object)", path=item_path)
         yield from _flatten(item, item_path)

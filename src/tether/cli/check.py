@@ -4,13 +4,14 @@
     tether check --proxy -n emojivoto # ... and the meshed pods of one namespace
     tether check --pre                # can a platform be started here?
     tether check -o json
+    tether check --platform kubernetes [--kubeconfig FILE] [--crds | --pre | --proxy]
 
 Prints each category as Linkerd does (``√``, ``‼`` for a warning, ``×`` with the
 error and a hint), then ``Status check results are √`` (or ``×``); exits 0 only
 when no check failed (warnings do not fail).  ``--wait`` retries the checks that
 can become true by waiting (components and proxies becoming ready) for up to that
 long, printing what it waits for on stderr.  The categories live in
-``tether.diagnose.local``.  Registered on the root
+``tether.diagnose.local`` and ``tether.diagnose.kube``.  Registered on the root
 group by ``tether.cli.main``.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -41,6 +43,21 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
     raise click.BadParameter(f"{value!r} is not a duration such as 30s, 5m or 0", param_hint="--wait")
 
 
+def _install_objects() -> Any:
+    """What `tether install` (default values) makes: the objects linkerd-existence looks for."""
+    from datetime import UTC, datetime
+
+    from tether.cli.install_cmd import build_values, complete_credentials, credentials_from, render_all
+    from tether.cli.manifests import crds as crd_manifests
+    from tether.diagnose.kube import Expected
+
+    values = build_values(False, None, (), ())
+    creds = complete_credentials(credentials_from(values, None, None, None), values, False, datetime.now(UTC))
+    objects = [*crd_manifests.render(values), *render_all(values, creds, False)]
+    namespace = next(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace")
+    return Expected(namespace, [(o["kind"], o["metadata"]["name"]) for o in objects])
+
+
 @click.command()
 @click.option("--pre", is_flag=True, help="Only check that a control plane can be started here.")
 @click.option("--proxy", is_flag=True, help="Also check the data plane (meshed pods' proxies).")
@@ -57,23 +74,32 @@ def check(pre: bool, proxy: bool, crds: bool, namespace: str | None, wait: float
         raise click.UsageError("--pre and --proxy cannot be used together")
     if namespace is not None and not proxy:
         raise click.UsageError("-n/--namespace selects the data plane: give --proxy too")
+    kube = None
     if platform.kubernetes:
-        raise click.UsageError("--platform kubernetes: the Kubernetes categories are not built yet")
-    if crds:
+        from tether.diagnose.kube import KubeChecks
+
+        kube = KubeChecks(platform.client_settings(), __version__, namespace, _install_objects())
+        categories = kube.categories(pre=pre, crds=crds, proxy=proxy)
+    elif crds:
         raise click.UsageError("--crds checks a Kubernetes cluster: give --platform kubernetes")
-    categories = LocalChecks(home.state_dir(), component_specs, __version__, namespace).categories(
-        proxy=proxy, pre=pre)
+    else:
+        categories = LocalChecks(home.state_dir(), component_specs, __version__, namespace).categories(
+            proxy=proxy, pre=pre)
 
     def progress(category: str, description: str, error: str) -> None:
         if output != "json":
             click.echo(f"waiting: {category}: {description}: {error.splitlines()[0]}", err=True)
 
-    if output == "json":
-        report = checks.run(categories, wait=wait, progress=progress)
-        click.echo(json.dumps(checks.render_json(report), indent=2))
-    else:
-        printer = checks.TextPrinter(click.echo, short=output == "short")
-        report = checks.run(categories, printer, wait=wait, progress=progress)
-        printer.finish(report)
+    try:
+        if output == "json":
+            report = checks.run(categories, wait=wait, progress=progress)
+            click.echo(json.dumps(checks.render_json(report), indent=2))
+        else:
+            printer = checks.TextPrinter(click.echo, short=output == "short")
+            report = checks.run(categories, printer, wait=wait, progress=progress)
+            printer.finish(report)
+    finally:
+        if kube is not None:
+            kube.close()
     if not report.success:
         sys.exit(1)

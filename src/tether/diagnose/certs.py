@@ -13,7 +13,6 @@ Pure apart from the loader it is given.  Caller: ``tether.diagnose.local`` and `
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,12 +38,6 @@ class IdentityHints:
     config: str
     anchors: str
     issuer: str
-
-
-def trust_root_sha256(anchors_pem: str | bytes) -> str:
-    """The ``linkerd.io/trust-root-sha256`` value: hex SHA-256 of the anchors' PEM text."""
-    data = anchors_pem.encode() if isinstance(anchors_pem, str) else anchors_pem
-    return hashlib.sha256(data).hexdigest()
 
 
 def _name(cert: x509.Certificate) -> str:

@@ -36,8 +36,8 @@ from tether.destination.client import (
 )
 from tether.diagnose import facts, proxies
 from tether.diagnose.authz import allowing
-from tether.diagnose.certs import trust_root_sha256
 from tether.identity import pem, pki
+from tether.injector.annotations import trust_root_sha256
 from tether.naming import control_plane_identity
 from tether.platform.local import injection
 from tether.platform.local.config import LocalPlatformConfig

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.diagnose import facts, proxies
-from tether.diagnose.certs import Credentials, IdentityHints, identity_checks, trust_root_sha256
+from tether.diagnose.certs import Credentials, IdentityHints, identity_checks
+from tether.injector.annotations import trust_root_sha256
 from tether.diagnose.checks import Category, Check, Problem
 from tether.identity import pem, pki
 from tether.platform.local import config as platform_config

@@ -45,6 +45,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import httptools
 
@@ -179,12 +180,13 @@ TRANSITIONS: dict[tuple[State, object], State] = {
 }
 
 
-def _step(state: State, what: object, local: bool) -> State:
-    new = TRANSITIONS.get((state, what))
-    if new is None:
-        text = f"{getattr(what, '__name__', what)} not allowed in state {state.value}"
-        raise LocalProtocolError(text) if local else BadMessage(text)
-    return new
+_next = TRANSITIONS.get  # every move is ``_next((state, input)) or _stuck(...)``: one dict lookup, no call
+
+
+def _stuck(state: State, what: object, local: bool) -> NoReturn:
+    """An input ``TRANSITIONS`` does not allow in ``state``: our bug (``local``) or the peer's."""
+    text = f"{getattr(what, '__name__', what)} not allowed in state {state.value}"
+    raise LocalProtocolError(text) if local else BadMessage(text)
 
 
 # -- framing ----------------------------------------------------------------------------------------------------
@@ -314,8 +316,9 @@ class Http1Connection:
         if not (self.our_state is State.DONE and self.their_state is State.DONE and self.keep_alive):
             raise LocalProtocolError(f"no next cycle from {self.our_state.value}/{self.their_state.value}"
                                      f" (keep-alive {self.keep_alive})")
-        self.our_state = _step(self.our_state, Input.NEXT_CYCLE, True)
-        self.their_state = _step(self.their_state, Input.NEXT_CYCLE, True)
+        self.our_state = _next((self.our_state, Input.NEXT_CYCLE)) or _stuck(self.our_state, Input.NEXT_CYCLE, True)
+        self.their_state = (_next((self.their_state, Input.NEXT_CYCLE))
+                            or _stuck(self.their_state, Input.NEXT_CYCLE, True))
         self._method = b""
         self._switch_asked = False
 
@@ -353,7 +356,8 @@ class Http1Connection:
                 if self._buf:
                     raise BadMessage("response before any request")
                 if self._eof:  # the server closed an idle connection
-                    self.their_state = _step(self.their_state, Input.EOF, False)
+                    self.their_state = (_next((self.their_state, Input.EOF))
+                                        or _stuck(self.their_state, Input.EOF, False))
                     events.append(ConnectionClosed())
                 return False
             return self._read_head(events)
@@ -379,7 +383,8 @@ class Http1Connection:
             self._searched = len(buf)
             if self._eof:
                 if not buf:
-                    self.their_state = _step(self.their_state, Input.EOF, False)
+                    self.their_state = (_next((self.their_state, Input.EOF))
+                                        or _stuck(self.their_state, Input.EOF, False))
                     events.append(ConnectionClosed())
                     return False
                 raise BadMessage("connection closed inside a message head")
@@ -438,12 +443,14 @@ class Http1Connection:
             if not self._switch_asked:
                 raise BadMessage("a protocol switch nobody asked for")
             events.append(head_event)
-            self.their_state = _step(self.their_state, Input.SWITCH, False)
-            self.our_state = _step(self.our_state, Input.SWITCH, False)
+            self.their_state = (_next((self.their_state, Input.SWITCH))
+                                or _stuck(self.their_state, Input.SWITCH, False))
+            self.our_state = _next((self.our_state, Input.SWITCH)) or _stuck(self.our_state, Input.SWITCH, False)
             return False
         if status < 200:
             events.append(head_event)
-            self.their_state = _step(self.their_state, Input.INFORMATIONAL, False)
+            self.their_state = (_next((self.their_state, Input.INFORMATIONAL))
+                                or _stuck(self.their_state, Input.INFORMATIONAL, False))
             return True
         if self._method == b"HEAD" or status in (204, 304):
             framing, length = _Framing.NONE, 0
@@ -457,16 +464,18 @@ class Http1Connection:
 
     def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
         if framing is _Framing.NONE or (framing is _Framing.LENGTH and length == 0):
-            self.their_state = _step(self.their_state, Input.HEAD_NO_BODY, False)
+            self.their_state = (_next((self.their_state, Input.HEAD_NO_BODY))
+                                or _stuck(self.their_state, Input.HEAD_NO_BODY, False))
             events.append(EndOfMessage())
             return
-        self.their_state = _step(self.their_state, RequestHead if self.role is Role.SERVER else ResponseHead, False)
+        read = RequestHead if self.role is Role.SERVER else ResponseHead
+        self.their_state = _next((self.their_state, read)) or _stuck(self.their_state, read, False)
         self._rframing = framing
         self._rleft = length
         self._chunk_phase = 0
 
     def _end_read(self, events: list[Event], trailers: Headers = ()) -> None:
-        self.their_state = _step(self.their_state, EndOfMessage, False)
+        self.their_state = _next((self.their_state, EndOfMessage)) or _stuck(self.their_state, EndOfMessage, False)
         events.append(EndOfMessage(trailers))
 
     def _read_body(self, events: list[Event]) -> bool:
@@ -490,7 +499,7 @@ class Http1Connection:
                 buf.clear()
             if self._eof:
                 self._end_read(events)
-                self.their_state = _step(self.their_state, Input.EOF, False)
+                self.their_state = _next((self.their_state, Input.EOF)) or _stuck(self.their_state, Input.EOF, False)
                 events.append(ConnectionClosed())
             return False
         return self._read_chunked(events)
@@ -577,11 +586,13 @@ class Http1Connection:
             if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
                 if not self._switch_asked or self.their_state is not State.DONE:
                     raise LocalProtocolError("a protocol switch the request did not ask for")
-                self.our_state = _step(self.our_state, Input.SWITCH, True)
-                self.their_state = _step(self.their_state, Input.SWITCH, True)
+                self.our_state = _next((self.our_state, Input.SWITCH)) or _stuck(self.our_state, Input.SWITCH, True)
+                self.their_state = (_next((self.their_state, Input.SWITCH))
+                                    or _stuck(self.their_state, Input.SWITCH, True))
                 return _head_bytes(line, head)
             if status < 200:
-                self.our_state = _step(self.our_state, Input.INFORMATIONAL, True)
+                self.our_state = (_next((self.our_state, Input.INFORMATIONAL))
+                                  or _stuck(self.our_state, Input.INFORMATIONAL, True))
                 return _head_bytes(line, head)
             if self._method == b"HEAD" or status in (204, 304):
                 framing, length = _Framing.NONE, 0
@@ -590,13 +601,14 @@ class Http1Connection:
             if framing is _Framing.UNTIL_CLOSE or _wants_close(found, head.version):
                 self.keep_alive = False
         out = _head_bytes(line, head)
-        self.our_state = _step(self.our_state, RequestHead if self.role is Role.CLIENT else ResponseHead, True)
+        sent = RequestHead if self.role is Role.CLIENT else ResponseHead
+        self.our_state = _next((self.our_state, sent)) or _stuck(self.our_state, sent, True)
         self._wframing = framing
         self._wleft = length
         return out
 
     def send_body(self, data: bytes) -> bytes:
-        self.our_state = _step(self.our_state, Body, True)
+        self.our_state = _next((self.our_state, Body)) or _stuck(self.our_state, Body, True)
         if not data:
             return b""
         framing = self._wframing
@@ -612,7 +624,7 @@ class Http1Connection:
         raise LocalProtocolError("this message has no body")
 
     def send_end(self, trailers: Headers = ()) -> bytes:
-        self.our_state = _step(self.our_state, EndOfMessage, True)
+        self.our_state = _next((self.our_state, EndOfMessage)) or _stuck(self.our_state, EndOfMessage, True)
         framing = self._wframing
         if framing is _Framing.CHUNKED:
             return b"0\r\n" + _serialise(trailers)

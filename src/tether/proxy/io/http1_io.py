@@ -42,7 +42,7 @@ class Http1Io:
     """One accepted connection served as HTTP/1 (see the module docstring)."""
 
     __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
-                 "down_full", "down_reading", "up_reading_paused", "closed")
+                 "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  idle: IdleClients) -> None:
@@ -59,6 +59,11 @@ class Http1Io:
         self.down_reading = True
         self.up_reading_paused = False
         self.closed = False
+        # What the core wrote during the callback in hand, written once when it returns: one syscall (and one
+        # TLS record, for a small message) per side per read, however many events that read completed.
+        self.to_down: list[bytes] = []
+        self.to_up: list[bytes] = []
+        self.to_up_on: Upstream | None = None
         self.core = Http1Proxy(router, settings, self)
 
     def start(self) -> None:
@@ -72,6 +77,7 @@ class Http1Io:
             self.core.down_lost()
         elif down.eof:
             self.core.down_eof()
+        self.flush()
 
     # -- Stream handler (called from the streams' protocol callbacks) --------------------------------------------
 
@@ -80,12 +86,15 @@ class Http1Io:
             self.core.down_data(data)
         elif self.up is not None and stream is self.up.io:
             self.core.up_data(self.up, data)
+        if self.to_down or self.to_up:
+            self.flush()
 
     def on_eof(self, stream: Stream) -> None:
         if stream is self.down:
             self.core.down_eof()
         elif self.up is not None and stream is self.up.io:
             self.core.up_eof(self.up)
+        self.flush()
 
     def on_lost(self, stream: Stream) -> None:
         if stream is self.down:
@@ -93,6 +102,29 @@ class Http1Io:
             self._finish()
         elif self.up is not None and stream is self.up.io and not stream.eof:
             self.core.up_eof(self.up)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the core wrote since the last flush, one write per side."""
+        to_up = self.to_up
+        if to_up:
+            up = self.to_up_on
+            assert up is not None
+            self.to_up = []
+            self.to_up_on = None
+            self._write(up.io, to_up)
+        to_down = self.to_down
+        if to_down:
+            self.to_down = []
+            self._write(self.down, to_down)
+
+    @staticmethod
+    def _write(stream: Stream, chunks: list[bytes]) -> None:
+        if stream.lost:
+            return
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        stream.tx += len(data)
+        stream.transport.write(data)
 
     def on_write_paused(self, stream: Stream) -> None:
         if stream is self.down:
@@ -134,10 +166,8 @@ class Http1Io:
     # -- Http1Sink ------------------------------------------------------------------------------------------------
 
     def send_down(self, data: bytes) -> None:
-        down = self.down
-        if data and not down.lost:
-            down.tx += len(data)
-            down.transport.write(data)
+        if data:
+            self.to_down.append(data)
 
     def pause_down(self) -> None:
         self.core_paused = True
@@ -148,6 +178,7 @@ class Http1Io:
         self._down_reading()
 
     def close(self) -> None:
+        self.flush()
         self._finish()
 
     def checkout(self, connect: Connect, header: bytes | None,
@@ -171,6 +202,7 @@ class Http1Io:
                 return
             self._hold(reply)
         done(reply)
+        self.flush()
 
     def _hold(self, up: Upstream) -> None:
         """``up`` is the core's now: its reads go to the core, its backpressure is the client's."""
@@ -182,12 +214,15 @@ class Http1Io:
         self._down_reading()
 
     def send_up(self, up: Upstream, data: bytes) -> None:
-        stream = up.io
-        if data and not stream.lost:
-            stream.tx += len(data)
-            stream.transport.write(data)
+        if data:
+            if self.to_up_on is not up:
+                self.flush()
+                self.to_up_on = up
+            self.to_up.append(data)
 
     def checkin(self, up: Upstream, reuse: bool) -> None:
+        if self.to_up_on is up:
+            self.flush()
         stream = up.io
         stream.handler = None
         self.conn.checked_out.discard(up)
@@ -211,16 +246,22 @@ class Http1Io:
         def waited(j: asyncio.Future[Any]) -> None:
             if self.conn.jobs.pop(j, None) is not None and not j.cancelled():
                 done(j.result())
+                self.flush()
 
         job.add_done_callback(waited)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
-        return self.loop.call_later(delay, callback)
+        def fire() -> None:
+            callback()
+            self.flush()
+
+        return self.loop.call_later(delay, fire)
 
     def count(self, name: str, labels: str) -> None:
         self.driver.count(name, labels)
 
     def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
+        self.flush()
         down, stream = self.down, up.io
         down.handler = None
         stream.handler = None

@@ -105,7 +105,7 @@ async def test_an_update_is_streamed_on_each_kind_of_change(workdir: Path, pki: 
 
 
 async def test_producer_and_consumer_routes(workdir: Path, pki: Pki) -> None:
-    consumer = http_route("consumer", "web", [{"backendRefs": [backend("api-v2", ns=NS)]}], ns="other",
+    consumer = http_route("consumer", "web", [{"backendRefs": [backend("api-v2", namespace=NS)]}], ns="other",
                           parent_ns=NS)
     async with Harness(workdir, pki, *BASE, http_route("producer", "web", [{}]), consumer) as h:
         assert names(await h.get_outbound(WEB, ns=NS)) == ["producer"]

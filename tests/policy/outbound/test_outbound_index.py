@@ -477,3 +477,27 @@ def test_the_cli_summary_reads_every_kind_of_policy(index) -> None:
     fallback = policy_at(index, "93.184.216.34", 80)
     assert describe(fallback)[0] == "target:   default:egress-fallback"
     assert policy_dict(fallback)["metadata"] == {"default": "egress-fallback"}
+
+
+def test_a_change_recomputes_only_the_targets_it_can_affect(index, monkeypatch) -> None:
+    feed(index, namespace("shop"), service("cart", "10.96.1.1", ns="shop"))
+    feed(index, http_route("cross", "web", [{"backendRefs": [backend("pay", namespace="shop")]}]))
+    heard: list[object] = []
+    web = index.service_target(WEB, NS)
+    index.subscribe(web, lambda state, at: heard.append(state))
+    index.subscribe(index.service_target("cart.shop.svc.cluster.local:80", "shop"), lambda state, at: None)
+    egress = index.address_target("8.8.8.8", 53, NS)
+    index.subscribe(egress, lambda state, at: None)
+    resolved: list[object] = []
+    real = index._resolve
+    monkeypatch.setattr(index, "_resolve", lambda target: resolved.append(target) or real(target))
+
+    feed(index, namespace("unrelated"))
+    assert resolved == []
+    feed(index, service("cart", "10.96.1.1", ns="shop", annotations={"timeout.linkerd.io/idle": "1s"}))
+    # web depends on "shop" through its backend; cart is in "shop"; addresses re-resolve on any Service.
+    assert set(resolved) == {web, egress, index.service_target("cart.shop.svc.cluster.local:80", "shop")}
+    resolved.clear()
+    feed(index, service("pay", "10.96.1.2", ns="shop"))  # the cross-namespace backend appears
+    backend_ = heard[-1].http_routes[0].rules[0].backends[0]
+    assert backend_.message is None and backend_.authority == "pay.shop.svc.cluster.local:80"

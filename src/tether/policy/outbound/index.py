@@ -28,9 +28,13 @@ client's namespace too.  Routes are ordered by creation time, then name.
 Each target that has subscribers is one ``_Watch``: its state is computed once
 per change and handed to its listeners only when it differs (so a relist that
 changes nothing sends nothing).  Changes are coalesced: ``apply`` only marks
-the index dirty and asks ``schedule`` (the event loop's ``call_soon``) to run
+what changed and asks ``schedule`` (the event loop's ``call_soon``) to run
 ``flush`` once, so a burst of events in one loop turn yields one update per
 target.  Without ``schedule`` (pure tests) ``flush`` runs after every event.
+``flush`` recomputes only the watches a change can affect: those whose state
+was computed from a namespace that changed (the parent's, its routes'
+backends'; a route marks its parents' namespaces), and, after a Service or
+EgressNetwork change, the address targets (they may resolve elsewhere).
 """
 
 from __future__ import annotations
@@ -189,12 +193,25 @@ Listener = Callable[[State, "float | None"], None]
 
 
 class _Watch:
-    __slots__ = ("target", "state", "listeners")
+    __slots__ = ("target", "state", "listeners", "namespaces")
 
     def __init__(self, target: Target, state: State) -> None:
         self.target = target
-        self.state = state
         self.listeners: list[Listener] = []
+        self.set(state)
+
+    def set(self, state: State) -> None:
+        self.state = state
+        # The namespaces whose objects this state was computed from (besides, for addresses, every Service
+        # and EgressNetwork): a change elsewhere cannot change it.
+        if isinstance(state, OutboundState):
+            self.namespaces = {state.parent.namespace}
+            for route in (*state.http_routes, *state.grpc_routes):
+                self.namespaces.update(b.namespace for rule in route.rules for b in rule.backends)
+        elif isinstance(state, UndefinedPort):
+            self.namespaces = {state.namespace}
+        else:
+            self.namespaces = set()
 
 
 # -- the index ---------------------------------------------------------------------------------------
@@ -216,6 +233,8 @@ class OutboundIndex:
         self._synced: set[str] = set()
         self._pending_at: float | None = None
         self._flush_scheduled = False
+        self._dirty: set[str] = set()  # namespaces with changes the watches have not heard of
+        self._addresses_dirty = False  # a Service or EgressNetwork changed: addresses may resolve elsewhere
         self.updates = 0  # watched policies recomputed to a new value
 
     # -- feeding -------------------------------------------------------------------------------------
@@ -242,6 +261,10 @@ class OutboundIndex:
         return all(key in self._synced for key in WATCHED)
 
     def _store(self, type_key: str, namespace: str, name: str, facts: object | None) -> None:
+        """Replace one object's facts, keep the lookups in step, and mark what the change may affect."""
+        self._dirty.add(name if type_key == kinds.NAMESPACE.key else namespace)
+        if type_key in (kinds.SERVICE.key, kinds.EGRESS_NETWORK.key):
+            self._addresses_dirty = True
         if type_key == kinds.SERVICE.key:
             old = self.services.pop((namespace, name), None)
             if old is not None:
@@ -265,16 +288,20 @@ class OutboundIndex:
             if old_route is not None:
                 for parent in _parent_keys(old_route):
                     _discard(self._routes_by_parent, parent, key)
+                    self._dirty.add(parent[1])
             if isinstance(facts, RouteFacts):
                 self.routes[key] = facts
                 for parent in _parent_keys(facts):
                     self._routes_by_parent.setdefault(parent, set()).add(key)
+                    self._dirty.add(parent[1])
 
     def _changed(self, at: float | None) -> None:
         if at is not None and (self._pending_at is None or at < self._pending_at):
             self._pending_at = at
         if not self._watches:
             self._pending_at = None
+            self._dirty.clear()
+            self._addresses_dirty = False
             return
         if self._schedule is None:
             self.flush()
@@ -283,10 +310,14 @@ class OutboundIndex:
             self._schedule(self.flush)
 
     def flush(self) -> None:
-        """Recompute every watched target once; tell listeners of those whose policy changed."""
+        """Recompute each watched target the changes may affect, once; tell listeners of those that changed."""
         self._flush_scheduled = False
         at, self._pending_at = self._pending_at, None
+        dirty, self._dirty = self._dirty, set()
+        addresses, self._addresses_dirty = self._addresses_dirty, False
         for watch in list(self._watches.values()):
+            if not (addresses and isinstance(watch.target, AddressTarget)) and dirty.isdisjoint(watch.namespaces):
+                continue
             try:
                 state = self._resolve(watch.target)
             except TargetNotFound:
@@ -295,7 +326,7 @@ class OutboundIndex:
                 continue
             if state == watch.state:
                 continue
-            watch.state = state
+            watch.set(state)
             self.updates += 1
             for listener in list(watch.listeners):
                 listener(state, at)

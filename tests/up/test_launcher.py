@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
+from tether.platform.local.containers import Backoff
 from tether.platform.local.launcher import ComponentSpec, Launcher
 
 SERVER = """
@@ -57,10 +61,38 @@ def test_a_component_that_exits_is_reported_with_its_log(tmp_path: Path) -> None
     seen = []
     (outcome,) = launcher.wait_ready(["broken"], timeout=20, progress=seen.append)
     assert seen == [outcome]
-    assert outcome.problem == "its process exited"
-    assert "bad flag: --nope" in outcome.log_tail
-    assert outcome.log == tmp_path / "logs" / "broken.log"
-    assert launcher.status("broken").state == "exited"
+    try:
+        assert outcome.problem == "its process exited (code 2); it is restarted with backoff"
+        assert "bad flag: --nope" in outcome.log_tail
+        assert outcome.log == tmp_path / "logs" / "broken.log"
+        assert launcher.status("broken").state in ("restarting", "running")
+    finally:
+        assert launcher.stop("broken")
+    assert launcher.status("broken").state == "stopped"
+
+
+def test_a_killed_component_is_restarted_with_its_count(tmp_path: Path) -> None:
+    launcher = Launcher(tmp_path / "run", tmp_path / "logs", Backoff(initial=0.2, max=1.0, reset=60.0))
+    port = _free_port()
+    spec = ComponentSpec("standin", (sys.executable, "-c", SERVER, str(port)), f"http://127.0.0.1:{port}",
+                         stop_timeout=5)
+    launcher.start(spec)
+    try:
+        for kill in range(1, 3):
+            (outcome,) = launcher.wait_ready(["standin"], timeout=20)
+            assert outcome.problem is None, outcome
+            status = launcher.status("standin")
+            assert status.healthy and status.restarts == kill - 1 and status.pid
+            os.kill(status.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while launcher.status("standin").restarts < kill or not launcher.status("standin").ready:
+                assert time.monotonic() < deadline, launcher.status("standin")
+                time.sleep(0.1)
+            assert launcher.status("standin").pid != status.pid
+        assert "exited with code -9; restarting in" in (tmp_path / "logs" / "standin.log").read_text()
+    finally:
+        assert launcher.stop("standin")
+    assert launcher.status("standin").state == "stopped"
 
 
 def test_a_component_that_never_gets_ready_times_out(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Meshed pods on the local platform: the proxy beside the app, as uid 2102, traffic through it.
+"""Meshed pods on the local platform: the proxy beside the app, as the pod's own uid, traffic through it.
 
 Runs only once the proxy exists (``tether.proxy.main`` importable); until then it is skipped.
 """
@@ -6,15 +6,20 @@ Runs only once the proxy exists (``tether.proxy.main`` importable); until then i
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import re
 import socket
 import subprocess
+import sys
 import threading
 
 import pytest
 
 from up import uplab
 from up.uplab import client, ready, wait_for, web_server
+
+from tether.platform.local import config as platform_config
+from tether.platform.local.sandbox import POD_UID_BASE
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
                                 reason="the proxy (tether.proxy.main) is not in the tree yet")
@@ -47,14 +52,13 @@ def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None
     assert env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == "default.meshed.serviceaccount.identity.linkerd.cluster.local"
     assert proxy["securityContext"]["runAsUser"] == 2102
 
-    # The proxy runs as uid 2102 inside the pod; the redirect rules are proxy-init's.
+    # The proxy's uid 2102 is, on the host, a uid of this pod alone; the redirect rules are proxy-init's for it.
     netns = p.netns_of(server)
+    server_uid = _host_uid(p, server)
     nat = subprocess.run(["ip", "netns", "exec", netns, "iptables", "-t", "nat", "-S"], capture_output=True,
                          text=True).stdout
-    assert "--uid-owner 2102" in nat and "--to-ports 4140" in nat and "--to-ports 4143" in nat
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
-    uids = {int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0]) for pid in pids}
-    assert 2102 in uids
+    assert f"--uid-owner {server_uid}" in nat and "--to-ports 4140" in nat and "--to-ports 4143" in nat
+    assert server_uid in _uids(netns)
 
     p.apply(client("client", "meshed", "http://web.meshed.svc.cluster.local/"))
     (caller,) = _ready_pods(p, "meshed", "client-", 1)
@@ -63,6 +67,48 @@ def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None
              lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=45)
     proxy_log = p.tether("logs", "-n", "meshed", name, "-c", "proxy").stdout
     assert re.search(r"certified as default\.meshed\.serviceaccount", proxy_log), proxy_log
+
+    # One pod cannot take another's identity (#19 item 2): running as the client pod's proxy uid, inside
+    # the client pod, nothing of the server pod's proxy can be read: its token, key directory, or process.
+    caller_uid, caller_netns = _host_uid(p, caller), p.netns_of(caller)
+    assert caller_uid != server_uid and caller_uid in _uids(caller_netns)
+    config = platform_config.load(p.home)
+    assert config is not None
+    layout = config.layout.pod_run_dir("meshed", server["metadata"]["name"])
+    server_proxy = next(pid for pid in _pids(netns) if _uid(pid) == server_uid)
+    targets = [layout / "identity-token", layout / "identity", f"/proc/{server_proxy}/environ",
+               f"/proc/{server_proxy}/root/", f"/proc/{server_proxy}/mem"]
+    for target in targets:
+        as_caller = _read_as(caller_netns, caller_uid, str(target))
+        assert as_caller.returncode != 0 and "Permission denied" in as_caller.stderr, (target, as_caller)
+    as_owner = _read_as(netns, server_uid, str(layout / "identity-token"))  # the control: its own proxy can
+    assert as_owner.returncode == 0 and as_owner.stdout.startswith("eyJ"), as_owner  # a JWT
+
+
+def _pids(netns: str) -> list[int]:
+    return [int(x) for x in subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()]
+
+
+def _uid(pid: int) -> int:
+    return int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0])
+
+
+def _uids(netns: str) -> set[int]:
+    return {_uid(pid) for pid in _pids(netns)}
+
+
+def _host_uid(p: uplab.Platform, pod: dict) -> int:
+    """The host uid of the pod's proxy: the local platform's base plus the pod address's index in the range."""
+    index = int(ipaddress.ip_address(pod["status"]["podIP"])) - int(ipaddress.ip_network(p.pod_cidr).network_address)
+    return POD_UID_BASE + index
+
+
+def _read_as(netns: str, uid: int, path: str) -> subprocess.CompletedProcess:
+    """Read ``path`` (a file, or list a directory) from inside ``netns`` as ``uid``."""
+    code = "import os,sys; p=sys.argv[1]; print(os.listdir(p) if os.path.isdir(p) else open(p).read(64))"
+    argv = ["ip", "netns", "exec", netns, "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+            sys.executable, "-c", code, path]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
 def test_an_unmeshed_pod_reaches_a_meshed_one(running: uplab.Platform) -> None:

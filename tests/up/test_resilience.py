@@ -1,4 +1,5 @@
-"""Meshed traffic survives control-plane restarts and replica churn on the local platform.
+"""Meshed traffic survives control-plane crashes (each component restarted by its supervisor) and replica
+churn on the local platform.
 
 Runs only once the proxy exists (``tether.proxy.main`` importable).
 """
@@ -46,7 +47,21 @@ def _answers_after(p: uplab.Platform, pod: str, start: int, count: int) -> list[
     return wait_for(f"{count} more answers to {pod}", check, timeout=60)
 
 
-def test_traffic_keeps_flowing_while_identity_and_destination_restart(running: uplab.Platform) -> None:
+def _kill_and_await_restart(p: uplab.Platform, component: str, restarts: int) -> None:
+    """SIGKILL the component's own process; wait until its supervisor has it back, ready, counted in status."""
+    state = p.home / "run" / f"{component}.supervisor.json"
+    pid = json.loads(state.read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+
+    def back() -> list[str] | None:
+        rows = {r.split()[0]: r.split() for r in p.tether("status", ok=None).stdout.splitlines() if r.split()}
+        row = rows.get(component)
+        return row if row and row[1:4] == ["running", "yes", str(restarts)] and row[4] != str(pid) else None
+
+    wait_for(f"{component} restarted and ready", back, timeout=90)
+
+
+def test_killed_components_come_back_and_traffic_to_new_targets_recovers(running: uplab.Platform) -> None:
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("api", "steady", 2))
@@ -55,14 +70,20 @@ def test_traffic_keeps_flowing_while_identity_and_destination_restart(running: u
     name = _ready(p, "caller-", 1)[0]["metadata"]["name"]
     _answers_after(p, name, 0, 5)
     start = len(_log(p, name))
+    # Nobody runs `tether up` again: each component's supervisor restarts it.
     for component in ("destination", "identity"):
-        pid = json.loads((p.home / "run" / f"{component}.json").read_text())["pid"]
-        os.kill(pid, signal.SIGKILL)
-    # With the control plane gone, cached discovery and the current certificate keep serving.
-    down = _answers_after(p, name, start, 10)
-    p.tether("up", *p.up_args)  # restarts what died
-    after = _answers_after(p, name, start + len(down), 10)
-    assert not [x for x in down + after if x.startswith("error")], down + after
+        _kill_and_await_restart(p, component, 1)
+    # Cached discovery and the current certificate kept serving meanwhile.
+    during = _answers_after(p, name, start, 10)
+    assert not [x for x in during if x.startswith("error")], during
+    _kill_and_await_restart(p, "platform", 1)  # the controller: it takes every pod down and up again
+    # A target nobody used before: new pods (the controller), their certificates (identity) and
+    # their discovery (destination) all come from restarted components.
+    p.apply(web_server("fresh", "steady", 1))
+    _ready(p, "fresh-", 1)
+    p.apply(client("newcomer", "steady", "http://fresh.steady.svc.cluster.local/"))
+    newcomer = _ready(p, "newcomer-", 1)[0]["metadata"]["name"]
+    _answers_after(p, newcomer, 0, 5)
 
 
 def test_replicas_come_and_go_without_failed_requests(running: uplab.Platform) -> None:

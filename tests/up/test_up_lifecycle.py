@@ -26,16 +26,16 @@ def test_up_status_down_and_purge(new_platform) -> None:
     rows = _rows(status)
     assert set(rows) == {"identity", "destination", "platform"}, status
     for name, port in (("identity", 8080), ("destination", 8086), ("platform", 9994)):
-        assert rows[name][1:3] == ["running", "yes"], status
-        assert rows[name][4] == "0.1.0" or rows[name][4][0].isdigit()
-        assert rows[name][5] == f"{gateway}:{port}", status
-    pids = {name: rows[name][3] for name in rows}
+        assert rows[name][1:4] == ["running", "yes", "0"], status
+        assert rows[name][5] == "0.1.0" or rows[name][5][0].isdigit()
+        assert rows[name][6] == f"{gateway}:{port}", status
+    pids = {name: rows[name][4] for name in rows}
 
     # Idempotent: nothing is created or started twice.
     again = p.tether("up").stdout
     assert "created" not in again
     assert again.count("already running") == 3, again
-    assert {name: row[3] for name, row in _rows(p.tether("status").stdout).items()} == pids
+    assert {name: row[4] for name, row in _rows(p.tether("status").stdout).items()} == pids
 
     # Other settings are refused while the platform runs.
     refused = p.tether("up", "--service-cidr", "10.195.255.0/27", ok=False)
@@ -69,7 +69,7 @@ def test_up_says_which_component_failed_and_where_its_log_is(new_platform) -> No
     saved = issuer.read_bytes()
     issuer.write_text("not a certificate\n")
 
-    failed = p.tether("up", "--timeout", "4", ok=False)
+    failed = p.tether("up", "--timeout", "10", ok=False)
     assert re.search(r"^identity\s+FAILED\s", failed.stderr, re.M), failed.stderr
     assert str(p.home / "logs" / "identity.log") in failed.stderr
     assert "identity did not become ready" in failed.stderr

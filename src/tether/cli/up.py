@@ -3,8 +3,8 @@
 The local platform's commands.  ``up`` makes the state directory, the PKI on first run (trust
 anchor, issuer, and the destination's serving certificate), the host bridge, then starts
 identity, destination and the pod controller as separate processes (their command lines are
-``tether identity serve ...`` and so on, run by ``tether.platform.local.launcher``) and waits
-until each answers ``/ready``.  ``down`` stops them (the controller stops every pod first);
+``tether identity serve ...`` and so on, run by ``tether.platform.local.launcher``, each under a
+supervisor that restarts it with backoff when it exits) and waits until each answers ``/ready``.  ``down`` stops them (the controller stops every pod first);
 ``--purge`` also removes every namespace, veth, bridge, rule, file and address the platform
 made.  ``platform run`` (hidden) is the controller process: it wires the store, the token
 signer and the trust anchors into ``PodController`` and keeps the destination's certificate
@@ -21,6 +21,7 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -37,7 +38,14 @@ from tether.platform.local import config as platform_config
 from tether.platform.local import deployments
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, PlatformConfigError
 from tether.platform.local.ipam import Ipam, IpamConfig, IpamError
-from tether.platform.local.launcher import ComponentSpec, Launcher, Outcome, processes_matching, tail
+from tether.platform.local.launcher import (
+    DEFAULT_BACKOFF,
+    ComponentSpec,
+    Launcher,
+    Outcome,
+    processes_matching,
+    tail,
+)
 from tether.platform.local.netns import HostNet, LocalNetError
 from tether.store import Store, StoreError
 
@@ -68,7 +76,10 @@ def _load_config(state: Path) -> LocalPlatformConfig | None:
 
 def _launcher(config: LocalPlatformConfig) -> Launcher:
     layout = config.layout
-    return Launcher(layout.components, layout.logs)
+    # Components restart as containers do, from the same first delay, but a crash loop is capped
+    # at 30 s: every new connection in the mesh waits on them.
+    backoff = replace(DEFAULT_BACKOFF, initial=min(config.restart_backoff_initial, DEFAULT_BACKOFF.max))
+    return Launcher(layout.components, layout.logs, backoff)
 
 
 def _now() -> datetime:
@@ -251,8 +262,8 @@ def up(prefix: str | None, bridge: str | None, pod_cidr: IPv4Network | None, ser
     outcomes = launcher.wait_ready([s.name for s in specs], timeout, progress)
     failed = [o.name for o in outcomes if o.problem is not None]
     if failed:
-        raise CliError(f"{', '.join(failed)} did not become ready; fix it and run `tether up` again "
-                       "(`tether down` stops what did start)")
+        raise CliError(f"{', '.join(failed)} did not become ready; it is restarted with backoff (`tether status` "
+                       "shows its restarts): fix it and run `tether up` again, or `tether down` to stop everything")
     click.echo("the control plane is up: deploy with `tether apply -f FILE`, watch with `tether get pods`, "
                "stop with `tether down`")
 
@@ -323,14 +334,14 @@ def status() -> None:
         click.echo(f"no local platform in {state}: run `tether up`")
         sys.exit(1)
     launcher = _launcher(config)
-    rows = [("COMPONENT", "STATUS", "READY", "PID", "VERSION", "ADDRESS", "ADMIN", "LOG")]
+    rows = [("COMPONENT", "STATUS", "READY", "RESTARTS", "PID", "VERSION", "ADDRESS", "ADMIN", "LOG")]
     healthy = True
     for spec in component_specs(config):
         st = launcher.status(spec.name)
         healthy &= st.healthy
         rec = st.record
         rows.append((
-            spec.name, st.state, "yes" if st.ready else "no", str(rec.pid) if rec and st.state == "running" else "-",
+            spec.name, st.state, "yes" if st.ready else "no", str(st.restarts), str(st.pid) if st.pid else "-",
             rec.version if rec else "-", spec.addr, spec.admin_url.removeprefix("http://"), str(st.log),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -9,6 +9,10 @@ pid is never mistaken for ours, command, version, addresses), which is how ``sta
 ``down`` find it again from another ``tether`` process.  Readiness is the component's own
 admin ``/ready`` answering 200, as Kubernetes probes Linkerd's components.
 
+Every component runs under ``tether.platform.local.supervisor``, which restarts it with backoff
+when it exits or is killed and records its own pid and restart count beside the record
+(``<state>/run/<name>.supervisor.json``); ``status`` reports both.
+
 The launcher imports no component: it only runs command lines.  Callers: ``tether.cli.up``.
 """
 
@@ -26,6 +30,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tether.platform.local import supervisor
+from tether.platform.local.containers import Backoff
+
+# Control-plane components come back quickly (every new connection in the mesh waits on them),
+# but a crash loop still slows down to one start every 30 s.
+DEFAULT_BACKOFF = Backoff(initial=1.0, max=30.0, reset=60.0)
 PROBE_TIMEOUT_S = 1.0
 POLL_INTERVAL_S = 0.2
 LOG_TAIL_LINES = 15
@@ -62,11 +72,15 @@ class Record:
 @dataclass(frozen=True)
 class ComponentStatus:
     name: str
-    state: str  # running, stopped, exited (the process is gone but was not stopped)
+    # running; restarting (it exited and its supervisor waits out the backoff); stopped; exited
+    # (its supervisor is gone without being stopped)
+    state: str
     ready: bool
     live: bool
     record: Record | None
     log: Path
+    pid: int | None = None  # the component's own process, while it runs
+    restarts: int = 0
 
     @property
     def healthy(self) -> bool:
@@ -87,15 +101,23 @@ class Outcome:
 class Launcher:
     """Components of one state directory: records in ``records_dir``, logs in ``logs_dir``."""
 
-    def __init__(self, records_dir: Path, logs_dir: Path) -> None:
+    def __init__(self, records_dir: Path, logs_dir: Path, backoff: Backoff = DEFAULT_BACKOFF) -> None:
         self._records = records_dir
         self._logs = logs_dir
+        self._backoff = backoff
 
     def log_path(self, name: str) -> Path:
         return self._logs / f"{name}.log"
 
     def _record_path(self, name: str) -> Path:
         return self._records / f"{name}.json"
+
+    def _supervisor_path(self, name: str) -> Path:
+        return self._records / f"{name}.supervisor.json"
+
+    def supervised(self, name: str) -> supervisor.SupervisedState | None:
+        """What the component's supervisor last wrote: its pid, restarts and last exit."""
+        return supervisor.SupervisedState.read(self._supervisor_path(name))
 
     # -- records ---------------------------------------------------------------------------
 
@@ -112,7 +134,7 @@ class Launcher:
         """Names of every component with a record (running or not)."""
         if not self._records.is_dir():
             return []
-        return sorted(p.stem for p in self._records.glob("*.json"))
+        return sorted(p.stem for p in self._records.glob("*.json") if not p.stem.endswith(".supervisor"))
 
     def running(self, name: str) -> Record | None:
         """The record, if its process is still the one started (same pid and start time, not a zombie)."""
@@ -134,8 +156,9 @@ class Launcher:
         with open(log, "ab") as out:
             out.write(f"--- {_now()} starting {spec.name}: {' '.join(spec.argv)}\n".encode())
             out.flush()
+            self._supervisor_path(spec.name).unlink(missing_ok=True)
             proc = subprocess.Popen(
-                list(spec.argv),
+                list(supervisor.module_argv(self._supervisor_path(spec.name), self._backoff, spec.argv)),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -177,9 +200,13 @@ class Launcher:
                 elapsed = time.monotonic() - begin
                 rec = self.record(name)
                 problem: str | None = "not started"
+                supervised = self.supervised(name)
                 if rec is not None and _same_process(rec.pid, rec.start_ticks):
                     if _http_ok(rec.admin_url + "/ready"):
                         problem = None
+                    elif supervised is not None and supervised.last_exit_code is not None:
+                        problem = (f"its process exited (code {supervised.last_exit_code}); "
+                                   "it is restarted with backoff")
                     elif elapsed < timeout:
                         continue
                     else:
@@ -213,17 +240,22 @@ class Launcher:
             with open(self.log_path(name), "ab") as out:
                 out.write(f"--- {_now()} stopped {name}\n".encode())
         self._record_path(name).unlink(missing_ok=True)
+        self._supervisor_path(name).unlink(missing_ok=True)
         return was_running
 
     def status(self, name: str) -> ComponentStatus:
         rec = self.record(name)
         if rec is None:
             return ComponentStatus(name, "stopped", False, False, None, self.log_path(name))
+        supervised = self.supervised(name)
+        restarts = supervised.restarts if supervised is not None else 0
         if not _same_process(rec.pid, rec.start_ticks):
-            return ComponentStatus(name, "exited", False, False, rec, self.log_path(name))
+            return ComponentStatus(name, "exited", False, False, rec, self.log_path(name), restarts=restarts)
+        if supervised is not None and not supervised.pid:
+            return ComponentStatus(name, "restarting", False, False, rec, self.log_path(name), restarts=restarts)
         return ComponentStatus(
             name, "running", _http_ok(rec.admin_url + "/ready"), _http_ok(rec.admin_url + "/live"), rec,
-            self.log_path(name),
+            self.log_path(name), pid=supervised.pid if supervised is not None else None, restarts=restarts,
         )
 
 

@@ -16,6 +16,7 @@ the controller calls them from its worker thread.  Caller: ``tether.platform.loc
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shutil
@@ -39,6 +40,14 @@ log = logging.getLogger(__name__)
 
 TOKEN_REFRESH_S = 12 * 3600.0  # tokens live a day; rewrite them at half life
 SIDECAR_STOP_S = 2.0
+# The uid a pod's proxy runs as (2102 in the pod spec) is, on the host, a uid of that pod alone:
+# POD_UID_BASE plus the pod address's index in the pod range.  Processes of one uid can read each
+# other's files, /proc/<pid>/root and memory, so a shared 2102 would let any pod's proxy (or any
+# workload running as 2102) read another pod's token and private key.  Kubernetes gets the same
+# from user namespaces (``hostUsers: false``).  Inside the pod the rules and the spec say 2102;
+# the runtime maps it, proxy-init's ``--proxy-uid`` included.
+POD_UID_BASE = 210_200_000
+_PROXY_UID_FLAG = "--proxy-uid"
 
 
 def now_text() -> str:
@@ -169,7 +178,7 @@ class Sandbox:
         for directory in reversed(chain):
             directory.mkdir(mode=0o755, exist_ok=True, parents=True)
             os.chmod(directory, 0o755)
-        owner = self._proxy_uid()
+        owner = self._host_id(self._proxy_uid())
         identity_dir = ctx.layout.identity_dir(self.namespace, self.name)
         identity_dir.mkdir(mode=0o700, exist_ok=True)
         token = ctx.signer.mint(
@@ -194,6 +203,27 @@ class Sandbox:
             if uid is not None:
                 return uid
         return None
+
+    def _host_id(self, pod_id: int | None) -> int | None:
+        """The host uid/gid for a uid/gid of the pod's spec: the proxy's is this pod's own (see POD_UID_BASE)."""
+        if pod_id is None or pod_id != self._proxy_uid() or self.ip is None:
+            return pod_id
+        network = self.ctx.ipam.gateway.network
+        return POD_UID_BASE + int(ipaddress.ip_address(self.ip)) - int(network.network_address)
+
+    def _host_argv(self, argv: list[str]) -> list[str]:
+        """proxy-init's ``--proxy-uid`` names the proxy's uid as the kernel sees it: the host one."""
+        proxy = self._proxy_uid()
+        if proxy is None:
+            return argv
+        host = str(self._host_id(proxy))
+        out = list(argv)
+        for i, arg in enumerate(out):
+            if arg == _PROXY_UID_FLAG and i + 1 < len(out) and out[i + 1] == str(proxy):
+                out[i + 1] = host
+            elif arg == f"{_PROXY_UID_FLAG}={proxy}":
+                out[i] = f"{_PROXY_UID_FLAG}={host}"
+        return out
 
     def stop(self, grace: float) -> list[str]:
         """SIGTERM the app containers, then the sidecars (reverse order), each group within the grace.
@@ -248,7 +278,8 @@ class Sandbox:
         env = build_env(current, container.spec, base)
         cwd = container.spec.get("workingDir") or "/"
         try:
-            container.start(self._spawn, command_line(container.spec, env), env, uid, gid, cwd)
+            argv = self._host_argv(command_line(container.spec, env))
+            container.start(self._spawn, argv, env, self._host_id(uid), self._host_id(gid), cwd)
         except (OSError, LocalNetError) as exc:
             container.waiting_reason = "RunContainerError"
             container.waiting_message = str(exc)

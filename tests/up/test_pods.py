@@ -189,7 +189,8 @@ def test_deleting_the_deployment_removes_its_pods_fully(running: uplab.Platform)
         netns = p.netns_of(pod)
         wait_for(f"{netns} to go", lambda netns=netns: not os.path.exists(f"/run/netns/{netns}"))
         wait_for("its hosts file to go", lambda netns=netns: not os.path.exists(f"/etc/netns/{netns}"))
-        assert not (p.home / "pods" / "delete" / pod["metadata"]["name"]).exists()
+        logs = p.home / "pods" / "delete" / pod["metadata"]["name"]
+        wait_for("its log directory to go", lambda logs=logs: not logs.exists())  # removed last, after the address
     owners = Ipam(IpamConfig(state_dir=p.home, pod_cidr=IPv4Network(p.pod_cidr))).allocations()
     assert not [o for o in owners if o.startswith("delete/")]
 

@@ -101,3 +101,74 @@ spec:
 """)
     done = CliRunner().invoke(cli, ["apply", "-f", str(route)])
     assert done.exit_code == 0 and "httproute.gateway.networking.k8s.io/egress created" in done.output, done.output
+
+
+VOTING_PROTO = """
+syntax = "proto3";
+package emojivoto.v1;
+// rpc Commented(A) returns (B);
+service VotingService {
+  rpc VotePoop (VoteRequest) returns (VoteResponse);
+  rpc Results (ResultsRequest) returns (ResultsResponse) {
+    option idempotency_level = NO_SIDE_EFFECTS;
+  }
+}
+"""
+
+BOOKS_OPENAPI = """
+swagger: "2.0"
+basePath: /api/
+paths:
+  /books/{id}:
+    get:
+      responses: {"200": {description: ok}, "503": {description: down}}
+      x-linkerd-retryable: true
+      x-linkerd-timeout: 300ms
+  /books:
+    post: {responses: {"201": {description: made}}}
+"""
+
+
+def _applies(tmp_path: Path, monkeypatch, text: str) -> None:
+    monkeypatch.setenv("TETHER_HOME", str(tmp_path / "home"))
+    done = CliRunner().invoke(cli, ["apply", "-f", "-"], input=text)
+    assert done.exit_code == 0 and "serviceprofile.linkerd.io/" in done.output, done.output
+
+
+def test_profile_from_a_proto_file(tmp_path: Path, monkeypatch) -> None:
+    import yaml
+
+    proto = tmp_path / "voting.proto"
+    proto.write_text(VOTING_PROTO)
+    done = CliRunner().invoke(cli, ["profile", "--proto", str(proto), "voting-svc", "-n", "emojivoto"])
+    assert done.exit_code == 0, done.output
+    doc = yaml.safe_load(done.output)
+    assert doc["metadata"] == {"name": "voting-svc.emojivoto.svc.cluster.local", "namespace": "emojivoto"}
+    assert doc["spec"]["routes"] == [
+        {"name": "VotePoop", "condition": {"method": "POST", "pathRegex": r"/emojivoto\.v1\.VotingService/VotePoop"}},
+        {"name": "Results", "condition": {"method": "POST", "pathRegex": r"/emojivoto\.v1\.VotingService/Results"},
+         "isRetryable": True},
+    ]
+    _applies(tmp_path, monkeypatch, done.output)
+
+
+def test_profile_from_an_open_api_spec_and_the_template(tmp_path: Path, monkeypatch) -> None:
+    import yaml
+
+    spec = tmp_path / "books.yaml"
+    spec.write_text(BOOKS_OPENAPI)
+    done = CliRunner().invoke(cli, ["profile", "--open-api", str(spec), "books", "-n", "shop", "-o", "json"])
+    assert done.exit_code == 0, done.output
+    routes = {r["name"]: r for r in yaml.safe_load(done.output)["spec"]["routes"]}
+    assert list(routes) == ["POST /api/books", "GET /api/books/{id}"]
+    get = routes["GET /api/books/{id}"]
+    assert get["condition"] == {"pathRegex": "/api/books/[^/]*", "method": "GET"}
+    assert [(c["condition"]["status"]["min"], c["isFailure"]) for c in get["responseClasses"]] == [(200, False),
+                                                                                                   (503, True)]
+    assert get["isRetryable"] is True and get["timeout"] == "300ms"
+    _applies(tmp_path, monkeypatch, done.output)
+    template = CliRunner().invoke(cli, ["profile", "--template", "web", "-n", "emojivoto"])
+    assert template.exit_code == 0 and "# A service profile defines a list of routes" in template.output
+    _applies(tmp_path, monkeypatch, template.output)
+    both = CliRunner().invoke(cli, ["profile", "--template", "--proto", str(spec), "web"])
+    assert both.exit_code == 2 and "exactly one of" in both.output

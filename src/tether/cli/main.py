@@ -41,6 +41,7 @@ _COMMANDS = {
     "uninstall": "tether.cli.install_cmd:uninstall",
     "check": "tether.cli.check:check",
     "diagnose": "tether.cli.diagnose:diagnose",
+    "profile": "tether.cli.profile_cmd:profile",
     "version": "tether.cli.version_cmd:version",
 }
 

@@ -110,11 +110,14 @@ def test_the_page_shows_workloads_edges_routes_and_pods(dashboard: Dashboard,
         # Routes of emoji, whose ServiceProfile names GET /list.
         browser.script("const s = document.getElementById('route-target'); s.value = 'emoji';"
                        "s.dispatchEvent(new Event('change'));")
-        routes = browser.wait("emoji's routes", """
-            const rows = [...document.querySelectorAll('#routes tbody tr')].map(r => r.children[0].textContent);
-            return rows.includes('GET /list') ? rows : null;
+        routes = browser.wait("emoji's routes with numbers", """
+            const rows = [...document.querySelectorAll('#routes tbody tr')].map(r => [...r.children].map(c => c.textContent));
+            return rows.length && rows[0][2].endsWith('%') ? rows : null;
         """)
-        assert routes == ["GET /list", "[DEFAULT]"]
+        assert [r[0] for r in routes] == ["GET /list", "[DEFAULT]"]
+        listed = routes[0]  # as web (emoji's client) sees it: 4 of 5 effective, 4 of 7 tries
+        assert float(listed[2].rstrip("%")) == pytest.approx(80, abs=3)
+        assert float(listed[7].rstrip("%")) == pytest.approx(400 / 7, abs=3)
         pods = browser.script("return [...document.querySelectorAll('#pods tbody tr')].map("
                               "r => [...r.children].map(c => c.textContent))")
         assert ["web-5d8f7c9b4-abcde", "Running", "yes", "web.emojivoto", "off"] in pods

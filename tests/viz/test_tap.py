@@ -9,6 +9,7 @@ The CLI ``tether viz tap`` is run against the controller's gRPC server.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +24,13 @@ from tether.cli.main import cli
 from tether.proxy.core.tap import INBOUND, TapRequest, Taps
 from tether.proxy.io.tap_server import ServingCert, TapServer
 from tether.viz import tables
+from tether.viz.dashboard.server import Dashboard
+from tether.viz.dashboard.views import Views
 from tether.viz.metrics_api import Mesh
+from tether.viz.prometheus import Prometheus
 from tether.viz.tap import (NoTappablePods, TapController, TapCredentials, TapError, TapService, per_pod_limit,
                             tappable_pods, translate_match)
+from viz.browser import CHROMEDRIVER, CHROMIUM, Browser
 from viz.pkilab import Pki
 from viz.promlab import Objects, deployment, free_port, meshed_pod
 
@@ -261,3 +266,44 @@ def test_list_names_tappable_pods_and_why_not(tmp_path: Path) -> None:
     assert lines["web-5d8f7c9b4-abcde"].endswith("enabled")
     assert "not meshed" in lines["voting-5d8f7c9b4-bbbbb"]
     assert "tap disabled (viz.linkerd.io/disable-tap)" in lines["emoji-5d8f7c9b4-ccccc"]
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_the_dashboard_s_live_tap_shows_the_requests(lab: _Lab, tmp_path_factory: pytest.TempPathFactory) -> None:
+    shots = Path(os.environ.get("VIZ_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    # Prometheus is down here: the metric panels say so, the live tap works on its own.
+    views = Views(Prometheus("http://127.0.0.1:1"), _objects(), Mesh(), "30s", tap_address=lab.address)
+    dashboard = Dashboard(views, "127.0.0.1", 0)
+    dashboard.start()
+    browser = Browser()
+    try:
+        browser.open(f"{dashboard.url}?namespace={NS}")
+        browser.wait("the page's first answer", "return document.getElementById('status').className.includes('error')")
+        browser.script("document.getElementById('tap-resource').value = 'deploy/emoji';"
+                       "document.getElementById('tap-start').click();")
+        status = browser.wait("the refusal", "const s = document.getElementById('tap-status');"
+                              "return s.className === 'error' ? s.textContent : null;")
+        assert "emoji-5d8f7c9b4-aaaaa: tap not enabled" in status
+        browser.script("document.getElementById('tap-resource').value = 'deploy/web';"
+                       "document.getElementById('tap-path').value = '/api';"
+                       "document.getElementById('tap-start').click();")
+        lab.run(lab.serve_requests(["/api/vote", "/web", "/api/list"]))
+        lines = browser.wait("six request lines", """
+            const lines = document.getElementById('tap').textContent.split('\\n').filter(l => l.startsWith('req '));
+            return lines.length >= 4 ? lines : null;
+        """)
+        assert all(":path=/api/" in line for line in lines)
+        assert {line.split(" dst=")[1].split(":")[0] for line in lines} == {"127.0.0.2", "127.0.0.3"}
+        print(f"screenshot: {browser.screenshot(shots / 'live-tap.png')}")
+        browser.script("document.getElementById('tap-stop').click();")
+        for proxy in lab.proxies:  # the page closed its stream: the pods' taps close too
+            lab.run(_until_no_taps(proxy))
+    finally:
+        browser.close()
+        dashboard.stop()
+
+
+async def _until_no_taps(proxy: TapServer) -> None:
+    async with proxy.service.changed:
+        await proxy.service.changed.wait_for(lambda: not proxy.service.taps.taps)

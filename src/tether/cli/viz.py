@@ -455,10 +455,11 @@ def authz(resource: str, namespace: str | None, window: str, output: str, promet
 @click.option("--enforced-host", default=None,
               help="Regular expression the Host header must match [default: localhost, 127.0.0.1, [::1]].")
 @click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
+@click.option("--tap-server", help="The tap server for the live tap, host:port [default: the one `viz install` started].")
 @prometheus_option
-def dashboard(address: str, port: int, show: str, enforced_host: str | None, window: str,
+def dashboard(address: str, port: int, show: str, enforced_host: str | None, window: str, tap_server: str | None,
               prometheus_url: str | None) -> None:
-    """Serve the web dashboard (read-only) until Ctrl-C: namespaces, deployments, edges, routes, pods."""
+    """Serve the web dashboard (read-only) until Ctrl-C: namespaces, deployments, edges, routes, live tap, pods."""
     import re
     import webbrowser
 
@@ -472,7 +473,8 @@ def dashboard(address: str, port: int, show: str, enforced_host: str | None, win
         raise click.BadParameter(f"not a regular expression: {err}", param_hint="--enforced-host") from None
     ctx = Context(prometheus_url)
     try:
-        server = Dashboard(Views(ctx.prometheus, ctx.objects, ctx.mesh, window), address, port, pattern)
+        tap_address = tap_server or (f"{local.LOOPBACK}:{ctx.settings.tap_port}" if ctx.settings else None)
+        server = Dashboard(Views(ctx.prometheus, ctx.objects, ctx.mesh, window, tap_address), address, port, pattern)
     except OSError as err:
         ctx.close()
         raise CliError(f"cannot serve on {address}:{port}: {err.strerror or err}") from None

@@ -16,6 +16,7 @@ Callers: ``tether viz dashboard`` (foreground) and tests.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import re
@@ -83,8 +84,30 @@ class Dashboard:
                     self._send(200, _static(name), content_type, head)
                     return
                 query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+                if url.path == "/api/tap" and not head:
+                    self._tap(query)
+                    return
                 status, doc = dashboard.views.answer(url.path, query)
                 self._send(status, json.dumps(doc).encode(), "application/json", head)
+
+            def _tap(self, query: dict[str, str]) -> None:
+                """Server-sent events of the live tap, until the page closes the stream."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                for key, value in SECURITY_HEADERS.items():
+                    self.send_header(key, value)
+                self.end_headers()
+
+                async def stream() -> None:
+                    async for item in dashboard.views.tap_events(query):
+                        kind = "failure" if "error" in item else "message"
+                        self.wfile.write(f"event: {kind}\ndata: {json.dumps(item)}\n\n".encode())
+                        self.wfile.flush()
+
+                try:
+                    asyncio.run(stream())
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the page went away
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's names
                 self._serve(head=False)

@@ -5,8 +5,9 @@
 | ``/api/namespaces`` | every namespace's stat row |
 | ``/api/stat?kind=deployment&namespace=NS`` | stat rows of a kind (deployment, pod, service) in a namespace |
 | ``/api/edges?namespace=NS`` | edges between deployments touching the namespace |
-| ``/api/routes?namespace=NS&resource=deploy/web`` | per-route rows of what the resource serves |
+| ``/api/routes?namespace=NS&resource=deploy/web`` | per-route rows of the resource's ServiceProfiles, as the namespace's clients see them |
 | ``/api/pods?namespace=NS`` | pods: meshed, identity, phase, whether tap is enabled |
+| ``/api/tap?namespace=NS&resource=deploy/web`` | live tap, as server-sent events (``tap_events``), through the tap server |
 
 Every answer is ``{"window": "1m", "items": [...]}`` or, when Prometheus or
 the question fails, ``{"error": "..."}`` with HTTP 502 or 400.  Nothing here
@@ -15,7 +16,7 @@ changes state.  Callers: ``tether.viz.dashboard.server``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from tether.naming import InvalidName, WorkloadIdentity
@@ -32,9 +33,14 @@ class BadQuery(ValueError):
     """A query parameter the dashboard cannot use; the message names it."""
 
 
+TAP_MAX_RPS = 10.0  # the dashboard's live tap shows a sample, as Linkerd's does
+
+
 class Views:
-    def __init__(self, prometheus: Prometheus, objects: api.Objects, mesh: api.Mesh, window: str = "1m") -> None:
+    def __init__(self, prometheus: Prometheus, objects: api.Objects, mesh: api.Mesh, window: str = "1m",
+                 tap_address: str | None = None) -> None:
         self.prometheus = prometheus
+        self.tap_address = tap_address
         self.objects = objects
         self.mesh = mesh
         self.window = window
@@ -85,9 +91,12 @@ class Views:
         resource = query.get("resource")
         if not resource:
             raise BadQuery("resource: name one, such as deploy/web")
-        target = parse_one(resource, self._namespace(query))
+        ns = self._namespace(query)
+        target = parse_one(resource, ns)
         try:
-            rows = api.top_routes(self.prometheus, self.objects, target, self.window, mesh=self.mesh)
+            # The clients' side: their proxies record each route, with and without retries.
+            rows = api.top_routes(self.prometheus, self.objects, Target(NAMESPACE, None, ns), self.window, to=target,
+                                  mesh=self.mesh)
         except LookupError:
             return []
         return [tables.row_json(r, self.seconds) for r in rows]
@@ -116,3 +125,29 @@ class Views:
                 "meshed": meshed, "identity": identity, "tap": bool(env.get(TAP_ENV)),
             })
         return out
+
+    async def tap_events(self, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """Live tap of ``resource``: ``{"line": ...}`` per event, or one ``{"error": ...}`` and the end."""
+        import grpc
+
+        from tether.api import viz_tap_pb2, viz_tap_pb2_grpc
+
+        if self.tap_address is None:
+            yield {"error": "no tap server: run `tether viz install`"}
+            return
+        try:
+            target = parse_one(query.get("resource") or "", self._namespace(query))
+        except (TargetError, BadQuery) as err:
+            yield {"error": str(err)}
+            return
+        request = viz_tap_pb2.TapByResourceRequest(maxRps=TAP_MAX_RPS)
+        request.target.resource.CopyFrom(viz_tap_pb2.Resource(namespace=target.namespace or "", type=target.kind,
+                                                              name=target.name))
+        if query.get("path"):
+            request.match.http.path = query["path"]
+        async with grpc.aio.insecure_channel(self.tap_address) as channel:
+            try:
+                async for event in viz_tap_pb2_grpc.TapStub(channel).TapByResource(request):
+                    yield {"line": tables.tap_line(event), "kind": event.http.WhichOneof("event")}
+            except grpc.aio.AioRpcError as err:
+                yield {"error": err.details() or err.code().name}

@@ -91,6 +91,8 @@ function drawGraph(edges) {
   svg.replaceChildren(defs, ...parts);
 }
 
+const deploysOf = (rows) => rows.map((r) => r.name);
+
 async function refresh() {
   try {
     const nss = await get("/api/namespaces");
@@ -112,6 +114,7 @@ async function refresh() {
     drawGraph(edges);
     fill("pods", pods, (p) => [cell(p.name), cell(p.phase), cell(p.meshed ? "yes" : "no", p.meshed ? "good" : "bad"),
       cell(p.identity.split(".serviceaccount.")[0], p.identity ? "good" : "dim"), cell(p.tap ? "enabled" : "off")]);
+    if (!$("tap-resource").value && deploysOf(workloads).length) $("tap-resource").value = "deploy/" + deploysOf(workloads)[0];
     const target = $("route-target");
     const deploys = workloads.map((r) => r.name);
     if ([...target.options].map((o) => o.value).join() !== deploys.join()) {
@@ -120,7 +123,11 @@ async function refresh() {
     }
     if (target.value) {
       const routes = await get("/api/routes", {namespace, resource: "deploy/" + target.value});
-      fill("routes", routes, (r) => [cell(r.name), cell(r.authority), ...golden(r.stats)]);
+      fill("routes", routes, (r) => {
+        const s = r.stats, total = s ? (s.actual_success_count || 0) + (s.actual_failure_count || 0) : 0;
+        const actual = total ? s.actual_success_count / total : null;
+        return [cell(r.name), cell(r.authority), ...golden(s), cell(pct(actual), grade(actual, 0.95, 0.8))];
+      });
     }
     $("status").textContent = "updated " + new Date().toLocaleTimeString();
     $("status").className = "status";
@@ -129,6 +136,39 @@ async function refresh() {
     $("status").className = "status error";
   }
 }
+
+// Live tap: an EventSource on /api/tap (a GET; closing it ends the tap).
+let tapSource = null;
+function stopTap(message) {
+  if (tapSource) tapSource.close();
+  tapSource = null;
+  $("tap-start").disabled = false;
+  $("tap-stop").disabled = true;
+  if (message !== undefined) $("tap-status").textContent = message;
+}
+$("tap-start").addEventListener("click", () => {
+  stopTap();
+  const params = new URLSearchParams({namespace, resource: $("tap-resource").value || ""});
+  if ($("tap-path").value) params.set("path", $("tap-path").value);
+  $("tap").textContent = "";
+  $("tap-status").textContent = "tapping " + $("tap-resource").value + "…";
+  $("tap-status").className = "";
+  tapSource = new EventSource("/api/tap?" + params);
+  tapSource.addEventListener("message", (ev) => {
+    const pre = $("tap");
+    const lines = (pre.textContent ? pre.textContent.split("\n") : []).concat(JSON.parse(ev.data).line);
+    pre.textContent = lines.slice(-200).join("\n");
+    pre.scrollTop = pre.scrollHeight;
+  });
+  tapSource.addEventListener("failure", (ev) => {
+    stopTap(JSON.parse(ev.data).error);
+    $("tap-status").className = "error";
+  });
+  tapSource.onerror = () => { if (tapSource && tapSource.readyState === EventSource.CLOSED) stopTap("tap ended"); };
+  $("tap-start").disabled = true;
+  $("tap-stop").disabled = false;
+});
+$("tap-stop").addEventListener("click", () => stopTap("stopped"));
 
 $("namespace").addEventListener("change", (ev) => { namespace = ev.target.value; refresh(); });
 $("route-target").addEventListener("change", refresh);

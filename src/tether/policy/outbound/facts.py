@@ -307,6 +307,9 @@ def _route(resource: Resource) -> RouteFacts:
     )
     for w in warnings:
         log.warning("outbound policy: %s", w)
+    if not spec.rules:
+        # The proxy API wants at least one rule per route; a route without rules matches nothing anyway.
+        errors.append(problem("no_rules", "spec.rules: a route without rules matches no request"))
     first = errors[0] if errors else None
     if first is not None:
         log.warning("outbound policy ignores route: %s", first)

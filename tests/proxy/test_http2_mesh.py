@@ -471,3 +471,44 @@ def test_plain_http2_client_and_goaway(tmp_path: Path) -> None:
             assert samples(out, "outbound_http_errors_total", error="failfast")
 
     run(scenario())
+
+
+def test_rapid_reset_ends_with_enhance_your_calm_and_others_are_served(tmp_path: Path) -> None:
+    """CVE-2023-44487 on loopback: one h2c connection sends HEADERS + RST_STREAM pairs back to back. The proxy
+    answers GOAWAY(ENHANCE_YOUR_CALM) and closes it, counts it, and another client is served meanwhile."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            empty = mesh.service("nobody", [(80, 8080)])
+            client = mesh.pod("client-0", app="client")
+            a = await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
+                                       LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+            request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
+            reader, writer = await asyncio.open_connection(empty, 80)
+            attacker = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            attacker.initiate_connection()
+            for _ in range(500):
+                sid = attacker.get_next_available_stream_id()
+                attacker.send_headers(sid, request, end_stream=True)
+                attacker.reset_stream(sid)
+            writer.write(attacker.data_to_send())
+            answer = b""
+            while chunk := await reader.read(65536):
+                answer += chunk
+            writer.close()
+            goaway = answer.rfind(b"\x07\x00\x00\x00\x00\x00")  # type GOAWAY, no flags, stream 0
+            assert goaway > 0 and answer[goaway + 10:goaway + 14] == b"\x00\x00\x00\x0b"  # ENHANCE_YOUR_CALM
+            # Another client of the same proxy is served as usual.
+            reader, writer = await asyncio.open_connection(empty, 80)
+            try:
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                conn.initiate_connection()
+                writer.write(conn.data_to_send())
+                head, _ = await h2_exchange(reader, writer, conn, request)
+                assert head[":status"] == "504" and "fail-fast" in head["l5d-proxy-error"]
+            finally:
+                writer.close()
+            out = await scrape(a)
+            assert samples(out, "outbound_http_errors_total", error="rapid reset")
+
+    run(scenario())

@@ -67,6 +67,7 @@ no I/O. Callers: ``core.outbound`` and ``core.inbound`` (their
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from collections.abc import Generator
 from typing import Any, cast
@@ -196,6 +197,14 @@ class _Pair:
         return RequestHead(self.method, self.path, headers, b"2")
 
 
+log = logging.getLogger(__name__)
+
+# Rapid reset (CVE-2023-44487): streams the client reset before their response head count against this (less
+# one for each response head sent); past it, the connection ends with GOAWAY(ENHANCE_YOUR_CALM). hyper's
+# default for max_pending_accept_reset_streams, which linkerd2-proxy's servers take when unset.
+MAX_PENDING_RESETS = 20
+
+
 def http2(router: Router, settings: HttpSettings, *, downgrade: bool = False) -> Layer:
     """Serve the accepted HTTP/2 connection's streams until it closes; ``downgrade``: honour ``l5d-orig-proto``."""
     yield from _Http2(router, settings, downgrade).run()
@@ -218,6 +227,7 @@ class _Http2:
         self.closing = False  # the client sent GOAWAY: finish the streams in flight, then close
         self.ended = False
         self.deadlines: list[tuple[float, int, _Pair]] = []  # a heap of route deadlines (stale ones popped lazily)
+        self.resets = 0  # streams reset by the client before their response head (MAX_PENDING_RESETS)
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
@@ -311,9 +321,16 @@ class _Http2:
         except H2ProtocolError:
             self.ended = True  # h2 queued the GOAWAY with the error's code; run() writes it
             return
+        # A stream reset in the same read as its HEADERS is never started: nothing goes upstream for it.
+        reset = {e.stream_id for e in events if isinstance(e, h2e.StreamReset)}
         for event in events:
+            if self.ended:
+                return
             if isinstance(event, h2e.RequestReceived):
-                self._request(event)
+                if event.stream_id in reset:
+                    self._early_reset()
+                else:
+                    self._request(event)
             elif isinstance(event, h2e.DataReceived):
                 self._request_data(event)
             elif isinstance(event, h2e.TrailersReceived):
@@ -400,8 +417,21 @@ class _Http2:
             pair.owed_down = 0
         pair.req_buf.clear()
 
+    def _early_reset(self) -> None:
+        """A stream the client reset before its response head: past ``MAX_PENDING_RESETS``, GOAWAY
+        (ENHANCE_YOUR_CALM) and the connection ends; the other connections go on being served."""
+        self.resets += 1
+        if self.resets > MAX_PENDING_RESETS:
+            log.info("HTTP/2 client reset %d streams before their responses: GOAWAY(ENHANCE_YOUR_CALM)",
+                     self.resets)
+            self.out.append(Count(f"{self.settings.direction}_http_errors_total", 'error="rapid reset"'))
+            self.down.goaway(ErrorCodes.ENHANCE_YOUR_CALM)
+            self.ended = True
+
     def _client_reset(self, pair: _Pair, code: int) -> None:
         """The client reset its stream: reset the upstream one with the same code."""
+        if pair.status is None:
+            self._early_reset()
         if pair.up is not None and pair.usid is not None:
             pair.up.ep.reset(pair.usid, code)
         if pair.status is not None and not pair.resp_end:
@@ -614,6 +644,7 @@ class _Http2:
         self._sample(pair)
         status = next((v for n, v in headers if n == b":status"), b"")
         pair.status = int(status) if status.isdigit() else 502
+        self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
         if self.settings.strip_proxy_errors:
             headers = [(n, v) for n, v in headers if n not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]
         self._note_grpc_status(pair, headers)

@@ -38,6 +38,8 @@ from tether.store import Store
 from tether.store.errors import StoreError
 from tether.viz import local, tables
 from tether.viz.objects import StoreObjects
+from tether.viz.scrape_config import PROXY_JOB
+from tether.viz.workloads import MESHED_LABEL
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_targets
@@ -257,10 +259,10 @@ def check(prometheus_url: str | None) -> None:
             problems.append(str(err))
             return
         targets = ctx.prometheus.targets()
-        proxies = [t for t in targets if (t.get("labels") or {}).get("job") == "linkerd-proxy"]
+        proxies = [t for t in targets if (t.get("labels") or {}).get("job") == PROXY_JOB]
         pods = {(t["labels"].get("namespace"), t["labels"].get("pod")): t for t in proxies}
         meshed = [p for p in ctx.objects.list("Pod", None)
-                  if "linkerd.io/control-plane-ns" in ((p.get("metadata") or {}).get("labels") or {})
+                  if MESHED_LABEL in ((p.get("metadata") or {}).get("labels") or {})
                   and (p.get("status") or {}).get("phase") == "Running"]
         missing = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in meshed
                    if (p["metadata"]["namespace"], p["metadata"]["name"]) not in pods]

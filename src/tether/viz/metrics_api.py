@@ -24,7 +24,7 @@ from tether.naming import InvalidName
 from tether.viz import promql
 from tether.viz.prometheus import Prometheus, Sample, count
 from tether.viz.targets import AUTHORITY, DEPLOYMENT, NAMESPACE, POD, SERVICE, Target
-from tether.viz.workloads import select
+from tether.viz.workloads import MESHED_LABEL, select
 
 Obj = Mapping[str, Any]
 DEFAULT_ROUTE = "[DEFAULT]"
@@ -323,7 +323,7 @@ def _identity(objects: Objects, namespace: str, pod_name: str, mesh: Mesh) -> st
     if pod is None:
         return ""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    if "linkerd.io/control-plane-ns" not in labels:
+    if MESHED_LABEL not in labels:
         return ""
     sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
     try:

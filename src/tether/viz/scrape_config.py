@@ -25,9 +25,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tether.viz.workloads import PROXY_CONTAINER
+
 PROXY_JOB = "linkerd-proxy"
 CONTROLLER_JOB = "linkerd-controller"
-PROXY_CONTAINER = "linkerd-proxy"
 PROXY_ADMIN_PORT_NAME = "linkerd-admin"
 CONTROLLER_PORT_NAME = "admin"
 PROXIES_FILE = "proxies.json"

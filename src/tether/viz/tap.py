@@ -33,15 +33,14 @@ import grpc
 from tether.api import http_types_pb2, tap_pb2, tap_pb2_grpc, viz_tap_pb2, viz_tap_pb2_grpc
 from tether.naming import InvalidName, WorkloadIdentity
 from tether.viz.metrics_api import Mesh, Objects
+from tether.viz.tap_injector import DISABLE_TAP, TAP_ENV
 from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, TargetError, kind_of
-from tether.viz.workloads import MESHED_LABEL, select
+from tether.viz.workloads import MESHED_LABEL, PROXY_CONTAINER, select
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RPS = 100.0
 TAP_PORT = 4190
-TAP_ENV = "LINKERD2_PROXY_TAP_SVC_NAME"
-PROXY_CONTAINER = "linkerd-proxy"
 WINDOW_S = 1.0
 M = tap_pb2.ObserveRequest.Match
 VM = viz_tap_pb2.TapByResourceRequest.Match
@@ -91,8 +90,8 @@ def why_not_tappable(pod: Mapping[str, Any]) -> str | None:
     if status.get("phase") != "Running" or not status.get("podIP"):
         return f"not running (phase {status.get('phase') or 'unknown'})"
     annotations = meta.get("annotations") or {}
-    if annotations.get("viz.linkerd.io/disable-tap") == "true":
-        return "tap disabled (viz.linkerd.io/disable-tap)"
+    if annotations.get(DISABLE_TAP) == "true":
+        return f"tap disabled ({DISABLE_TAP})"
     if not _proxy_env(pod).get(TAP_ENV):
         return f"tap not enabled (its proxy has no {TAP_ENV})"
     return None

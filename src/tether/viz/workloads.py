@@ -23,6 +23,7 @@ NAMESPACE = "namespace"
 KINDS = (DEPLOYMENT, POD, NAMESPACE)
 
 MESHED_LABEL = "linkerd.io/control-plane-ns"
+PROXY_CONTAINER = "linkerd-proxy"  # the injected proxy's container name, sidecar or native
 TEMPLATE_HASH = "pod-template-hash"
 
 Obj = Mapping[str, Any]

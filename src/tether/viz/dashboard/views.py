@@ -23,10 +23,10 @@ from tether.naming import InvalidName, WorkloadIdentity
 from tether.viz import metrics_api as api
 from tether.viz import tables
 from tether.viz.prometheus import Prometheus, PrometheusError
+from tether.viz.tap_injector import TAP_ENV
 from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, SERVICE, Target, TargetError, parse_one
+from tether.viz.workloads import MESHED_LABEL, PROXY_CONTAINER
 
-MESHED_LABEL = "linkerd.io/control-plane-ns"
-TAP_ENV = "LINKERD2_PROXY_TAP_SVC_NAME"
 
 
 class BadQuery(ValueError):
@@ -108,7 +108,7 @@ class Views:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
             meshed = MESHED_LABEL in (meta.get("labels") or {})
             proxy = next((c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
-                          if c.get("name") == "linkerd-proxy"), None)
+                          if c.get("name") == PROXY_CONTAINER), None)
             env = {e.get("name"): e.get("value") for e in (proxy or {}).get("env") or ()}
             identity = ""
             if meshed:

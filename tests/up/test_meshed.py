@@ -167,3 +167,21 @@ def test_a_capture_between_pods_shows_no_readable_payload_between_meshed_pods(ru
     # The meshed client's bytes crossed the wire (TLS application-data records), never in clear.
     assert any(b"\x17\x03\x03" in f for f in sealed_frames)
     assert not any(marker in f for f in sealed_frames)
+
+
+def test_the_destination_answers_only_clients_with_a_mesh_certificate(running: uplab.Platform) -> None:
+    """#19 item 3: without a certificate issued under the trust anchor, no stream opens; proxies present theirs."""
+    p = running
+    config = platform_config.load(p.home)
+    assert config is not None
+    pki_dir = p.home / "pki"
+    ask = ["diagnostics", "endpoints", "kubernetes.default.svc.cluster.local:443",
+           "--destination-addr", config.address(config.ports.destination), "--trust-anchors", str(pki_dir / "ca.crt")]
+    anonymous = p.tether(*ask, ok=False)
+    assert "cannot reach the destination" in anonymous.stderr, anonymous.stderr
+    foreign = pki_dir.parent / "foreign"  # a certificate from another trust anchor is refused too
+    p.tether("identity", "create-trust-anchor", "--out", str(foreign))
+    assert "cannot reach the destination" in p.tether(
+        *ask, "--tls-cert", str(foreign / "ca.crt"), "--tls-key", str(foreign / "ca.key"), ok=False).stderr
+    member = p.tether(*ask, "--tls-cert", str(pki_dir / "cli.crt"), "--tls-key", str(pki_dir / "cli.key"), ok=None)
+    assert "cannot reach the destination" not in member.stderr, member.stderr

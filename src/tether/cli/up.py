@@ -92,7 +92,7 @@ def _now() -> datetime:
 def _pki_files(config: LocalPlatformConfig) -> dict[str, Path]:
     pki_dir = config.layout.pki
     return {name: pki_dir / name for name in (
-        "ca.crt", "ca.key", "issuer.crt", "issuer.key", "destination.crt", "destination.key")}
+        "ca.crt", "ca.key", "issuer.crt", "issuer.key", "destination.crt", "destination.key", "cli.crt", "cli.key")}
 
 
 def ensure_pki(config: LocalPlatformConfig, echo=click.echo) -> None:  # noqa: ANN001
@@ -125,6 +125,17 @@ def ensure_destination_cert(config: LocalPlatformConfig) -> bool:
     files = _pki_files(config)
     identity = control_plane_identity("destination", config.control_plane_ns, config.trust_domain)
     return ensure_serving_cert(config, identity, files["destination.crt"], files["destination.key"])
+
+
+def ensure_cli_cert(config: LocalPlatformConfig) -> bool:
+    """(Re)issue the client certificate host tools present to the destination, which requires one.
+
+    ``linkerd-cli.<cp-ns>.serviceaccount...``: what ``tether diagnose`` (and ``tether diagnostics
+    ... --tls-cert <state>/pki/cli.crt --tls-key <state>/pki/cli.key``) show the destination.
+    """
+    files = _pki_files(config)
+    identity = control_plane_identity("cli", config.control_plane_ns, config.trust_domain)
+    return ensure_serving_cert(config, identity, files["cli.crt"], files["cli.key"])
 
 
 def ensure_serving_cert(config: LocalPlatformConfig, identity: WorkloadIdentity, cert_path: Path, key_path: Path,
@@ -176,7 +187,10 @@ def component_specs(config: LocalPlatformConfig) -> list[ComponentSpec]:
             argv=(*tether, "destination", "serve", "--addr", config.address(ports.destination),
                   "--admin-addr", config.address(ports.destination_admin), "--store", str(config.layout.store),
                   "--cluster-domain", config.cluster_domain, *common,
-                  "--tls-cert", str(files["destination.crt"]), "--tls-key", str(files["destination.key"])),
+                  "--tls-cert", str(files["destination.crt"]), "--tls-key", str(files["destination.key"]),
+                  # Clients must present a certificate issued under the trust anchor: proxies present
+                  # their own identity (in Linkerd they reach the destination through its meshed pod).
+                  "--trust-anchors", str(files["ca.crt"])),
             admin_url=admin(ports.destination_admin),
             addr=config.address(ports.destination),
             version=__version__,
@@ -237,6 +251,7 @@ def up(prefix: str | None, bridge: str | None, pod_cidr: IPv4Network | None, ser
     click.echo(f"state: {state}  (bridge {config.bridge}, pods {config.pod_cidr}, services {config.service_cidr})")
     try:
         ensure_pki(config)
+        ensure_cli_cert(config)
         if ensure_destination_cert(config):
             click.echo(f"issued the destination's certificate ({control_plane_identity('destination', config.control_plane_ns, config.trust_domain).dns_name})")
         ipam = Ipam(IpamConfig(state_dir=state, pod_cidr=config.pod_cidr))
@@ -517,6 +532,8 @@ async def _renew_destination_cert(config: LocalPlatformConfig, stop: asyncio.Eve
         try:
             if await asyncio.to_thread(ensure_destination_cert, config):
                 log.info("renewed the destination's serving certificate")
+            if await asyncio.to_thread(ensure_cli_cert, config):
+                log.info("renewed the host tools' client certificate")
         except (pem.PemError, pki.PkiError, OSError) as exc:
             log.error("cannot renew the destination's certificate: %s", exc)
         try:

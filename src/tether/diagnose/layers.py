@@ -308,7 +308,8 @@ class LocalDiagnosis:
 
     def _destination_tls(self) -> ClientTls:
         name = control_plane_identity("destination", self.config.control_plane_ns, self.config.trust_domain).dns_name
-        return ClientTls(roots=self.config.layout.pki / "ca.crt", server_name=name)
+        pki_dir = self.config.layout.pki  # with the platform's client certificate: the destination requires one
+        return ClientTls(roots=pki_dir / "ca.crt", server_name=name, cert=pki_dir / "cli.crt", key=pki_dir / "cli.key")
 
     async def _ask_destination(self, authority: Authority, namespace: str) -> tuple[dict | None, dict | None, str]:
         channel = open_channel(self.config.address(self.config.ports.destination), self._destination_tls())

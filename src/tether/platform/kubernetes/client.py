@@ -136,6 +136,19 @@ class KubeClient:
     async def get(self, path: str, params: Mapping[str, Any] | None = None) -> JSON:
         return await self._json("GET", path, params, None)
 
+    async def get_text(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        """A GET answered with text, e.g. a pod's ``/metrics`` through the ``pods/proxy`` subresource."""
+        timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout, sock_connect=self.settings.connect_timeout)
+        response = await self._request("GET", path, params, None, timeout, accept="text/plain, */*")
+        try:
+            await _raise_for_status(response)
+            try:
+                return await response.text()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, UnicodeDecodeError) as exc:
+                raise ApiUnreachable(f"GET {path}: {_describe(exc)}") from None
+        finally:
+            response.release()
+
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._json("POST", path, None, body)
 
@@ -192,7 +205,8 @@ class KubeClient:
         return data
 
     async def _request(
-        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, timeout: aiohttp.ClientTimeout
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, timeout: aiohttp.ClientTimeout,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
         await self.open()
         assert self._api is not None
@@ -200,7 +214,7 @@ class KubeClient:
         try:
             return await self._api.call_api(
                 path, method, query_params=query, body=body,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": accept, "Content-Type": "application/json"},
                 auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

@@ -277,6 +277,7 @@ class TappedStream:
         self.started = now
         self.response_started: float | None = None
         self.ended = False
+        self._template = self._base()  # addresses and labels, packed once for the stream's three events
 
     def _base(self) -> tap_pb2.TapEvent:
         r = self.request
@@ -299,12 +300,14 @@ class TappedStream:
                 continue
             if tap.headers:
                 if full is None:
-                    full = self._base()
+                    full = tap_pb2.TapEvent()
+                    full.CopyFrom(self._template)
                     fill(full, True)
                 tap.push(full)
             else:
                 if plain is None:
-                    plain = self._base()
+                    plain = tap_pb2.TapEvent()
+                    plain.CopyFrom(self._template)
                     fill(plain, False)
                 tap.push(plain)
 

@@ -247,7 +247,8 @@ def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exce
             return _Framing.UNTIL_CLOSE, 0
         return _Framing.CHUNKED, 0
     if lengths:
-        if any(not _DIGITS.match(v) for v in lengths) or len(set(lengths)) != 1 or len(lengths[0]) > 18:
+        first = lengths[0]
+        if len(first) > 18 or not _DIGITS.match(first) or (len(lengths) > 1 and len(set(lengths)) != 1):
             raise error("invalid Content-Length")
         return _Framing.LENGTH, int(lengths[0])
     return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
@@ -666,7 +667,10 @@ class _HeadCollector:
         if low in HOP_BY_HOP:
             self.rewrite = True
         if low in _FRAMING_HEADERS:
-            self.found.setdefault(low, []).extend(v.strip().lower() for v in value.split(b",") if v.strip())
+            if b"," in value:
+                self.found.setdefault(low, []).extend([v.strip() for v in value.lower().split(b",") if v.strip()])
+            elif stripped := value.strip():
+                self.found.setdefault(low, []).append(stripped.lower())  # the common case: one value
 
 
 _NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
@@ -716,10 +720,10 @@ def _head_bytes(line: bytes, head: RequestHead | ResponseHead) -> bytes:
 
 def serialise_lines(headers: Headers) -> bytes:
     """Header lines, each ending in CRLF: what a proxy appends to a ``raw`` head."""
-    return b"".join(b"%s: %s\r\n" % kv for kv in headers)
+    return b"".join([b"%s: %s\r\n" % kv for kv in headers])
 
 
 def _serialise(headers: Headers) -> bytes:
     if not headers:
         return b"\r\n"
-    return b"".join(b"%s: %s\r\n" % kv for kv in headers) + b"\r\n"
+    return b"".join([b"%s: %s\r\n" % kv for kv in headers]) + b"\r\n"

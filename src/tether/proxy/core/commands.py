@@ -14,7 +14,7 @@ Commands marked ``blocking = False`` are done at once and answered with None.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from tether.proxy.codec.addrs import SocketAddr
@@ -114,6 +114,14 @@ class Connect(Command):
     tls: ClientTls | None
     timeout: float
     labels: str
+    # What pooled connections are kept under: the address and the TLS setting, as one string (its hash is
+    # computed once, where a (SocketAddr, ClientTls) tuple would hash the address in Python on every lookup).
+    pool_key: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tls = self.tls
+        key = f"{self.addr}" if tls is None else f"{self.addr} {tls.server_id} {tls.sni} {tls.alpn}"
+        object.__setattr__(self, "pool_key", key)
 
 
 @dataclass(frozen=True, slots=True)

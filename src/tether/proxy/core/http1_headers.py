@@ -43,24 +43,15 @@ def _connection_tokens(headers: Headers) -> set[bytes]:
     tokens: set[bytes] = set()
     for name, value in headers:
         if name.lower() == b"connection":
-            tokens.update(t.strip().lower() for t in value.split(b","))
+            tokens.update([t.strip().lower() for t in value.split(b",")])
     return tokens
 
 
 def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE) -> Headers:
     """``headers`` without the hop-by-hop ones (those of RFC 9110 and those ``Connection`` lists), but ``keep``."""
     listed = _connection_tokens(headers) - keep
-    return tuple((n, v) for n, v in headers
-                 if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed))
-
-
-def found(head: RequestHead | ResponseHead) -> dict[bytes, list[bytes]]:
-    """The framing values of a head, as the codec found them (or scanned now for a head built by hand)."""
-    return head.found if head.found is not None else scan_framing(head.headers)
-
-
-def wants_switch(request: RequestHead) -> bool:
-    return request.method == b"CONNECT" or b"upgrade" in found(request)
+    return tuple([(n, v) for n, v in headers
+                  if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed)])
 
 
 def _appended(head: RequestHead, extra: Headers) -> RequestHead:
@@ -73,7 +64,7 @@ def _appended(head: RequestHead, extra: Headers) -> RequestHead:
 
 def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -> RequestHead:
     """The head sent to the endpoint ``pick`` chose."""
-    framing = found(request)
+    framing = request.found if request.found is not None else scan_framing(request.headers)
     switch = request.method == b"CONNECT" or b"upgrade" in framing
     client_id = settings.client_id.encode() if settings.client_id else None
     route = pick.route
@@ -125,7 +116,7 @@ def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bo
     if request.method == b"CONNECT" and 200 <= status < 300:  # a tunnel: no body framing to speak of
         tunnel = tuple((n, v) for n, v in end_to_end(head.headers) if n.lower() != b"content-length")
         return ResponseHead(status, _strip_proxy_errors(tunnel, settings), head.reason, b"1.1")
-    up_found = found(head)
+    up_found = head.found if head.found is not None else scan_framing(head.headers)
     plain = not head.rewrite
     headers: Headers = head.headers if plain else _strip_proxy_errors(end_to_end(head.headers), settings)
     framing: dict[bytes, list[bytes]] = {}

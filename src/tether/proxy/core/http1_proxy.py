@@ -72,7 +72,7 @@ from tether.proxy.core import errors
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick, Router
-from tether.proxy.core.http1_headers import downstream_response, found, informational, upstream_request
+from tether.proxy.core.http1_headers import downstream_response, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
 from tether.proxy.core.retries import Settled, settle
 
@@ -566,7 +566,8 @@ class Http1Proxy:
             self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release)
             return
         down_head = downstream_response(head, ex.request, server.keep_alive, self.settings)
-        ex.chunked = b"transfer-encoding" in found(down_head)
+        framing = down_head.found
+        ex.chunked = framing is not None and b"transfer-encoding" in framing
         ex.head = head
         ex.success = success
         ex.phase = Phase.RELAYING

@@ -464,7 +464,7 @@ class Driver:
 
     def pooled(self, direction: str, connect: cmd.Connect) -> http_cmd.Upstream | None:
         """An idle pooled connection for ``connect`` (same address and TLS), or None."""
-        return self._pools[direction].take((connect.addr, connect.tls))
+        return self._pools[direction].take(connect.pool_key)
 
     def pool_put(self, direction: str, up: http_cmd.Upstream) -> None:
         self._pools[direction].put(up)
@@ -502,7 +502,7 @@ class Driver:
         if header is not None and connected.alpn == TRANSPORT_ALPN:
             stream.tx += len(header)
             stream.transport.write(header)
-        return http_cmd.Upstream((connect.addr, connect.tls), stream, connected.elapsed, reused=False)
+        return http_cmd.Upstream(connect.pool_key, stream, connected.elapsed, reused=False)
 
     def _pooled_closed(self, stream: Stream, meter: Meter, _: object = None) -> None:
         meter.close(stream.errno)

@@ -19,7 +19,6 @@ import click
 
 from tether.cli.diagnostics_scrape import local_config
 from tether.cli.errors import CliError
-from tether.cli.up import COMPONENTS
 from tether.diagnose.layers import DiagnoseError, Diagnosis, LocalDiagnosis
 from tether.store import StoreError
 
@@ -51,7 +50,7 @@ def diagnose(target: str, to: str | None, namespace: str, output: str) -> None:
     """Find the first layer at which TARGET (deploy/NAME or po/NAME), or its call to --to, fails."""
     config = local_config()
     try:
-        result = LocalDiagnosis(config, COMPONENTS).run(target, namespace, to)
+        result = LocalDiagnosis(config).run(target, namespace, to)
     except (DiagnoseError, StoreError) as exc:
         raise CliError(str(exc)) from None
     if output == "json":

@@ -20,20 +20,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.destination.client import (
-    ClientTls,
-    DestinationError,
-    open_channel,
-    profile_dict,
-    stream_endpoints,
-    stream_profile,
-    update_dict,
-)
 from tether.diagnose import facts, proxies
 from tether.diagnose.authz import allowing
 from tether.identity import pem, pki
@@ -44,7 +35,6 @@ from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.launcher import Launcher, tail
 from tether.platform.local.netns import LocalNetError
 from tether.platform.local.probes import socket_in
-from tether.policy.client import PolicyError, inbound_policy
 from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.store import Store, StoreError
 from tether.viz.exposition import Exposition, parse
@@ -132,10 +122,8 @@ class Probe:
 class LocalDiagnosis:
     """One diagnosis on the local platform of ``config``."""
 
-    def __init__(self, config: LocalPlatformConfig, components: Sequence[str], *,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(self, config: LocalPlatformConfig, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.config = config
-        self.components = components
         self.now = now
         self.result: Diagnosis | None = None
         self._metrics: dict[str, Exposition] = {}
@@ -306,12 +294,25 @@ class LocalDiagnosis:
                 raise Failure(f"the {side} pod {ref}'s certificate was not issued by the current issuer",
                               f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)")
 
-    def _destination_tls(self) -> ClientTls:
+    def _destination_tls(self) -> Any:
+        # Imported here, as the other controller clients below: each pulls in its whole package, and a
+        # diagnosis without --to needs none of them (the command starts faster).
+        from tether.serving.channel import ClientTls
+
         name = control_plane_identity("destination", self.config.control_plane_ns, self.config.trust_domain).dns_name
         pki_dir = self.config.layout.pki  # with the platform's client certificate: the destination requires one
         return ClientTls(roots=pki_dir / "ca.crt", server_name=name, cert=pki_dir / "cli.crt", key=pki_dir / "cli.key")
 
     async def _ask_destination(self, authority: Authority, namespace: str) -> tuple[dict | None, dict | None, str]:
+        from tether.destination.client import (
+            DestinationError,
+            open_channel,
+            profile_dict,
+            stream_endpoints,
+            stream_profile,
+            update_dict,
+        )
+
         channel = open_channel(self.config.address(self.config.ports.destination), self._destination_tls())
         token = json.dumps({"ns": namespace})
         try:
@@ -342,7 +343,11 @@ class LocalDiagnosis:
         if svc_port is None:
             raise Failure(f"service {authority.namespace}/{authority.service} does not declare port {authority.port}",
                           "use one of the service's ports, or add the port to the Service")
-        endpoints, profile, error = asyncio.run(self._ask_destination(authority, source_ns))
+        try:
+            endpoints, profile, error = asyncio.run(self._ask_destination(authority, source_ns))
+        except OSError as exc:  # the platform's client certificate (pki/cli.crt) is missing or unreadable
+            raise Failure(f"cannot ask the destination: {exc.filename}: {exc.strerror}",
+                          "run `tether up`: it issues the platform's client certificate") from None
         launcher = Launcher(self.config.layout.components, self.config.layout.logs)
         if error:
             status = launcher.status("destination")
@@ -372,6 +377,9 @@ class LocalDiagnosis:
         return service, svc_port, profile
 
     async def _ask_policy(self, target: Mapping[str, Any], port: int) -> dict[str, Any]:
+        from tether.policy.client import inbound_policy
+        from tether.serving.channel import open_channel
+
         channel = open_channel(self.config.address(self.config.ports.policy), self._destination_tls())
         try:
             meta = target["metadata"]
@@ -382,12 +390,17 @@ class LocalDiagnosis:
     def _controller_policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
         """The policy controller's answer for the target's port, judged for the source's identity and address."""
         ref = facts.ref(target)
+        from tether.policy.client import PolicyError
+
         client_id, client_ip = proxies.identity_of(source) or "", proxies.pod_ip(source) or "0.0.0.0"
         try:
             server = asyncio.run(self._ask_policy(target, port))
         except (PolicyError, TimeoutError) as exc:
             raise Failure(f"the policy controller has no answer for {ref}:{port}: {exc or 'timed out'}",
                           "`tether status`; `tether logs policy`") from None
+        except OSError as exc:
+            raise Failure(f"cannot ask the policy controller: {exc.filename}: {exc.strerror}",
+                          "run `tether up`: it issues the platform's client certificate") from None
         labels = server.get("labels") or {}
         self._note(f"policy GetPort {ref}:{port}",
                    f"server {labels.get('kind', '?')}/{labels.get('name', '?')}, protocol {server.get('protocol')}")

@@ -30,8 +30,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusPr
     ]
     prom = PrometheusProcess(tmp_path_factory.mktemp("prom"), [o for o in objs if o["kind"] == "Pod"])
     try:
-        # Three scrapes of web at least, so increase() over the window has a few points.
-        wait_for("three scrapes of web", lambda: web.scrapes >= 4)
+        # Enough scrapes of web that increase()'s extrapolation and the rounding of small counts stay small.
+        wait_for("eight scrapes of web", lambda: web.scrapes >= 8)
         wait_for("web's series in Prometheus",
                  lambda: prom.client.query('count_over_time(response_total{deployment="web"}[1m])'))
         yield prom, objs

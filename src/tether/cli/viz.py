@@ -431,6 +431,22 @@ def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, p
                    f"No edges found in {ns} namespace." if ns else "No edges found.")
 
 
+@viz.command("stat-inbound")
+@click.argument("resource")
+@click.option("-n", "--namespace", help="The namespace (default: default).")
+@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@prometheus_option
+def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None) -> None:
+    """What RESOURCE's proxies served, per server, port and route of their inbound policy."""
+    target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
+    seconds = api.window_seconds(window)
+    ctx = Context(prometheus_url)
+    rows = ctx.run(lambda: api.stat_inbound(ctx.prometheus, target, window))
+    _print_or_json(output, tables.stat_inbound_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
+                   "No traffic found.")
+
+
 @viz.command()
 @click.argument("resource")
 @click.option("-n", "--namespace", help="The namespace (default: default).")

@@ -230,6 +230,28 @@ def stat_summary(prometheus: Prometheus, objects: Objects, target: Target, windo
     return rows
 
 
+# -- stat-inbound ---------------------------------------------------------------------------------
+
+
+def stat_inbound(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
+    """Per server, port and route of the inbound policy of ``target``'s proxies, as ``linkerd viz stat-inbound``."""
+    if target.kind in (SERVICE, AUTHORITY):
+        raise ValueError(f"stat-inbound shows what serves traffic (deploy, po, ns), not a {target.kind}")
+    queries = promql.stat_inbound(target, window)
+
+    def key(labels: Mapping[str, str]) -> tuple[str, ...]:
+        server = "[default]" if labels.get("srv_kind") == "default" else labels.get("srv_name", "")
+        route = "[default]" if labels.get("route_name") == "default" else labels.get("route_name", "")
+        route_type = "" if labels.get("route_kind") == "default" else labels.get("route_kind", "")
+        name = labels.get(target.label if target.kind != NAMESPACE else "namespace", "")
+        return (labels.get("namespace", ""), name, server, labels.get("target_port", ""), route, route_type)
+
+    by_key = fold(prometheus.query_all(queries.queries), key)
+    return [Row(target.kind, ns, name, stats, extra={"server": server, "port": port, "route": route,
+                                                      "route_type": route_type})
+            for (ns, name, server, port, route, route_type), stats in sorted(by_key.items()) if stats.requests]
+
+
 # -- TopRoutes ------------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@
 | stat (inbound) | ``response_total``, ``response_latency_ms_bucket``, ``tcp_*`` with ``direction="inbound"`` | ``namespace``, the kind's label |
 | stat ``--to`` | the same with ``direction="outbound"`` and ``dst_<kind>``/``dst_namespace`` | the source's labels |
 | stat ``--from`` | ``direction="outbound"`` of the source's pods | ``dst_namespace``, ``dst_<kind>`` |
+| stat-inbound | ``response_total``, ``response_latency_ms_bucket`` with ``direction="inbound"`` | ``srv_*``, ``route_*``, ``target_port``, the kind's label |
 | stat svc | ``direction="outbound"``, ``authority=~"^<svc>.<ns>.svc.<domain>.+"`` | ``dst_namespace``, ``dst_service`` |
 | routes | ``route_response_total``, ``route_actual_response_total``, ``route_response_latency_ms_bucket`` | ``rt_route``, ``dst`` |
 | edges | ``tcp_open_connections{direction="outbound"}`` | both sides' labels, ``pod``, ``server_id``, ``no_tls_reason`` |
@@ -159,6 +160,22 @@ def _service_stat(target: Target, window: str, *, to: Target | None, from_: Targ
     authority = Matcher(AUTHORITY, f"^{name}\\.{namespace}\\.svc\\.{cluster_domain}.+", "=~")
     group = ("dst_namespace", "dst_service") if to is None else group_by(target)
     return QuerySet(_golden(selector(labels, authority), window, group), group)
+
+
+# -- stat-inbound ---------------------------------------------------------------------------------
+
+INBOUND_GROUP = ("srv_name", "srv_kind", "route_name", "route_kind", "target_port")
+
+
+def stat_inbound(target: Target, window: str) -> QuerySet:
+    """What ``target``'s proxies served, per server, port and route of their inbound policy (``stat-inbound``)."""
+    rendered = selector({**query_labels(target), "direction": "inbound"})
+    group = INBOUND_GROUP + group_by(target)
+    g = by(group)
+    queries = {REQUESTS: f"sum(increase(response_total{rendered}[{window}])) by ({g}, classification)"}
+    for q in QUANTILES:
+        queries[q] = f"histogram_quantile({q}, sum(irate(response_latency_ms_bucket{rendered}[{window}])) by (le, {g}))"
+    return QuerySet(queries, group)
 
 
 # -- routes ---------------------------------------------------------------------------------------

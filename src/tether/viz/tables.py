@@ -7,6 +7,7 @@ Formats follow Linkerd's: ``92.50%``, ``3.9rps``, ``2ms``, ``-`` for unknown.
 | stat | [NAMESPACE] NAME MESHED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 TCP_CONN (READ_BYTES/SEC WRITE_BYTES/SEC MTLS) |
 | routes | ROUTE SERVICE SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99; with --to wide: EFFECTIVE_SUCCESS EFFECTIVE_RPS ACTUAL_SUCCESS ACTUAL_RPS |
 | edges | SRC DST SRC_NS DST_NS SECURED (CLIENT_ID SERVER_ID MSG) |
+| stat-inbound | NAME SERVER ROUTE TYPE SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 |
 | authz | SERVER ROUTE AUTHORIZATION ALLOWED DENIED SUCCESS RPS LATENCY_P50 LATENCY_P95 LATENCY_P99 |
 | tap | one line per event: ``req``/``rsp``/``end id=<base>:<stream> proxy=in|out src= dst= tls= ...`` |
 
@@ -100,6 +101,14 @@ def routes_table(rows: Sequence[Row], seconds: float, *, outbound: bool, wide: b
         else:
             cells += golden
         out.append(cells)
+    return out
+
+
+def stat_inbound_table(rows: Sequence[Row], seconds: float) -> list[list[str]]:
+    out = [["NAME", "SERVER", "ROUTE", "TYPE", "SUCCESS", "RPS", *LATENCY_COLUMNS]]
+    for r in rows:
+        x = r.extra
+        out.append([r.name, f"{x['server']}:{x['port']}", x["route"], x["route_type"], *_golden(r.stats, seconds)])
     return out
 
 

@@ -72,6 +72,7 @@ MANIFESTS = [
     client("client", NS, f"http://web.{NS}.svc.cluster.local/"),
     client("plain", NS, f"http://web.{NS}.svc.cluster.local/", annotations="linkerd.io/inject: disabled"),
     web_server("locked", NS, 1, annotations="config.linkerd.io/default-inbound-policy: deny"),
+    web_server("bare", NS, 1, annotations="linkerd.io/inject: disabled"),
     _script_app("banner", BANNER, 2525, 2525),
     _script_app("failing", FAILING, 8080, 80),
     web_server("refusing", NS, 1).replace("targetPort: http", "targetPort: 9090"),
@@ -87,7 +88,7 @@ def mesh(running: uplab.Platform) -> uplab.Platform:
 
     def all_ready() -> bool:
         pods = running.pods(NS)
-        return len(pods) == 7 and all(ready(p) for p in pods)
+        return len(pods) == 8 and all(ready(p) for p in pods)
 
     wait_for("every workload of the module ready", all_ready, timeout=120)
     return running
@@ -125,6 +126,12 @@ def test_an_unmeshed_client_fails_at_injection(mesh: uplab.Platform) -> None:
     assert "linkerd.io/inject=disabled" in details(doc)
     text = mesh.tether("diagnose", "deploy/plain", "-n", NS, ok=False).stdout
     assert text.startswith("injection: FAILED: deploy/plain")
+
+
+def test_an_unmeshed_server_fails_at_injection_and_is_not_ok(mesh: uplab.Platform) -> None:
+    doc = diagnose(mesh, "deploy/client", f"bare.{NS}:80")
+    assert doc["layer"] == "injection" and doc["ok"] is False
+    assert doc["reason"].startswith("the target pod dg/bare-") and "injection_disable_annotation_present" in doc["reason"]
 
 
 def test_a_deleted_redirect_rule_fails_at_redirection(mesh: uplab.Platform) -> None:

@@ -119,6 +119,23 @@ class Probe:
     head: str = ""
 
 
+# What Linkerd's synthesized errors (l5d-proxy-error) say about where the call broke.
+_PROXY_ERRORS = (
+    ("fail-fast", "the client's proxy found no ready endpoint for the service in time (fail-fast)"),
+    ("load", "the proxy shed load: more requests were in flight than it admits"),
+    ("timed out", "a connection or response timed out between the proxies"),
+    ("tls", "the TLS handshake between the proxies failed (identity or trust mismatch)"),
+    ("certificate", "the TLS handshake between the proxies failed (identity or trust mismatch)"),
+    ("identity", "the server proxy's identity is not the one discovery named"),
+)
+
+
+def _proxy_error_meaning(error: str) -> str:
+    lowered = error.lower()
+    meaning = next((text for needle, text in _PROXY_ERRORS if needle in lowered), None)
+    return f" ({meaning})" if meaning else ""
+
+
 class LocalDiagnosis:
     """One diagnosis on the local platform of ``config``."""
 
@@ -551,7 +568,8 @@ class LocalDiagnosis:
                 raise Failure(f"the app in {ref} refuses connections on port {target_port} ({refused}); the "
                               f"target's proxy answered {probe.status} ({probe.proxy_error})",
                               f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
-            raise Failure(f"the proxies failed the call: {probe.status} l5d-proxy-error: {probe.proxy_error}",
+            raise Failure(f"the proxies failed the call: {probe.status} l5d-proxy-error: {probe.proxy_error}"
+                          + _proxy_error_meaning(probe.proxy_error),
                           f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
         if not probe.connected or probe.error:
             if refused is not None:

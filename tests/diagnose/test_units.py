@@ -1,0 +1,31 @@
+"""Pure parts of the diagnosis: reading --to, and what a proxy's synthesized error says."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.diagnose.layers import Authority, DiagnoseError, _proxy_error_meaning, parse_authority
+
+
+@pytest.mark.parametrize("text", ["web.shop:80", "web.shop.svc.cluster.local:80", "WEB.shop.svc:80"])
+def test_authorities(text: str) -> None:
+    assert parse_authority(text, "cluster.local") == Authority("web", "shop", 80, "cluster.local")
+    assert parse_authority(text, "cluster.local").fqdn == "web.shop.svc.cluster.local:80"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("web", "is not SVC.NS:PORT"),
+    ("web.shop", "is not SVC.NS:PORT"),
+    ("web.shop.svc.other.domain:80", "not in the cluster domain"),
+    ("web.shop:0", "out of range"),
+    ("web.shop:70000", "out of range"),
+])
+def test_bad_authorities(text: str, why: str) -> None:
+    with pytest.raises(DiagnoseError, match=why):
+        parse_authority(text, "cluster.local")
+
+
+def test_proxy_errors_are_explained() -> None:
+    assert "fail-fast" in _proxy_error_meaning("logical service web.shop.svc.cluster.local:80: service in fail-fast")
+    assert "shed load" in _proxy_error_meaning("service overloaded: load shed")
+    assert _proxy_error_meaning("something else") == ""

@@ -51,6 +51,17 @@ def test_objects_over_kubernetes_size_limit_are_refused(tmp_path: Path) -> None:
         assert store.get("Pod", "ns", "big") is None
 
 
+def test_deeply_nested_objects_are_refused_not_a_crash(tmp_path: Path) -> None:
+    deep: object = []
+    for _ in range(2000):
+        deep = [deep]
+    nested = pod("deep")
+    nested["spec"]["extra"] = deep
+    with Store(tmp_path / "store.db") as store:
+        with pytest.raises(ValidationError, match="nested more than 100 levels deep"):
+            store.apply(nested)
+
+
 def test_the_file_shrinks_after_mass_deletes(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     blob = "y" * 50_000

@@ -36,6 +36,7 @@ def prepare(obj: Mapping[str, Any]) -> tuple[Key, dict]:
     Raises ``ValidationError`` for anything ``tether.resources`` rejects, for a
     namespaced kind without ``metadata.namespace`` and for a cluster-scoped kind with one.
     """
+    limits.check_depth(obj)  # before parse: a writer that bypassed loading must not exhaust the stack
     parse(obj)
     rtype = type_of(obj)
     metadata = obj["metadata"]

@@ -23,9 +23,9 @@ class Harness(PolicyHarness):
 
     def stalled_channel(self) -> grpc.aio.Channel:
         """A client with a tiny flow-control window (1 KiB, no BDP growth): once it stops reading, writes block."""
+        roots, key, cert = (path.read_bytes() for path in (self.pki.ca, self.pki.client_key, self.pki.client_cert))
+        credentials = grpc.ssl_channel_credentials(roots, key, cert)
         tls = self.client_tls()
-        credentials = grpc.ssl_channel_credentials(tls.roots.read_bytes(), tls.key.read_bytes(),  # type: ignore[union-attr]
-                                                   tls.cert.read_bytes())  # type: ignore[union-attr]
         return grpc.aio.secure_channel(self.address, credentials, options=[
             ("grpc.ssl_target_name_override", tls.server_name), ("grpc.http2.bdp_probe", 0),
             ("grpc.http2.lookahead_bytes", 1024)])

@@ -124,12 +124,13 @@ def describe(policy: pb.OutboundPolicy) -> list[str]:
     protocol = policy.protocol
     kind = protocol.WhichOneof("kind") or "none"
     lines = [f"target:   {_meta(policy.metadata)}", f"protocol: {kind}"]
-    sub = protocol.detect if kind == "detect" else getattr(protocol, kind, None)
+    sections: list[tuple[str, Any]]
     if kind == "detect":
-        lines[-1] += f" (timeout {_seconds(sub.timeout)})"
-        sections = [("http", sub.http1), ("opaque", sub.opaque)]
+        detect = protocol.detect
+        lines[-1] += f" (timeout {_seconds(detect.timeout)})"
+        sections = [("http", detect.http1), ("opaque", detect.opaque)]
     else:
-        sections = [(kind, sub)]
+        sections = [(kind, getattr(protocol, kind, None))]
     for name, section in sections:
         if section is None:
             continue

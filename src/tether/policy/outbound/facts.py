@@ -29,13 +29,16 @@ from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
 from tether.resources.errors import ValidationError
 from tether.resources.model import Resource, parse
+from tether.resources.core import ServiceSpec
 from tether.resources.policy import EgressNetworkSpec, Network
 from tether.resources.references import ParentRef
 from tether.resources.routes import (
     BackendRef,
     GRPCRouteMatch,
+    GRPCRouteRule,
     GRPCRouteSpec,
     HTTPRouteMatch,
+    HTTPRouteRule,
     HTTPRouteSpec,
     HTTPRouteTimeouts,
     RouteFilter,
@@ -176,7 +179,8 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
         return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
     if rtype in (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE):
         # Routes whose parents are all Servers are the inbound index's business.
-        return _route(resource) if any(_outbound_parent(ref) for ref in resource.spec.parent_refs) else None  # type: ignore[union-attr]
+        parents = resource.spec.parent_refs  # type: ignore[union-attr]
+        return _route(resource) if any(_outbound_parent(ref) for ref in parents) else None
     return None
 
 
@@ -226,11 +230,11 @@ def _log(problems: list[Problem]) -> tuple[Problem, ...]:
 
 def _service(resource: Resource) -> ServiceFacts:
     spec = resource.spec
+    assert isinstance(spec, ServiceSpec)
     problems: list[Problem] = []
-    ports = spec.ports  # type: ignore[union-attr]
+    ports = spec.ports
     names = {p.name: p.port for p in ports if p.name}
-    ips = tuple(ip for ip in (spec.cluster_ips or ((spec.cluster_ip,) if spec.cluster_ip else ()))  # type: ignore[union-attr]
-                if ip and ip != "None")
+    ips = tuple(ip for ip in (spec.cluster_ips or ((spec.cluster_ip,) if spec.cluster_ip else ())) if ip != "None")
     return ServiceFacts(
         namespace=resource.namespace or "",
         name=resource.name,
@@ -252,7 +256,8 @@ def _egress_network(resource: Resource) -> EgressNetworkFacts:
     if settings.load_biaser is not None:
         # Linkerd's rule: the biaser penalises endpoints of a balancer; an EgressNetwork forwards to one address.
         problems.append(Problem("EgressNetwork", resource.namespace or "", resource.name,
-                                "annotation_without_effect", f"annotation {ann.PENALIZE_FAILURES} has no effect on an EgressNetwork"))
+                                "annotation_without_effect",
+                                f"annotation {ann.PENALIZE_FAILURES} has no effect on an EgressNetwork"))
         settings = Settings(settings.timeouts, settings.http_retry, settings.grpc_retry, settings.accrual, None)
     return EgressNetworkFacts(
         namespace=resource.namespace or "",
@@ -282,7 +287,8 @@ def _route(resource: Resource) -> RouteFacts:
     retry = _read(retry_reader, resource.annotations, None, errors, resource)
     allowed = GRPC_ROUTE_FILTERS if grpc else HTTP_ROUTE_FILTERS
     warnings: list[Problem] = []
-    for i, rule in enumerate(spec.rules):
+    spec_rules: tuple[HTTPRouteRule | GRPCRouteRule, ...] = spec.rules
+    for i, rule in enumerate(spec_rules):
         for f in rule.filters:
             if f.type == "ResponseHeaderModifier" and grpc:
                 # Linkerd converts the route but the gRPC route proto has no such filter: it is dropped.
@@ -291,9 +297,9 @@ def _route(resource: Resource) -> RouteFacts:
             elif f.type not in allowed and f.type != "ResponseHeaderModifier":
                 errors.append(problem("unsupported_filter",
                                       f"spec.rules[{i}].filters: {f.type} filter is not supported"))
-        if grpc:
+        if isinstance(rule, GRPCRouteRule):
             for j, m in enumerate(rule.matches):
-                if m.method is not None and m.method.type == "RegularExpression":  # type: ignore[union-attr]
+                if m.method is not None and m.method.type == "RegularExpression":
                     errors.append(problem("unsupported_match", f"spec.rules[{i}].matches[{j}].method: unsupported "
                                           "GRPCRoute method match type RegularExpression"))
     rules = tuple(

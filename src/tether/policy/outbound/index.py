@@ -400,14 +400,14 @@ class OutboundIndex:
             elif ref.targets(kinds.EGRESS_NETWORK) and (ns, ref.name) not in self.egress_networks:
                 yield problem("parent_not_found", f"parentRefs: EgressNetwork {ns}/{ref.name} does not exist")
         for i, rule in enumerate(route.rules):
-            for ref in rule.backends:
-                ns = ref.namespace or route.namespace
-                if ref.targets(kinds.SERVICE) and (ns, ref.name) not in self.services:
-                    yield problem("backend_not_found", f"spec.rules[{i}].backendRefs: Service {ns}/{ref.name} "
+            for backend in rule.backends:
+                ns = backend.namespace or route.namespace
+                if backend.targets(kinds.SERVICE) and (ns, backend.name) not in self.services:
+                    yield problem("backend_not_found", f"spec.rules[{i}].backendRefs: Service {ns}/{backend.name} "
                                                        "does not exist")
-                elif ref.targets(kinds.EGRESS_NETWORK) and (ns, ref.name) not in self.egress_networks:
+                elif backend.targets(kinds.EGRESS_NETWORK) and (ns, backend.name) not in self.egress_networks:
                     yield problem("backend_not_found", f"spec.rules[{i}].backendRefs: EgressNetwork "
-                                                       f"{ns}/{ref.name} does not exist")
+                                                       f"{ns}/{backend.name} does not exist")
 
     # -- target resolution ---------------------------------------------------------------------------
 
@@ -480,8 +480,8 @@ class OutboundIndex:
         v4 = tuple(n.cidr for n in self.config.cluster_networks if n.cidr.version == 4)
         v6 = tuple(n.cidr for n in self.config.cluster_networks if n.cidr.version == 6)
         return (
-            Network(ipaddress.ip_network("0.0.0.0/0"), v4),  # type: ignore[arg-type]
-            Network(ipaddress.ip_network("::/0"), v6),  # type: ignore[arg-type]
+            Network(ipaddress.ip_network("0.0.0.0/0"), v4),
+            Network(ipaddress.ip_network("::/0"), v6),
         )
 
     # -- policy computation ----------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Registered by ``tether.policy.service`` beside the inbound handlers.
 ``TrafficSpec.source_workload`` names the client (``tether.policy.workload``:
 JSON ``{"ns": .., "pod": ..}`` or ``{"ns": .., "external_workload": ..}``, or
-legacy ``<ns>:<pod>``); the target is an ``authority`` (a Service name) or an ``addr`` (``ip:port``), which
-the index resolves (``tether.policy.outbound.index``).
+legacy ``<ns>:<pod>``); the target is an ``authority`` (a Service name) or
+an ``addr`` (``ip:port``), which the index resolves
+(``tether.policy.outbound.index``).
 
 Every target watched by at least one stream is one ``_Publication``: it holds
 the index subscription and the encoded message, so a change is resolved once
@@ -20,8 +21,6 @@ server shutting down -> UNAVAILABLE for new calls, OK for open streams.
 """
 
 from __future__ import annotations
-
-import logging
 
 import grpc
 
@@ -40,10 +39,9 @@ from tether.policy.workload import InvalidWorkload, parse_workload
 from tether.serving.rpc import Rejected, StreamSet, passthrough
 from tether.serving.stream import EndReason, UpdateStream
 
-log = logging.getLogger(__name__)
-
 SERVICE_NAME = "io.linkerd.proxy.outbound.OutboundPolicies"
-_END_CODES = {EndReason.OVERFLOW: grpc.StatusCode.RESOURCE_EXHAUSTED, EndReason.SHUTDOWN: grpc.StatusCode.OK}
+_END_CODES = {EndReason.OVERFLOW: grpc.StatusCode.RESOURCE_EXHAUSTED, EndReason.SHUTDOWN: grpc.StatusCode.OK,
+              EndReason.GONE: grpc.StatusCode.OK}
 
 
 class _Publication:
@@ -55,7 +53,7 @@ class _Publication:
         self._servicer = servicer
         self.target = target
         self.message = b""
-        self.streams: list[UpdateStream] = []
+        self.streams: set[UpdateStream] = set()
 
     def encode(self, state: State) -> None:
         self.message = encode(self.target, state, self._servicer.index.config).SerializeToString()
@@ -167,7 +165,8 @@ class OutboundPoliciesServicer:
             await self._streams.run(stream, context, lambda: self._detach(publication, stream),
                                     self._metrics.streams.labels("Watch"))
         finally:
-            self._watch.end(_END_CODES.get(stream.ended, grpc.StatusCode.CANCELLED))
+            ended = stream.ended
+            self._watch.end(grpc.StatusCode.CANCELLED if ended is None else _END_CODES[ended])
 
     def _attach(self, target: Target, stream: UpdateStream) -> _Publication:
         publication = self._publications.get(target)
@@ -175,14 +174,13 @@ class OutboundPoliciesServicer:
             publication = _Publication(self, target)
             publication.encode(self.index.subscribe(target, publication))
             self._publications[target] = publication
-        publication.streams.append(stream)
+        publication.streams.add(stream)
         return publication
 
     def _detach(self, publication: _Publication, stream: UpdateStream) -> None:
-        try:
-            publication.streams.remove(stream)
-        except ValueError:
+        if stream not in publication.streams:
             return
+        publication.streams.discard(stream)
         if not publication.streams:
             self._publications.pop(publication.target, None)
             self.index.unsubscribe(publication.target, publication)

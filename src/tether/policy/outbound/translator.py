@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -190,9 +190,9 @@ def _retry_backoff() -> pb.ExponentialBackoff:
 
 
 def _http_retry(r: ann.Retry) -> pb.HttpRoute.Retry:
-    conditions = pb.HttpRoute.Retry.Conditions(status_ranges=[
-        pb.HttpRoute.Retry.Conditions.StatusRange(start=lo, end=hi) for lo, hi in (r.conditions or ())  # type: ignore[misc]
-    ])
+    statuses = cast("tuple[tuple[int, int], ...]", r.conditions or ())
+    ranges = [pb.HttpRoute.Retry.Conditions.StatusRange(start=lo, end=hi) for lo, hi in statuses]
+    conditions = pb.HttpRoute.Retry.Conditions(status_ranges=ranges)
     out = pb.HttpRoute.Retry(max_retries=r.limit, max_request_bytes=RETRY_MAX_REQUEST_BYTES, conditions=conditions,
                              backoff=_retry_backoff())
     if r.timeout is not None:
@@ -282,9 +282,10 @@ class _Encoder:
         self.load = self._load()
         self.default_backend = self._default_backend()
 
-    def _load(self) -> dict[str, object]:
+    def _load(self, plain: bool = False) -> dict[str, object]:
+        """The balancers' load estimator: peak EWMA, or with ``penalize-failures`` (not ``plain``) the penalty one."""
         biaser = self.state.settings.load_biaser
-        if biaser is None:
+        if biaser is None or plain:
             return {"peak_ewma": pb.Backend.BalanceP2c.PeakEwma(default_rtt=_duration(EWMA_DEFAULT_RTT),
                                                                 decay=_duration(EWMA_DECAY))}
         return {"penalty_peak_ewma": pb.Backend.BalanceP2c.PenaltyPeakEwma(
@@ -306,10 +307,7 @@ class _Encoder:
         # The response-code penalty is for HTTP and gRPC: an opaque Service's own balancer keeps plain EWMA.
         protocol = self.state.app_protocol
         opaque = protocol is not None and (protocol == "opaque" or protocol.startswith("unknown:"))
-        load = self._load() if not opaque or self.state.settings.load_biaser is None else {
-            "peak_ewma": pb.Backend.BalanceP2c.PeakEwma(default_rtt=_duration(EWMA_DEFAULT_RTT),
-                                                        decay=_duration(EWMA_DECAY))}
-        return self._balancer(meta, self.parent.authority, load)
+        return self._balancer(meta, self.parent.authority, self._load(plain=opaque))
 
     def policy(self) -> pb.OutboundPolicy:
         return pb.OutboundPolicy(metadata=_parent_meta(self.parent), protocol=self._protocol())

@@ -1,8 +1,9 @@
 """Python calls per request in a Tether proxy, counted inside the proxy process while the harness sends N requests.
 
 The harness starts every Tether proxy as ``python -m bench.dataplane.callcount``
-instead of ``python -m tether.proxy``: this module runs ``tether.proxy`` as
-``__main__`` (the same process, the same environment). When
+instead of ``python -m tether.proxy``: this module runs ``tether.proxy`` (or the
+module named as its argument) as ``__main__`` (the same process, the same
+environment). When
 ``TETHER_BENCH_CALLCOUNT_DIR`` is set it first installs two signal handlers,
 and nothing else (no profiler is imported or running during the measurements):
 
@@ -76,16 +77,17 @@ def summarize(entries: Any, top: int = 25) -> dict[str, Any]:
     return {"python_calls": python, "builtin_calls": builtin, "top": [[name, n] for n, name in functions[:top]]}
 
 
-def main() -> None:
+def main(module: str = "tether.proxy") -> None:
+    """Run ``module`` as ``__main__`` (``python -m bench.dataplane.callcount [MODULE]``), counting on signals."""
     directory = os.environ.get(ENV)
     if directory:
         counter = _Counter(Path(directory))
         Path(directory).mkdir(parents=True, exist_ok=True)
         signal.signal(signal.SIGUSR1, counter.start)
         signal.signal(signal.SIGUSR2, counter.stop)
-    sys.argv[0] = "tether.proxy"
-    runpy.run_module("tether.proxy", run_name="__main__", alter_sys=True)
+    sys.argv[:] = [module]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:2])

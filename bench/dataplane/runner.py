@@ -561,7 +561,7 @@ def run(opts: Options) -> dict[str, Any]:
             opts.log(f"variants: {', '.join(opts.variants)}; {h.pinning.describe()}; "
                      f"about {opts.estimate_seconds() / 60:.1f} min")
             h.start()
-            opts.log("maximum throughput (wrk, closed loop)")
+            opts.log("maximum throughput (closed loop: wrk for HTTP/1.1, h2load for HTTP/2 and gRPC)")
             h.throughput()
             high = h.choose_high()
             opts.log(f"high rate: {high:.0f} req/s" if high else "no HTTP/1 variant: no latency runs")

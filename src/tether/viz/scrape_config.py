@@ -95,6 +95,23 @@ def prometheus_config(sd_dir: str, self_address: str, *, control_plane_ns: str, 
     }
 
 
+def kubernetes_prometheus_config(*, control_plane_ns: str, viz_ns: str,
+                                 scrape_interval: str = "10s") -> dict[str, Any]:
+    """``prometheus.yml`` for a Prometheus in the cluster: the same jobs, discovering pods through the API."""
+    return {
+        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+                   "evaluation_interval": scrape_interval},
+        "scrape_configs": [
+            {"job_name": "prometheus", "static_configs": [{"targets": ["localhost:9090"]}]},
+            {"job_name": CONTROLLER_JOB,
+             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [control_plane_ns, viz_ns]}}],
+             "relabel_configs": controller_relabel_configs()},
+            {"job_name": PROXY_JOB, "kubernetes_sd_configs": [{"role": "pod"}],
+             "relabel_configs": proxy_relabel_configs(control_plane_ns)},
+        ],
+    }
+
+
 def _pod_meta(pod: Mapping[str, Any]) -> dict[str, str]:
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}

@@ -1,0 +1,76 @@
+"""Viz's Prometheus on Kubernetes: the manifests validate against Kubernetes 1.35; both configurations pass promtool.
+
+Offline: ``kubernetes-validate`` holds the 1.35 schemas; ``promtool`` (Debian's
+prometheus package) checks the configurations as Prometheus would load them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tether.cli.main import cli
+from tether.viz import manifests, scrape_config
+
+KUBERNETES_VERSION = "1.35"
+PROMTOOL = shutil.which("promtool")
+
+
+def _objects(*args: str) -> list[dict]:
+    result = CliRunner().invoke(cli, ["viz", "install", "--platform", "kubernetes", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [d for d in yaml.safe_load_all(result.output) if d]
+
+
+def test_every_object_validates_against_kubernetes_1_35() -> None:
+    docs = _objects("--viz-namespace", "viz", "--prometheus-image", "example.org/prometheus:v3")
+    assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "ConfigMap", "Service", "Deployment"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    deployment = docs[-1]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "example.org/prometheus:v3"
+    assert deployment["metadata"]["namespace"] == "viz"
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["linkerd.io/inject"] == "enabled"
+    json_docs = json.loads(CliRunner().invoke(cli, ["viz", "install", "--platform", "kubernetes", "-o", "json"]).output)
+    assert [d["kind"] for d in json_docs] == [d["kind"] for d in docs]
+
+
+def test_the_cluster_config_is_linkerd_s_with_kubernetes_discovery() -> None:
+    config = yaml.safe_load(next(d for d in manifests.render() if d["kind"] == "ConfigMap")["data"]["prometheus.yml"])
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert jobs["linkerd-proxy"]["kubernetes_sd_configs"] == [{"role": "pod"}]
+    assert jobs["linkerd-proxy"]["relabel_configs"] == scrape_config.proxy_relabel_configs("linkerd")
+    assert jobs["linkerd-controller"]["kubernetes_sd_configs"][0]["namespaces"]["names"] == ["linkerd", "linkerd-viz"]
+
+
+def test_local_only_flags_are_refused_for_kubernetes() -> None:
+    result = CliRunner().invoke(cli, ["viz", "install", "--platform", "kubernetes", "--prometheus-port", "1"])
+    assert result.exit_code == 2 and "--prometheus-port: not used with --platform kubernetes" in result.output
+    bad = CliRunner().invoke(cli, ["viz", "install", "--platform", "kubernetes", "--viz-namespace", "Bad_NS"])
+    assert bad.exit_code == 2 and "--viz-namespace" in bad.output
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package)")
+@pytest.mark.parametrize("where", ["kubernetes", "local"])
+def test_promtool_accepts_the_configuration(where: str, tmp_path: Path) -> None:
+    if where == "kubernetes":
+        text = next(d for d in manifests.render() if d["kind"] == "ConfigMap")["data"]["prometheus.yml"]
+    else:
+        (tmp_path / "sd").mkdir()
+        text = yaml.safe_dump(scrape_config.prometheus_config(str(tmp_path / "sd"), "127.0.0.1:9090",
+                                                               control_plane_ns="linkerd"))
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    result = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    if where == "kubernetes" and "field kubernetes_sd_configs not found" in result.stdout + result.stderr:
+        pytest.skip("this promtool is built without Kubernetes discovery (Debian's is)")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -518,3 +518,27 @@ def test_pool_reuses_open_connections_and_sweeps_idle_ones() -> None:
         pool.close()
 
     asyncio.run(scenario())
+
+
+def test_the_policy_and_tap_hooks_see_each_request() -> None:
+    from test_http2_layer import Observed
+
+    events: list[str] = []
+    hooks = Observed(refuse=b"/no")
+    play = Playbook(router(events), settings(policy=hooks, observer=hooks))
+    assert (play
+            >> DownData(GET)
+            << Checkout(ADDR)
+            >> Connected()
+            << SendUp(0, GET)
+            >> UpData(0, OK)
+            << SendDown(OK)
+            << Checkin(0, reuse=True)
+            >> DownData(b"GET /no HTTP/1.1\r\nHost: web\r\n\r\n")
+            << Count("outbound_http_errors_total", 'error="load shed"')
+            << SendDown(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
+                        b"l5d-proxy-error: service unavailable: too many requests in flight\r\n"
+                        b"connection: close\r\n\r\n")
+            << Close())
+    assert hooks.seen == [("check", b"/r"), ("request", b"/r"), ("response", 200), ("end", 200),
+                          ("check", b"/no"), ("end", 503)]

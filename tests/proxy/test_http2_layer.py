@@ -501,3 +501,40 @@ def test_fuzz_frame_sequences(frames: bytes, inbound_side: bool, split: bool) ->
     harness.run(_entry(inbound_side))
     seen = _goaways(client.raw)
     assert not seen or seen[-1].startswith("goaway")
+
+
+class Observed:
+    """A ``StreamObserver`` and a ``RequestPolicy`` (core.http's hooks) that write down what they are told."""
+
+    def __init__(self, refuse: bytes = b"") -> None:
+        self.refuse = refuse
+        self.seen: list[tuple[str, object]] = []
+
+    def check(self, request: RequestHead) -> ProxyError | None:
+        self.seen.append(("check", request.target))
+        return errors.load_shed() if request.target == self.refuse else None
+
+    def request(self, stream: object, request: RequestHead, labels: str) -> None:
+        self.seen.append(("request", request.target))
+
+    def response(self, stream: object, status: int) -> None:
+        self.seen.append(("response", status))
+
+    def end(self, stream: object, status: int | None, error: ProxyError | None) -> None:
+        self.seen.append(("end", status))
+
+
+def test_the_policy_and_tap_hooks_see_each_stream() -> None:
+    client = Client()
+    ok = client.request([*GET[:3], (b":path", b"/ok")])
+    refused = client.request([*GET[:3], (b":path", b"/no")])
+    hooks = Observed(refuse=b"/no")
+    settings = http_settings(policy=hooks, observer=hooks)
+    harness = Harness(client, {addr: lambda: H2Server(respond(body=b"hi")) for addr in ADDRS})
+    harness.run(http2(Router(ADDRS), settings))
+    assert client.status(ok) == b"200" and client.status(refused) == b"503"
+    assert ("check", b"/ok") in hooks.seen and ("check", b"/no") in hooks.seen
+    told = [e for e in hooks.seen if e[0] != "check"]
+    assert ("end", 503) in told and ("request", b"/no") not in told  # refused: never routed, but it ended
+    told.remove(("end", 503))
+    assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]

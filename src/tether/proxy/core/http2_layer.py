@@ -376,6 +376,12 @@ class _Http2:
                 return
             limit.count += 1
             pair.in_flight = True
+        policy = self.settings.policy
+        if policy is not None:  # the hook for per-request policy (core.http.RequestPolicy, #15)
+            refusal = policy.check(pair.route_head())
+            if refusal is not None:
+                self._fail(pair, refusal)
+                return
         self._route(pair, None)
 
     def _request_data(self, event: h2e.DataReceived) -> None:
@@ -480,8 +486,11 @@ class _Http2:
 
     def _attach(self, pair: _Pair, pick: Pick) -> None:
         pair.pick = pick
-        if not pair.counted and self.settings.metrics is not None:
-            self.settings.metrics.request(pick.labels)
+        if not pair.counted:
+            if self.settings.metrics is not None:
+                self.settings.metrics.request(pick.labels)
+            if self.settings.observer is not None:  # tap (core.http.StreamObserver, #16)
+                self.settings.observer.request(pair, pair.route_head(), pick.labels)
         pair.counted = True
         if pair.orig_proto is not None:
             self.out.append(Start(("h1", pair), Checkout(pick.connect, pick.header)))
@@ -645,6 +654,8 @@ class _Http2:
         status = next((v for n, v in headers if n == b":status"), b"")
         pair.status = int(status) if status.isdigit() else 502
         self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
+        if self.settings.observer is not None:
+            self.settings.observer.response(pair, pair.status)
         if self.settings.strip_proxy_errors:
             headers = [(n, v) for n, v in headers if n not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]
         self._note_grpc_status(pair, headers)
@@ -949,6 +960,8 @@ class _Http2:
         if pair.finished:
             return
         pair.finished = True
+        if self.settings.observer is not None:
+            self.settings.observer.end(pair, pair.status, None)
         self.pairs.pop(pair.sid, None)
         if pair.owed_down:
             self.down.ack(pair.sid, pair.owed_down)

@@ -20,9 +20,11 @@ Registered on the root group by ``tether.cli.main``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +48,21 @@ from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_
 
 DEFAULT_NAMESPACE = "default"
 class Context:
-    """What every reading command needs: the platform settings, the store and Prometheus."""
+    """What every reading command needs: the platform settings, the platform's objects and Prometheus."""
 
-    def __init__(self, prometheus_url: str | None) -> None:
+    def __init__(self, prometheus_url: str | None, kube: KubeTarget | None = None) -> None:
         state = home.state_dir()
         try:
             self.config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
         except PlatformConfigError as err:
             raise CliError(str(err)) from None
         try:
-            self.settings = local.load_settings(self.config)
+            self.settings = None if kube else local.load_settings(self.config)
         except local.VizError as err:
             raise CliError(str(err)) from None
         url = prometheus_url or (self.settings.url if self.settings else None)
+        if url is None and kube:
+            raise click.UsageError("--prometheus-url (or TETHER_PROMETHEUS_URL) is needed with --platform kubernetes")
         if url is None:
             raise CliError("no Prometheus to ask: run `tether viz install` (the local platform's own), "
                            "or pass --prometheus-url (or set TETHER_PROMETHEUS_URL) to use yours")
@@ -66,23 +70,35 @@ class Context:
             self.prometheus = Prometheus(url)
         except PrometheusError as err:
             raise CliError(str(err)) from None
-        path = self.config.layout.store
-        if not path.exists():
-            raise CliError(f"{path.parent}: no store here; start the platform with `tether up` (or set TETHER_HOME)")
-        try:
-            self.store = Store(path)
-        except StoreError as err:
-            raise CliError(str(err)) from None
-        self.objects = StoreObjects(self.store)
+        self.store: Store | None = None
+        self.objects: api.Objects
+        if kube is not None:
+            from tether.platform.kubernetes.client import ClientSettings
+            from tether.viz.kube_objects import KubeObjects
+
+            self.objects = KubeObjects(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context))
+        else:
+            path = self.config.layout.store
+            if not path.exists():
+                raise CliError(f"{path.parent}: no store here; start the platform with `tether up` "
+                               "(or set TETHER_HOME)")
+            try:
+                self.store = Store(path)
+            except StoreError as err:
+                raise CliError(str(err)) from None
+            self.objects = StoreObjects(self.store)
         self.mesh = api.Mesh(self.config.control_plane_ns, self.config.trust_domain, self.config.cluster_domain)
 
     def close(self) -> None:
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
 
     def run(self, call: Callable[[], Any]) -> Any:
+        from tether.viz.kube_objects import ObjectsUnavailable
+
         try:
             return call()
-        except PrometheusError as err:
+        except (PrometheusError, ObjectsUnavailable) as err:
             raise CliError(str(err)) from None
         except (ValueError, LookupError) as err:
             raise CliError(str(err)) from None
@@ -90,6 +106,33 @@ class Context:
             raise CliError(str(err)) from None
         finally:
             self.close()
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    kubeconfig: Path | None
+    context: str | None
+
+
+def platform_option(f: Callable) -> Callable:
+    """``--platform``, ``--kubeconfig``, ``--kube-context``: where the objects come from; the command gets ``kube``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, platform: str, kubeconfig: Path | None, kube_context: str | None, **kwargs: Any) -> Any:
+        if platform != "kubernetes" and (kubeconfig or kube_context):
+            raise click.UsageError("--kubeconfig and --kube-context need --platform kubernetes")
+        kube = KubeTarget(kubeconfig, kube_context) if platform == "kubernetes" else None
+        return f(*args, kube=kube, **kwargs)
+
+    for option in reversed([
+        click.option("--platform", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True,
+                     help="Where the objects (deployments, pods, profiles) come from: the local store or the API."),
+        click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+                     help="(kubernetes) kubeconfig file [default: in-cluster, $KUBECONFIG, ~/.kube/config]."),
+        click.option("--kube-context", help="(kubernetes) The kubeconfig context."),
+    ]):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def _window(value: str) -> str:
@@ -368,9 +411,10 @@ def _stat_text(results: list[tuple[Target, list[api.Row]]], seconds: float, ns: 
 @click.option("--interval", type=click.FloatRange(min=0.5), default=2.0, show_default=True,
               help="Seconds between two answers with --watch.")
 @prometheus_option
+@platform_option
 def stat(resources: tuple[str, ...], namespace: str | None, all_namespaces: bool, to: str | None,
          to_namespace: str | None, from_: str | None, from_namespace: str | None, window: str, output: str,
-         watch: bool, interval: float, prometheus_url: str | None) -> None:
+         watch: bool, interval: float, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Success rate, requests per second, latency and connections of each resource, from Prometheus.
 
     RESOURCE is deploy, po, ns, svc or au, optionally /NAME (or followed by
@@ -387,7 +431,7 @@ def stat(resources: tuple[str, ...], namespace: str | None, all_namespaces: bool
     to_t = _target(to, to_namespace or ns, "--to") if to else None
     from_t = _target(from_, from_namespace or ns, "--from") if from_ else None
     seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
 
     def ask() -> list[tuple[Target, list[api.Row]]]:
         return [(t, api.stat_summary(ctx.prometheus, ctx.objects, t, window, to=to_t, from_=from_t, mesh=ctx.mesh))
@@ -439,14 +483,15 @@ def _watch(ask: Callable[[], Any], show: Callable[[Any], str], interval: float, 
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
               help="wide, with --to: effective (after retries) and actual (each try) success and rates.")
 @prometheus_option
+@platform_option
 def routes(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, window: str, output: str,
-           prometheus_url: str | None) -> None:
+           prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Per-route metrics of the ServiceProfiles of what RESOURCE serves (or of --to, as RESOURCE's client)."""
     ns = namespace or DEFAULT_NAMESPACE
     target = _target(resource, ns, "RESOURCE")
     to_t = _target(to, to_namespace or ns, "--to") if to else None
     seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
     rows = ctx.run(lambda: api.top_routes(ctx.prometheus, ctx.objects, target, window, to=to_t, mesh=ctx.mesh))
     grid = tables.routes_table(rows, seconds, outbound=to_t is not None, wide=output == "wide")
     _print_or_json(output, grid, [tables.row_json(r, seconds) for r in rows], "No routes found.")
@@ -459,13 +504,14 @@ def routes(resource: str, namespace: str | None, to: str | None, to_namespace: s
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
               help="wide adds both identities and why a connection is not mTLS.")
 @prometheus_option
-def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, prometheus_url: str | None) -> None:
+@platform_option
+def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Who holds open connections to whom, with the identities of both ends (or why not mTLS)."""
     target = _target(kind, None, "KIND")
     if target.name:
         raise click.BadParameter("edges takes a kind (deploy or po), not one object", param_hint="KIND")
     ns = _namespace(namespace, all_namespaces)
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
     found = ctx.run(lambda: api.edges(ctx.prometheus, ctx.objects, target.kind, ns, ctx.mesh))
     _print_or_json(output, tables.edges_table(found, wide=output == "wide"), [tables.edge_json(e) for e in found],
                    f"No edges found in {ns} namespace." if ns else "No edges found.")
@@ -477,11 +523,12 @@ def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, p
 @click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @prometheus_option
-def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None) -> None:
+@platform_option
+def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """What RESOURCE's proxies served, per server, port and route of their inbound policy."""
     target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
     seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
     rows = ctx.run(lambda: api.stat_inbound(ctx.prometheus, target, window))
     _print_or_json(output, tables.stat_inbound_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
                    "No traffic found.")
@@ -493,11 +540,12 @@ def stat_inbound(resource: str, namespace: str | None, window: str, output: str,
 @click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @prometheus_option
-def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None) -> None:
+@platform_option
+def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Requests to RESOURCE per server, route and authorization of its inbound policy."""
     target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
     seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
     rows = ctx.run(lambda: api.authz(ctx.prometheus, target, window))
     _print_or_json(output, tables.authz_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
                    "No traffic found.")
@@ -515,8 +563,9 @@ def authz(resource: str, namespace: str | None, window: str, output: str, promet
 @click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
 @click.option("--tap-server", help="The tap server for the live tap, host:port [default: the one `viz install` started].")
 @prometheus_option
+@platform_option
 def dashboard(address: str, port: int, show: str, enforced_host: str | None, window: str, tap_server: str | None,
-              prometheus_url: str | None) -> None:
+              prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Serve the web dashboard (read-only) until Ctrl-C: namespaces, deployments, edges, routes, live tap, pods."""
     import re
     import webbrowser
@@ -529,7 +578,7 @@ def dashboard(address: str, port: int, show: str, enforced_host: str | None, win
         re.compile(pattern)
     except re.error as err:
         raise click.BadParameter(f"not a regular expression: {err}", param_hint="--enforced-host") from None
-    ctx = Context(prometheus_url)
+    ctx = Context(prometheus_url, kube)
     try:
         tap_address = tap_server or (f"{local.LOOPBACK}:{ctx.settings.tap_port}" if ctx.settings else None)
         server = Dashboard(Views(ctx.prometheus, ctx.objects, ctx.mesh, window, tap_address), address, port, pattern)

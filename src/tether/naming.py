@@ -136,6 +136,14 @@ class ServiceAuthority:
     @classmethod
     def parse(cls, authority: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> "ServiceAuthority":
         """Parse ``host[:port]``; port 80 when absent, as Linkerd's destination does."""
+        return cls.parse_with_instance(authority, cluster_domain, allow_instance=False)[1]
+
+    @classmethod
+    def parse_with_instance(
+        cls, authority: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN, *, allow_instance: bool = True
+    ) -> tuple[str | None, "ServiceAuthority"]:
+        """Parse ``[<instance>.]<svc>.<ns>.svc.<cd>[:port]``: the instance is an endpoint's hostname
+        (a StatefulSet pod's), None when absent."""
         host, sep, port_s = authority.rpartition(":")
         if not sep:
             host, port_s = authority, "80"
@@ -146,8 +154,13 @@ class ServiceAuthority:
         if not host.endswith(suffix):
             raise InvalidName(f"authority {authority!r} is not a service in cluster domain {cluster_domain!r}")
         parts = host[: -len(suffix)].split(".")
+        instance = None
+        if allow_instance and len(parts) == 3:
+            instance = parts.pop(0)
+            check_label("instance", instance)
         if len(parts) != 2:
-            raise InvalidName(f"authority {authority!r} is not <service>.<namespace>{suffix}")
+            shape = "[<instance>.]<service>.<namespace>" if allow_instance else "<service>.<namespace>"
+            raise InvalidName(f"authority {authority!r} is not {shape}{suffix}")
         check_label("service", parts[0])
         check_label("namespace", parts[1])
-        return cls(parts[0], parts[1], int(port_s), cluster_domain)
+        return instance, cls(parts[0], parts[1], int(port_s), cluster_domain)

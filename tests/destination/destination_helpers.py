@@ -2,7 +2,8 @@
 
 ``Harness`` runs the real ``DestinationService`` (TLS, real grpc.aio server)
 over a real store in the test's temp dir, fed by the local platform's watcher,
-and opens real gRPC streams against it.  ``Stream.next`` awaits the next
+with the local platform's EndpointSlice controller keeping the Services'
+slices (as ``tether up`` runs it), and opens real gRPC streams against it.  ``Stream.next`` awaits the next
 message (bounded by a timeout, never a sleep).
 """
 
@@ -27,6 +28,7 @@ from tether.api import destination_pb2_grpc
 from tether.destination import DestinationConfig, DestinationService, TlsFiles
 from tether.destination.client import ClientTls, open_channel, profile_dict, update_dict
 from tether.naming import control_plane_identity
+from tether.platform.local.endpointslices import EndpointSliceController, desired_slices, selects
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.store import Store
 
@@ -266,6 +268,9 @@ class Harness:
         self.store = Store(self.directory / "store.db", history=self._history, poll_interval=0.2)
         if self._objects:
             self.store.apply_many(self._objects)
+        self.slices = EndpointSliceController(self.store)
+        self._slices_task = asyncio.create_task(self.slices.run())
+        await asyncio.wait_for(self.slices.reconciled.wait(), WAIT)  # the first slices are in before streams open
         tls = TlsFiles(self.pki.server_cert, self.pki.server_key,
                        self.pki.ca if self._require_client_certs else None)
         config = DestinationConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0", tls=tls, **self._config)
@@ -290,6 +295,8 @@ class Harness:
     async def __aexit__(self, *exc: object) -> None:
         await self.channel.close()
         await self.service.stop()
+        self._slices_task.cancel()
+        await asyncio.gather(self._slices_task, return_exceptions=True)
         self.store.close()
 
     def apply(self, *objs: dict[str, Any]) -> None:
@@ -309,6 +316,13 @@ class Harness:
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         return self.service.metrics.registry.get_sample_value(name, labels or {})
+
+
+def with_slices(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``objects`` plus the EndpointSlices the local platform's controller keeps for their Services."""
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    slices = [s for o in objects if o["kind"] == "Service" and selects(o) for s in desired_slices(o, pods)]
+    return objects + slices
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from destination_helpers import Pki, namespace, pod, profile, service
+from destination_helpers import Pki, namespace, pod, profile, service, with_slices
 
 from tether.store import Store
 
@@ -44,12 +44,12 @@ def running(tmp_path: Path, pki: Pki) -> Iterator[Running]:
     home = tmp_path / "home"
     home.mkdir()
     store = Store(home / "store.db")
-    store.apply_many([
+    store.apply_many(with_slices([
         namespace(), service(), service("idle"), pod("web-1", "10.1.0.1"), pod("web-2", "10.1.0.2", meshed=False),
         profile(routes=[{"name": "GET /api", "condition": {"method": "GET", "pathRegex": "/api/.*"},
                          "responseClasses": [{"condition": {"status": {"min": 500, "max": 599}}, "isFailure": True}],
                          "isRetryable": True, "timeout": "300ms"}]),
-    ])
+    ]))
     log_path = tmp_path / "destination.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -152,7 +152,9 @@ def test_watch_prints_every_update(running: Running) -> None:
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
         assert len(first["add"]["addrs"]) == 2
-        running.store.apply(pod("web-3", "10.1.0.3"))
+        # A pod and its endpoint, as the local platform's EndpointSlice controller would write it.
+        running.store.apply_many(with_slices([service(), pod("web-1", "10.1.0.1"),
+                                              pod("web-2", "10.1.0.2", meshed=False), pod("web-3", "10.1.0.3")]))
         second = json.loads(proc.stdout.readline())
         assert [a["addr"] for a in second["add"]["addrs"]] == ["10.1.0.3:8080"]
     finally:

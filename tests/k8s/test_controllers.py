@@ -155,13 +155,30 @@ def pod(name: str, ns: str, app: str, ip: str) -> dict[str, Any]:
     }
 
 
+def endpoint_slice(service_name: str, ns: str, *pods: tuple[str, str]) -> dict[str, Any]:
+    """The slice Kubernetes' EndpointSlice controller keeps for a Service's ready pods ((name, ip) pairs)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": f"{service_name}-abcde", "namespace": ns,
+                     "labels": {"kubernetes.io/service-name": service_name}},
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": True, "serving": True, "terminating": False},
+                       "targetRef": {"kind": "Pod", "namespace": ns, "name": name}} for name, ip in pods],
+    }
+
+
+SLICES = "/apis/discovery.k8s.io/v1/namespaces/emojivoto/endpointslices"
+
+
 async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
-        for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles"):
+        for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
+                                     "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
             api.resources[group_version_plural] = {}
         api.namespaces.append(namespace("emojivoto"))  # kmock cannot serve Namespaces: a recorded answer
         await api.post("/api/v1/namespaces/emojivoto/services", json=service("web", "emojivoto", "10.96.0.10"))
         await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-1", "emojivoto", "web", "10.1.0.1"))
+        await api.post(SLICES, json=endpoint_slice("web", "emojivoto", ("web-1", "10.1.0.1")))
         platform = Platform("kubernetes", settings.kubeconfig)
         watcher = platform.resource_watcher()
         service_ = DestinationService(DestinationConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0"), watcher)
@@ -174,12 +191,15 @@ async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tm
                 assert [a["addr"] for a in first["add"]["addrs"]] == ["10.1.0.1:8080"]
                 assert first["add"]["addrs"][0]["tls_identity"] == WEB_ID
 
-                await watching(api, 4)  # every watched kind is being watched, so the next change streams
+                await watching(api, 6)  # every watched kind is being watched, so the next change streams
                 await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-2", "emojivoto", "web", "10.1.0.2"))
+                await api.patch(f"{SLICES}/web-abcde", json=endpoint_slice(
+                    "web", "emojivoto", ("web-1", "10.1.0.1"), ("web-2", "10.1.0.2")))
                 second = update_dict(await anext(updates))
                 assert [a["addr"] for a in second["add"]["addrs"]] == ["10.1.0.2:8080"]
 
                 await api.delete("/api/v1/namespaces/emojivoto/pods/web-1")
+                await api.patch(f"{SLICES}/web-abcde", json=endpoint_slice("web", "emojivoto", ("web-2", "10.1.0.2")))
                 third = update_dict(await anext(updates))
                 assert third["remove"] == ["10.1.0.1:8080"]
                 await updates.aclose()
@@ -195,5 +215,5 @@ async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tm
             await service_.stop()
         assert [r.get("watch") for r in api.namespace_requests] == [None, "true"]
         assert {r.url.path for r in api["list"]} >= {
-            "/api/v1/services", "/api/v1/pods",
+            "/api/v1/services", "/api/v1/pods", "/apis/discovery.k8s.io/v1/endpointslices",
             "/apis/policy.linkerd.io/v1beta3/servers", "/apis/linkerd.io/v1alpha2/serviceprofiles"}

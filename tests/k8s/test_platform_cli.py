@@ -23,7 +23,7 @@ from tether.destination.client import open_channel, stream_endpoints, update_dic
 from tether.platform.tokens import IDENTITY_AUDIENCE
 
 from .kube_helpers import TOKEN_REVIEWS, FakeAuthenticator, emulated_api
-from .test_controllers import WEB_ID, certify, namespace, pod, service, write_pki
+from .test_controllers import SLICES, WEB_ID, certify, endpoint_slice, namespace, pod, service, write_pki
 
 TETHER = str(Path(sys.executable).parent / "tether")
 
@@ -81,11 +81,13 @@ async def test_identity_serve_on_kubernetes(tmp_path: Path) -> None:
 
 async def test_destination_serve_on_kubernetes(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
-        for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles"):
+        for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
+                                     "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
             api.resources[group_version_plural] = {}
         api.namespaces.append(namespace("emojivoto"))
         await api.post("/api/v1/namespaces/emojivoto/services", json=service("web", "emojivoto", "10.96.0.10"))
         await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-1", "emojivoto", "web", "10.1.0.1"))
+        await api.post(SLICES, json=endpoint_slice("web", "emojivoto", ("web-1", "10.1.0.1")))
         home = tmp_path / "home"  # must stay empty: the Kubernetes platform opens no store
         async with running("destination", "serve", "--platform", "kubernetes", "--kubeconfig",
                            str(settings.kubeconfig), "--insecure", "--addr", "127.0.0.1:0",

@@ -1,4 +1,4 @@
-"""The local platform's pure parts: injection decision, Deployment planning, names, rules, env, meshing."""
+"""The local platform's pure parts: Deployment planning, names, rules, env (meshing: tests/injector/test_local_platform.py)."""
 
 from __future__ import annotations
 
@@ -8,58 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tether.platform.local import deployments, injection, services, sidecar
+from tether.platform.local import deployments, services
 from tether.platform.local.config import LocalPlatformConfig, PlatformConfigError, load
 from tether.platform.local.containers import Backoff, build_env, command_line, expand, field_value
-
-# -- injection decision (Linkerd's webhook truth table) -------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("ns", "pod", "inject", "reason"),
-    [
-        ("", "", False, "injection_enable_annotation_absent"),
-        ("enabled", "", True, None),
-        ("ingress", "", True, None),
-        ("enabled", "disabled", False, "injection_disable_annotation_present"),
-        ("", "enabled", True, None),
-        ("disabled", "enabled", True, None),
-        ("", "disabled", False, "injection_disable_annotation_present"),
-        ("bogus", "enabled", False, "invalid_inject_annotation_at_ns"),
-        ("enabled", "bogus", False, "invalid_inject_annotation_at_workload"),
-    ],
-)
-def test_injection_decision(ns: str, pod: str, inject: bool, reason: str | None) -> None:
-    template = {"metadata": {"annotations": {"linkerd.io/inject": pod} if pod else {}}, "spec": {"containers": []}}
-    decision = injection.decide(template, {"linkerd.io/inject": ns} if ns else {})
-    assert decision.inject is inject
-    assert decision.reason == reason
-
-
-def test_injection_is_skipped_for_host_network_and_existing_proxies() -> None:
-    ns = {"linkerd.io/inject": "enabled"}
-    assert injection.decide({"spec": {"hostNetwork": True}}, ns).reason == "host_network_enabled"
-    existing = {"spec": {"containers": [{"name": "linkerd-proxy"}]}}
-    assert injection.decide(existing, ns).reason == "sidecar_already_exists"
-
-
-def test_settings_read_annotations_inherit_from_the_namespace_and_ignore_bad_values() -> None:
-    merged = injection.effective_annotations(
-        {"config.linkerd.io/skip-outbound-ports": "443,9000-9010"},
-        {"config.linkerd.io/opaque-ports": "db,3306", "config.linkerd.io/skip-outbound-ports": "1",
-         "config.linkerd.io/proxy-log-level": "debug"},
-    )
-    settings = injection.settings(merged, {"db": 5432}, default_log_level="warn")
-    assert settings.skip_outbound_ports == "443,9000-9010"  # the pod's own wins
-    assert settings.opaque_ports == "5432,3306"  # names resolved through container ports
-    assert settings.log_level == "debug"
-    assert settings.skip_inbound_ports == "4567,4568"  # Linkerd's default
-    bad = injection.settings({"config.linkerd.io/default-inbound-policy": "nope",
-                              "config.linkerd.io/opaque-ports": "80,x-y"}, {}, default_log_level="warn")
-    assert bad.default_inbound_policy == "all-unauthenticated"
-    assert bad.opaque_ports == "80"
-    assert len(bad.problems) == 2
-
 
 # -- Deployments ----------------------------------------------------------------------------------
 
@@ -219,46 +170,6 @@ def test_env_expansion_and_field_refs() -> None:
 def test_backoff_doubles_up_to_the_cap() -> None:
     backoff = Backoff(1.0, 5.0, 600.0)
     assert [backoff.delay(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
-
-
-# -- meshing ---------------------------------------------------------------------------------------
-
-
-def _ctx() -> sidecar.MeshContext:
-    return sidecar.MeshContext(
-        version="0.1.0", proxy_command=("tether", "proxy"), init_command=("tether", "init"), host_ip="10.213.0.1",
-        identity_port=8080, destination_port=8086, policy_port=8090, trust_anchors_pem="PEM", cluster_domain="cluster.local",
-        trust_domain="cluster.local", control_plane_ns="linkerd", cluster_networks="10.213.0.0/16,10.214.0.0/16",
-        default_log_level="warn", token_file=lambda ns, pod: Path(f"/run/t/{ns}/{pod}/token"),
-        identity_dir=lambda ns, pod: Path(f"/run/t/{ns}/{pod}/identity"),
-    )
-
-
-def test_mesh_adds_proxy_init_and_the_proxy_with_linkerds_environment() -> None:
-    d = _deployment()
-    pod = deployments.new_pod(d, "h", "web-h-abcde", "local")
-    pod["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8080}, {"containerPort": 6379}]
-    meshed, decision, problems = sidecar.mesh(pod, {"linkerd.io/inject": "enabled",
-                                                    "config.linkerd.io/skip-outbound-ports": "443"}, _ctx())
-    assert decision.inject and not problems
-    init, proxy = meshed["spec"]["initContainers"]
-    assert init["command"] == ["tether", "init"]
-    assert init["args"][init["args"].index("--outbound-ports-to-ignore") + 1] == "443"
-    assert init["args"][init["args"].index("--inbound-ports-to-ignore") + 1] == "4190,4191,4567,4568"
-    assert proxy["restartPolicy"] == "Always" and proxy["securityContext"]["runAsUser"] == 2102
-    env = {e["name"]: e.get("value") for e in proxy["env"]}
-    assert env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == "default.apps.serviceaccount.identity.linkerd.cluster.local"
-    assert env["LINKERD2_PROXY_IDENTITY_SVC_NAME"] == "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local"
-    assert env["LINKERD2_PROXY_DESTINATION_SVC_ADDR"] == "10.213.0.1:8086"
-    assert env["LINKERD2_PROXY_IDENTITY_TOKEN_FILE"] == "/run/t/apps/web-h-abcde/token"
-    assert env["LINKERD2_PROXY_INBOUND_PORTS"] == "6379,8080"
-    assert meshed["metadata"]["annotations"]["config.linkerd.io/opaque-ports"] == "6379"
-    assert meshed["metadata"]["annotations"]["config.linkerd.io/skip-outbound-ports"] == "443"
-    assert meshed["metadata"]["labels"]["linkerd.io/proxy-deployment"] == "web"
-    assert sidecar.is_meshed(meshed) and not sidecar.is_meshed(pod)
-    unmeshed, decision, _ = sidecar.mesh(pod, {}, _ctx())
-    assert not decision.inject and "initContainers" not in unmeshed["spec"]
-    assert unmeshed["metadata"]["annotations"]["config.linkerd.io/opaque-ports"] == "6379"
 
 
 # -- settings file ---------------------------------------------------------------------------------

@@ -60,6 +60,19 @@ def _selector(svc: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sel.items()) or "<none>"
 
 
+def _slice_ports(eps: dict) -> str:
+    return ",".join(str(p.get("port", "<all>")) for p in eps.get("ports") or ()) or "<unset>"
+
+
+def _slice_endpoints(eps: dict) -> str:
+    """The addresses, at most three then ``+ N more...``, as kubectl prints them."""
+    addresses = [a for e in eps.get("endpoints") or () for a in e.get("addresses") or ()]
+    if not addresses:
+        return "<unset>"
+    shown = ",".join(addresses[:3])
+    return shown + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
+
+
 def _status(path: Sequence[str], default: str = "<none>") -> Callable[[dict], str]:
     def get(obj: dict) -> str:
         cur: Any = obj
@@ -84,6 +97,10 @@ _COLUMNS: dict[str, tuple[list[Column], list[Column]]] = {
     "Deployment.apps": (
         [("READY", lambda d: f"{d.get('status', {}).get('readyReplicas', 0)}/{d.get('spec', {}).get('replicas', 1)}")],
         [],
+    ),
+    "EndpointSlice.discovery.k8s.io": (
+        [("ADDRESSTYPE", _status(("addressType",))), ("PORTS", _slice_ports), ("ENDPOINTS", _slice_endpoints)],
+        [("SERVICE", _status(("metadata", "labels", "kubernetes.io/service-name")))],
     ),
     "Server.policy.linkerd.io": (
         [("PORT", _status(("spec", "port"))), ("PROTOCOL", _status(("spec", "proxyProtocol"), "unknown"))],

@@ -501,7 +501,10 @@ def platform_run(state_dir: Path, log_level: str) -> None:
     for extra in ("/usr/local/sbin", "/usr/sbin", "/sbin"):
         if extra not in path.split(":"):
             path += ":" + extra
-    controller = PodController(config, store, signer=signer, trust_anchors_pem=anchors, version=__version__,
+    from tether.injector.local_platform import LocalMesher, mesh_config
+
+    mesher = LocalMesher(mesh_config(config, anchors, __version__))  # the webhook's patch, for local pods
+    controller = PodController(config, store, signer=signer, mesh=mesher, version=__version__,
                                base_env={"PATH": path})
     admin = AdminServer(lambda: controller.metrics_text().encode(), controller.ready.is_set, "the store has not been read yet")
     try:
@@ -518,10 +521,15 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
     port = await admin.start(str(config.host_ip), config.ports.platform_admin)
     click.echo(f"platform: pod controller running, admin on {config.host_ip}:{port}")
     renewer = asyncio.create_task(_renew_destination_cert(config, stop))
+    from tether.platform.local.endpointslices import EndpointSliceController
+
+    slices = asyncio.create_task(EndpointSliceController(controller.store).run())  # Services -> EndpointSlices
     try:
         await controller.run(stop)
     finally:
         renewer.cancel()
+        slices.cancel()
+        await asyncio.gather(slices, return_exceptions=True)
         await admin.stop()
     click.echo("platform: stopped every pod")
 

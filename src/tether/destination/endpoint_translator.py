@@ -23,7 +23,7 @@ from tether.api import meta_pb2
 from tether.api.addresses import InvalidAddress, to_tcp_address
 from tether.destination.config import DestinationConfig
 from tether.serving.stream import UpdateStream
-from tether.destination.watcher.facts import DEFAULT_INBOUND_PORT, PodFacts
+from tether.destination.watcher.facts import DEFAULT_INBOUND_PORT, ExternalWorkloadFacts, PodFacts
 from tether.destination.watcher.listeners import Address, AddressSet
 from tether.naming import InvalidName, WorkloadIdentity
 
@@ -68,6 +68,8 @@ class EndpointEncoder:
             log.warning("skipping endpoint %s:%s: %s", address.ip, address.port, exc)
             return None
         weighted = pb.WeightedAddr(addr=addr, weight=DEFAULT_WEIGHT)
+        if address.external is not None:
+            return self._external(weighted, address, address.external, namespace_label)
         pod = address.pod
         if pod is None:
             return weighted
@@ -88,17 +90,9 @@ class EndpointEncoder:
             return weighted
         config = self._config
         weighted.http2.CopyFrom(self._http2)
-        hint = weighted.protocol_hint
         meta_ports = pod.proxy.meta_ports if pod.proxy is not None else frozenset()
-        if address.port not in meta_ports and (config.force_opaque_transport or address.opaque):
-            inbound = pod.proxy.inbound_port if pod.proxy is not None else DEFAULT_INBOUND_PORT
-            hint.opaque_transport.inbound_port = inbound
-        if address.opaque:
-            hint.opaque.SetInParent()
-        elif config.enable_h2_upgrade:
-            hint.h2.SetInParent()
-        else:
-            hint.SetInParent()
+        inbound = pod.proxy.inbound_port if pod.proxy is not None else DEFAULT_INBOUND_PORT
+        self._hint(weighted, address, None if address.port in meta_ports else inbound)
         if config.identity_trust_domain and control_plane == config.control_plane_ns:
             try:
                 name = WorkloadIdentity(pod.service_account, pod.namespace, control_plane,
@@ -108,6 +102,38 @@ class EndpointEncoder:
             else:
                 weighted.tls_identity.dns_like_identity.name = name
                 weighted.tls_identity.server_name.name = name
+        return weighted
+
+    def _hint(self, weighted: pb.WeightedAddr, address: Address, inbound: int | None) -> None:
+        """The protocol hint: opaque transport to ``inbound`` when forced or opaque, then opaque, h2 or none."""
+        config = self._config
+        hint = weighted.protocol_hint
+        if inbound is not None and (config.force_opaque_transport or address.opaque):
+            hint.opaque_transport.inbound_port = inbound
+        if address.opaque:
+            hint.opaque.SetInParent()
+        elif config.enable_h2_upgrade:
+            hint.h2.SetInParent()
+        else:
+            hint.SetInParent()
+
+    def _external(
+        self, weighted: pb.WeightedAddr, address: Address, workload: ExternalWorkloadFacts, namespace_label: bool
+    ) -> pb.WeightedAddr:
+        """An ExternalWorkload's endpoint: always meshed, identified by its SPIFFE URI and server name."""
+        labels = weighted.metric_labels
+        labels["external_workload"] = workload.name
+        if workload.owner_kind:
+            labels[workload.owner_kind] = workload.owner_name
+        labels["zone"] = address.zone
+        if namespace_label:
+            labels["namespace"] = workload.namespace
+        weighted.resource_ref.CopyFrom(meta_pb2.Metadata(resource=meta_pb2.Resource(
+            group="workload.linkerd.io", kind="ExternalWorkload", name=workload.name, namespace=workload.namespace)))
+        weighted.http2.CopyFrom(self._http2)
+        self._hint(weighted, address, workload.inbound_port)
+        weighted.tls_identity.uri_like_identity.uri = workload.identity
+        weighted.tls_identity.server_name.name = workload.server_name
         return weighted
 
     def add(self, addresses: AddressSet) -> bytes:

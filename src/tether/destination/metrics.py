@@ -37,7 +37,7 @@ class DestinationMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        port_labels = ["namespace", "service", "port"]
+        port_labels = ["namespace", "service", "port", "hostname"]
         self.endpoints_subscribers = Gauge(
             "endpoints_subscribers", "Get streams subscribed to a service port", port_labels, registry=r
         )
@@ -48,6 +48,9 @@ class DestinationMetrics:
                                     registry=r)
         self.endpoints_exists = Gauge("endpoints_exists", "Whether a subscribed service exists (1) or not (0)",
                                       port_labels, registry=r)
+        self.endpointslice_invalid_entries = Counter(
+            "endpointslice_invalid_entries", "EndpointSlice entries skipped: bad addresses or ports",
+            ["namespace"], registry=r)
         self.profile_subscribers = Gauge(
             "profile_subscribers", "GetProfile streams watching a ServiceProfile name", ["namespace", "profile"],
             registry=r,

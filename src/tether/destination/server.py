@@ -137,7 +137,7 @@ class DestinationServer:
 
     async def get(self, request: pb.GetDestination, context: grpc.aio.ServicerContext) -> None:
         try:
-            authority = self._resolve_get(request)
+            instance, authority = self._resolve_get(request)
         except Rejected as rejected:
             await context.abort(rejected.code, rejected.message)
             return
@@ -147,16 +147,18 @@ class DestinationServer:
         translator = EndpointTranslator(self._encoder, stream)
         ns, name, port = authority.namespace, authority.service, authority.port
         try:
-            self._endpoints.subscribe(ns, name, port, translator)
+            self._endpoints.subscribe(ns, name, port, translator, instance)
         except ServiceNotFound as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
             return
         except InvalidService as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return
-        await self._run("Get", stream, context, lambda: self._endpoints.unsubscribe(ns, name, port, translator))
+        await self._run("Get", stream, context,
+                        lambda: self._endpoints.unsubscribe(ns, name, port, translator, instance))
 
-    def _resolve_get(self, request: pb.GetDestination) -> ServiceAuthority:
+    def _resolve_get(self, request: pb.GetDestination) -> tuple[str | None, ServiceAuthority]:
+        """The Service asked for, and the endpoint hostname when the name has one (``web-0.web.ns.svc...``)."""
         if self.streams.stopping:
             raise Rejected(grpc.StatusCode.UNAVAILABLE, "the destination service is shutting down")
         try:
@@ -166,7 +168,7 @@ class DestinationServer:
         if is_ip(host):
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, "IP queries not supported by Get API")
         try:
-            return ServiceAuthority.parse(f"{host}:{port}", self._config.cluster_domain)
+            return ServiceAuthority.parse_with_instance(f"{host}:{port}", self._config.cluster_domain)
         except InvalidName as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
 

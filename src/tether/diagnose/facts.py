@@ -20,7 +20,7 @@ from tether.platform.local.netns import HostNet, LocalNetError, exec_argv, netns
 from tether.platform.local.proxy_init import OUTPUT_CHAIN, REDIRECT_CHAIN
 from tether.platform.local.sandbox import sandbox_name
 from tether.platform.local.services import CHAIN as SERVICES_CHAIN
-from tether.platform.local.sidecar import is_meshed
+from tether.injector.decision import PROXY_CONTAINER
 from tether.store import Store
 
 Obj = Mapping[str, Any]
@@ -139,7 +139,10 @@ def running(pod: Obj) -> bool:
 
 
 def meshed(pod: Obj) -> bool:
-    return is_meshed(pod)
+    """A linkerd-proxy container (or native sidecar) runs in the pod."""
+    spec = pod.get("spec") or {}
+    return any(c.get("name") == PROXY_CONTAINER for c in (*(spec.get("containers") or ()),
+                                                           *(spec.get("initContainers") or ())))
 
 
 def ready(pod: Obj) -> bool:

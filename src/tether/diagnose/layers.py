@@ -18,6 +18,7 @@ The result is a ``Diagnosis`` whose JSON form is the contract documented in
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -30,7 +31,10 @@ from tether.diagnose.authz import allowing
 from tether.identity import pem, pki
 from tether.injector.annotations import trust_root_sha256
 from tether.naming import control_plane_identity
-from tether.platform.local import injection
+from tether.injector import annotations as inject_keys
+from tether.injector.config import DEFAULT_PROXY_IMAGE
+from tether.injector.decision import Origin, decide
+from tether.injector.workloads import KINDS, pod_template
 from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.launcher import Launcher, tail
 from tether.platform.local.netns import LocalNetError
@@ -220,16 +224,18 @@ class LocalDiagnosis:
         annotations = meta.get("annotations") or {}
         ns = self._get("Namespace", None, meta["namespace"]) or {"metadata": {}}
         ns_annotations = ns["metadata"].get("annotations") or {}
-        self._note(f"store: pod {ref}", f"{injection.INJECT}={annotations.get(injection.INJECT, '(absent)')}")
+        self._note(f"store: pod {ref}", f"{inject_keys.INJECT}={annotations.get(inject_keys.INJECT, '(absent)')}")
         self._note(f"store: namespace {meta['namespace']}",
-                   f"{injection.INJECT}={ns_annotations.get(injection.INJECT, '(absent)')}")
+                   f"{inject_keys.INJECT}={ns_annotations.get(inject_keys.INJECT, '(absent)')}")
         if facts.meshed(pod):
             self._note(f"store: pod {ref}", "has the linkerd-proxy container")
             return
-        why = injection.decide(pod, ns_annotations).reason or "it was started before injection was enabled"
+        decision = decide(pod_template(copy.deepcopy(dict(pod)), KINDS["Pod"]), ns_annotations, Origin.WEBHOOK,
+                          proxy_image=DEFAULT_PROXY_IMAGE)
+        why = decision.reasons[0].value if decision.reasons else "it was started before injection was enabled"
         raise Failure(
             f"the {side} pod {ref} is not meshed: {why}",
-            f"annotate the namespace or the pod template with {injection.INJECT}: enabled "
+            f"annotate the namespace or the pod template with {inject_keys.INJECT}: enabled "
             "and restart the workload (its Deployment makes new pods)")
 
     def _redirection(self, pod: Mapping[str, Any], side: str, port: int | None, inbound: bool) -> None:
@@ -247,7 +253,7 @@ class LocalDiagnosis:
                           f"{ref.name} -n {ref.namespace}`)")
         if port is None:
             return
-        key = injection.SKIP_INBOUND_PORTS if inbound else injection.SKIP_OUTBOUND_PORTS
+        key = inject_keys.CONFIG + ("skip-inbound-ports" if inbound else "skip-outbound-ports")
         text = (pod["metadata"].get("annotations") or {}).get(key, "")
         skipped, _ = parse_port_set(text)
         if port in skipped:
@@ -526,7 +532,7 @@ class LocalDiagnosis:
                 profile: dict | None) -> bool:
         if profile is not None and profile.get("opaque_protocol"):
             return True
-        svc_ports, _ = parse_port_set((svc["metadata"].get("annotations") or {}).get(injection.OPAQUE_PORTS, ""))
+        svc_ports, _ = parse_port_set((svc["metadata"].get("annotations") or {}).get(inject_keys.OPAQUE_PORTS, ""))
         text = proxies.proxy_env(target, "LINKERD2_PROXY_INBOUND_PORTS_DISABLE_PROTOCOL_DETECTION")
         pod_ports = parse_port_set(text)[0] if text is not None else DEFAULT_OPAQUE_PORTS
         return port in svc_ports or target_port in pod_ports
@@ -543,7 +549,7 @@ class LocalDiagnosis:
                 f"the app on {ref}:{target_port} speaks first, but the port is not opaque: the client's proxy "
                 "waits for the client's first bytes to detect the protocol (10 s detect timeout) before it "
                 "connects",
-                f"mark the port opaque: {injection.OPAQUE_PORTS}: \"{target_port}\" on the pods and "
+                f"mark the port opaque: {inject_keys.OPAQUE_PORTS}: \"{target_port}\" on the pods and "
                 f"\"{authority.port}\" on the Service")
         probe = self._probe(source, service, authority, http=not opaque)
         self._note(f"call from {facts.ref(source)} to {authority.fqdn}",

@@ -28,6 +28,7 @@ DEFAULT_OPAQUE_PORTS = str(_DEFAULT_OPAQUE_PORT_SET)  # Helm values hold the tex
 DEFAULT_SKIP_PORTS = "4567,4568"
 DEFAULT_KUBE_API_SERVER_PORTS = "443,6443"
 DEFAULT_LOG_LEVEL = "warn,linkerd=info,hickory=error"
+HOST_IPTABLES = "host"  # ProxyInit.iptables_mode: the host's default `iptables`, whichever backend it is
 IDENTITY_AUDIENCE = "identity.l5d.io"
 DEFAULT_POLICIES = (
     "all-unauthenticated",
@@ -73,7 +74,7 @@ class ProbeTiming:
 class ProxyInit:
     """``proxyInit``: the ``linkerd-init`` container (``tether init``)."""
 
-    iptables_mode: str = "nft"  # nft | legacy
+    iptables_mode: str = "nft"  # nft | legacy | HOST_IPTABLES (the local platform's)
     ignore_inbound_ports: str = DEFAULT_SKIP_PORTS
     ignore_outbound_ports: str = DEFAULT_SKIP_PORTS
     kube_api_server_ports: str = DEFAULT_KUBE_API_SERVER_PORTS
@@ -107,6 +108,23 @@ class Commands:
     init: tuple[str, ...] = ("tether", "init")
     network_validator: tuple[str, ...] = ("tether", "network-validator")
     await_: tuple[str, ...] = ("tether", "await")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where the proxy reaches the control plane and keeps its identity files (a Tether addition).
+
+    Empty values mean Linkerd's: the control plane's headless Services by cluster DNS name, the
+    end-entity directory and token of the volumes the patch mounts. The local platform, which
+    has neither cluster DNS nor volumes, gives addresses and host paths; ``$(_pod_ns)`` and
+    ``$(_pod_name)`` in a path expand per pod, as the kubelet expands them.
+    """
+
+    identity_addr: str = ""
+    destination_addr: str = ""
+    policy_addr: str = ""
+    identity_dir: str = ""
+    token_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +190,7 @@ class MeshConfig:
     debug_image: str = DEFAULT_DEBUG_IMAGE
     debug_image_version: str = ""  # empty: the proxy version
     commands: Commands = field(default_factory=Commands)
+    placement: Placement = field(default_factory=Placement)
 
     def __post_init__(self) -> None:
         check_label("control-plane namespace", self.control_plane_ns)

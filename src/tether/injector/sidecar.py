@@ -319,7 +319,9 @@ def _listen(s: Settings, port: int, *, loopback: bool = False) -> str:
     return f"0.0.0.0:{port}" if s.config.disable_ipv6 else f"[::]:{port}"
 
 
-def _svc_addr(s: Settings, service: str, port: int) -> str:
+def _svc_addr(s: Settings, service: str, port: int, placed: str) -> str:
+    if placed:
+        return placed
     fqdn = ServiceAuthority(service, s.config.control_plane_ns, port, s.config.cluster_domain).fqdn
     return f"{fqdn}.:{port}"
 
@@ -372,9 +374,9 @@ def proxy_env(s: Settings) -> list[dict[str, Any]]:
         _var(p + "SHUTDOWN_ENDPOINT_ENABLED", "true" if s.shutdown_endpoint else "false"),
         _var(p + "LOG", s.log_filter),
         _var(p + "LOG_FORMAT", s.log_format),
-        _var(p + "DESTINATION_SVC_ADDR", _svc_addr(s, "linkerd-dst-headless", 8086)),
+        _var(p + "DESTINATION_SVC_ADDR", _svc_addr(s, "linkerd-dst-headless", 8086, c.placement.destination_addr)),
         _var(p + "DESTINATION_PROFILE_NETWORKS", c.cluster_networks),
-        _var(p + "POLICY_SVC_ADDR", _svc_addr(s, "linkerd-policy", 8090)),
+        _var(p + "POLICY_SVC_ADDR", _svc_addr(s, "linkerd-policy", 8090, c.placement.policy_addr)),
         _var(p + "POLICY_WORKLOAD", '{"ns":"$(_pod_ns)", "pod":"$(_pod_name)"}'),
         _var(p + "INBOUND_DEFAULT_POLICY", s.default_policy),
         _var(p + "POLICY_CLUSTER_NETWORKS", c.cluster_networks),
@@ -420,10 +422,10 @@ def proxy_env(s: Settings) -> list[dict[str, Any]]:
     env += [
         _var(p + "INBOUND_PORTS_DISABLE_PROTOCOL_DETECTION", s.opaque_ports),
         _var(p + "DESTINATION_CONTEXT", '{"ns":"$(_pod_ns)", "nodeName":"$(_pod_nodeName)", "pod":"$(_pod_name)"}'),
-        _var(p + "IDENTITY_DIR", END_ENTITY_DIR),
+        _var(p + "IDENTITY_DIR", c.placement.identity_dir or END_ENTITY_DIR),
         _var(p + "IDENTITY_TRUST_ANCHORS", c.trust_anchors_pem),
-        _var(p + "IDENTITY_TOKEN_FILE", TOKEN_FILE if c.token_projection else SA_TOKEN_FILE),
-        _var(p + "IDENTITY_SVC_ADDR", _svc_addr(s, "linkerd-identity-headless", 8080)),
+        _var(p + "IDENTITY_TOKEN_FILE", c.placement.token_file or (TOKEN_FILE if c.token_projection else SA_TOKEN_FILE)),
+        _var(p + "IDENTITY_SVC_ADDR", _svc_addr(s, "linkerd-identity-headless", 8080, c.placement.identity_addr)),
         _var(p + "IDENTITY_LOCAL_NAME", _local_name_template(s)),
         _var(p + "IDENTITY_SVC_NAME", _identity_of(s, "identity")),
         _var(p + "DESTINATION_SVC_NAME", _identity_of(s, "destination")),
@@ -508,8 +510,9 @@ def init_args(s: Settings) -> list[str]:
     args: list[str] = []
     if c.proxy_init.iptables_mode == "nft":
         args += ["--firewall-bin-path", "iptables-nft", "--firewall-save-bin-path", "iptables-nft-save"]
-    else:
+    elif c.proxy_init.iptables_mode == "legacy":
         args += ["--firewall-bin-path", "iptables-legacy", "--firewall-save-bin-path", "iptables-legacy-save"]
+    # HOST_IPTABLES: the host's own `iptables` (tether init's default), as the local platform's other rules use.
     if c.disable_ipv6:
         args.append("--ipv6=false")
     args += [

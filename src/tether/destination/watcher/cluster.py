@@ -4,31 +4,32 @@
 the platform's watches (``apply``); after updating its dictionaries it hands a
 ``Change`` to each observer (the endpoints, profile, opaque-ports and workload
 watchers), which decide what their subscribers must hear.  Lookups are
-indexed so one pod event costs work proportional to that pod's labels, not to
-the cluster: pods by (namespace, label, value), by IP; Services by cluster IP.
+indexed: pods by IP, Services by cluster IP, EndpointSlices by the Service
+they are labelled for.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from tether.destination.watcher.facts import (
+    ExternalWorkloadFacts,
     NamespaceFacts,
     PodFacts,
     ProfileFacts,
     ServerFacts,
     ServiceFacts,
+    SliceFacts,
     facts_of,
 )
 from tether.platform.watch import ResourceEvent
 from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
-from tether.resources.selectors import LabelSelector, Operator
 
-ChangeKind = Literal["pod", "service", "server", "profile", "namespace"]
+ChangeKind = Literal["pod", "service", "server", "profile", "namespace", "slice", "external_workload"]
 
 # The resource types the destination watches, by ``ResourceType.key``, and what each is called in a Change.
 WATCHED: dict[str, ChangeKind] = {
@@ -37,6 +38,8 @@ WATCHED: dict[str, ChangeKind] = {
     kinds.POD.key: "pod",
     kinds.SERVER.key: "server",
     kinds.SERVICE_PROFILE.key: "profile",
+    kinds.ENDPOINT_SLICE.key: "slice",
+    kinds.EXTERNAL_WORKLOAD.key: "external_workload",
 }
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces themselves
@@ -60,16 +63,6 @@ class Change:
 Observer = Callable[[Change], None]
 
 
-def selector_bucket(selector: LabelSelector) -> tuple[str, str] | None:
-    """A (label, value) every object the selector matches must carry, if there is one: the index key."""
-    for requirement in selector.requirements:
-        if requirement.operator is Operator.EQUALS or (
-            requirement.operator is Operator.IN and len(requirement.values) == 1
-        ):
-            return requirement.key, requirement.values[0]
-    return None
-
-
 @functools.lru_cache(maxsize=4096)
 def _named_port_set(text: str, names: tuple[tuple[str, tuple[int, ...]], ...]) -> PortSet:
     return parse_port_set(text, dict(names))[0]
@@ -84,9 +77,10 @@ class ClusterIndex:
         self.services: dict[Key, ServiceFacts] = {}
         self.profiles: dict[Key, ProfileFacts] = {}
         self.namespaces: dict[str, NamespaceFacts] = {}
+        self.slices: dict[Key, SliceFacts] = {}
+        self.external_workloads: dict[Key, ExternalWorkloadFacts] = {}
+        self._slices_by_service: dict[Key, set[str]] = {}
         self._servers: dict[str, dict[str, ServerFacts]] = {}
-        self._pods_by_ns: dict[str, dict[str, PodFacts]] = {}
-        self._pods_by_label: dict[tuple[str, str, str], set[str]] = {}
         self._pods_by_ip: dict[str, set[Key]] = {}
         self._services_by_ip: dict[str, set[Key]] = {}
         self._observers: list[Observer] = []
@@ -153,44 +147,39 @@ class ClusterIndex:
             if isinstance(new, ProfileFacts):
                 self.profiles[key] = new
             return old_profile
+        if kind == "slice":
+            old_slice = self.slices.pop(key, None)
+            if old_slice is not None and old_slice.service is not None:
+                _discard(self._slices_by_service, (namespace, old_slice.service), name)
+            if isinstance(new, SliceFacts):
+                self.slices[key] = new
+                if new.service is not None:
+                    self._slices_by_service.setdefault((namespace, new.service), set()).add(name)
+            return old_slice
+        if kind == "external_workload":
+            old_workload = self.external_workloads.pop(key, None)
+            if isinstance(new, ExternalWorkloadFacts):
+                self.external_workloads[key] = new
+            return old_workload
         old_namespace = self.namespaces.pop(name, None)
         if isinstance(new, NamespaceFacts):
             self.namespaces[name] = new
         return old_namespace
 
     def _index_pod(self, pod: PodFacts) -> None:
-        self._pods_by_ns.setdefault(pod.namespace, {})[pod.name] = pod
-        for label, value in pod.labels.items():
-            self._pods_by_label.setdefault((pod.namespace, label, value), set()).add(pod.name)
         if pod.ip is not None and not pod.host_network:
             self._pods_by_ip.setdefault(pod.ip, set()).add((pod.namespace, pod.name))
 
     def _unindex_pod(self, pod: PodFacts) -> None:
-        in_ns = self._pods_by_ns.get(pod.namespace)
-        if in_ns is not None:
-            in_ns.pop(pod.name, None)
-            if not in_ns:
-                del self._pods_by_ns[pod.namespace]
-        for label, value in pod.labels.items():
-            _discard(self._pods_by_label, (pod.namespace, label, value), pod.name)
         if pod.ip is not None and not pod.host_network:
             _discard(self._pods_by_ip, pod.ip, (pod.namespace, pod.name))
 
     # -- lookups -------------------------------------------------------------
 
-    def pods_selected(self, namespace: str, selector: LabelSelector) -> Iterator[PodFacts]:
-        """Pods of ``namespace`` whose labels ``selector`` matches."""
-        if selector.selects_nothing:
-            return
-        in_ns = self._pods_by_ns.get(namespace, {})
-        bucket = selector_bucket(selector)
-        if bucket is None:
-            candidates: Iterable[PodFacts] = list(in_ns.values())
-        else:
-            candidates = [in_ns[n] for n in self._pods_by_label.get((namespace, *bucket), ()) if n in in_ns]
-        for pod in candidates:
-            if selector.matches(pod.labels):
-                yield pod
+    def slices_of(self, namespace: str, service: str) -> list[SliceFacts]:
+        """The EndpointSlices labelled for ``service``, by name."""
+        names = sorted(self._slices_by_service.get((namespace, service), ()))
+        return [self.slices[(namespace, n)] for n in names if (namespace, n) in self.slices]
 
     def running_pods_at(self, ip: str) -> list[PodFacts]:
         """Running (pod-network) pods with this IP, by name; more than one means a conflict."""
@@ -242,6 +231,8 @@ class ClusterIndex:
             "serviceprofile": len(self.profiles),
             "server": sum(len(s) for s in self._servers.values()),
             "namespace": len(self.namespaces),
+            "endpointslice": len(self.slices),
+            "externalworkload": len(self.external_workloads),
         }
 
 

@@ -1,13 +1,25 @@
-"""Endpoints of services: one publisher per subscribed Service, one per requested port, listeners below.
+"""Endpoints of services: one publisher per subscribed Service, one per requested port and hostname.
 
 ``EndpointsWatcher.subscribe`` is what ``Get`` calls.  The address set of a
-port is computed from the pods the Service selects, as Kubernetes' EndpointSlice
-controller would list them (a pod IP, Running, Ready, not terminating), with
-the Service's ``targetPort`` resolved per pod when it names a container port.
-A requested port the Service does not define is used as the target port as is
-(Linkerd's rule).  New listeners get the snapshot, then diffs: ``add`` for new
-or changed addresses, ``remove`` for gone ones; a deleted Service is one
-``remove`` with ``service_exists`` False, and its re-creation a fresh snapshot.
+port is read from the Service's EndpointSlices (labelled
+``kubernetes.io/service-name``), on both platforms: Kubernetes' EndpointSlice
+controller writes them on a cluster, the local platform's controller
+(``tether.platform.local.endpointslices``) and the ExternalWorkload controller
+write them locally, and a selectorless Service takes hand-written ones.  As
+Linkerd reads them: an endpoint is used unless its ``ready`` condition is
+false (terminating endpoints are not ready); the requested port is matched to
+the Service port of that number and the slice port of the same name gives the
+target port, and a port the Service does not define is used as is; the
+endpoint's ``targetRef`` names the Pod or ExternalWorkload behind it (identity,
+protocol hints), and an endpoint without one is a bare address.  A
+subscription for ``<hostname>.<svc>...`` (a StatefulSet pod) sees only the
+endpoints with that hostname.  FQDN slices are not used, and entries a slice
+could not give (bad addresses or ports) are reported once per slice version
+(a warning and ``endpointslice_invalid_entries_total``) and skipped.
+
+New listeners get the snapshot, then diffs: ``add`` for new or changed
+addresses, ``remove`` for gone ones; a deleted Service is one ``remove`` with
+``service_exists`` False, and its re-creation a fresh snapshot.
 
 Changes are coalesced per event-loop turn: events only update a publisher's
 current addresses and mark it dirty; one scheduled ``flush`` then sends each
@@ -15,9 +27,8 @@ listener the difference from what it was last told.  A burst (a store batch,
 a rollout) thus costs a stream one ``add`` and one ``remove``, not one message
 per event, and a single change still goes out on the very next loop turn.
 
-Publishers exist only while someone listens, so an unwatched pod event costs a
-dictionary lookup per label.  Everything runs on the event loop thread; the
-listeners only enqueue.
+Publishers exist only while someone listens.  Everything runs on the event
+loop thread; the listeners only enqueue.
 """
 
 from __future__ import annotations
@@ -27,29 +38,31 @@ import logging
 from collections.abc import Callable
 
 from tether.destination.metrics import DestinationMetrics
-from tether.destination.watcher.cluster import Change, ClusterIndex, Key, selector_bucket
+from tether.destination.watcher.cluster import Change, ClusterIndex, Key
 from tether.destination.watcher.errors import InvalidService, ServiceNotFound
-from tether.destination.watcher.facts import PodFacts, ServiceFacts
+from tether.destination.watcher.facts import ServiceFacts, SliceFacts
 from tether.destination.watcher.listeners import Address, AddressSet, EndpointListener
 
 log = logging.getLogger(__name__)
 
 
 class PortPublisher:
-    """The endpoints of one Service port, and the listeners that want them.
+    """The endpoints of one Service port (and hostname, when asked for one), and the listeners that want them.
 
     ``addresses`` follows the index as events arrive; ``published`` is what
     the listeners have been told.  Changes only mark the publisher dirty; the
     watcher's ``flush`` (once per event-loop turn) sends the difference.
     """
 
-    def __init__(self, service: "ServicePublisher", port: int) -> None:
+    def __init__(self, service: "ServicePublisher", port: int, hostname: str | None = None) -> None:
         self._service = service
         self.port = port
+        self.hostname = hostname
         self.listeners: list[EndpointListener] = []
         self._labels = {"namespace": service.key[0], "service": service.key[1]}
-        self._metric_labels = (service.key[0], service.key[1], str(port))
-        self.addresses: dict[str, Address] = self._compute()  # by pod name (one namespace)
+        self._metric_labels = (service.key[0], service.key[1], str(port), hostname or "")
+        self.missing: set[Key] = set()  # pods and external workloads its endpoints name that the index lacks
+        self.addresses: dict[str, Address] = self._compute()  # by backing object and ip:port
         self.published: dict[str, Address] = dict(self.addresses)
         self._snapshot: AddressSet | None = None
         self._dirty_since: float | None = None  # when the oldest unpublished change was seen
@@ -57,26 +70,47 @@ class PortPublisher:
 
     # -- computing -------------------------------------------------------------
 
-    def _address(self, pod: PodFacts, service: ServiceFacts) -> Address | None:
-        if not pod.is_endpoint or not service.selector.matches(pod.labels):
-            return None
+    def _target_port(self, service: ServiceFacts, slice_: SliceFacts) -> int | None:
         service_port = service.port(self.port)
-        target = service_port.target_port if service_port is not None else self.port
-        port = pod.resolve_port(target)
-        if port is None:
-            return None  # a named targetPort this pod does not declare: not an endpoint of it
-        assert pod.ip is not None
-        return Address(pod.ip, port, pod, self._service.index.is_opaque(pod, port))
+        if service_port is None:
+            return self.port  # a port the Service does not define: used as is (Linkerd's rule)
+        return slice_.port_named(service_port.name or "")
 
     def _compute(self) -> dict[str, Address]:
         service = self._service.service
+        self.missing = set()
         if service is None:
             return {}
-        addresses = {}
-        for pod in self._service.index.pods_selected(service.namespace, service.selector):
-            address = self._address(pod, service)
-            if address is not None:
-                addresses[pod.name] = address
+        index = self._service.index
+        addresses: dict[str, Address] = {}
+        for slice_ in index.slices_of(service.namespace, service.name):
+            if slice_.address_type == "FQDN":
+                continue
+            port = self._target_port(service, slice_)
+            if port is None:
+                continue  # the slice does not carry the Service port's target: no endpoints here
+            for endpoint in slice_.endpoints:
+                if not endpoint.is_ready or (self.hostname is not None and endpoint.hostname != self.hostname):
+                    continue
+                ip = endpoint.addresses[0]
+                ref = endpoint.target_ref
+                pod = external = None
+                if ref is not None and ref.kind in ("Pod", "ExternalWorkload"):
+                    key = (ref.namespace or service.namespace, ref.name)
+                    if ref.kind == "Pod":
+                        pod = index.pods.get(key)
+                    else:
+                        external = index.external_workloads.get(key)
+                    if pod is None and external is None:
+                        # Not seen yet (its event may follow the slice's): left out until it is, as Linkerd
+                        # skips an endpoint whose pod it cannot read, never sent without its identity.
+                        self.missing.add(key)
+                        continue
+                opaque = index.is_opaque(pod, port) if pod is not None else port in index.service_opaque_ports(
+                    service.namespace, service.name)
+                # A pod may sit in two slices for a moment (its ports changed): one address per slice entry.
+                name = f"{ip}:{port}" if ref is None else f"{ref.kind}/{ref.name}/{ip}:{port}"
+                addresses[name] = Address(ip, port, pod, opaque, endpoint.zone or "", external, endpoint.hostname)
         return addresses
 
     # -- subscribing -----------------------------------------------------------
@@ -110,19 +144,6 @@ class PortPublisher:
         """Recompute every address (Service, Server or namespace changed)."""
         self.addresses = self._compute()
         self._mark(at)
-
-    def pod_changed(self, old: PodFacts | None, new: PodFacts | None, at: float) -> None:
-        service = self._service.service
-        if service is None:
-            return
-        name = (new or old).name  # type: ignore[union-attr]
-        address = self._address(new, service) if new is not None else None
-        if address is None:
-            if self.addresses.pop(name, None) is not None:
-                self._mark(at)
-        else:
-            self.addresses[name] = address
-            self._mark(at)
 
     def service_gone(self, at: float) -> None:
         """Tell everyone at once (no coalescing): the Service itself is gone."""
@@ -187,7 +208,7 @@ class PortPublisher:
 
 
 class ServicePublisher:
-    """One subscribed Service: its facts and a ``PortPublisher`` per requested port."""
+    """One subscribed Service: its facts and a ``PortPublisher`` per requested (port, hostname)."""
 
     def __init__(
         self, key: Key, service: ServiceFacts, index: ClusterIndex, metrics: DestinationMetrics,
@@ -199,28 +220,22 @@ class ServicePublisher:
         self.metrics = metrics
         self.mark_dirty = mark_dirty  # the watcher flushes a dirty port publisher on the next loop turn
         self.discard_dirty = discard_dirty
-        self.ports: dict[int, PortPublisher] = {}
-        # Where ``EndpointsWatcher`` filed this publisher for pod lookups: (index, key).
-        self.filed_under: tuple[dict, object] | None = None
+        self.ports: dict[tuple[int, str | None], PortPublisher] = {}
 
-    @property
-    def bucket(self) -> tuple[str, str] | None:
-        return None if self.service is None else selector_bucket(self.service.selector)
-
-    def subscribe(self, port: int, listener: EndpointListener) -> None:
-        publisher = self.ports.get(port)
+    def subscribe(self, port: int, hostname: str | None, listener: EndpointListener) -> None:
+        publisher = self.ports.get((port, hostname))
         if publisher is None:
-            publisher = self.ports[port] = PortPublisher(self, port)
+            publisher = self.ports[(port, hostname)] = PortPublisher(self, port, hostname)
         publisher.subscribe(listener)
 
-    def unsubscribe(self, port: int, listener: EndpointListener) -> bool:
+    def unsubscribe(self, port: int, hostname: str | None, listener: EndpointListener) -> bool:
         """Remove a listener; True when nobody listens to this Service any more."""
-        publisher = self.ports.get(port)
+        publisher = self.ports.get((port, hostname))
         if publisher is not None:
             publisher.unsubscribe(listener)
             if not publisher.listeners:
                 publisher.forget_metrics()
-                del self.ports[port]
+                del self.ports[(port, hostname)]
                 self.discard_dirty(publisher)
         return not self.ports
 
@@ -236,9 +251,15 @@ class ServicePublisher:
             else:
                 publisher.refresh(at)
 
-    def pod_changed(self, old: PodFacts | None, new: PodFacts | None, at: float) -> None:
+    def object_changed(self, key: Key, at: float) -> None:
+        """A pod or external workload appeared: recompute the ports whose endpoints wait for it.
+
+        Other changes to a pod reach its endpoints through the EndpointSlice (readiness) or a
+        Server (opaque ports), as with Linkerd, where pod updates alone publish nothing.
+        """
         for publisher in self.ports.values():
-            publisher.pod_changed(old, new, at)
+            if key in publisher.missing:
+                publisher.refresh(at)
 
     def refresh(self, at: float) -> None:
         for publisher in self.ports.values():
@@ -246,31 +267,31 @@ class ServicePublisher:
 
 
 class EndpointsWatcher:
-    """Service -> port -> listeners, fed by the cluster index."""
+    """Service -> (port, hostname) -> listeners, fed by the cluster index."""
 
     def __init__(self, index: ClusterIndex, metrics: DestinationMetrics) -> None:
         self._index = index
         self._metrics = metrics
         self._publishers: dict[Key, ServicePublisher] = {}
-        # Publishers by the (label, value) their selector requires, so a pod event finds its Services fast.
-        self._by_label: dict[tuple[str, str, str], set[Key]] = {}
-        # Publishers whose selector has no such label (only set-based terms), per namespace: always checked.
-        self._unbucketed: dict[str, set[Key]] = {}
+        self._by_namespace: dict[str, set[Key]] = {}
         # Port publishers with unpublished changes; flushed once per event-loop turn, so a burst of
         # events (a store batch, a rollout) becomes one add and one remove per stream, not one per event.
         self._dirty: dict[PortPublisher, None] = {}
         self._flush_scheduled = False
+        self._reported: dict[Key, tuple[str, ...]] = {}  # slice -> the problems already reported
         index.observe(self._on_change)
 
     @property
     def publishers(self) -> int:
         return len(self._publishers)
 
-    def subscribe(self, namespace: str, service: str, port: int, listener: EndpointListener) -> None:
-        """Subscribe ``listener`` to a Service port; it gets the snapshot at once.
+    def subscribe(
+        self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None
+    ) -> None:
+        """Subscribe ``listener`` to a Service port (only the endpoints with ``hostname``, if given).
 
-        Raises ``ServiceNotFound`` for an unknown Service and ``InvalidService``
-        for an ExternalName one.
+        The listener gets the snapshot at once.  Raises ``ServiceNotFound`` for an
+        unknown Service and ``InvalidService`` for an ExternalName one.
         """
         key = (namespace, service)
         facts = self._index.services.get(key)
@@ -283,15 +304,20 @@ class EndpointsWatcher:
             publisher = self._publishers[key] = ServicePublisher(
                 key, facts, self._index, self._metrics, self._mark_dirty, self._discard_dirty
             )
-            self._file(publisher)
-        publisher.subscribe(port, listener)
+            self._by_namespace.setdefault(namespace, set()).add(key)
+        publisher.subscribe(port, hostname, listener)
 
-    def unsubscribe(self, namespace: str, service: str, port: int, listener: EndpointListener) -> None:
+    def unsubscribe(
+        self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None
+    ) -> None:
         key = (namespace, service)
         publisher = self._publishers.get(key)
-        if publisher is not None and publisher.unsubscribe(port, listener):
-            self._unfile(publisher)
+        if publisher is not None and publisher.unsubscribe(port, hostname, listener):
             del self._publishers[key]
+            members = self._by_namespace[namespace]
+            members.discard(key)
+            if not members:
+                del self._by_namespace[namespace]
 
     def _mark_dirty(self, publisher: PortPublisher) -> None:
         self._dirty[publisher] = None
@@ -309,50 +335,40 @@ class EndpointsWatcher:
         for publisher in dirty:
             publisher.flush()
 
-    def _file(self, publisher: ServicePublisher) -> None:
-        bucket = publisher.bucket
-        namespace = publisher.key[0]
-        index: dict = self._unbucketed if bucket is None else self._by_label
-        index_key: object = namespace if bucket is None else (namespace, *bucket)
-        index.setdefault(index_key, set()).add(publisher.key)
-        publisher.filed_under = (index, index_key)
-
-    def _unfile(self, publisher: ServicePublisher) -> None:
-        if publisher.filed_under is None:
+    def _report(self, change: Change) -> None:
+        """Say once per slice version which of its entries were left out (bad addresses or ports)."""
+        new = change.new
+        if not isinstance(new, SliceFacts) or not new.problems:
+            self._reported.pop(change.key, None)
             return
-        index, index_key = publisher.filed_under
-        members = index.get(index_key)
-        if members is not None:
-            members.discard(publisher.key)
-            if not members:
-                del index[index_key]
-        publisher.filed_under = None
-
-    def _candidates(self, namespace: str, pods: tuple[PodFacts | None, ...]) -> set[Key]:
-        keys = set(self._unbucketed.get(namespace, ()))
-        for pod in pods:
-            if pod is not None:
-                for label, value in pod.labels.items():
-                    keys.update(self._by_label.get((namespace, label, value), ()))
-        return keys
+        if self._reported.get(change.key) == new.problems:
+            return
+        self._reported[change.key] = new.problems
+        self._metrics.endpointslice_invalid_entries.labels(new.namespace).inc(len(new.problems))
+        for problem in new.problems:
+            log.warning("EndpointSlice %s/%s: skipping an entry: %s", new.namespace, new.name, problem)
 
     def _on_change(self, change: Change) -> None:
+        if change.kind == "slice":
+            self._report(change)
         if not self._publishers:
             return
-        if change.kind == "pod":
-            old, new = change.old, change.new
-            assert old is None or isinstance(old, PodFacts)
-            assert new is None or isinstance(new, PodFacts)
-            for key in self._candidates(change.namespace, (old, new)):
-                self._publishers[key].pod_changed(old, new, change.at)
+        if change.kind in ("pod", "external_workload"):
+            if change.new is None:
+                return
+            for key in tuple(self._by_namespace.get(change.namespace, ())):
+                self._publishers[key].object_changed(change.key, change.at)
+        elif change.kind == "slice":
+            services = {s.service for s in (change.old, change.new) if isinstance(s, SliceFacts) and s.service}
+            for name in services:
+                publisher = self._publishers.get((change.namespace, name))
+                if publisher is not None:
+                    publisher.refresh(change.at)
         elif change.kind == "service":
             publisher = self._publishers.get(change.key)
             if publisher is not None:
                 assert change.new is None or isinstance(change.new, ServiceFacts)
-                self._unfile(publisher)
                 publisher.service_changed(change.new, change.at)
-                self._file(publisher)
         elif change.kind in ("server", "namespace"):
-            for key, publisher in list(self._publishers.items()):
-                if key[0] == change.namespace:
-                    publisher.refresh(change.at)
+            for key in tuple(self._by_namespace.get(change.namespace, ())):
+                self._publishers[key].refresh(change.at)

@@ -19,12 +19,13 @@ from typing import Any
 from tether.ports import PortSet, parse_port_set, port_of_address
 from tether.resources import kinds
 from tether.resources.core import ServicePort, ServiceSpec
+from tether.resources.discovery import SERVICE_NAME_LABEL, EndpointSliceSpec, SliceEndpoint, SlicePort
 from tether.resources.errors import ValidationError
 from tether.resources.model import Resource, parse
 from tether.resources.policy import ServerSpec
 from tether.resources.profiles import ServiceProfileSpec
 from tether.resources.selectors import LabelSelector
-from tether.resources.workloads import Container, PodSpec, PodStatus
+from tether.resources.workloads import Container, ExternalWorkloadSpec, PodSpec, PodStatus
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,44 @@ class NamespaceFacts:
     opaque_ports_annotation: str | None  # names resolve against each pod or service, so kept as text
 
 
-Facts = PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts
+@dataclass(frozen=True, slots=True)
+class SliceFacts:
+    """An EndpointSlice of a Service (``service`` from its ``kubernetes.io/service-name`` label)."""
+
+    namespace: str
+    name: str
+    service: str | None
+    address_type: str
+    endpoints: tuple[SliceEndpoint, ...]
+    ports: tuple[SlicePort, ...]
+    problems: tuple[str, ...] = ()
+
+    def port_named(self, name: str) -> int | None:
+        """The number of the slice port called ``name`` ("" for the unnamed one), if any."""
+        return next((p.port for p in self.ports if p.name == name and p.port is not None), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalWorkloadFacts:
+    """A workload outside the cluster (a VM) that joined the mesh: its SPIFFE identity and ports."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    labels: Mapping[str, str]
+    identity: str  # spec.meshTLS.identity, a URI (spiffe://...)
+    server_name: str  # spec.meshTLS.serverName, the SNI its proxy answers to
+    ports: Mapping[str, int]  # named ports
+    owner_kind: str  # the metric label key of its single owner, if any
+    owner_name: str
+
+    @property
+    def inbound_port(self) -> int:
+        """Where its proxy accepts meshed traffic: the port named ``linkerd-proxy``, else 4143."""
+        return self.ports.get(PROXY_PORT_NAME, DEFAULT_INBOUND_PORT)
+
+
+Facts = PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts | SliceFacts | ExternalWorkloadFacts
 
 
 def facts_of(obj: Mapping[str, Any]) -> Facts | None:
@@ -172,7 +210,45 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
         return ProfileFacts(resource.namespace or "", resource.name, version, resource.spec)
     if rtype is kinds.NAMESPACE:
         return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
+    if rtype is kinds.ENDPOINT_SLICE:
+        return _slice(resource)
+    if rtype is kinds.EXTERNAL_WORKLOAD:
+        return _external_workload(resource)
     return None
+
+
+def _slice(resource: Resource) -> SliceFacts:
+    spec = resource.spec
+    assert isinstance(spec, EndpointSliceSpec)
+    return SliceFacts(
+        namespace=resource.namespace or "",
+        name=resource.name,
+        service=resource.labels.get(SERVICE_NAME_LABEL),
+        address_type=spec.address_type,
+        endpoints=spec.endpoints,
+        ports=spec.ports,
+        problems=spec.problems,
+    )
+
+
+def _external_workload(resource: Resource) -> ExternalWorkloadFacts:
+    spec = resource.spec
+    assert isinstance(spec, ExternalWorkloadSpec)
+    refs = resource.metadata.owner_references
+    owner_kind, owner_name = ("", "")
+    if len(refs) == 1:
+        owner_kind, owner_name = _OWNER_LABEL.get(refs[0].kind, refs[0].kind.lower()), refs[0].name
+    return ExternalWorkloadFacts(
+        namespace=resource.namespace or "",
+        name=resource.name,
+        resource_version=resource.metadata.resource_version or "",
+        labels=resource.labels,
+        identity=spec.mesh_tls.identity,
+        server_name=spec.mesh_tls.server_name,
+        ports={p.name: p.port for p in spec.ports if p.name},
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+    )
 
 
 def _ports_annotation(

@@ -13,28 +13,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tether.destination.watcher.facts import PodFacts, ProfileFacts
+from tether.destination.watcher.facts import ExternalWorkloadFacts, PodFacts, ProfileFacts
 from tether.ports import PortSet
 
 
 @dataclass(frozen=True, slots=True)
 class Address:
-    """One endpoint: an IP and port, the pod behind it (None when none is known) and whether the port is opaque."""
+    """One endpoint: an IP and port, the pod or external workload behind it (None when none is
+    known), whether the port is opaque, and the endpoint's zone and hostname (from its EndpointSlice)."""
 
     ip: str
     port: int
     pod: PodFacts | None
     opaque: bool
     zone: str = ""
+    external: ExternalWorkloadFacts | None = None
+    hostname: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         return self.ip, self.port
 
     def changed_from(self, before: "Address") -> bool:
-        """Whether a client must be told again (Linkerd's rule: pod version or opaque flag differ)."""
+        """Whether a client must be told again (Linkerd's rule: the backing object's version or opaque flag differ)."""
         if self.opaque != before.opaque or self.zone != before.zone:
             return True
+        if (self.external is None) != (before.external is None):
+            return True
+        if self.external is not None and before.external is not None:
+            return (self.external.resource_version != before.external.resource_version
+                    or self.external.name != before.external.name)
         if self.pod is None or before.pod is None:
             return self.pod is not before.pod
         return self.pod.resource_version != before.pod.resource_version or self.pod.name != before.pod.name

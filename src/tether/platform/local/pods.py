@@ -4,7 +4,7 @@ It plays, for the local platform, the parts Kubernetes splits between the Deploy
 ReplicaSet controllers, the scheduler, the injector webhook, the kubelet and kube-proxy:
 
 1. **Deployments -> Pod objects** (``deployments.plan``): create and delete the Pod objects
-   of each Deployment (meshed by ``sidecar.mesh`` when the annotations say so), garbage-collect
+   of each Deployment (meshed by the injector's patch, handed in as a ``meshing.Mesher``), garbage-collect
    pods whose Deployment is gone, and write each Deployment's status.
 2. **Admission of bare Pods**: a Pod applied directly gets this node's name and, when the
    annotations say so, the proxy, before it runs.
@@ -34,10 +34,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.platform.local import deployments, probes, services, sidecar
+from tether.platform.local import deployments, probes, services
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, netns_etc_dir
 from tether.platform.local.containers import Backoff
 from tether.platform.local.ipam import Ipam, IpamConfig
+from tether.platform.local.meshing import Mesher
 from tether.platform.local.netns import HostNet, LocalNetError
 from tether.platform.local.sandbox import ProbeJob, Sandbox, SandboxContext, now_text
 from tether.platform.local.tokens import LocalTokenSigner
@@ -130,13 +131,14 @@ class PodController:
         store: Store,
         *,
         signer: LocalTokenSigner,
-        trust_anchors_pem: str,
+        mesh: Mesher,
         version: str,
         base_env: Mapping[str, str],
     ) -> None:
         self.config = config
         self.store = store
         self.version = version
+        self.mesh = mesh
         layout = config.layout
         self.net = HostNet(config.netns)
         self.ipam = Ipam(IpamConfig(state_dir=config.state_dir, pod_cidr=config.pod_cidr))
@@ -162,23 +164,6 @@ class PodController:
             base_env=dict(base_env),
             cluster_domain=config.cluster_domain,
             host_ip=str(config.host_ip),
-        )
-        self.mesh_ctx = sidecar.MeshContext(
-            version=version,
-            proxy_command=config.proxy_command,
-            init_command=config.init_command,
-            host_ip=str(config.host_ip),
-            identity_port=config.ports.identity,
-            destination_port=config.ports.destination,
-            policy_port=config.ports.policy,
-            trust_anchors_pem=trust_anchors_pem,
-            cluster_domain=config.cluster_domain,
-            trust_domain=config.trust_domain,
-            control_plane_ns=config.control_plane_ns,
-            cluster_networks=config.cluster_networks,
-            default_log_level=config.proxy_log_level,
-            token_file=layout.token_file,
-            identity_dir=layout.identity_dir,
         )
 
     # -- running -----------------------------------------------------------------------------
@@ -299,14 +284,12 @@ class PodController:
             for _ in range(plan.create):
                 name = deployments.new_pod_name(deployment["metadata"]["name"], hash_)
                 pod = deployments.new_pod(deployment, hash_, name, self.config.node_name)
-                meshed, decision, problems = sidecar.mesh(
-                    pod, namespaces.get(deployment["metadata"]["namespace"], {}), self.mesh_ctx
-                )
-                for problem in problems:
-                    log.warning("pod %s/%s: %s", pod["metadata"]["namespace"], name, problem)
+                meshed = self.mesh(pod, namespaces.get(deployment["metadata"]["namespace"], {}))
+                for warning in meshed.warnings:
+                    log.warning("pod %s/%s: %s", pod["metadata"]["namespace"], name, warning)
                 log.info("deployment %s/%s: creating pod %s (%s)", *_key(deployment), name,
-                         "meshed" if decision.inject else f"not meshed: {decision.reason}")
-                self._apply(POD, meshed)
+                         "meshed" if meshed.meshed else f"not meshed: {meshed.reason}")
+                self._apply(POD, meshed.obj)
             remaining = [p for p in self.index.snapshot()[POD].values() if deployments.belongs_to(p, deployment)]
             status = deployments.status(deployment, remaining, now_text())
             if status != deployment.get("status"):
@@ -341,13 +324,12 @@ class PodController:
                 continue
             admitted = {**pod, "spec": {**spec, "nodeName": self.config.node_name}}
             admitted["spec"].setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
-            meshed, decision, problems = sidecar.mesh(admitted, namespaces.get(pod["metadata"]["namespace"], {}),
-                                                      self.mesh_ctx)
-            for problem in problems:
-                log.warning("pod %s/%s: %s", *_key(pod), problem)
+            meshed = self.mesh(admitted, namespaces.get(pod["metadata"]["namespace"], {}))
+            for warning in meshed.warnings:
+                log.warning("pod %s/%s: %s", *_key(pod), warning)
             log.info("pod %s/%s: admitted (%s)", *_key(pod),
-                     "meshed" if decision.inject else f"not meshed: {decision.reason}")
-            self._apply(POD, meshed)
+                     "meshed" if meshed.meshed else f"not meshed: {meshed.reason}")
+            self._apply(POD, meshed.obj)
 
     def _sync_sandboxes(self, snap: Mapping[str, dict[Key, dict]]) -> None:
         for key, future in list(self.terminating.items()):

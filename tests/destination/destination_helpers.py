@@ -2,8 +2,8 @@
 
 ``Harness`` runs the real ``DestinationService`` (TLS, real grpc.aio server)
 over a real store in the test's temp dir, fed by the local platform's watcher,
-with the local platform's EndpointSlice controller keeping the Services'
-slices (as ``tether up`` runs it), and opens real gRPC streams against it.  ``Stream.next`` awaits the next
+with the local platform's EndpointSlice and ExternalWorkload controllers keeping
+the Services' slices (as ``tether up`` runs them), and opens real gRPC streams against it.  ``Stream.next`` awaits the next
 message (bounded by a timeout, never a sleep).
 """
 
@@ -29,6 +29,7 @@ from tether.destination import DestinationConfig, DestinationService, TlsFiles
 from tether.destination.client import ClientTls, open_channel, profile_dict, update_dict
 from tether.naming import control_plane_identity
 from tether.platform.local.endpointslices import EndpointSliceController, desired_slices, selects
+from tether.platform.local.external_workloads import external_workload_controller
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.store import Store
 
@@ -269,8 +270,10 @@ class Harness:
         if self._objects:
             self.store.apply_many(self._objects)
         self.slices = EndpointSliceController(self.store)
-        self._slices_task = asyncio.create_task(self.slices.run())
-        await asyncio.wait_for(self.slices.reconciled.wait(), WAIT)  # the first slices are in before streams open
+        self.external_slices = external_workload_controller(self.store)
+        self._slices_tasks = [asyncio.create_task(c.run()) for c in (self.slices, self.external_slices)]
+        for controller in (self.slices, self.external_slices):  # the first slices are in before streams open
+            await asyncio.wait_for(controller.reconciled.wait(), WAIT)
         tls = TlsFiles(self.pki.server_cert, self.pki.server_key,
                        self.pki.ca if self._require_client_certs else None)
         config = DestinationConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0", tls=tls, **self._config)
@@ -295,8 +298,9 @@ class Harness:
     async def __aexit__(self, *exc: object) -> None:
         await self.channel.close()
         await self.service.stop()
-        self._slices_task.cancel()
-        await asyncio.gather(self._slices_task, return_exceptions=True)
+        for task in self._slices_tasks:
+            task.cancel()
+        await asyncio.gather(*self._slices_tasks, return_exceptions=True)
         self.store.close()
 
     def apply(self, *objs: dict[str, Any]) -> None:

@@ -147,3 +147,25 @@ async def test_bad_entries_are_reported_and_skipped_and_the_watch_goes_on(workdi
         assert h.metric("endpointslice_invalid_entries_total", {"namespace": NS}) == 2
         h.apply(endpoint_slice("db-2", "db", [{"addresses": ["10.9.0.2"]}]))  # later changes still arrive
         assert addrs(await stream.next()) == ["10.9.0.2:5432"]
+
+
+async def test_the_external_workload_controller_follows_the_ready_condition(workdir: Path, pki: Pki) -> None:
+    billing = service("billing", selector={"app": "billing"}, ports=[{"name": "http", "port": 80, "targetPort": "http"}])
+    objects = [namespace(), billing, external_workload("vm-1", "192.168.50.10"),
+               external_workload("vm-2", "192.168.50.11", ready=False)]
+    async with Harness(workdir, pki, *objects) as h:
+        slices = {s["metadata"]["name"]: s for s in h.store.list("EndpointSlice.discovery.k8s.io", NS).items}
+        [name] = [n for n in slices if n.startswith("linkerd-external-billing-")]
+        written = slices[name]
+        assert written["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == (
+            "linkerd-external-workloads-controller")
+        assert written["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]  # the workload's named port
+        assert [e["conditions"]["ready"] for e in written["endpoints"]] == [True, False]
+
+        stream = h.get(authority("billing"))
+        [endpoint] = (await stream.next())["add"]["addrs"]
+        assert (endpoint["addr"], endpoint["tls_identity"]) == ("192.168.50.10:8080", SPIFFE_ID)
+        h.apply(external_workload("vm-2", "192.168.50.11"))  # its agent reports Ready
+        assert addrs(await stream.next()) == ["192.168.50.11:8080"]
+        h.apply(external_workload("vm-1", "192.168.50.10", ready=False))
+        assert await stream.next() == {"remove": ["192.168.50.10:8080"]}

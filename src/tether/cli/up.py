@@ -522,14 +522,18 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
     click.echo(f"platform: pod controller running, admin on {config.host_ip}:{port}")
     renewer = asyncio.create_task(_renew_destination_cert(config, stop))
     from tether.platform.local.endpointslices import EndpointSliceController
+    from tether.platform.local.external_workloads import external_workload_controller
 
-    slices = asyncio.create_task(EndpointSliceController(controller.store).run())  # Services -> EndpointSlices
+    # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select.
+    slices = [asyncio.create_task(EndpointSliceController(controller.store).run()),
+              asyncio.create_task(external_workload_controller(controller.store).run())]
     try:
         await controller.run(stop)
     finally:
         renewer.cancel()
-        slices.cancel()
-        await asyncio.gather(slices, return_exceptions=True)
+        for task in slices:
+            task.cancel()
+        await asyncio.gather(*slices, return_exceptions=True)
         await admin.stop()
     click.echo("platform: stopped every pod")
 

@@ -13,7 +13,7 @@ where things are, given in `MeshConfig` by `mesh_config`:
 - the containers run ``tether proxy`` and ``tether init`` as the platform's commands, proxy-init
   as root (the local sandbox grants no capabilities to other users) with the host's
   ``iptables`` (legacy or nft, whichever it is);
-- the proxy's log level is the platform's.
+- the proxy's log level is the platform's, and its readiness is probed every second.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tether.injector.config import HOST_IPTABLES, Commands, MeshConfig, Placement, ProxyInit
+from tether.injector.config import HOST_IPTABLES, Commands, MeshConfig, Placement, ProbeTiming, ProxyInit
 from tether.injector.decision import Origin
 from tether.injector.patch import inject
 from tether.platform.local.config import LocalPlatformConfig
@@ -41,6 +41,8 @@ def mesh_config(config: LocalPlatformConfig, trust_anchors_pem: str, version: st
         version=version,
         proxy_version=version,
         log_level=config.proxy_log_level,
+        # Readiness checked every second (the sandbox has no kubelet cadence to keep): pods serve sooner.
+        readiness_probe=ProbeTiming(initial_delay_seconds=0, period_seconds=1, failure_threshold=3),
         proxy_init=ProxyInit(run_as_root=True, iptables_mode=HOST_IPTABLES),
         commands=Commands(proxy=tuple(config.proxy_command), init=tuple(config.init_command)),
         placement=Placement(

@@ -13,7 +13,8 @@ where things are, given in `MeshConfig` by `mesh_config`:
 - the containers run ``tether proxy`` and ``tether init`` as the platform's commands, proxy-init
   as root (the local sandbox grants no capabilities to other users) with the host's
   ``iptables`` (legacy or nft, whichever it is);
-- the proxy's log level is the platform's, and its readiness is probed every second.
+- the proxy's log level is the platform's, without Linkerd's span filters (Tether's proxy
+  refuses them), and its readiness is probed every second.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def mesh_config(config: LocalPlatformConfig, trust_anchors_pem: str, version: st
         version=version,
         proxy_version=version,
         log_level=config.proxy_log_level,
+        # Without Linkerd's `[{headers}]=off,[{request}]=off` suffix: Tether's proxy refuses span filters.
+        log_http_headers="insecure",
         # Readiness checked every second (the sandbox has no kubelet cadence to keep): pods serve sooner.
         readiness_probe=ProbeTiming(initial_delay_seconds=0, period_seconds=1, failure_threshold=3),
         proxy_init=ProxyInit(run_as_root=True, iptables_mode=HOST_IPTABLES),

@@ -174,7 +174,9 @@ def component_specs(config: LocalPlatformConfig) -> list[ComponentSpec]:
     return [
         ComponentSpec(
             name="identity",
-            argv=(*tether, "identity", "serve", "--trust-anchors", str(files["ca.crt"]),
+            # --spiffe-uri-san: every certificate also names spiffe://<td>/ns/<ns>/sa/<sa>, the identity an
+            # ExternalWorkload's meshTLS.identity gives for a VM (docs/mesh-expansion.md).
+            argv=(*tether, "identity", "serve", "--spiffe-uri-san", "--trust-anchors", str(files["ca.crt"]),
                   "--issuer-cert", str(files["issuer.crt"]), "--issuer-key", str(files["issuer.key"]),
                   "--addr", config.address(ports.identity), "--admin-addr", config.address(ports.identity_admin),
                   "--state-dir", str(config.state_dir), *common),
@@ -468,6 +470,36 @@ def _follow(path: Path) -> None:
 @click.group(hidden=True)
 def platform() -> None:
     """The local platform's own processes (started by `tether up`)."""
+
+
+@platform.command("token")
+@click.option("--namespace", "-n", required=True, help="The workload's namespace.")
+@click.option("--service-account", required=True, help="The service account its identity is named after.")
+@click.option("--workload", required=True, help="The ExternalWorkload's name (the token's pod claim).")
+@click.option("--hours", type=click.IntRange(1, 24), default=24, show_default=True, help="How long the token lives.")
+def platform_token(namespace: str, service_account: str, workload: str, hours: int) -> None:
+    """Print an identity token for a workload outside the pods (a VM joining the mesh without SPIRE).
+
+    Its proxy sends it to identity with a CSR, as a pod's proxy sends its own, and gets a
+    certificate for <service-account>.<namespace>.serviceaccount.identity... that also names
+    spiffe://<trust-domain>/ns/<namespace>/sa/<service-account>: the ExternalWorkload's
+    meshTLS.identity.
+    """
+    from tether.naming import InvalidName
+    from tether.platform.local.tokens import LocalTokenSigner, TokenKey, TokenKeyError
+
+    state = home.state_dir()
+    if _load_config(state) is None:
+        raise CliError(f"{state}: no local platform; run `tether up`")
+    try:
+        signer = LocalTokenSigner(TokenKey.load_or_create(state))
+        token = signer.mint(namespace=namespace, service_account=service_account, pod=workload,
+                            lifetime=timedelta(hours=hours))
+    except (TokenKeyError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    except InvalidName as exc:
+        raise CliError(f"--namespace/--service-account: {exc}") from None
+    click.echo(token.decode())
 
 
 @platform.command("run")

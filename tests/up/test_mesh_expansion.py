@@ -1,0 +1,206 @@
+"""Mesh expansion on the local platform: a "VM" joins the mesh as an ExternalWorkload.
+
+The VM is a network namespace this test makes itself on the platform's bridge (not a pod: the
+pod controller knows nothing of it), with an address outside what the pod IPAM hands out.  On
+it run, as on a VM outside a cluster: ``tether init`` (its own iptables redirection), ``tether
+proxy`` as uid 2102 configured by the ``LINKERD2_PROXY_*`` environment, with the identity the
+local platform offers when there is no SPIRE (``tether platform token``: a token for a service
+account, exchanged with identity for a certificate that also names its SPIFFE ID), an HTTP
+server and a client.  The ExternalWorkload names that SPIFFE ID; the ExternalWorkload controller
+puts the VM behind a Service; a meshed pod calls it and it calls a meshed pod's Service, and a
+capture on the VM's link shows only TLS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from up import uplab
+from up.uplab import PYTHON, TETHER, client, wait_for, web_server
+
+from tether.platform.local import config as platform_config
+
+from .test_meshed import NAMESPACE, _capture_on, _ready_pods
+
+VM_NS, VM_SA, VM_NAME = "billing", "vm", "legacy-billing"
+PROXY_UID, APP_UID = 2102, 4242
+SPIFFE_ID = f"spiffe://cluster.local/ns/{VM_NS}/sa/{VM_SA}"
+VM_IDENTITY = f"{VM_SA}.{VM_NS}.serviceaccount.identity.linkerd.cluster.local"
+
+BILLING = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {VM_NS}}}
+---
+apiVersion: workload.linkerd.io/v1beta1
+kind: ExternalWorkload
+metadata: {{name: {VM_NAME}, namespace: {VM_NS}, labels: {{app: billing}}}}
+spec:
+  meshTLS: {{identity: "{SPIFFE_ID}", serverName: "{VM_IDENTITY}"}}
+  ports: [{{name: http, port: 8080}}]
+  workloadIPs: [{{ip: "{{ip}}"}}]
+status:
+  conditions: [{{type: Ready, status: "True"}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: billing, namespace: {VM_NS}}}
+spec:
+  selector: {{app: billing}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+"""
+
+
+class Vm:
+    """A network namespace on the platform's bridge with one address, and the processes run in it."""
+
+    def __init__(self, p: uplab.Platform, workdir: Path) -> None:
+        config = platform_config.load(p.home)
+        assert config is not None
+        self.config = config
+        self.netns = f"{p.prefix}vm"
+        self.link = f"{p.prefix}vmh"
+        self.bridge = p.bridge
+        network = ipaddress.ip_network(p.pod_cidr)
+        self.ip = str(network.broadcast_address - 1)  # the pod IPAM hands out addresses from the bottom
+        self.prefixlen = network.prefixlen
+        self.dir = workdir
+        self.procs: list[subprocess.Popen] = []
+
+    def _ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def start(self) -> None:
+        self._ip("netns", "add", self.netns)
+        self._ip("link", "add", self.link, "type", "veth", "peer", "name", "eth0", "netns", self.netns)
+        self._ip("link", "set", self.link, "master", self.bridge, "up")
+        self._ip("-n", self.netns, "addr", "add", f"{self.ip}/{self.prefixlen}", "dev", "eth0")
+        self._ip("-n", self.netns, "link", "set", "eth0", "up")
+        self._ip("-n", self.netns, "link", "set", "lo", "up")
+        self._ip("-n", self.netns, "route", "add", "default", "via", str(self.config.host_ip))
+
+    def run(self, name: str, argv: list[str], *, uid: int, env: dict[str, str] | None = None) -> None:
+        log = open(self.dir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        setpriv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        self.procs.append(subprocess.Popen(["ip", "netns", "exec", self.netns, *setpriv, *argv], stdout=log,
+                                           stderr=subprocess.STDOUT, env={"PATH": os.environ["PATH"], **(env or {})}))
+
+    def log(self, name: str) -> str:
+        return (self.dir / f"{name}.log").read_text()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        subprocess.run(["ip", "link", "del", self.link], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+
+    def proxy_env(self, token_file: Path, identity_dir: Path) -> dict[str, str]:
+        """What Linkerd's guide gives a VM's proxy, with the local platform's addresses and identity files."""
+        c = self.config
+        host = str(c.host_ip)
+        destination = f"linkerd-destination.{c.control_plane_ns}.serviceaccount.identity.{c.control_plane_ns}.cluster.local"
+        workload = json.dumps({"ns": VM_NS, "external_workload": VM_NAME})
+        p = "LINKERD2_PROXY_"
+        return {
+            p + "LOG": "info",
+            p + "IDENTITY_DIR": str(identity_dir),
+            p + "IDENTITY_TOKEN_FILE": str(token_file),
+            p + "IDENTITY_TRUST_ANCHORS": c.layout.trust_anchors.read_text(),
+            p + "IDENTITY_LOCAL_NAME": VM_IDENTITY,
+            p + "IDENTITY_SVC_ADDR": f"{host}:{c.ports.identity}",
+            p + "IDENTITY_SVC_NAME": f"linkerd-identity.{c.control_plane_ns}.serviceaccount.identity."
+                                     f"{c.control_plane_ns}.cluster.local",
+            p + "DESTINATION_SVC_ADDR": f"{host}:{c.ports.destination}",
+            p + "DESTINATION_SVC_NAME": destination,
+            p + "DESTINATION_PROFILE_NETWORKS": c.cluster_networks,
+            p + "DESTINATION_CONTEXT": json.dumps({"ns": VM_NS, "nodeName": "vm-1", "external_workload": VM_NAME}),
+            p + "POLICY_SVC_ADDR": f"{host}:{c.ports.policy}",
+            p + "POLICY_SVC_NAME": destination,
+            p + "POLICY_WORKLOAD": workload,
+            p + "POLICY_CLUSTER_NETWORKS": c.cluster_networks,
+            p + "INBOUND_DEFAULT_POLICY": "all-unauthenticated",
+            p + "INBOUND_LISTEN_ADDR": "0.0.0.0:4143",
+            p + "OUTBOUND_LISTEN_ADDR": "127.0.0.1:4140",
+            p + "ADMIN_LISTEN_ADDR": "0.0.0.0:4191",
+            p + "CONTROL_LISTEN_ADDR": "0.0.0.0:4190",
+            p + "INBOUND_PORTS": "8080",
+            p + "INBOUND_IPS": self.ip,
+        }
+
+
+@pytest.fixture
+def vm(running: uplab.Platform, tmp_path: Path) -> Iterator[Vm]:
+    machine = Vm(running, tmp_path)
+    try:
+        machine.start()
+        yield machine
+    finally:
+        machine.stop()
+
+
+def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(running: uplab.Platform, vm: Vm,
+                                                                            tmp_path: Path) -> None:
+    p = running
+    p.apply(NAMESPACE)
+    p.apply(web_server("web", "meshed", 1))
+    _ready_pods(p, "meshed", "web-", 1)
+    with p.store() as store:
+        web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
+
+    # The identity the local platform gives a VM without SPIRE: a token, exchanged like a pod's.
+    token = p.tether("platform", "token", "-n", VM_NS, "--service-account", VM_SA, "--workload", VM_NAME).stdout
+    identity_dir = tmp_path / "identity"
+    identity_dir.mkdir(mode=0o700)
+    token_file = tmp_path / "token"
+    token_file.write_text(token.strip())
+    token_file.chmod(0o600)
+    for path in (identity_dir, token_file):
+        os.chown(path, PROXY_UID, PROXY_UID)
+    tmp_path.chmod(0o755)
+
+    p.apply(BILLING.replace("{ip}", vm.ip))
+    subprocess.run([TETHER, "init", "--netns", vm.netns, "--proxy-uid", str(PROXY_UID),
+                    "--inbound-ports-to-ignore", "4190,4191", "--ipv6=false"], check=True, capture_output=True)
+    vm.run("proxy", [TETHER, "proxy"], uid=PROXY_UID, env=vm.proxy_env(token_file, identity_dir))
+    vm.run("app", [PYTHON, "-u", "-m", "http.server", "8080", "--bind", "0.0.0.0"], uid=APP_UID)
+    wait_for("the VM's proxy is certified", lambda: "certified as " + VM_IDENTITY in vm.log("proxy"), timeout=60)
+
+    frames: list[tuple[str, bytes]] = []
+    stop = threading.Event()
+    capture = threading.Thread(target=_capture_on, args=(vm.link, stop, frames), daemon=True)
+    capture.start()
+    try:
+        # The VM calls a meshed pod's Service; a meshed pod calls the VM through its Service.
+        vm.run("client", [PYTHON, "-u", "-c", uplab.CLIENT_SCRIPT, f"http://{web_ip}/"], uid=APP_UID)
+        p.apply(client("caller", "meshed", f"http://billing.{VM_NS}.svc.cluster.local/"))
+        (caller,) = _ready_pods(p, "meshed", "caller-", 1)
+        name = caller["metadata"]["name"]
+        wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
+        wait_for("the meshed pod gets answers from the VM",
+                 lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=60)
+    finally:
+        stop.set()
+        capture.join()
+    vm_frames = [f for _, f in frames]
+    assert any(b"\x17\x03\x03" in f for f in vm_frames)  # TLS application data crossed the VM's link
+    assert not any(b"Python-urllib" in f for f in vm_frames)  # and no request (their User-Agent) was readable
+    caller_proxy = p.tether("logs", "-n", "meshed", name, "-c", "proxy").stdout
+    assert "Traceback" not in vm.log("proxy") and "Traceback" not in caller_proxy

@@ -1,7 +1,8 @@
 """Mesh expansion on the local platform: a "VM" joins the mesh as an ExternalWorkload.
 
 The VM is a network namespace this test makes itself on the platform's bridge (not a pod: the
-pod controller knows nothing of it), with an address outside what the pod IPAM hands out.  On
+pod controller knows nothing of it), with the last address of the pod range, which the IPAM
+hands out only after every other (this test makes a few pods).  On
 it run, as on a VM outside a cluster: ``tether init`` (its own iptables redirection), ``tether
 proxy`` as uid 2102 configured by the ``LINKERD2_PROXY_*`` environment, with the identity the
 local platform offers when there is no SPIRE (``tether platform token``: a token for a service
@@ -73,7 +74,7 @@ class Vm:
         self.link = f"{p.prefix}vmh"
         self.bridge = p.bridge
         network = ipaddress.ip_network(p.pod_cidr)
-        self.ip = str(network.broadcast_address - 1)  # the pod IPAM hands out addresses from the bottom
+        self.ip = str(network.broadcast_address - 1)  # the IPAM reaches it last
         self.prefixlen = network.prefixlen
         self.dir = workdir
         self.procs: list[subprocess.Popen] = []
@@ -167,14 +168,16 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
 
     # The identity the local platform gives a VM without SPIRE: a token, exchanged like a pod's.
     token = p.tether("platform", "token", "-n", VM_NS, "--service-account", VM_SA, "--workload", VM_NAME).stdout
-    identity_dir = tmp_path / "identity"
+    # The VM's own disk: under the platform's run directory, which uid 2102 can traverse (removed with it).
+    vm_dir = vm.config.layout.run_dir / "vm"
+    vm_dir.mkdir(mode=0o755)
+    identity_dir = vm_dir / "identity"
     identity_dir.mkdir(mode=0o700)
-    token_file = tmp_path / "token"
+    token_file = vm_dir / "token"
     token_file.write_text(token.strip())
     token_file.chmod(0o600)
     for path in (identity_dir, token_file):
         os.chown(path, PROXY_UID, PROXY_UID)
-    tmp_path.chmod(0o755)
 
     p.apply(BILLING.replace("{ip}", vm.ip))
     subprocess.run([TETHER, "init", "--netns", vm.netns, "--proxy-uid", str(PROXY_UID),

@@ -19,6 +19,7 @@ from up import uplab
 from up.uplab import client, ready, wait_for, web_server
 
 from tether.platform.local import config as platform_config
+from tether.platform.local.containers import build_env
 from tether.platform.local.sandbox import POD_UID_BASE
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
@@ -48,7 +49,7 @@ def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None
     assert init == ["linkerd-init", "linkerd-proxy"]
     assert server["metadata"]["labels"]["linkerd.io/control-plane-ns"] == "linkerd"
     proxy = server["spec"]["initContainers"][1]
-    env = {e["name"]: e.get("value") for e in proxy["env"]}
+    env = build_env(server, proxy, {})  # the injector's $(_pod_sa).$(_pod_ns)... as the platform expands it
     assert env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == "default.meshed.serviceaccount.identity.linkerd.cluster.local"
     assert proxy["securityContext"]["runAsUser"] == 2102
 

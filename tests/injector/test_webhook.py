@@ -480,8 +480,8 @@ class StderrLines:
         for line in proc.stderr:
             self.lines.put(line)
 
-    def port(self, what: str) -> int:
-        deadline = time.monotonic() + 20
+    def port(self, what: str, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 line = self.lines.get(timeout=0.5)

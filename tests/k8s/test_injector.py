@@ -26,6 +26,7 @@ from .kube_helpers import ThreadedApi
 
 NS = "emojivoto"
 OWNER_LOOKUP_DEADLINE = 20.0
+STARTUP_DEADLINE = 60.0  # a shared CI machine may take long to import and start a process
 
 
 def namespace(annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -84,10 +85,10 @@ def test_namespace_annotations_owners_and_events_from_the_api(kube: ThreadedApi,
     )  # fmt: skip
     stderr = StderrLines(proc)
     try:
-        admin_port = stderr.port("admin")
+        admin_port = stderr.port("admin", timeout=STARTUP_DEADLINE)
         assert admin_get(admin_port, "/ready")[0] == 503  # listing held: not ready, the webhook port is closed
         kube.call(_release(api))
-        port = stderr.port("webhook")
+        port = stderr.port("webhook", timeout=STARTUP_DEADLINE)
         assert admin_get(admin_port, "/ready")[0] == 200
 
         web = owned_pod("web-legacy-x1", "ReplicaSet", "web-legacy", "apps/v1")

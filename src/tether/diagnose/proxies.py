@@ -21,6 +21,8 @@ from typing import Any
 
 from cryptography import x509
 
+from tether.platform.local.containers import build_env
+
 ADMIN_PORT = 4191
 INBOUND_PORT = 4143
 PROXY_CONTAINER = "linkerd-proxy"
@@ -74,11 +76,12 @@ def proxy_container(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def proxy_env(pod: Mapping[str, Any], name: str) -> str | None:
-    container = proxy_container(pod) or {}
-    for env in container.get("env") or ():
-        if env.get("name") == name:
-            return env.get("value")
-    return None
+    """The proxy's variable as its process sees it: fieldRefs and ``$(VAR)`` references expanded
+    (the injector names the identity ``$(_pod_sa).$(_pod_ns)...``, as Linkerd's does)."""
+    container = proxy_container(pod)
+    if container is None or not any(env.get("name") == name for env in container.get("env") or ()):
+        return None
+    return build_env(pod, container, {}).get(name)
 
 
 def identity_of(pod: Mapping[str, Any]) -> str | None:

@@ -538,3 +538,35 @@ def test_the_policy_and_tap_hooks_see_each_stream() -> None:
     assert ("end", 503) in told and ("request", b"/no") not in told  # refused: never routed, but it ended
     told.remove(("end", 503))
     assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]
+
+
+def test_a_refused_stream_is_sent_again_once() -> None:
+    """REFUSED_STREAM before any response: the server did not process it (RFC 9113 §8.7), so a bodiless request
+    goes to another pick; a second refusal reaches the client."""
+    from h2.errors import ErrorCodes as Codes
+
+    def refuse_first(server: H2Server, sid: int, request: list[tuple[bytes, bytes]], body: bytes) -> None:
+        if not getattr(server, "refused", False):
+            server.refused = True  # type: ignore[attr-defined]
+            server.conn.reset_stream(sid, Codes.REFUSED_STREAM)
+            return
+        respond(body=b"second")(server, sid, request, body)
+
+    client = Client()
+    sid = client.request(GET)
+    router = Router(ADDRS[:1])
+    settings = http_settings()
+    harness = Harness(client, {ADDRS[0]: lambda: H2Server(refuse_first)})
+    harness.run(http2(router, settings))
+    assert client.status(sid) == b"200" and client.bodies[sid] == b"second"
+    assert router.log.count("release") == 2  # two picks
+    assert settings.metrics is not None and settings.metrics.snapshot()[LABELS].requests == 1
+
+    always = Client()
+    sid = always.request(GET)
+
+    def refuse(server: H2Server, stream: int, request: list[tuple[bytes, bytes]], body: bytes) -> None:
+        server.conn.reset_stream(stream, Codes.REFUSED_STREAM)
+
+    Harness(always, {ADDRS[0]: lambda: H2Server(refuse)}).run(http2(Router(ADDRS[:1]), http_settings()))
+    assert always.resets.get(sid) == Codes.REFUSED_STREAM

@@ -145,7 +145,8 @@ class _Pair:
                  "attempts", "route_gen", "pick", "counted", "recorded", "up", "usid", "h1", "req_buf",
                  "req_end", "req_trailers", "req_sent", "leg_gone", "owed_down", "owed_up", "status",
                  "grpc_status", "resp_end", "head_ended", "resp_trailers", "sampled", "finished", "reset_after",
-                 "in_flight", "route", "deadline", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded")
+                 "in_flight", "route", "deadline", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded",
+                 "body_seen", "refused")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -189,6 +190,8 @@ class _Pair:
         self.skip_ack = 0  # bytes of a retry's request already acknowledged to the client (sent again as kept)
         self.timed_out = False
         self.route_recorded = False  # route_response_total recorded
+        self.body_seen = False  # request body bytes came from the client (a bodiless request can always be resent)
+        self.refused = False  # an upstream refused it once (REFUSED_STREAM): sent again, once
 
     def route_head(self) -> RequestHead:
         headers = tuple(self.headers)
@@ -393,6 +396,7 @@ class _Http2:
             return
         self.down.ack(sid, event.flow_controlled_length - len(data))  # padding
         if data:
+            pair.body_seen = True
             pair.req_buf.append(data)
             pair.owed_down += len(data)
             if pair.kept is not None:
@@ -698,7 +702,18 @@ class _Http2:
         self._record(pair, status, success)
 
     def _upstream_reset(self, pair: _Pair, code: int) -> None:
-        """The upstream reset its stream: reset the client's with the same code (NO_ERROR: once it has all)."""
+        """The upstream reset its stream: reset the client's with the same code (NO_ERROR: once it has all).
+
+        REFUSED_STREAM before any response means the server did not process the request (RFC 9113 §8.7):
+        it is sent again, once, on a new pick, when it can be -- its body kept whole, or none.
+        """
+        if code == ErrorCodes.REFUSED_STREAM and pair.status is None and not pair.refused:
+            if pair.kept is None and pair.req_end and not pair.body_seen:
+                pair.kept = []  # bodiless: nothing to keep
+            if pair.kept is not None:
+                pair.refused = True
+                self._again(pair, recount=False)  # one request for the endpoint metrics, as it was not served
+                return
         pair.leg_gone = True
         self._drop_request(pair)
         if code == ErrorCodes.NO_ERROR and pair.resp_end:
@@ -834,8 +849,9 @@ class _Http2:
         self._again(pair)
         return True
 
-    def _again(self, pair: _Pair) -> None:
-        """Another attempt: the kept request goes to a new pick (on a new upstream stream)."""
+    def _again(self, pair: _Pair, recount: bool = True) -> None:
+        """Another attempt: the kept request goes to a new pick (on a new upstream stream); ``recount``: the new
+        attempt is a request of its own in the endpoint metrics."""
         up = pair.up
         self._drop_leg(pair)  # the failed response is not read further
         if up is not None and up.draining and not up.streams:
@@ -848,7 +864,8 @@ class _Http2:
         pair.req_sent = False
         pair.skip_ack = pair.kept_size - pair.owed_down  # the part the client has had acknowledged
         pair.status = pair.grpc_status = None
-        pair.head_ended = pair.sampled = pair.counted = pair.recorded = False
+        pair.head_ended = pair.sampled = pair.recorded = False
+        pair.counted = pair.counted and not recount
         pair.resp_trailers = None
         pair.attempts = 0
         pair.leg_gone = False  # an upstream lost before the head detached the stream: it goes on

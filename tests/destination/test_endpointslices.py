@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from destination_helpers import NS, Harness, Pki, addrs, authority, by_addr, namespace, pod, service
 
 from tether.platform.local.endpointslices import MANAGED_BY
@@ -119,6 +121,18 @@ async def test_hostname_lookup_returns_that_one_pod(workdir: Path, pki: Pki) -> 
         assert await everyone.next() == {"remove": ["10.1.0.2:8080"]}
         assert h.metric("endpoints_subscribers", {"namespace": NS, "service": "web", "port": "80",
                                                   "hostname": "web-1"}) == 1
+
+
+async def test_get_profile_of_a_hostname_is_that_pods_endpoint_profile(workdir: Path, pki: Pki) -> None:
+    stateful = pod("web-0", "10.1.0.1", template_hash=None)
+    stateful["spec"].update(hostname="web-0", subdomain="web")
+    async with Harness(workdir, pki, namespace(), service(cluster_ip="None"), stateful) as h:
+        profile = await h.get_profile("web-0.web.emojivoto.svc.cluster.local:8080").next()
+        assert profile["endpoint"]["addr"] == "10.1.0.1:8080"
+        assert profile["endpoint"]["tls_identity"] == "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+        assert not profile.get("fully_qualified_name")  # an endpoint profile, not the Service's
+        missing = h.get_profile("web-9.web.emojivoto.svc.cluster.local:8080")
+        assert await missing.code() == grpc.StatusCode.NOT_FOUND
 
 
 async def test_external_workload_endpoints_carry_the_spiffe_identity(workdir: Path, pki: Pki) -> None:

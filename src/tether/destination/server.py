@@ -206,13 +206,20 @@ class DestinationServer:
                 return ServiceAuthority(services[0].name, services[0].namespace, port, cluster_domain)
             return ip, port
         try:
-            authority = ServiceAuthority.parse(f"{host}:{port}", cluster_domain)
+            instance, authority = ServiceAuthority.parse_with_instance(f"{host}:{port}", cluster_domain)
         except InvalidName as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid authority: {exc}") from None
         service = self._index.services.get((authority.namespace, authority.service))
         if service is not None and service.is_external_name:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                             f"Service {authority.namespace}/{authority.service} is an ExternalName service")
+        if instance is not None:
+            # <hostname>.<svc>...: the profile of that one endpoint (a StatefulSet pod), as Linkerd answers it.
+            address = self._index.address_of_hostname(authority.namespace, authority.service, instance)
+            if address is None:
+                raise Rejected(grpc.StatusCode.NOT_FOUND, f"no endpoint of Service {authority.namespace}/"
+                                                          f"{authority.service} has the hostname {instance!r}")
+            return str(ipaddress.ip_address(address)), port
         return authority
 
     async def _service_profile(

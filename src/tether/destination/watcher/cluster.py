@@ -181,6 +181,14 @@ class ClusterIndex:
         names = sorted(self._slices_by_service.get((namespace, service), ()))
         return [self.slices[(namespace, n)] for n in names if (namespace, n) in self.slices]
 
+    def address_of_hostname(self, namespace: str, service: str, hostname: str) -> str | None:
+        """The address of the Service's endpoint called ``hostname`` (a StatefulSet pod's), if a slice lists one."""
+        for slice_ in self.slices_of(namespace, service):
+            for endpoint in slice_.endpoints:
+                if endpoint.hostname == hostname and slice_.address_type != "FQDN":
+                    return endpoint.addresses[0]
+        return None
+
     def running_pods_at(self, ip: str) -> list[PodFacts]:
         """Running (pod-network) pods with this IP, by name; more than one means a conflict."""
         pods = [self.pods[key] for key in self._pods_by_ip.get(ip, ()) if key in self.pods]

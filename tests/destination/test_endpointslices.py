@@ -151,6 +151,18 @@ async def test_external_workload_endpoints_carry_the_spiffe_identity(workdir: Pa
         assert endpoint["resource"] == {"kind": "ExternalWorkload", "namespace": NS, "name": "legacy-billing"}
 
 
+async def test_get_profile_on_a_workload_ip_is_its_endpoint_profile(workdir: Path, pki: Pki) -> None:
+    async with Harness(workdir, pki, namespace(), external_workload("legacy-billing", "192.168.50.10")) as h:
+        stream = h.get_profile("192.168.50.10:8080")
+        endpoint = (await stream.next())["endpoint"]
+        assert (endpoint["tls_identity"], endpoint["server_name"]) == (SPIFFE_ID, "legacy-billing.cluster.local")
+        assert endpoint["metric_labels"]["external_workload"] == "legacy-billing"
+        unknown = (await h.get_profile("192.168.50.10:9999").next())["endpoint"]  # a port it does not declare
+        assert "tls_identity" not in unknown
+        h.delete("ExternalWorkload.workload.linkerd.io", "legacy-billing")
+        assert "tls_identity" not in (await stream.next())["endpoint"]
+
+
 async def test_bad_entries_are_reported_and_skipped_and_the_watch_goes_on(workdir: Path, pki: Pki) -> None:
     db = service("db", selector={}, ports=[{"name": "http", "port": 80, "targetPort": 5432}])
     bad = endpoint_slice("db-1", "db", [{"addresses": ["10.9.0.1"]}, {"addresses": ["fd00::9"]},

@@ -80,6 +80,7 @@ class ClusterIndex:
         self.slices: dict[Key, SliceFacts] = {}
         self.external_workloads: dict[Key, ExternalWorkloadFacts] = {}
         self._slices_by_service: dict[Key, set[str]] = {}
+        self._workloads_by_ip: dict[str, set[Key]] = {}
         self._servers: dict[str, dict[str, ServerFacts]] = {}
         self._pods_by_ip: dict[str, set[Key]] = {}
         self._services_by_ip: dict[str, set[Key]] = {}
@@ -158,8 +159,12 @@ class ClusterIndex:
             return old_slice
         if kind == "external_workload":
             old_workload = self.external_workloads.pop(key, None)
+            for ip in old_workload.ips if old_workload is not None else ():
+                _discard(self._workloads_by_ip, ip, key)
             if isinstance(new, ExternalWorkloadFacts):
                 self.external_workloads[key] = new
+                for ip in new.ips:
+                    self._workloads_by_ip.setdefault(ip, set()).add(key)
             return old_workload
         old_namespace = self.namespaces.pop(name, None)
         if isinstance(new, NamespaceFacts):
@@ -193,6 +198,11 @@ class ClusterIndex:
         """Running (pod-network) pods with this IP, by name; more than one means a conflict."""
         pods = [self.pods[key] for key in self._pods_by_ip.get(ip, ()) if key in self.pods]
         return sorted((p for p in pods if p.is_running), key=lambda p: (p.namespace, p.name))
+
+    def external_workloads_at(self, ip: str, port: int) -> list[ExternalWorkloadFacts]:
+        """ExternalWorkloads with this workload IP that declare ``port``; more than one means a conflict."""
+        workloads = (self.external_workloads[k] for k in self._workloads_by_ip.get(ip, ()) if k in self.external_workloads)
+        return sorted((w for w in workloads if port in w.port_numbers), key=lambda w: (w.namespace, w.name))
 
     def services_at(self, ip: str) -> list[ServiceFacts]:
         """Services with this cluster IP; more than one means a conflict."""

@@ -180,6 +180,8 @@ class ExternalWorkloadFacts:
     ports: Mapping[str, int]  # named ports
     owner_kind: str  # the metric label key of its single owner, if any
     owner_name: str
+    ips: tuple[str, ...] = ()  # spec.workloadIPs
+    port_numbers: frozenset[int] = frozenset()  # every port of spec.ports
 
     @property
     def inbound_port(self) -> int:
@@ -248,6 +250,8 @@ def _external_workload(resource: Resource) -> ExternalWorkloadFacts:
         ports={p.name: p.port for p in spec.ports if p.name},
         owner_kind=owner_kind,
         owner_name=owner_name,
+        ips=spec.workload_ips,
+        port_numbers=frozenset(p.port for p in spec.ports),
     )
 
 

@@ -1,8 +1,9 @@
-"""What runs at an IP:port, for endpoint profiles (``GetProfile`` on a pod IP).
+"""What runs at an IP:port, for endpoint profiles (``GetProfile`` on a pod or workload IP).
 
 Keyed by (IP, port).  Follows whether a pod is *running* there, not whether it
 is ready (Linkerd does the same so StatefulSet peers can reach each other
-before they are ready).  The published ``Address`` carries the pod (or None
+before they are ready); else which ExternalWorkload has that IP and declares
+that port.  The published ``Address`` carries the pod or workload (neither
 when nothing runs at the IP) and whether the port is opaque: by the pod's
 annotation, its namespace's, the defaults, or a Server with ``proxyProtocol:
 opaque``.  Listeners hear the current target at once, then each change.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.watcher.cluster import Change, ClusterIndex
 from tether.destination.watcher.errors import ConflictingAddress
-from tether.destination.watcher.facts import PodFacts
+from tether.destination.watcher.facts import ExternalWorkloadFacts, PodFacts
 from tether.destination.watcher.listeners import Address, WorkloadListener
 
 Target = tuple[str, int]
@@ -37,17 +38,23 @@ class WorkloadWatcher:
 
     def _target(self, ip: str, port: int) -> Address:
         pods = self._index.running_pods_at(ip)
-        if not pods:
-            return Address(ip, port, None, port in self._index.default_opaque_ports)
-        pod = pods[0]
-        return Address(ip, port, pod, self._index.is_opaque(pod, port))
+        if pods:
+            pod = pods[0]
+            return Address(ip, port, pod, self._index.is_opaque(pod, port))
+        opaque = port in self._index.default_opaque_ports
+        workloads = self._index.external_workloads_at(ip, port)
+        return Address(ip, port, None, opaque, external=workloads[0] if workloads else None)
 
     def subscribe(self, ip: str, port: int, listener: WorkloadListener) -> None:
-        """Raises ``ConflictingAddress`` when several running pods have this IP."""
+        """Raises ``ConflictingAddress`` when several running pods, or ExternalWorkloads, have this IP (and port)."""
         pods = self._index.running_pods_at(ip)
         if len(pods) > 1:
             names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
             raise ConflictingAddress(f"pod IP address conflict: {ip} is used by {names}")
+        workloads = [] if pods else self._index.external_workloads_at(ip, port)
+        if len(workloads) > 1:
+            names = ", ".join(f"{w.namespace}/{w.name}" for w in workloads)
+            raise ConflictingAddress(f"external workload address conflict: {ip}:{port} is used by {names}")
         key = (ip, port)
         publisher = self._publishers.get(key)
         if publisher is None:
@@ -79,6 +86,9 @@ class WorkloadWatcher:
             return
         if change.kind == "pod":
             ips = {p.ip for p in (change.old, change.new) if isinstance(p, PodFacts) and p.ip is not None}
+            keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]
+        elif change.kind == "external_workload":
+            ips = {ip for w in (change.old, change.new) if isinstance(w, ExternalWorkloadFacts) for ip in w.ips}
             keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]
         elif change.kind in ("server", "namespace"):
             keys = [k for k, p in self._publishers.items() if p.target.pod is not None

@@ -257,3 +257,63 @@ def test_a_client_that_goes_away_closes_its_tap(pki: Pki) -> None:
         await server.stop()
 
     _run(body)
+
+
+# -- the HTTP layers' hook (core.http.StreamObserver) ------------------------------------------------------
+
+
+def test_the_observer_turns_the_layers_calls_into_events() -> None:
+    from tether.proxy.codec.http1 import RequestHead
+    from tether.proxy.core.http import StreamObserver
+    from tether.proxy.core.tap import TapObserver
+
+    now = [10.0]
+    taps = Taps(base=5)
+    observer: StreamObserver = TapObserver(taps, OUTBOUND, lambda: now[0])
+    head = RequestHead(b"GET", b"/api/list", ((b"host", b"emoji.emojivoto.svc.cluster.local:8080"), (b"x-id", b"7")))
+    labels = ('direction="outbound",peer="dst",authority="emoji.emojivoto.svc.cluster.local:8080",'
+              'target_addr="10.0.0.9:8080",target_ip="10.0.0.9",target_port="8080",tls="true",'
+              'server_id="emoji.emojivoto.serviceaccount.identity.linkerd.cluster.local",dst_deployment="emoji",'
+              'dst_namespace="emojivoto"')
+    first, second = object(), object()
+    observer.request(first, head, labels)  # no tap open: nothing kept
+    assert taps.begin(req(), 0.0) is None
+    extract = tap_pb2.ObserveRequest.Extract(http=tap_pb2.ObserveRequest.Extract.Http(
+        headers=tap_pb2.ObserveRequest.Extract.Http.Headers()))
+    tap = new_tap(tap_pb2.ObserveRequest(limit=5, extract=extract, match=M(
+        destination_label=M.Label(key="deployment", value="emoji"))), lambda: None)
+    taps.add(tap)
+    observer.request(second, head, labels)
+    now[0] = 10.004
+    observer.response(second, 200)
+    now[0] = 10.005
+    observer.end(second, 200, None)
+    observer.end(first, 200, None)  # never tapped: nothing
+    init, rsp, end = tap.events
+    r = init.http.request_init
+    assert (r.path, r.authority, init.proxy_direction) == ("/api/list", "emoji.emojivoto.svc.cluster.local:8080", OUTBOUND)
+    assert [(h.name, h.value) for h in r.headers.headers][1] == ("x-id", b"7")
+    assert init.destination.port == 8080 and init.destination_meta.labels["deployment"] == "emoji"
+    assert init.destination_meta.labels["tls"] == "true"
+    assert rsp.http.response_init.http_status == 200
+    assert rsp.http.response_init.since_request_init.ToNanoseconds() == pytest.approx(4_000_000, abs=1000)
+    assert end.http.response_end.since_response_init.ToNanoseconds() == pytest.approx(1_000_000, abs=1000)
+
+
+def test_an_answer_without_a_relayed_response_still_ends_the_stream() -> None:
+    from tether.proxy.codec.http1 import RequestHead
+    from tether.proxy.core.tap import TapObserver, parse_labels
+
+    taps = Taps(base=1)
+    tap = new_tap(tap_pb2.ObserveRequest(limit=1), lambda: None)
+    taps.add(tap)
+    observer = TapObserver(taps, INBOUND, lambda: 1.0)
+    stream = object()
+    observer.request(stream, RequestHead(b"POST", b"/x", ((b"host", b"web"),)),
+                     'direction="inbound",target_addr="10.0.0.2:8080",tls="true",client_id="a\\"b"')
+    observer.end(stream, 503, None)  # e.g. load shed: the proxy's own answer
+    assert [e.http.WhichOneof("event") for e in tap.events] == ["request_init", "response_init", "response_end"]
+    assert tap.events[1].http.response_init.http_status == 503
+    assert tap.events[0].source_meta.labels["client_id"] == 'a"b'
+    assert tap.finished
+    assert parse_labels('a="x\\\\y",b=""') == {"a": "x\\y", "b": ""}

@@ -18,13 +18,21 @@ tap asked for them (``extract.http.headers``).  Each ``Tap`` buffers up to
 channel drops them) and calls its ``wake`` hook when one arrives; it is
 ``finished`` once its limit is reached and every stream it took has ended.
 
+``TapObserver`` is the ``core.http.StreamObserver`` the HTTP layers call
+(request routed, response head, end): it reads the request head and the
+endpoint's metric labels (``target_addr``, ``tls``, ``client_id``/``server_id``,
+``dst_*``) into a ``TapRequest``.  The hook passes neither the client's
+address nor the response's headers, so events carry source ``0.0.0.0:0`` and
+no response headers (request headers are extracted when asked).
+
 Times are seconds from the caller's monotonic clock; nothing here does I/O.
-Callers: ``tether.proxy.io.tap_server`` (Observe) and the HTTP layers (events).
+Callers: ``tether.proxy.io.tap_server`` (Observe) and the HTTP layers (through ``TapObserver``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +41,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from tether.api import http_types_pb2, net_pb2, tap_pb2
 from tether.api.addresses import InvalidAddress, from_ip_address, to_tcp_address
+from tether.proxy.codec.http1 import RequestHead
 
 EVENT_BUFFER = 400  # events buffered per tap, as linkerd2-proxy's per-response buffer
 INBOUND = tap_pb2.TapEvent.INBOUND
@@ -367,3 +376,76 @@ class TappedStream:
             tap.open_streams -= 1
             if tap.finished:
                 tap.wake()
+
+
+# -- the HTTP layers' hook ------------------------------------------------------------------------
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_TLS_KEYS = ("tls", "client_id", "server_id", "no_tls_reason", "sni")
+
+
+def parse_labels(labels: str) -> dict[str, str]:
+    """A rendered label set (``a="x",b="y"``, as ``core.labels`` renders it) back into a mapping."""
+    return {k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\") for k, v in _LABEL.findall(labels)}
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return "0.0.0.0", 0
+
+
+def request_of(head: RequestHead, labels: str, direction: int) -> TapRequest:
+    """What tap sees of a routed request: its head, and the endpoint's metric labels."""
+    found = parse_labels(labels)
+    authority = next((v for n, v in head.headers if n.lower() == b"host"), b"")
+    tls = {k: found[k] for k in _TLS_KEYS if k in found}
+    dst = {k[4:]: v for k, v in found.items() if k.startswith("dst_")}
+    return TapRequest(
+        direction=direction,
+        source=("0.0.0.0", 0),  # the hook does not pass the client's address
+        destination=_address(found.get("target_addr", "")),
+        method=head.method.decode("latin-1"),
+        scheme="http",
+        authority=authority.decode("latin-1"),
+        path=head.target.decode("latin-1"),
+        headers=tuple(head.headers),
+        source_labels=tls if direction == INBOUND else {},
+        destination_labels={**dst, **tls} if direction == OUTBOUND else dst,
+    )
+
+
+class TapObserver:
+    """``core.http.StreamObserver`` for tap: the HTTP layers' stream events, reported to ``Taps``.
+
+    With no tap open, each request costs one call and one test of an empty list.
+    """
+
+    def __init__(self, taps: Taps, direction: int, clock: Callable[[], float]) -> None:
+        self.taps = taps
+        self.direction = direction
+        self.clock = clock
+        self._streams: dict[int, TappedStream] = {}
+
+    def request(self, stream: object, request: RequestHead, labels: str) -> None:
+        if not self.taps.taps:
+            return
+        tapped = self.taps.begin(request_of(request, labels, self.direction), self.clock())
+        if tapped is not None:
+            self._streams[id(stream)] = tapped
+
+    def response(self, stream: object, status: int) -> None:
+        tapped = self._streams.get(id(stream))
+        if tapped is not None:
+            tapped.response_init(status, (), self.clock())
+
+    def end(self, stream: object, status: int | None, error: object) -> None:
+        tapped = self._streams.pop(id(stream), None)
+        if tapped is None:
+            return
+        now = self.clock()
+        if tapped.response_started is None and status is not None:
+            tapped.response_init(status, (), now)  # the proxy answered (an error) without a relayed head
+        tapped.response_end(now)

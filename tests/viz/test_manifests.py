@@ -6,6 +6,7 @@ prometheus package) checks the configurations as Prometheus would load them.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -14,12 +15,15 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from click.testing import CliRunner
 
 from tether.cli.main import cli
 from tether.viz import manifests, scrape_config
 
 KUBERNETES_VERSION = "1.35"
+TLS = manifests.WebhookTls("ca", "crt", "key")
 PROMTOOL = shutil.which("promtool")
 
 
@@ -32,10 +36,12 @@ def _objects(*args: str) -> list[dict]:
 def test_every_object_validates_against_kubernetes_1_35() -> None:
     docs = _objects("--viz-namespace", "viz", "--prometheus-image", "example.org/prometheus:v3")
     assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                         "ConfigMap", "Service", "Deployment"]
+                                         "ConfigMap", "Service", "Deployment",
+                                         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "Service",
+                                         "Deployment", "MutatingWebhookConfiguration"]
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    deployment = docs[-1]
+    deployment = docs[6]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "example.org/prometheus:v3"
     assert deployment["metadata"]["namespace"] == "viz"
@@ -44,8 +50,28 @@ def test_every_object_validates_against_kubernetes_1_35() -> None:
     assert [d["kind"] for d in json_docs] == [d["kind"] for d in docs]
 
 
+def test_the_tap_injector_s_webhook_reaches_its_service_with_its_ca() -> None:
+    docs = _objects("--viz-namespace", "viz")
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    hook = by_kind["MutatingWebhookConfiguration", "linkerd-tap-injector-webhook-config"]["webhooks"][0]
+    assert hook["clientConfig"]["service"] == {"name": "tap-injector", "namespace": "viz", "path": "/"}
+    assert hook["failurePolicy"] == "Ignore" and hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["rules"][0]["operations"] == ["CREATE"] and hook["rules"][0]["resources"] == ["pods"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(hook["clientConfig"]["caBundle"]))
+    secret = by_kind["Secret", "tap-injector-k8s-tls"]
+    crt = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    assert crt.issuer == ca.subject
+    ca.public_key().verify(crt.signature, crt.tbs_certificate_bytes, ec.ECDSA(crt.signature_hash_algorithm))
+    names = crt.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "tap-injector.viz.svc" in names
+    container = by_kind["Deployment", "tap-injector"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["viz", "tap-injector"] and "--viz-namespace=viz" in container["args"]
+    role = by_kind["ClusterRole", "linkerd-viz-tap-injector"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]
+
+
 def test_the_cluster_config_is_linkerd_s_with_kubernetes_discovery() -> None:
-    config = yaml.safe_load(next(d for d in manifests.render() if d["kind"] == "ConfigMap")["data"]["prometheus.yml"])
+    config = yaml.safe_load(next(d for d in manifests.render(tap_injector_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"])
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert jobs["linkerd-proxy"]["kubernetes_sd_configs"] == [{"role": "pod"}]
     assert jobs["linkerd-proxy"]["relabel_configs"] == scrape_config.proxy_relabel_configs("linkerd")
@@ -63,7 +89,7 @@ def test_local_only_flags_are_refused_for_kubernetes() -> None:
 @pytest.mark.parametrize("where", ["kubernetes", "local"])
 def test_promtool_accepts_the_configuration(where: str, tmp_path: Path) -> None:
     if where == "kubernetes":
-        text = next(d for d in manifests.render() if d["kind"] == "ConfigMap")["data"]["prometheus.yml"]
+        text = next(d for d in manifests.render(tap_injector_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"]
     else:
         (tmp_path / "sd").mkdir()
         text = yaml.safe_dump(scrape_config.prometheus_config(str(tmp_path / "sd"), "127.0.0.1:9090",

@@ -266,9 +266,18 @@ def _leaf(
     return _pem_cert(cert), pem.private_key_pem(key).decode()
 
 
-def _webhook_ca(now: datetime, namespace: str) -> tuple[x509.Certificate, Any]:
+def webhook_certificate(service: str, cluster_domain: str, now: datetime) -> tuple[str, str, str]:
+    """A webhook's self-signed CA (its caBundle) and serving certificate and key for ``service`` (``name.ns.svc``)."""
+    ca, ca_key = _webhook_ca(now, service)
+    crt, key = _leaf(service, [x509.DNSName(service), x509.DNSName(f"{service}.{cluster_domain}")],
+                     ca, ca_key, now, CA_LIFETIME)
+    return _pem_cert(ca), crt, key
+
+
+def _webhook_ca(now: datetime, service: str) -> tuple[x509.Certificate, Any]:
     key = pki.new_key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"linkerd-proxy-injector.{namespace}.svc")])
+    # Not the service's own name: a leaf whose issuer name equals its subject looks self-signed to OpenSSL.
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"webhook CA {service}"[:64])])
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -332,12 +341,8 @@ def complete_credentials(creds: Credentials, values: Obj, external_issuer: bool,
                 identity, [x509.DNSName(identity)], chain[0], issuer_key, now, CA_LIFETIME)
             creds.destination_crt += creds.issuer_crt if creds.issuer_crt.endswith("\n") else "\n" + creds.issuer_crt
     if not creds.webhook_crt:
-        ca, ca_key = _webhook_ca(now, namespace)
-        service = f"linkerd-proxy-injector.{namespace}.svc"
-        creds.webhook_ca = _pem_cert(ca)
-        creds.webhook_crt, creds.webhook_key = _leaf(
-            service, [x509.DNSName(service), x509.DNSName(f"{service}.{_text(values, 'clusterDomain')}")],
-            ca, ca_key, now, CA_LIFETIME)
+        creds.webhook_ca, creds.webhook_crt, creds.webhook_key = webhook_certificate(
+            f"linkerd-proxy-injector.{namespace}.svc", _text(values, "clusterDomain"), now)
     return creds
 
 

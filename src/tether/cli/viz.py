@@ -195,7 +195,7 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
             prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
             tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
     """Start Prometheus (Linkerd's scrape configuration), its pod discovery and the tap server on the local
-    platform; or, with --platform kubernetes, print Prometheus' manifests."""
+    platform; or, with --platform kubernetes, print the manifests of Prometheus and the tap injector."""
     from tether.cli.up import tether_argv
 
     try:
@@ -274,7 +274,14 @@ def _print_manifests(namespace: str, image: str | None, scrape_interval: str, ou
         check_label("namespace", namespace)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--viz-namespace") from None
-    docs = manifests.render(namespace=namespace, prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
+    from datetime import UTC, datetime
+
+    from tether.cli.install_cmd import webhook_certificate
+
+    tls = manifests.WebhookTls(*webhook_certificate(f"tap-injector.{namespace}.svc", "cluster.local",
+                                                    datetime.now(UTC)))
+    docs = manifests.render(tap_injector_tls=tls, namespace=namespace,
+                            prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
                             scrape_interval=scrape_interval, version=__version__)
     if output == "json":
         click.echo(json.dumps(docs, indent=2))
@@ -647,6 +654,57 @@ async def _serve_tap(objects: StoreObjects, mesh: api.Mesh, credentials: Any, se
     finally:
         await server.stop(1.0)
         await admin.stop()
+
+
+@viz.command("tap-injector", hidden=True)
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The webhook's serving certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Its key (PEM).")
+@click.option("--addr", default="0.0.0.0:8443", show_default=True, help="host:port of the webhook.")
+@click.option("--viz-namespace", default="linkerd-viz", show_default=True, help="The viz namespace (tap's identity).")
+@click.option("--control-plane-ns", default="linkerd", show_default=True, help="The control plane's namespace.")
+@click.option("--trust-domain", default="cluster.local", show_default=True, help="The mesh's trust domain.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+              help="kubeconfig file [default: in-cluster, $KUBECONFIG, ~/.kube/config].")
+def tap_injector(tls_cert: Path, tls_key: Path, addr: str, viz_namespace: str, control_plane_ns: str,
+                 trust_domain: str, kubeconfig: Path | None) -> None:
+    """The tap injector's admission webhook on Kubernetes: gives meshed pods LINKERD2_PROXY_TAP_SVC_NAME."""
+    import ssl
+
+    from tether.platform.kubernetes.client import ClientSettings
+    from tether.viz import tap_webhook_server
+    from tether.viz.tap_injector import tap_identity
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{addr!r} is not host:port", param_hint="--addr")
+    try:
+        tls = tap_webhook_server.tls_context(tls_cert, tls_key)
+    except (OSError, ssl.SSLError) as err:
+        raise CliError(f"--tls-cert/--tls-key: {err}") from None
+    identity = tap_identity(viz_namespace, control_plane_ns, trust_domain)
+    asyncio.run(_serve_tap_injector(ClientSettings(kubeconfig=kubeconfig), identity, tls, host, int(port)))
+
+
+async def _serve_tap_injector(settings: Any, identity: str, tls: Any, host: str, port: int) -> None:
+    import signal
+
+    from tether.platform.kubernetes.client import KubeClient
+    from tether.viz import tap_webhook_server
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    kube = KubeClient(settings)
+    runner = await tap_webhook_server.serve(tap_webhook_server.TapInjectorWebhook(kube, identity), tls, host, port)
+    click.echo(f"tap-injector: webhook on {host}:{port} (tap identity {identity})")
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await kube.close()
 
 
 def _tap_options(f: Callable) -> Callable:

@@ -45,6 +45,7 @@ from tether.identity import pem, pki
 from tether.identity.ca import IssuanceSettings
 from tether.identity.server import IdentityConfig, IdentityService
 from tether.naming import WorkloadIdentity, control_plane_identity
+from tether.platform.local.endpointslices import EndpointSliceController
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier, TokenKey
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.proxy.app import Proxy
@@ -231,6 +232,11 @@ class Pod:
 # -- the control plane ----------------------------------------------------------------------------------------
 
 
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 class Mesh:
     """Identity and destination in-process over a temp store; ``start_proxy`` adds pods' proxies."""
 
@@ -267,6 +273,11 @@ class Mesh:
         self.store = Store(self.tmp / "store.db")
         self._stack.callback(self.store.close)
         self.store.apply_many([namespace()])
+        # The local platform's EndpointSlice controller, as `tether up` runs it: the destination reads slices.
+        slices = EndpointSliceController(self.store)
+        slicing = asyncio.create_task(slices.run())
+        self._stack.push_async_callback(_cancelled, slicing)
+        await asyncio.wait_for(slices.reconciled.wait(), 30)
         cert, key_path = self.ca.write_leaf(DESTINATION_SVC, "destination")
         destination = DestinationService(
             DestinationConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0", tls=TlsFiles(cert, key_path),

@@ -100,3 +100,47 @@ def test_accepted_connections_are_bounded_and_ready_says_so(tmp_path: Path) -> N
                 await proxy.stop()
 
     run(scenario())
+
+
+def test_an_http2_client_that_does_not_answer_keep_alive_pings_is_closed(tmp_path: Path) -> None:
+    import h2.config
+    import h2.connection
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            empty = mesh.service("nobody", [(80, 8080)])
+            client = mesh.pod("client-0", app="client")
+            await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
+                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL="100ms",
+                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_TIMEOUT="100ms")
+            async with connection(empty, 80) as (reader, writer):
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                conn.initiate_connection()
+                writer.write(conn.data_to_send())  # then silence: PINGs are never answered
+                frames = b""
+                while chunk := await asyncio.wait_for(reader.read(65536), 30):
+                    frames += chunk
+                types = []
+                while len(frames) >= 9:
+                    length = int.from_bytes(frames[:3], "big")
+                    types.append((frames[3], frames[4]))
+                    frames = frames[9 + length:]
+                assert (6, 0) in types  # a PING (not an ACK)
+                assert types[-1][0] == 7  # then GOAWAY, and the connection closed
+
+    run(scenario())
+
+
+def test_keep_alive_needs_both_variables(minimal_env: dict[str, str]) -> None:
+    import pytest
+
+    from tether.proxy.core.config import ConfigError
+
+    env = {"LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL": "10s"}
+    with pytest.raises(ConfigError, match="LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_TIMEOUT"):
+        ProxyConfig.from_env({**minimal_env, **env})
+    both = {**env, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_TIMEOUT": "3s"}
+    keep_alive = ProxyConfig.from_env({**minimal_env, **both}).inbound.server_h2_keep_alive
+    assert keep_alive is not None and keep_alive.interval.total_seconds() == 10.0
+    assert keep_alive.timeout.total_seconds() == 3.0
+    assert ProxyConfig.from_env(minimal_env).outbound.server_h2_keep_alive is None  # unset: no PINGs

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
-from tether.proxy.core.config import OrigDstFallback, ProxyConfig
+from tether.proxy.core.config import KeepAlive, OrigDstFallback, ProxyConfig
 from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -185,7 +185,8 @@ class Proxy:
             default_policy=in_cfg.default_policy,
             cluster_networks=config.cluster_networks,
             http=HttpSettings("inbound", time.monotonic, self.http_metrics,
-                              in_flight=InFlight(config.inbound.max_in_flight)),
+                              in_flight=InFlight(config.inbound.max_in_flight),
+                              h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive)),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -197,7 +198,8 @@ class Proxy:
             direct_addrs=frozenset(listener.addr for listener in self._listeners["outbound"][len(main_outbound):]),
             refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
             http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True,
-                              in_flight=InFlight(out_cfg.max_in_flight)),
+                              in_flight=InFlight(out_cfg.max_in_flight),
+                              h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive)),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
         )
         self.identity.add_listener(self._rotated)
@@ -331,6 +333,12 @@ class Proxy:
         samples(out, "control_identity_cert_refreshes_total", "counter",
                 "The total number of times this proxy's mTLS identity certificate has been refreshed by the "
                 "Identity provider.", [(f'result="{k}"', v) for k, v in self.identity.refreshes.items()])
+
+
+def _seconds(keep_alive: KeepAlive | None) -> tuple[float, float] | None:
+    if keep_alive is None:
+        return None
+    return keep_alive.interval.total_seconds(), keep_alive.timeout.total_seconds()
 
 
 def _connection_bound() -> int:

@@ -289,6 +289,11 @@ class H2Endpoint:
         box = self._outboxes.pop(stream_id, None)
         return box.size if box is not None else 0
 
+    def ping(self) -> None:
+        """A PING for the peer to answer (keep-alive)."""
+        if not self.failed:
+            self.conn.ping(b"tether\x00\x00")
+
     def goaway(self, error_code: int = ErrorCodes.NO_ERROR, last_stream_id: int | None = None) -> None:
         try:
             self.conn.close_connection(error_code, last_stream_id=last_stream_id)

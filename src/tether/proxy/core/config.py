@@ -127,6 +127,15 @@ class IdentityConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """HTTP/2 server keep-alive: a PING after ``interval`` without a byte from the client; no answer within
+    ``timeout`` ends the connection (LINKERD2_PROXY_{INBOUND,OUTBOUND}_SERVER_HTTP2_KEEP_ALIVE_*)."""
+
+    interval: timedelta
+    timeout: timedelta
+
+
+@dataclass(frozen=True, slots=True)
 class InboundConfig:
     """The inbound proxy (traffic to this pod)."""
 
@@ -145,6 +154,8 @@ class InboundConfig:
     max_in_flight: int = 100_000
     # LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to the app.
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
+    server_h2_keep_alive: KeepAlive | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +174,8 @@ class OutboundConfig:
     max_in_flight: int = 100_000
     # LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to endpoints.
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
+    server_h2_keep_alive: KeepAlive | None = None
     # TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS (Tether only): more outbound listeners, for running without
     # iptables. An app connecting to one of them is taken to mean that very address (see OrigDstFallback).
     extra_listen_addrs: tuple[SocketAddr, ...] = ()
@@ -296,6 +309,7 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         max_in_flight=e.get("LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
+        server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE"),
     )
 
 
@@ -313,9 +327,25 @@ def _outbound(e: _Env) -> OutboundConfig:
         max_in_flight=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
+        server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
         ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
     )
+
+
+def _keep_alive(e: _Env, prefix: str) -> KeepAlive | None:
+    """``prefix``_INTERVAL and ``prefix``_TIMEOUT: both set, or neither (as Linkerd needs both)."""
+    interval = e.optional(f"{prefix}_INTERVAL", parse_duration)
+    timeout = e.optional(f"{prefix}_TIMEOUT", parse_duration)
+    if interval is None and timeout is None:
+        return None
+    if interval is None or timeout is None:
+        missing, given = (f"{prefix}_INTERVAL", f"{prefix}_TIMEOUT") if interval is None else \
+            (f"{prefix}_TIMEOUT", f"{prefix}_INTERVAL")
+        raise ConfigError(missing, None, f"must be set with {given}")
+    if interval <= timedelta(0) or timeout <= timedelta(0):
+        raise ConfigError(f"{prefix}_INTERVAL", e.raw(f"{prefix}_INTERVAL"), "keep-alive durations must be > 0")
+    return KeepAlive(interval, timeout)
 
 
 def _control_addr(e: _Env, base: str) -> ControlAddr:

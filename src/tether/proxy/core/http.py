@@ -117,3 +117,6 @@ class HttpSettings:
     in_flight: InFlight | None = None  # *_MAX_IN_FLIGHT, shared by the direction's connections
     policy: RequestPolicy | None = None  # per-request policy (#15); None: every request is allowed
     observer: StreamObserver | None = None  # tap (#16); None: nobody listens
+    # HTTP/2 server keep-alive (interval, timeout) in seconds: a PING after ``interval`` without a byte from the
+    # client, the connection ended when no answer came within ``timeout``. None: no PINGs.
+    h2_keep_alive: tuple[float, float] | None = None

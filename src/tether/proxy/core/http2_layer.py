@@ -231,6 +231,8 @@ class _Http2:
         self.ended = False
         self.deadlines: list[tuple[float, int, _Pair]] = []  # a heap of route deadlines (stale ones popped lazily)
         self.resets = 0  # streams reset by the client before their response head (MAX_PENDING_RESETS)
+        self.heard = settings.clock()  # when the client last sent a byte (keep-alive)
+        self.pinged: float | None = None  # when the keep-alive PING went out, until the client answers
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
@@ -240,8 +242,7 @@ class _Http2:
             while not self.ended:
                 while self.out:
                     yield self.out.pop(0)
-                polled: Polled = yield Poll(True, self._polled_ups(), self._writes(),
-                                            self._next_deadline() if self.deadlines else None)
+                polled: Polled = yield Poll(True, self._polled_ups(), self._writes(), self._poll_timeout())
                 unblocked = self.blocked - polled.blocked
                 self.blocked = polled.blocked
                 if None in unblocked:
@@ -254,7 +255,10 @@ class _Http2:
                 for io, data in polled.ups:
                     self._from_up(io, data)
                 if polled.down is not None:
+                    self.heard = self.settings.clock()
+                    self.pinged = None  # the client is there (its PING ACK, or anything else)
                     self._from_down(polled.down)
+                self._keep_alive()
                 for pair in list(self.h1s.values()):
                     self._push_h1(pair)
                 if self.deadlines:
@@ -791,6 +795,34 @@ class _Http2:
     @staticmethod
     def _waits_for_head(pair: _Pair) -> bool:
         return pair.status is None and not pair.resp_end and not pair.leg_gone and not pair.finished
+
+    def _poll_timeout(self) -> float | None:
+        """Until the earliest of a route deadline and the keep-alive's next step."""
+        left = self._next_deadline() if self.deadlines else None
+        keep_alive = self.settings.h2_keep_alive
+        if keep_alive is not None:
+            interval, timeout = keep_alive
+            due = self.pinged + timeout if self.pinged is not None else self.heard + interval
+            step = max(due - self.settings.clock(), 0.0)
+            left = step if left is None else min(left, step)
+        return left
+
+    def _keep_alive(self) -> None:
+        """A PING once the client has been silent for the interval; no answer within the timeout ends the
+        connection (GOAWAY), as hyper's server keep-alive does for linkerd2-proxy."""
+        keep_alive = self.settings.h2_keep_alive
+        if keep_alive is None or self.ended:
+            return
+        interval, timeout = keep_alive
+        now = self.settings.clock()
+        if self.pinged is not None:
+            if now >= self.pinged + timeout:
+                log.debug("HTTP/2 client did not answer a keep-alive PING within %ss: closing", timeout)
+                self.down.goaway(ErrorCodes.NO_ERROR)
+                self.ended = True
+        elif now >= self.heard + interval:
+            self.down.ping()
+            self.pinged = now
 
     def _next_deadline(self) -> float | None:
         """The ``Poll`` timeout: until the earliest deadline of a stream still waiting for its response head."""

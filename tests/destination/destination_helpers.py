@@ -29,7 +29,7 @@ from tether.destination import DestinationConfig, DestinationService, TlsFiles
 from tether.destination.client import ClientTls, open_channel, profile_dict, update_dict
 from tether.naming import control_plane_identity
 from tether.platform.local.endpointslices import EndpointSliceController, desired_slices, selects
-from tether.platform.local.external_workloads import external_workload_controller
+from tether.platform.local.endpointslices import external_workload_controller
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.store import Store
 

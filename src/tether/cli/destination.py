@@ -107,4 +107,17 @@ def serve(
 async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
     service = DestinationService(config, watcher)
     Platform.export_metrics(watcher, service.metrics.registry)
-    await run_until_signalled(service)
+    from tether.platform.kubernetes.watch import KubernetesResourceWatcher
+
+    if not isinstance(watcher, KubernetesResourceWatcher):  # the local platform's process runs its own
+        await run_until_signalled(service)
+        return
+    from tether.platform.kubernetes.endpointslices import external_workload_controller
+
+    # As Linkerd's destination does: EndpointSlices for Services that select ExternalWorkloads.
+    controller = asyncio.create_task(external_workload_controller(watcher).run())
+    try:
+        await run_until_signalled(service)
+    finally:
+        controller.cancel()
+        await asyncio.gather(controller, return_exceptions=True)

@@ -439,7 +439,8 @@ class Renderer:
             ],
             "destination": [
                 {"apiGroups": [""], "resources": ["pods", "services", "endpoints", "namespaces", "nodes"], "verbs": watch},
-                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": watch},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": [*watch, "create", "update", "delete"]},  # the ExternalWorkload controller writes
                 {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": watch},
                 {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": watch},
                 {"apiGroups": ["linkerd.io"], "resources": ["serviceprofiles"], "verbs": watch},

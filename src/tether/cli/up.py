@@ -554,7 +554,7 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
     click.echo(f"platform: pod controller running, admin on {config.host_ip}:{port}")
     renewer = asyncio.create_task(_renew_destination_cert(config, stop))
     from tether.platform.local.endpointslices import EndpointSliceController
-    from tether.platform.local.external_workloads import external_workload_controller
+    from tether.platform.local.endpointslices import external_workload_controller
 
     # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select.
     slices = [asyncio.create_task(EndpointSliceController(controller.store).run()),

@@ -152,6 +152,13 @@ class KubeClient:
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._json("POST", path, None, body)
 
+    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
+        """A JSON merge patch (RFC 7386: lists are replaced whole); a ``metadata.resourceVersion`` in it is a precondition."""
+        return await self._json("PATCH", path, None, body, content_type="application/merge-patch+json")
+
+    async def delete(self, path: str) -> JSON:
+        return await self._json("DELETE", path, None, None)
+
     async def stream(
         self, path: str, params: Mapping[str, Any], *, read_timeout: float
     ) -> AsyncIterator[JSON]:
@@ -187,9 +194,12 @@ class KubeClient:
         finally:
             response.close()  # an unfinished stream cannot go back to the pool
 
-    async def _json(self, method: str, path: str, params: Mapping[str, Any] | None, body: Any) -> JSON:
+    async def _json(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, *,
+        content_type: str = "application/json",
+    ) -> JSON:
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout, sock_connect=self.settings.connect_timeout)
-        response = await self._request(method, path, params, body, timeout)
+        response = await self._request(method, path, params, body, timeout, content_type=content_type)
         try:
             await _raise_for_status(response)
             try:
@@ -206,7 +216,7 @@ class KubeClient:
 
     async def _request(
         self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, timeout: aiohttp.ClientTimeout,
-        accept: str = "application/json",
+        accept: str = "application/json", content_type: str = "application/json",
     ) -> aiohttp.ClientResponse:
         await self.open()
         assert self._api is not None
@@ -214,7 +224,7 @@ class KubeClient:
         try:
             return await self._api.call_api(
                 path, method, query_params=query, body=body,
-                header_params={"Accept": accept, "Content-Type": "application/json"},
+                header_params={"Accept": accept, "Content-Type": content_type},
                 auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
             )
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

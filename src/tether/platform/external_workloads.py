@@ -1,7 +1,9 @@
 """The ExternalWorkload endpoints controller: Services selecting ExternalWorkloads -> EndpointSlices.
 
 Linkerd runs it in its destination (``controller/api/destination/external-workload``); the
-local platform runs it beside its EndpointSlice controller, over the store. For every Service
+local platform runs it beside its EndpointSlice controller, over the store
+(``tether.platform.local.endpointslices``), and ``tether destination serve --platform
+kubernetes`` over the API server (``tether.platform.kubernetes.endpointslices``). For every Service
 with a selector it keeps EndpointSlices named ``linkerd-external-<svc>-<hash>``, labelled
 ``endpointslice.kubernetes.io/managed-by: linkerd-external-workloads-controller`` and
 ``kubernetes.io/service-name``, listing each selected ExternalWorkload (same namespace):
@@ -16,7 +18,7 @@ with a selector it keeps EndpointSlices named ``linkerd-external-<svc>-<hash>``,
   (local meshes stay far below it).
 
 A Service selecting no ExternalWorkload gets no such slice. Pure rule:
-`external_workload_slices`; the controller loop is `EndpointSliceController`'s.
+`external_workload_slices`; the controller loop is ``tether.platform.endpointslices.SliceController``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tether.platform.local.endpointslices import EndpointSliceController, Member, Obj, selected, slices_for
+from tether.platform.endpointslices import Member, Obj, selected, slices_for
 from tether.resources.kinds import EXTERNAL_WORKLOAD
-from tether.store import Store
 
 MANAGED_BY = "linkerd-external-workloads-controller"
 PREFIX = "linkerd-external-"
@@ -58,9 +59,3 @@ def external_workload_slices(service: Mapping[str, Any], workloads: list[Obj]) -
     """The slices Linkerd's ExternalWorkload controller keeps for ``service`` (one with a selector)."""
     members = [m for w in selected(service, workloads) if (m := _member(w)) is not None]
     return slices_for(service, members, managed_by=MANAGED_BY, prefix=PREFIX, placeholder=False)
-
-
-def external_workload_controller(store: Store) -> EndpointSliceController:
-    """The controller loop over ExternalWorkloads (run with ``.run()``)."""
-    return EndpointSliceController(store, source=EXTERNAL_WORKLOAD.key, managed_by=MANAGED_BY,
-                                   desired=external_workload_slices)

@@ -1,0 +1,76 @@
+"""The ExternalWorkload controller on Kubernetes, against kmock (a mock of the API server, not a cluster).
+
+The controller ``tether destination serve --platform kubernetes`` runs watches Services,
+ExternalWorkloads and EndpointSlices over the API and writes Linkerd's
+``linkerd-external-<svc>-*`` slices back: created when a Service selects a workload, replaced
+(a merge patch) when the workload's Ready condition changes, deleted when the Service goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tether.platform.kubernetes.endpointslices import external_workload_controller
+from tether.platform.kubernetes.watch import KubernetesResourceWatcher
+
+from .kube_helpers import emulated_api, watching
+
+NS = "billing"
+SLICES = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+WORKLOADS = f"/apis/workload.linkerd.io/v1beta1/namespaces/{NS}/externalworkloads"
+
+
+def workload(ready: bool) -> dict[str, Any]:
+    return {"apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
+            "metadata": {"name": "vm-1", "namespace": NS, "labels": {"app": "billing"}, "uid": "ew-uid"},
+            "spec": {"meshTLS": {"identity": "spiffe://cluster.local/vm/vm-1", "serverName": "vm-1.cluster.local"},
+                     "ports": [{"name": "http", "port": 8080}], "workloadIPs": [{"ip": "192.168.50.10"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing", "namespace": NS, "uid": "svc-uid"},
+           "spec": {"selector": {"app": "billing"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+
+
+async def _slices(api: Any) -> list[dict[str, Any]]:
+    response = await api.get(SLICES)
+    return (await response.json()).get("items") or []
+
+
+async def _until(api: Any, check: Any, what: str) -> list[dict[str, Any]]:
+    async with asyncio.timeout(20):
+        while not check(slices := await _slices(api)):
+            await asyncio.sleep(0.05)  # kmock offers no notification of writes: poll its state
+    return slices
+
+
+async def test_slices_follow_services_and_workload_readiness(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        for group_version_plural in ("discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+            api.resources[group_version_plural] = {}
+        await api.post(f"/api/v1/namespaces/{NS}/services", json=SERVICE)
+        await api.post(WORKLOADS, json=workload(ready=True))
+        controller = asyncio.create_task(external_workload_controller(KubernetesResourceWatcher(settings)).run())
+        try:
+            [written] = await _until(api, lambda s: len(s) == 1, "the slice")
+            assert written["metadata"]["name"].startswith("linkerd-external-billing-")
+            labels = written["metadata"]["labels"]
+            assert labels["endpointslice.kubernetes.io/managed-by"] == "linkerd-external-workloads-controller"
+            assert labels["kubernetes.io/service-name"] == "billing"
+            assert written["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+            [endpoint] = written["endpoints"]
+            assert endpoint["addresses"] == ["192.168.50.10"] and endpoint["conditions"]["ready"] is True
+            assert endpoint["targetRef"]["kind"] == "ExternalWorkload" and endpoint["targetRef"]["name"] == "vm-1"
+
+            await watching(api, 3)
+            await api.patch(f"{WORKLOADS}/vm-1", json={"status": workload(ready=False)["status"]})
+            await _until(api, lambda s: s and s[0]["endpoints"][0]["conditions"]["ready"] is False, "not ready")
+            assert [r.url.path for r in api["patch"] if "endpointslices" in r.url.path], "patched, not recreated"
+
+            await api.delete(f"/api/v1/namespaces/{NS}/services/billing")
+            await _until(api, lambda s: s == [], "the slice deleted")
+        finally:
+            controller.cancel()
+            await asyncio.gather(controller, return_exceptions=True)

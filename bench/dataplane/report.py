@@ -379,7 +379,7 @@ def targets_section(res: dict[str, Any], metrics: dict[str, dict[str, float]]) -
         tt, ht = metrics["tether-tcp"], metrics["haproxy-tcp"]
         row("stretch: tether-tcp max throughput ≥ haproxy-tcp's", tt["max_rps"], ht["max_rps"],
             tt["max_rps"] >= ht["max_rps"])
-    return ["### Targets (issue 8)", ""] + _table(["target", "tether", "bar", ""], rows)
+    return ["### Targets (issues 8 and 13)", ""] + _table(["target", "tether", "bar", ""], rows)
 
 
 def per_request(counted: dict[str, Any]) -> float:

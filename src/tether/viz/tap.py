@@ -251,6 +251,12 @@ class TapController:
     async def tap(self, request: viz_tap_pb2.TapByResourceRequest) -> AsyncIterator[tap_pb2.TapEvent]:
         """Every tapped pod's events, merged, until the caller stops; a pod's failure is raised."""
         pods, observe = self.plan(request)
+        async for event in self.observe(pods, observe):
+            yield event
+
+    async def observe(self, pods: list[TapTarget], observe: tap_pb2.ObserveRequest
+                      ) -> AsyncIterator[tap_pb2.TapEvent]:
+        """What ``plan`` said, merged (for callers that plan off the loop: its objects may block)."""
         queue: asyncio.Queue[tap_pb2.TapEvent | Exception] = asyncio.Queue(maxsize=1000)
         tasks = [asyncio.create_task(self._observe(pod, observe, queue)) for pod in pods]
         try:

@@ -101,8 +101,18 @@ def test_the_control_plane_has_every_part() -> None:
         ("Service", "linkerd-identity"), ("Service", "linkerd-identity-headless"), ("Service", "linkerd-dst"),
         ("Service", "linkerd-dst-headless"), ("Service", "linkerd-proxy-injector"),
         ("MutatingWebhookConfiguration", "linkerd-proxy-injector-webhook-config"),
+        ("ServiceAccount", "linkerd-policy"), ("ClusterRole", "linkerd-linkerd-policy"),
+        ("Deployment", "linkerd-policy"), ("Service", "linkerd-policy"), ("Service", "linkerd-policy-validator"),
+        ("Secret", "linkerd-policy-validator-k8s-tls"),
+        ("ValidatingWebhookConfiguration", "linkerd-policy-validator-webhook-config"),
     }
     assert not any(d["kind"] == "PodDisruptionBudget" for d in docs)
+    policy = container(find(docs, "Deployment", "linkerd-policy"))
+    assert policy["args"][:3] == ["policy", "serve", "--platform=kubernetes"]
+    assert "--server-tls-cert=/var/run/linkerd/policy-validator-tls/tls.crt" in policy["args"]
+    validator = find(docs, "ValidatingWebhookConfiguration", "linkerd-policy-validator-webhook-config")
+    assert validator["webhooks"][0]["clientConfig"]["service"]["name"] == "linkerd-policy-validator"
+    assert "servers" in validator["webhooks"][0]["rules"][0]["resources"]
     identity_role = find(docs, "ClusterRole", "linkerd-linkerd-identity")
     assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in identity_role["rules"]
     for name in ("linkerd-identity", "linkerd-destination", "linkerd-proxy-injector"):
@@ -261,6 +271,9 @@ def test_uninstall_names_everything_for_deletion() -> None:
     names = [(d["kind"], d["metadata"]["name"]) for d in docs]
     assert names.index(("MutatingWebhookConfiguration", "linkerd-proxy-injector-webhook-config")) < names.index(
         ("Namespace", "linkerd"))
+    assert names.index(("ValidatingWebhookConfiguration", "linkerd-policy-validator-webhook-config")) < names.index(
+        ("Namespace", "linkerd"))
+    assert ("Deployment", "linkerd-policy") in names and ("Service", "linkerd-policy") in names
     assert ("CustomResourceDefinition", "servers.policy.linkerd.io") in names
     assert ("PodDisruptionBudget", "linkerd-destination") in names
     assert all(set(d) == {"apiVersion", "kind", "metadata"} for d in docs)

@@ -10,8 +10,9 @@ Registered by ``tether.cli.main``.  Like ``linkerd install`` these print YAML fo
   ``tether.identity.pki`` unless ``--identity-external-issuer`` or given as files),
   ``linkerd-config`` (the values, read by the proxy injector), the serving
   certificates of the destination and the webhook, Deployments and Services for
-  identity, destination and the proxy injector, and the MutatingWebhookConfiguration
-  with its CA bundle; ``--ha`` lays ``values-ha.yaml`` over the defaults (3 replicas,
+  identity, destination, the policy controller (``linkerd-policy``) and the proxy
+  injector, the MutatingWebhookConfiguration and the policy controller's
+  ValidatingWebhookConfiguration with their CA bundles; ``--ha`` lays ``values-ha.yaml`` over the defaults (3 replicas,
   anti-affinity, disruption budgets);
 * ``upgrade``: the same, keeping the issuer, the trust anchors, the serving
   certificates and the stored values of a previous install (read from ``--from``, a
@@ -66,6 +67,9 @@ CONFIG = "linkerd-config"
 DESTINATION_TLS = "linkerd-destination-tls"
 INJECTOR_TLS = "linkerd-proxy-injector-k8s-tls"
 WEBHOOK_CONFIG = "linkerd-proxy-injector-webhook-config"
+POLICY_VALIDATOR_TLS = "linkerd-policy-validator-k8s-tls"
+POLICY_WEBHOOK_CONFIG = "linkerd-policy-validator-webhook-config"
+POLICY_TLS_DIR = "/var/run/linkerd/policy-validator-tls"
 
 
 class ValuesError(CliError):
@@ -234,6 +238,9 @@ class Credentials:
     webhook_ca: str = ""
     webhook_crt: str = ""
     webhook_key: str = ""
+    policy_webhook_ca: str = ""
+    policy_webhook_crt: str = ""
+    policy_webhook_key: str = ""
 
 
 def _pem_cert(cert: x509.Certificate) -> str:
@@ -343,6 +350,9 @@ def complete_credentials(creds: Credentials, values: Obj, external_issuer: bool,
     if not creds.webhook_crt:
         creds.webhook_ca, creds.webhook_crt, creds.webhook_key = webhook_certificate(
             f"linkerd-proxy-injector.{namespace}.svc", _text(values, "clusterDomain"), now)
+    if not creds.policy_webhook_crt:
+        creds.policy_webhook_ca, creds.policy_webhook_crt, creds.policy_webhook_key = webhook_certificate(
+            f"linkerd-policy-validator.{namespace}.svc", _text(values, "clusterDomain"), now)
     return creds
 
 
@@ -409,7 +419,7 @@ class Renderer:
 
     def render(self) -> list[Obj]:
         objects: list[Obj] = [self.namespace()]
-        for component in ("identity", "destination", "proxy-injector"):
+        for component in ("identity", "destination", "policy", "proxy-injector"):
             objects.append({"apiVersion": "v1", "kind": "ServiceAccount",
                             "metadata": self.meta(f"linkerd-{component}", component)})
         objects += self.rbac()
@@ -417,8 +427,9 @@ class Renderer:
         objects += self.services()
         objects += self.deployments()
         if _get(self.values, "enablePodDisruptionBudget"):
-            objects += [self.disruption_budget(c) for c in ("identity", "destination", "proxy-injector")]
+            objects += [self.disruption_budget(c) for c in ("identity", "destination", "policy", "proxy-injector")]
         objects.append(self.webhook())
+        objects.append(self.policy_webhook())
         return objects
 
     def namespace(self) -> Obj:
@@ -450,6 +461,23 @@ class Renderer:
                  "verbs": watch},
                 {"apiGroups": ["workload.linkerd.io"], "resources": ["externalworkloads"], "verbs": watch},
                 {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes", "grpcroutes"], "verbs": watch},
+            ],
+            "policy": [
+                {"apiGroups": [""], "resources": ["pods", "services", "namespaces"], "verbs": watch},
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": watch},
+                {"apiGroups": ["policy.linkerd.io"], "resources": [
+                    "servers", "serverauthorizations", "authorizationpolicies", "meshtlsauthentications",
+                    "networkauthentications", "httproutes", "httplocalratelimitpolicies", "egressnetworks"],
+                 "verbs": watch},
+                {"apiGroups": ["policy.linkerd.io"], "resources": [
+                    "httproutes/status", "httplocalratelimitpolicies/status", "egressnetworks/status"],
+                 "verbs": ["patch"]},
+                {"apiGroups": ["workload.linkerd.io"], "resources": ["externalworkloads"], "verbs": watch},
+                {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes", "grpcroutes"], "verbs": watch},
+                {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes/status", "grpcroutes/status"],
+                 "verbs": ["patch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "verbs": ["create", "get", "list", "watch", "update", "patch"]},
             ],
             "proxy-injector": [
                 {"apiGroups": [""], "resources": ["namespaces", "replicationcontrollers"], "verbs": watch},
@@ -495,6 +523,10 @@ class Renderer:
                         "metadata": self.meta(INJECTOR_TLS, "proxy-injector"),
                         "data": {"tls.crt": _b64(c.webhook_crt), "tls.key": _b64(c.webhook_key),
                                  "ca.crt": _b64(c.webhook_ca)}})
+        objects.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                        "metadata": self.meta(POLICY_VALIDATOR_TLS, "policy"),
+                        "data": {"tls.crt": _b64(c.policy_webhook_crt), "tls.key": _b64(c.policy_webhook_key),
+                                 "ca.crt": _b64(c.policy_webhook_ca)}})
         return objects
 
     @staticmethod
@@ -516,6 +548,9 @@ class Renderer:
             service("linkerd-dst", "destination", 8086, "grpc"),
             service("linkerd-dst-headless", "destination", 8086, "grpc", headless=True),
             service("linkerd-proxy-injector", "proxy-injector", 443, "proxy-injector", port_name="proxy-injector"),
+            # The name the injector points proxies at (LINKERD2_PROXY_POLICY_SVC_ADDR).
+            service("linkerd-policy", "policy", 8090, "grpc"),
+            service("linkerd-policy-validator", "policy", 443, "policy-https", port_name="policy-https"),
         ]
 
     def selector(self, component: str) -> dict[str, str]:
@@ -543,6 +578,17 @@ class Renderer:
             f"--outbound-transport-mode={_text(self.values, 'proxy', 'outboundTransportMode')}",
             f"--log-level={self._log_level()}",
         ]
+        policy_args = [
+            "policy", "serve", "--platform=kubernetes", "--addr=0.0.0.0:8090", "--admin-addr=0.0.0.0:9990",
+            f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key",
+            "--server-addr=0.0.0.0:9443", f"--server-tls-cert={POLICY_TLS_DIR}/tls.crt",
+            f"--server-tls-key={POLICY_TLS_DIR}/tls.key",
+            f"--cluster-networks={_text(self.values, 'clusterNetworks')}",
+            f"--default-policy={_text(self.values, 'proxy', 'defaultInboundPolicy')}",
+            f"--identity-domain={td}", f"--cluster-domain={self.cluster_domain}", f"--control-plane-namespace={ns}",
+            f"--default-opaque-ports={_text(self.values, 'proxy', 'opaquePorts')}",
+            f"--log-level={self._log_level()}",
+        ]
         injector_args = [
             "injector", "serve", "--platform=kubernetes", "--addr=0.0.0.0:8443", "--admin-addr=0.0.0.0:9995",
             f"--tls-cert={TLS_DIR}/tls.crt", f"--tls-key={TLS_DIR}/tls.key", f"--values={CONFIG_DIR}/values",
@@ -561,6 +607,15 @@ class Renderer:
                             volumes=[{"name": "tls", "secret": {"secretName": DESTINATION_TLS}}],
                             mounts=[{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
                             checksum=hashlib.sha256(self.creds.destination_crt.encode()).hexdigest()),
+            # Serves gRPC with the destination's identity, which proxies expect of the policy service too.
+            self.deployment("policy", policy_args, grpc_port=8090, admin_port=9990,
+                            volumes=[{"name": "tls", "secret": {"secretName": DESTINATION_TLS}},
+                                     {"name": "validator-tls", "secret": {"secretName": POLICY_VALIDATOR_TLS}}],
+                            mounts=[{"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
+                                    {"name": "validator-tls", "mountPath": POLICY_TLS_DIR, "readOnly": True}],
+                            checksum=hashlib.sha256((self.creds.destination_crt
+                                                     + self.creds.policy_webhook_crt).encode()).hexdigest(),
+                            extra_ports=[{"name": "policy-https", "containerPort": 9443}]),
             self.deployment("proxy-injector", injector_args, grpc_port=8443, admin_port=9995, port_name="proxy-injector",
                             volumes=[{"name": "tls", "secret": {"secretName": INJECTOR_TLS}},
                                      {"name": "config", "configMap": {"name": CONFIG}}, trust_roots],
@@ -574,7 +629,8 @@ class Renderer:
         return {"warn": "warning", "trace": "debug"}.get(level, level)
 
     def deployment(self, component: str, args: list[str], *, grpc_port: int, admin_port: int, volumes: list[Obj],
-                   mounts: list[Obj], checksum: str, port_name: str = "grpc") -> Obj:
+                   mounts: list[Obj], checksum: str, port_name: str = "grpc",
+                   extra_ports: list[Obj] | None = None) -> Obj:
         uid = _int(self.values, "controllerUID", minimum=1)
         gid = _get(self.values, "controllerGID", default=-1)
         security: Obj = {"runAsNonRoot": True, "runAsUser": uid, "allowPrivilegeEscalation": False,
@@ -590,7 +646,7 @@ class Renderer:
             "args": args,
             "env": [{"name": "TETHER_HOME", "value": "/var/run/tether"}],
             "ports": [{"name": port_name, "containerPort": grpc_port},
-                      {"name": "admin-http", "containerPort": admin_port}],
+                      {"name": "admin-http", "containerPort": admin_port}, *(extra_ports or [])],
             "livenessProbe": {"httpGet": {"path": "/live", "port": admin_port}, "initialDelaySeconds": 10,
                               "periodSeconds": 10, "timeoutSeconds": 1, "failureThreshold": 3},
             "readinessProbe": {"httpGet": {"path": "/ready", "port": admin_port}, "periodSeconds": 5,
@@ -598,6 +654,7 @@ class Renderer:
             "startupProbe": {"httpGet": {"path": "/live", "port": admin_port}, "periodSeconds": 2,
                              "timeoutSeconds": 1, "failureThreshold": 60},
             "resources": self.resources({"identity": "identityResources", "destination": "destinationResources",
+                                         "policy": "policyControllerResources",
                                          "proxy-injector": "proxyInjectorResources"}[component]),
             "securityContext": security,
             "volumeMounts": [*mounts, {"name": "tether-home", "mountPath": "/var/run/tether"},
@@ -668,6 +725,29 @@ class Renderer:
         return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                 "metadata": self.meta(WEBHOOK_CONFIG, "proxy-injector", namespaced=False), "webhooks": [hook]}
 
+    def policy_webhook(self) -> Obj:
+        """Linkerd's policy validator: CREATE/UPDATE of the policy kinds, admitted by ``tether.policy.admission``."""
+        hook: Obj = {
+            "name": "linkerd-policy-validator.linkerd.io",
+            "clientConfig": {"service": {"name": "linkerd-policy-validator", "namespace": self.ns, "path": "/",
+                                         "port": 443},
+                             "caBundle": _b64(self.creds.policy_webhook_ca)},
+            "failurePolicy": "Ignore",
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "sideEffects": "None",
+            "timeoutSeconds": 10,
+            "rules": [
+                {"operations": ["CREATE", "UPDATE"], "apiGroups": ["policy.linkerd.io"], "apiVersions": ["*"],
+                 "resources": ["authorizationpolicies", "httplocalratelimitpolicies", "httproutes",
+                               "networkauthentications", "meshtlsauthentications", "serverauthorizations",
+                               "servers", "egressnetworks"]},
+                {"operations": ["CREATE", "UPDATE"], "apiGroups": ["gateway.networking.k8s.io"],
+                 "apiVersions": ["*"], "resources": ["httproutes", "grpcroutes", "tlsroutes", "tcproutes"]},
+            ],
+        }
+        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": self.meta(POLICY_WEBHOOK_CONFIG, "policy", namespaced=False), "webhooks": [hook]}
+
 
 _GO_DURATION = re.compile(r"(\d+)(h|m|s|ms)")
 
@@ -725,6 +805,11 @@ def previous_install(objects: list[Obj]) -> tuple[Credentials, Obj | None]:
     destination = by_name.get(("Secret", DESTINATION_TLS))
     if destination:
         creds.destination_crt, creds.destination_key = _secret_text(destination, "tls.crt"), _secret_text(destination, "tls.key")
+    validator = by_name.get(("Secret", POLICY_VALIDATOR_TLS))
+    if validator and _secret_text(validator, "ca.crt"):
+        creds.policy_webhook_crt, creds.policy_webhook_key = (_secret_text(validator, "tls.crt"),
+                                                              _secret_text(validator, "tls.key"))
+        creds.policy_webhook_ca = _secret_text(validator, "ca.crt")
     injector = by_name.get(("Secret", INJECTOR_TLS))
     if injector and _secret_text(injector, "ca.crt"):
         creds.webhook_crt, creds.webhook_key = _secret_text(injector, "tls.crt"), _secret_text(injector, "tls.key")
@@ -854,7 +939,8 @@ def install(crds_only: bool, ha: bool, identity_external_issuer: bool, identity_
 @click.option("--from", "previous", type=click.Path(dir_okay=False, path_type=Path),
               help="The previous install's objects: its saved output, or `kubectl get -n linkerd "
                    "secret/linkerd-identity-issuer configmap/linkerd-identity-trust-roots configmap/linkerd-config "
-                   "secret/linkerd-destination-tls secret/linkerd-proxy-injector-k8s-tls -o yaml` (- for stdin).")
+                   "secret/linkerd-destination-tls secret/linkerd-proxy-injector-k8s-tls secret/linkerd-policy-validator-k8s-tls "
+                   "-o yaml` (- for stdin).")
 @_with_values_options
 def upgrade(crds_only: bool, previous: Path | None, ha: bool, identity_external_issuer: bool,
             identity_trust_anchors_file: Path | None, identity_issuer_certificate_file: Path | None,

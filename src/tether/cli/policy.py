@@ -28,10 +28,13 @@ from tether.policy.config import (
     DEFAULT_EGRESS_NAMESPACE,
     DEFAULT_PROBE_NETWORKS,
     DEFAULT_STREAM_QUEUE_CAPACITY,
+    DEFAULT_WEBHOOK_ADDR,
     InvalidNetworks,
+    WebhookSettings,
     parse_networks,
 )
 from tether.policy.defaults import DefaultPolicy
+from tether.policy.status import LocalStatusWriter
 from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.resources.policy import DEFAULT_POLICIES
 from tether.serving.grpc_server import ConfigError, TlsFiles
@@ -78,6 +81,12 @@ def policy() -> None:
               help="Let clients' l5d-* request headers tune outbound retries and timeouts.")
 @click.option("--stream-queue-capacity", type=click.IntRange(min=1), default=DEFAULT_STREAM_QUEUE_CAPACITY,
               show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
+@click.option("--server-addr", default=DEFAULT_WEBHOOK_ADDR, show_default=True,
+              help="The validating admission webhook's listen address (with --server-tls-cert/--server-tls-key).")
+@click.option("--server-tls-cert", "--server-tls-certs", "server_tls_cert", type=_FILE,
+              help="The webhook's certificate chain (PEM); without it no webhook is served.")
+@click.option("--server-tls-key", type=_FILE, help="The webhook's private key (PEM).")
+@click.option("--admission-controller-disabled", is_flag=True, help="Serve no admission webhook.")
 @click.option("--tls-cert", type=_FILE, help="The gRPC port's certificate chain (PEM).")
 @click.option("--tls-key", type=_FILE, help="The gRPC port's private key (PEM).")
 @click.option("--trust-anchors", type=_FILE, help="Require client certificates issued under these roots (PEM).")
@@ -89,9 +98,9 @@ def serve(
     addr: str, admin_addr: str, store_path: Path | None, cluster_networks: tuple, default_policy: str,
     probe_networks: tuple, identity_domain: str, cluster_domain: str, control_plane_ns: str,
     default_opaque_ports: str, global_egress_network_namespace: str, allow_l5d_request_headers: bool,
-    stream_queue_capacity: int,
-    tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None, insecure: bool, log_level: str,
-    platform: Platform,
+    stream_queue_capacity: int, server_addr: str, server_tls_cert: Path | None, server_tls_key: Path | None,
+    admission_controller_disabled: bool, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
+    insecure: bool, log_level: str, platform: Platform,
 ) -> None:
     """Serve InboundServerPolicies and OutboundPolicies over TLS, fed by the platform's policy resources."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -99,6 +108,11 @@ def serve(
         raise click.UsageError("--insecure cannot be combined with --tls-cert, --tls-key or --trust-anchors")
     if not insecure and (tls_cert is None or tls_key is None):
         raise click.UsageError("give --tls-cert and --tls-key (or --insecure to serve plaintext)")
+    if (server_tls_cert is None) != (server_tls_key is None):
+        raise click.UsageError("give both --server-tls-cert and --server-tls-key, or neither")
+    webhook = None
+    if server_tls_cert is not None and server_tls_key is not None and not admission_controller_disabled:
+        webhook = WebhookSettings(server_addr, server_tls_cert, server_tls_key)
     opaque, skipped = parse_port_set(default_opaque_ports)
     if skipped:
         raise click.BadParameter(f"not ports or ranges: {', '.join(skipped)}", param_hint="--default-opaque-ports")
@@ -116,13 +130,17 @@ def serve(
         global_egress_network_namespace=global_egress_network_namespace,
         allow_l5d_request_headers=allow_l5d_request_headers,
         stream_queue_capacity=stream_queue_capacity,
+        webhook=webhook,
     )
     try:
         store = None if platform.kubernetes else Store(store_path or home.store_path())
     except StoreError as exc:
         raise CliError(str(exc)) from None
     try:
-        asyncio.run(_serve(config, platform.resource_watcher(store)))
+        # The local platform has one policy controller, which writes status into the store.  On Kubernetes
+        # status writes (a Lease-elected writer) are not done yet: routes are served as accepted regardless.
+        writer = LocalStatusWriter(store) if store is not None else None
+        asyncio.run(_serve(config, platform.resource_watcher(store), writer))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     finally:
@@ -130,7 +148,7 @@ def serve(
             store.close()
 
 
-async def _serve(config: PolicyConfig, watcher: ResourceWatcher) -> None:
-    service = PolicyService(config, watcher)
+async def _serve(config: PolicyConfig, watcher: ResourceWatcher, writer: LocalStatusWriter | None) -> None:
+    service = PolicyService(config, watcher, writer)
     Platform.export_metrics(watcher, service.metrics.registry)
     await run_until_signalled(service)

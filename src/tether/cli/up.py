@@ -2,7 +2,7 @@
 
 The local platform's commands.  ``up`` makes the state directory, the PKI on first run (trust
 anchor, issuer, and the destination's serving certificate), the host bridge, then starts
-identity, destination and the pod controller as separate processes (their command lines are
+identity, destination, policy and the pod controller as separate processes (their command lines are
 ``tether identity serve ...`` and so on, run by ``tether.platform.local.launcher``, each under a
 supervisor that restarts it with backoff when it exits) and waits until each answers ``/ready``.  ``down`` stops them (the controller stops every pod first);
 ``--purge`` also removes every namespace, veth, bridge, rule, file and address the platform
@@ -49,7 +49,7 @@ from tether.platform.local.launcher import (
 from tether.platform.local.netns import HostNet, LocalNetError
 from tether.store import Store, StoreError
 
-COMPONENTS = ("identity", "destination", "platform")
+COMPONENTS = ("identity", "destination", "policy", "platform")
 DESTINATION_CERT_LIFETIME = timedelta(days=7)
 RENEW_CHECK_S = 600.0
 ANCHOR_VALIDITY = timedelta(days=365)
@@ -198,6 +198,19 @@ def component_specs(config: LocalPlatformConfig) -> list[ComponentSpec]:
             version=__version__,
         ),
         ComponentSpec(
+            # Proxies check the policy service's identity as the destination's (Linkerd runs both in
+            # one pod), so it serves the destination's certificate.
+            name="policy",
+            argv=(*tether, "policy", "serve", "--addr", config.address(ports.policy),
+                  "--admin-addr", config.address(ports.policy_admin), "--store", str(config.layout.store),
+                  "--cluster-domain", config.cluster_domain, "--cluster-networks", config.cluster_networks,
+                  "--identity-domain", config.trust_domain, "--control-plane-namespace", config.control_plane_ns,
+                  "--tls-cert", str(files["destination.crt"]), "--tls-key", str(files["destination.key"])),
+            admin_url=admin(ports.policy_admin),
+            addr=config.address(ports.policy),
+            version=__version__,
+        ),
+        ComponentSpec(
             name="platform",
             argv=(*tether, "platform", "run", "--state-dir", str(config.state_dir)),
             admin_url=admin(ports.platform_admin),
@@ -232,7 +245,7 @@ def _cidr(ctx: click.Context, param: click.Parameter, value: str | None) -> IPv4
               help="Seconds to wait for each component to become ready.")
 def up(prefix: str | None, bridge: str | None, pod_cidr: IPv4Network | None, service_cidr: IPv4Network | None,
        proxy_log_level: str | None, restart_backoff: float | None, timeout: float) -> None:
-    """Start the local control plane: identity, destination and the pod controller."""
+    """Start the local control plane: identity, destination, policy and the pod controller."""
     if os.geteuid() != 0:
         raise CliError("tether up needs root: pods are network namespaces with iptables rules")
     state = home.state_dir()

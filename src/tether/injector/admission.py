@@ -27,7 +27,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from tether.injector import jsonpatch
@@ -38,52 +37,10 @@ from tether.injector.namespaces import NamespaceAnnotations
 from tether.injector.owners import INJECTED, INJECTED_MESSAGE, SKIPPED, SKIPPED_MESSAGE, EventRecorder, OwnerLookup, resolve
 from tether.injector.patch import inject
 from tether.resources.errors import ValidationError
+from tether.serving.admission_review import MalformedReview, Reply, Review, answer, malformed, parse_review
 
-REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 FAILURE_POLICIES = ("Ignore", "Fail")
-_JSON = "application/json"
-_TEXT = "text/plain; charset=utf-8"
 _MAX_WARNINGS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    status: int
-    body: bytes
-    content_type: str = _JSON
-
-
-class MalformedReview(ValueError):
-    """The body is not an AdmissionReview we can answer (the API server's or a caller's fault)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Review:
-    api_version: str
-    uid: str
-    request: Mapping[str, Any]
-
-
-def _parse_review(body: bytes) -> _Review:
-    try:
-        review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise MalformedReview(f"body is not JSON: {err}") from None
-    if not isinstance(review, dict):
-        raise MalformedReview("body is not a JSON object")
-    api_version = review.get("apiVersion")
-    if review.get("kind") != "AdmissionReview" or api_version not in REVIEW_VERSIONS:
-        raise MalformedReview(
-            f"expected kind AdmissionReview, apiVersion {' or '.join(REVIEW_VERSIONS)}; "
-            f"got kind {review.get('kind')!r}, apiVersion {api_version!r}"
-        )
-    request = review.get("request")
-    if not isinstance(request, dict):
-        raise MalformedReview("AdmissionReview has no request")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise MalformedReview("AdmissionReview request has no uid")
-    return _Review(api_version, uid, request)
 
 
 class Admission:
@@ -123,15 +80,15 @@ class Admission:
 
     def _review(self, body: bytes) -> Reply:
         try:
-            review = _parse_review(body)
+            review = parse_review(body)
         except MalformedReview as err:
             self._metrics.count_failure("malformed_request")
             self._log.warning("rejected a malformed admission request: %s", err)
-            return Reply(400, f"malformed admission request: {err}\n".encode(), _TEXT)
+            return malformed(err)
         request = review.request
         kind = (request.get("kind") or {}).get("kind") if isinstance(request.get("kind"), dict) else None
         if request.get("operation") != "CREATE" or kind not in ("Pod", "Service"):
-            return self._answer(review, {"allowed": True})
+            return answer(review, {"allowed": True})
         obj = request.get("object")
         namespace = request.get("namespace") if isinstance(request.get("namespace"), str) else ""
         if not isinstance(obj, dict):
@@ -169,33 +126,28 @@ class Admission:
             response["patch"] = base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
         if report.warnings:
             response["warnings"] = [f"linkerd-proxy: {w}" for w in report.warnings[:_MAX_WARNINGS]]
-        return self._answer(review, response)
+        return answer(review, response)
 
     def fallback(self, body: bytes, reason: str, message: str) -> Reply:
         """The answer when the review could not be completed (``reason`` e.g. ``timeout``)."""
         try:
-            review = _parse_review(body)
+            review = parse_review(body)
         except MalformedReview as err:
             self._metrics.count_failure("malformed_request")
-            return Reply(400, f"malformed admission request: {err}\n".encode(), _TEXT)
+            return malformed(err)
         return self._failed(review, reason, message)
 
-    def _failed(self, review: _Review, reason: str, message: str) -> Reply:
+    def _failed(self, review: Review, reason: str, message: str) -> Reply:
         self._metrics.count_failure(reason)
         self._log.warning("admission %s not handled (%s): %s; policy %s", review.uid, reason, message,
                           self._failure_policy)  # fmt: skip
         if self._failure_policy == "Fail":
-            return self._answer(
+            return answer(
                 review, {"allowed": False, "status": {"code": 500, "message": f"tether proxy injector: {message}"}}
             )
-        return self._answer(
+        return answer(
             review, {"allowed": True, "warnings": [f"tether proxy injector: {message}; admitted without the proxy"]}
         )
-
-    @staticmethod
-    def _answer(review: _Review, response: dict[str, Any]) -> Reply:
-        body = {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": {"uid": review.uid, **response}}
-        return Reply(200, json.dumps(body).encode())
 
 
 def _name(obj: Mapping[str, Any]) -> str:

@@ -13,7 +13,6 @@ first listing), ``/live`` and ``/ping``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -22,12 +21,14 @@ from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tether.injector import http
 from tether.injector.admission import Admission
+from tether.serving import http
+from tether.serving.webhook import MAX_BODY, ConnectionTasks, WebhookConfig, WebhookServer, tls_context
+
+__all__ = ["InjectorServer", "ServeConfig", "run", "tls_context"]
 
 DEFAULT_ADDR = ("0.0.0.0", 8443)
 DEFAULT_ADMIN_ADDR = ("0.0.0.0", 9995)
-MAX_BODY = 10 * 1024 * 1024
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -43,15 +44,6 @@ class ServeConfig:
     cert_reload_interval: float = 5.0
 
 
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server context for TLS 1.3, HTTP/1.1; raises `OSError`/`ssl.SSLError` for unusable files."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    context.set_alpn_protocols(["http/1.1"])
-    context.load_cert_chain(cert, key)
-    return context
-
-
 class InjectorServer:
     def __init__(
         self,
@@ -65,11 +57,12 @@ class InjectorServer:
         self._config = config
         self._admission = admission
         self._log = logger or logging.getLogger("tether.injector")
-        self._tls = tls or tls_context(config.tls_cert, config.tls_key)
-        self._cert_stamp = self._stamp()
-        self._servers: list[asyncio.Server] = []
-        self._tasks: set[asyncio.Task] = set()
-        self._reloader: asyncio.Task | None = None
+        self._tasks = ConnectionTasks()
+        self._webhook = WebhookServer(
+            WebhookConfig(config.tls_cert, config.tls_key, config.addr, config.handler_timeout, config.idle_timeout,
+                          config.max_body, config.cert_reload_interval),
+            admission, tls=tls, logger=self._log, tasks=self._tasks)
+        self._admin: asyncio.Server | None = None
         self._ready = False
 
     @property
@@ -88,110 +81,25 @@ class InjectorServer:
     async def start_admin(self) -> int:
         """Listen on the admin port (``/ready`` says 503 until the webhook listens); return the port."""
         admin_host, admin_port = self._config.admin_addr
-        admin = await asyncio.start_server(self._serve_admin, admin_host, admin_port, limit=http.MAX_HEAD)
-        self._servers.append(admin)
-        return admin.sockets[0].getsockname()[1]
+        serve = self._tasks.handler(self._admin_reply, max_body=self._config.max_body,
+                                    idle_timeout=self._config.idle_timeout)
+        self._admin = await asyncio.start_server(serve, admin_host, admin_port, limit=http.MAX_HEAD)
+        return self._admin.sockets[0].getsockname()[1]
 
     async def start_webhook(self) -> int:
         """Listen on the webhook port and become ready; return the port."""
-        host, port = self._config.addr
-        webhook = await asyncio.start_server(self._serve_webhook, host, port, ssl=self._tls, limit=http.MAX_HEAD)
-        self._servers.append(webhook)
-        self._reloader = asyncio.create_task(self._reload_certificates())
+        port = await self._webhook.start()
         self._ready = True
-        return webhook.sockets[0].getsockname()[1]
+        return port
 
     async def stop(self) -> None:
         self._ready = False
-        if self._reloader is not None:
-            self._reloader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reloader
-        for server in self._servers:
-            server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for server in self._servers:
-            await server.wait_closed()
-
-    # --- certificates ---------------------------------------------------------------------------
-
-    def _stamp(self) -> tuple[int, int]:
-        try:
-            return (self._config.tls_cert.stat().st_mtime_ns, self._config.tls_key.stat().st_mtime_ns)
-        except OSError:
-            return (-1, -1)
-
-    async def _reload_certificates(self) -> None:
-        while True:
-            await asyncio.sleep(self._config.cert_reload_interval)
-            stamp = self._stamp()
-            if stamp == self._cert_stamp:
-                continue
-            try:
-                # New handshakes use the new pair; established connections keep theirs.
-                self._tls.load_cert_chain(self._config.tls_cert, self._config.tls_key)
-            except (OSError, ssl.SSLError) as err:
-                self._log.warning("keeping the current TLS certificate: cannot load the new one: %s", err)
-                continue
-            self._cert_stamp = stamp
-            self._log.info("reloaded the TLS certificate from %s", self._config.tls_cert)
-
-    # --- connections ----------------------------------------------------------------------------
-
-    async def _serve_webhook(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._connection(reader, writer, self._webhook_reply)
-
-    async def _serve_admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._connection(reader, writer, self._admin_reply)
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply) -> None:  # noqa: ANN001
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            while True:
-                try:
-                    request = await asyncio.wait_for(
-                        http.read_request(reader, self._config.max_body), self._config.idle_timeout
-                    )
-                except http.HttpError as err:
-                    writer.write(http.response(err.status, f"{err.message}\n".encode(), _TEXT, keep_alive=False))
-                    await writer.drain()
-                    return
-                if request is None:
-                    return
-                status, body, content_type = await reply(request)
-                keep_alive = request.keep_alive
-                writer.write(
-                    http.response(status, body, content_type, keep_alive=keep_alive, head_only=request.method == "HEAD")
-                )
-                await writer.drain()
-                if not keep_alive:
-                    return
-        except (ConnectionError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError):
-            pass  # the peer went away, idled out or spoke no TLS: nothing to answer
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _webhook_reply(self, request: http.Request) -> tuple[int, bytes, str]:
-        if request.method != "POST":
-            return 405, b"the webhook takes POSTed AdmissionReviews\n", _TEXT
-        try:
-            reply = await asyncio.wait_for(
-                asyncio.to_thread(self._admission.review, request.body), self._config.handler_timeout
-            )
-        except TimeoutError:
-            reply = self._admission.fallback(
-                request.body, "timeout", f"no answer within {self._config.handler_timeout:g}s"
-            )
-        return reply.status, reply.body, reply.content_type
+        if self._admin is not None:
+            self._admin.close()
+        await self._webhook.stop()
+        if self._admin is not None:
+            await self._admin.wait_closed()
+            self._admin = None
 
     async def _admin_reply(self, request: http.Request) -> tuple[int, bytes, str]:
         if request.method not in ("GET", "HEAD"):

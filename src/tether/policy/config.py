@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, WorkloadIdentity
 from tether.policy.defaults import DefaultPolicy
@@ -46,6 +47,15 @@ def parse_networks(text: str) -> tuple[Network, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Where the validating admission webhook listens, and its serving certificate (PEM files)."""
+
+    addr: str
+    tls_cert: Path
+    tls_key: Path
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     addr: str = DEFAULT_ADDR
     admin_addr: str = DEFAULT_ADMIN_ADDR
@@ -63,6 +73,7 @@ class PolicyConfig:
     stream_queue_capacity: int = DEFAULT_STREAM_QUEUE_CAPACITY
     stream_queue_bytes: int = DEFAULT_MAX_BYTES
     shutdown_grace: float = 2.0
+    webhook: WebhookSettings | None = None  # None: no admission webhook (the local platform validates on apply)
 
     def service_account_identity(self, namespace: str, name: str) -> str:
         return WorkloadIdentity(name, namespace, self.control_plane_ns, self.identity_domain).dns_name

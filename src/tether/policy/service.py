@@ -6,16 +6,20 @@
 gRPC with TLS; ``stop`` ends every stream with OK) is
 ``tether.serving.process``, the same as destination's.  Both indexes are fed
 from one set of watches (each type once, handed to the index or indexes that
-read it) and share the streams' bounds.
+read it) and share the streams' bounds.  With a ``status_writer`` the status
+controller runs too; with a webhook certificate, the validating admission
+webhook (``admission``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from tether.platform.watch import ResourceEvent, ResourceWatcher
+from tether.policy.admission import PolicyAdmission
 from tether.policy.config import PolicyConfig
 from tether.policy.inbound.index import WATCHED, InboundIndex
 from tether.policy.inbound.server import InboundPolicyServer
@@ -23,8 +27,11 @@ from tether.policy.metrics import PolicyMetrics
 from tether.policy.outbound.index import WATCHED as OUTBOUND_WATCHED
 from tether.policy.outbound.index import OutboundIndex
 from tether.policy.outbound.server import OutboundPoliciesServicer
+from tether.policy.status import StatusController, StatusWriter
+from tether.serving.grpc_server import ConfigError, split_addr
 from tether.serving.process import ControlPlaneProcess, Listen, ProcessFacade
 from tether.serving.rpc import StreamSet
+from tether.serving.webhook import WebhookConfig, WebhookServer
 
 
 log = logging.getLogger(__name__)
@@ -36,8 +43,12 @@ def _call_soon(callback: Callable[[], None]) -> None:
 
 
 class PolicyService(ProcessFacade):
-    def __init__(self, config: PolicyConfig, watcher: ResourceWatcher) -> None:
+    def __init__(self, config: PolicyConfig, watcher: ResourceWatcher, status_writer: StatusWriter | None = None) -> None:
+        """``status_writer`` None: this process writes no status (another replica or platform does)."""
         self.config = config
+        self.admission = PolicyAdmission()
+        self.webhook: WebhookServer | None = None
+        self.webhook_port: int | None = None
         self.metrics = PolicyMetrics()
         self.index = InboundIndex(config)
         self.streams = StreamSet(config.stream_queue_capacity, config.stream_queue_bytes)
@@ -50,6 +61,10 @@ class PolicyService(ProcessFacade):
             self.outbound_index.sizes, lambda: self.outbound_index.watched_targets,
             lambda: self.outbound_index.updates, lambda: [(p.kind, p.reason) for p in self.outbound_index.problems()],
             side="outbound")
+        self.status = None if status_writer is None else StatusController(
+            self.index, lambda: self.outbound_index.services, lambda: self.outbound_index.egress_networks,
+            status_writer, self.metrics)
+        self._status_task: asyncio.Task[None] | None = None
         self._process = ControlPlaneProcess(
             "policy",
             Listen(config.addr, config.admin_addr, config.tls, config.shutdown_grace),
@@ -62,7 +77,37 @@ class PolicyService(ProcessFacade):
             streams=[self.streams],
         )
 
+    async def start(self) -> None:
+        await self._process.start()
+        if self.status is not None:
+            self.status.changed()
+            self._status_task = asyncio.create_task(self.status.run(), name="status controller")
+        if self.config.webhook is not None:
+            settings = self.config.webhook
+            host, port = split_addr(settings.addr)
+            try:
+                self.webhook = WebhookServer(WebhookConfig(settings.tls_cert, settings.tls_key, (host, port)),
+                                             self.admission)
+                self.webhook_port = await self.webhook.start()
+            except (OSError, ssl.SSLError) as exc:
+                self.webhook = None
+                await self.stop()
+                raise ConfigError(f"cannot serve the admission webhook on {settings.addr}: {exc}") from None
+            log.info("policy admission webhook on port %s", self.webhook_port)
+
+    async def stop(self) -> None:
+        if self._status_task is not None:
+            self._status_task.cancel()
+            await asyncio.gather(self._status_task, return_exceptions=True)
+            self._status_task = None
+        if self.webhook is not None:
+            await self.webhook.stop()
+            self.webhook = None
+        await self._process.stop()
+
     def _apply(self, type_key: str, event: ResourceEvent) -> None:
+        if self.status is not None and event.type != "SYNCED":
+            self.status.changed()
         # A failure in one index must not keep the event from the other.
         for watched, index in ((WATCHED, self.index), (OUTBOUND_WATCHED, self.outbound_index)):
             if type_key in watched:

@@ -42,6 +42,7 @@ class Ports:
     destination: int = 8086
     destination_admin: int = 9996
     policy: int = 8090
+    policy_admin: int = 9992
     platform_admin: int = 9994
 
 

@@ -3,7 +3,8 @@
 The head parser (`parse_head`) is pure; `read_request` is the one place that awaits the
 stream (head up to a blank line, then exactly Content-Length bytes). Bounded: heads over
 `MAX_HEAD` bytes get 431, bodies over the caller's limit 413 (Linkerd's webhook takes 10 MiB),
-chunked bodies 411 (the API server sends Content-Length). Caller: `server`.
+chunked bodies 411 (the API server sends Content-Length). Callers: `tether.serving.webhook` (the
+admission webhooks of the injector and the policy controller) and the injector's admin port.
 """
 
 from __future__ import annotations

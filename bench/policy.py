@@ -1,0 +1,260 @@
+"""Policy controller benchmark: from a policy change to the update on 1,000 WatchPort streams; memory at scale.
+
+``python -m bench policy [-- --pods 1000 --rounds 20 --channels 20]`` (a minute or two).
+
+The controller runs as its own process (``tether policy serve`` over TLS, on a
+store in a temp dir); this process holds every stream and writes the store.
+The cluster: ``pods`` meshed pods in namespaces of 10; in each namespace 10
+Servers (ports 8000-8009, selecting that namespace's pods) and 10
+AuthorizationPolicies per Server (so ``pods`` x 10 Servers x 10 policies seen
+from the pods; 100 policies per namespace), each policy requiring one shared
+MeshTLSAuthentication of namespace ``bench-shared``.  One WatchPort stream per
+pod, on port 8000.  Each round rewrites the shared MeshTLSAuthentication's
+identities (alternately), which changes the policy of every watched port:
+the time from just before the store write to each stream's message is
+recorded (``time.monotonic`` is system-wide).  Printed: p50/p99 per stream,
+p50/p99 until the last stream had it, the controller's CPU per round and its
+RSS after the streams opened (and peak).  Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tether.api import inbound_pb2
+from tether.identity import pem, pki
+from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer
+from tether.naming import control_plane_identity
+from tether.store import Store
+
+WATCH = "/io.linkerd.proxy.inbound.InboundServerPolicies/WatchPort"
+SERVER_IDENTITY = control_plane_identity("destination")
+SHARED = "bench-shared"
+P = "policy.linkerd.io"
+
+
+def _pki(directory: Path) -> tuple[Path, Path, Path]:
+    now = dt.datetime.now(dt.timezone.utc)
+    anchor, anchor_key = pki.create_trust_anchor(control_plane_ns="linkerd", trust_domain="cluster.local",
+                                                 valid_for=dt.timedelta(days=1), now=now)
+    issuer_cert, issuer_key = pki.create_issuer(anchor, anchor_key, control_plane_ns="linkerd",
+                                                trust_domain="cluster.local", valid_for=dt.timedelta(days=1), now=now)
+    issuer = Issuer.validated([issuer_cert], issuer_key, [anchor])
+    key = pki.new_key()
+    leaf = CertificateAuthority(issuer, IssuanceSettings()).issue(key.public_key(), SERVER_IDENTITY, now)
+    paths = directory / "ca.crt", directory / "policy.crt", directory / "policy.key"
+    pem.write_file(paths[0], pem.certificate_pem(anchor), private=False)
+    pem.write_file(paths[1], pem.certificate_pem(leaf, *issuer.intermediates), private=False)
+    pem.write_file(paths[2], pem.private_key_pem(key), private=True)
+    return paths
+
+
+def _objects(pods: int) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SHARED}},
+                                     _shared_authn(0)]
+    for n in range(max(1, pods // 10)):
+        ns = f"bench-{n}"
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for i in range(10):
+            objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"pod-{i}", "namespace": ns, "labels": {"app": "bench", "linkerd.io/control-plane-ns": "linkerd"}},
+                "spec": {"containers": [{"name": "app", "image": "x",
+                                         "ports": [{"name": f"p{p}", "containerPort": 8000 + p} for p in range(10)]}]},
+                "status": {"phase": "Running", "podIP": f"10.{n // 250}.{n % 250}.{i + 1}"}})
+        for s in range(10):
+            objects.append({"apiVersion": f"{P}/v1beta3", "kind": "Server", "metadata": {"name": f"srv-{s}",
+                                                                                        "namespace": ns},
+                            "spec": {"podSelector": {"matchLabels": {"app": "bench"}}, "port": 8000 + s}})
+            for a in range(10):
+                objects.append({"apiVersion": f"{P}/v1alpha1", "kind": "AuthorizationPolicy",
+                                "metadata": {"name": f"srv-{s}-authz-{a}", "namespace": ns},
+                                "spec": {"targetRef": {"group": P, "kind": "Server", "name": f"srv-{s}"},
+                                         "requiredAuthenticationRefs": [{"group": P, "kind": "MeshTLSAuthentication",
+                                                                         "name": "clients", "namespace": SHARED}]}})
+    return objects
+
+
+def _shared_authn(round_: int) -> dict[str, Any]:
+    identities = [f"client-{round_ % 2}.{SHARED}.serviceaccount.identity.linkerd.cluster.local"]
+    return {"apiVersion": f"{P}/v1alpha1", "kind": "MeshTLSAuthentication",
+            "metadata": {"name": "clients", "namespace": SHARED}, "spec": {"identities": identities}}
+
+
+class Controller:
+    def __init__(self, tmp: Path, store: Path, ca: Path, cert: Path, key: Path) -> None:
+        self.log = tmp / "policy.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from tether.cli.main import main; main()", "policy", "serve",
+                 "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--store", str(store),
+                 "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "warning"],
+                stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_serving(self) -> None:
+        """Until both ports listen: the gRPC port opens only once the index has synced."""
+        deadline = time.monotonic() + 600
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the controller exited: {self.log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the controller did not start in time")
+            ports = _listening_ports(self.proc.pid)
+            if len(ports) >= 2:
+                return
+            time.sleep(0.2)
+
+    def rss_mb(self) -> tuple[float, float]:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        values = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in status.splitlines()
+                                                     if line.startswith(("VmRSS", "VmHWM")))}
+        return values["VmRSS"] / 1024, values["VmHWM"] / 1024
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _listening_ports(pid: int) -> list[int]:
+    """The TCP ports ``pid`` listens on (from /proc: no log parsing at warning level)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    for table in ("tcp", "tcp6"):  # gRPC core may bind 127.0.0.1 as a v4-mapped IPv6 socket
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels: int, store: Store,
+                   controller: Controller) -> dict[str, Any]:
+    credentials = grpc.ssl_channel_credentials(ca.read_bytes())
+    options = [("grpc.ssl_target_name_override", SERVER_IDENTITY.dns_name)]
+    port = await _grpc_port(ports, credentials, options)
+    chans = [grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials, options=options) for _ in range(channels)]
+    received: dict[int, float] = {}
+    expected = [0]
+    reached = asyncio.Event()
+
+    async def read(stream_id: int, call: Any) -> None:
+        async for _ in call:
+            received[stream_id] = time.monotonic()
+            if len(received) >= expected[0]:
+                reached.set()
+
+    tasks = []
+    streams = max(1, pods // 10) * 10
+    for stream_id in range(streams):
+        n, i = divmod(stream_id, 10)
+        spec = inbound_pb2.PortSpec(workload=json.dumps({"ns": f"bench-{n}", "pod": f"pod-{i}"}), port=8000)
+        call = chans[stream_id % channels].unary_stream(WATCH, request_serializer=None, response_deserializer=None)(
+            spec.SerializeToString())
+        tasks.append(asyncio.create_task(read(stream_id, call)))
+    expected[0] = streams
+    await asyncio.wait_for(reached.wait(), 300)
+    rss_streams = controller.rss_mb()
+    per_stream: list[float] = []
+    per_round: list[float] = []
+    cpu_before = controller.cpu_seconds()
+    for round_ in range(1, rounds + 1):
+        received.clear()
+        reached.clear()
+        started = time.monotonic()
+        await asyncio.to_thread(store.apply, _shared_authn(round_))
+        await asyncio.wait_for(reached.wait(), 120)
+        delays = [t - started for t in received.values()]
+        per_stream += delays
+        per_round.append(max(delays))
+    cpu = (controller.cpu_seconds() - cpu_before) / rounds
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for chan in chans:
+        await chan.close()
+    return {"streams": streams, "rounds": rounds, "stream_p50_ms": _pct(per_stream, 0.5) * 1000,
+            "stream_p99_ms": _pct(per_stream, 0.99) * 1000, "last_stream_p50_ms": _pct(per_round, 0.5) * 1000,
+            "last_stream_p99_ms": _pct(per_round, 0.99) * 1000, "controller_cpu_ms_per_round": cpu * 1000,
+            "rss_mib": rss_streams[0], "rss_peak_mib": controller.rss_mb()[1]}
+
+
+async def _grpc_port(ports: list[int], credentials: grpc.ChannelCredentials, options: list[Any]) -> int:
+    """Which of the controller's two listening ports speaks gRPC (the other is the admin port)."""
+    for port in sorted(ports):
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials, options=options) as chan:
+            try:
+                await asyncio.wait_for(chan.channel_ready(), 5)
+                return port
+            except (TimeoutError, grpc.aio.AioRpcError):
+                continue
+    raise RuntimeError(f"no gRPC port among {ports}")
+
+
+def run(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bench policy")
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--channels", type=int, default=20)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp_text:
+        tmp = Path(tmp_text)
+        ca, cert, key = _pki(tmp)
+        store_path = tmp / "store.db"
+        objects = _objects(args.pods)
+        with Store(store_path) as store:
+            for start in range(0, len(objects), 2000):
+                store.apply_many(objects[start:start + 2000])
+            print(f"  .. {len(objects)} objects stored", file=sys.stderr, flush=True)
+            setup = time.monotonic()
+            controller = Controller(tmp, store_path, ca, cert, key)
+            try:
+                controller.wait_serving()
+                ports = _listening_ports(controller.proc.pid)
+                idle_rss = controller.rss_mb()[0]
+                startup = time.monotonic() - setup
+                result = asyncio.run(_measure(ca, ports, args.pods, args.rounds, args.channels, store, controller))
+            finally:
+                controller.stop()
+    result.update(objects=len(objects), startup_s=startup, rss_idle_mib=idle_rss)
+    print(f"objects {len(objects)} ({args.pods} pods x 10 Servers x 10 AuthorizationPolicies), "
+          f"controller ready in {startup:.1f} s, RSS {idle_rss:.0f} MiB before streams")
+    print(f"{result['streams']} WatchPort streams, {result['rounds']} rounds of one shared MeshTLSAuthentication change:")
+    print(f"  per stream p50 {result['stream_p50_ms']:.0f} ms, p99 {result['stream_p99_ms']:.0f} ms; "
+          f"last stream p50 {result['last_stream_p50_ms']:.0f} ms, p99 {result['last_stream_p99_ms']:.0f} ms")
+    print(f"  controller CPU {result['controller_cpu_ms_per_round']:.0f} ms per round; "
+          f"RSS {result['rss_mib']:.0f} MiB with the streams open (peak {result['rss_peak_mib']:.0f} MiB)")
+    print(json.dumps(result))

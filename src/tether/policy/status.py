@@ -1,0 +1,229 @@
+"""The status controller: ``status.parents[]`` on routes, conditions on rate limits and EgressNetworks.
+
+Linkerd's status controller (control-plane.md §5.6), one writer per cluster.
+``desired_statuses`` is pure: from the inbound index (every route, Server and
+rate limit) and the outbound index (Services, EgressNetworks) it computes, per
+object, the status this controller owns:
+
+* routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
+  Server, Service or EgressNetwork does not exist; ``InvalidKind`` for another
+  kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
+  Service backend does not exist), under controller ``linkerd.io/policy-controller``;
+  parents other controllers wrote are kept;
+* HTTPLocalRateLimitPolicies: ``Accepted`` (``Accepted``; ``NoMatchingTarget``
+  without the Server; ``RateLimitReasonAlreadyExists`` for all but the oldest on
+  one Server);
+* EgressNetworks: ``Accepted``.
+
+The inbound index decides route acceptance with the same rule (the Server
+exists) rather than reading this status back, so policy never waits on a
+status write.  ``StatusController`` reconciles after changes (coalesced) and
+every ``period`` seconds, writing only what differs, through a
+``StatusWriter``: ``LocalStatusWriter`` replaces the object in the store (on the loop's thread),
+guarded by its resourceVersion (a concurrent change wins; the next round
+retries).  A condition keeps its ``lastTransitionTime`` while its status holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from tether.policy.inbound.index import InboundIndex, Named
+from tether.policy.metrics import PolicyMetrics
+from tether.resources import kinds
+from tether.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME = "linkerd.io/policy-controller"
+RECONCILE_PERIOD_S = 10.0  # Linkerd's status reconciliation period
+ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE)
+
+Key = tuple[str, str, str]  # (type key, namespace, name)
+Status = dict[str, Any]
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def _parent_ref(parent: Any) -> dict[str, Any]:
+    ref: dict[str, Any] = {"group": parent.group, "kind": parent.kind, "name": parent.name}
+    if parent.namespace:
+        ref["namespace"] = parent.namespace
+    if parent.section_name:
+        ref["sectionName"] = parent.section_name
+    if parent.port:
+        ref["port"] = parent.port
+    return ref
+
+
+def _route_parent(route: Named, parent: Any, inbound: InboundIndex, services: Mapping[tuple[str, str], Any],
+                  egress: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    ns = parent.namespace or route.namespace
+    if parent.targets(kinds.SERVER):
+        exists = parent.name in inbound.objects[kinds.SERVER.key].get(ns, {}) and ns == route.namespace
+        what = "Server"
+    elif parent.targets(kinds.SERVICE):
+        exists, what = (ns, parent.name) in services, "Service"
+    elif parent.targets(kinds.EGRESS_NETWORK):
+        exists, what = (ns, parent.name) in egress, "EgressNetwork"
+    else:
+        return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [
+            _condition("Accepted", False, "InvalidKind", f"{parent.kind} is not a Server, Service or EgressNetwork"),
+            _condition("ResolvedRefs", True, "ResolvedRefs")]}
+    accepted = (_condition("Accepted", True, "Accepted") if exists else
+                _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist"))
+    missing = [f"{b.namespace or route.namespace}/{b.name}" for rule in route.spec.rules for b in rule.backend_refs
+               if b.targets(kinds.SERVICE) and ((b.namespace or route.namespace), b.name) not in services]
+    resolved = (_condition("ResolvedRefs", False, "BackendNotFound", "no Service " + ", ".join(missing))
+                if missing else _condition("ResolvedRefs", True, "ResolvedRefs"))
+    return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [accepted, resolved]}
+
+
+def desired_statuses(inbound: InboundIndex, services: Mapping[tuple[str, str], Any],
+                     egress: Mapping[tuple[str, str], Any]) -> dict[Key, Status]:
+    """What this controller's part of each status should be (``parents`` or ``conditions``)."""
+    out: dict[Key, Status] = {}
+    for rtype in ROUTE_KINDS:
+        for routes in inbound.objects[rtype.key].values():
+            for route in routes.values():
+                out[(rtype.key, route.namespace, route.name)] = {"parents": [
+                    _route_parent(route, parent, inbound, services, egress) for parent in route.spec.parent_refs]}
+    limit_kind = kinds.HTTP_LOCAL_RATE_LIMIT_POLICY
+    for namespace, policies in inbound.objects[limit_kind.key].items():
+        servers = inbound.objects[kinds.SERVER.key].get(namespace, {})
+        for policy in policies.values():
+            target = policy.spec.target_ref.name
+            winner = inbound.ratelimit_winner(namespace, target)
+            if target not in servers:
+                condition = _condition("Accepted", False, "NoMatchingTarget", f"Server {namespace}/{target} "
+                                                                              "does not exist")
+            elif winner is not None and winner.name != policy.name:
+                condition = _condition("Accepted", False, "RateLimitReasonAlreadyExists",
+                                       f"HTTPLocalRateLimitPolicy {winner.name} already targets Server {target}")
+            else:
+                condition = _condition("Accepted", True, "Accepted")
+            out[(limit_kind.key, namespace, policy.name)] = {"conditions": [condition]}
+    for namespace, name in egress:
+        out[(kinds.EGRESS_NETWORK.key, namespace, name)] = {"conditions": [_condition("Accepted", True, "Accepted")]}
+    return out
+
+
+def _strip_times(conditions: list[Any]) -> list[Any]:
+    return [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions if isinstance(c, dict)]
+
+
+def _stamp(new: list[dict[str, Any]], old: list[Any], now: str) -> list[dict[str, Any]]:
+    """``new`` conditions with ``lastTransitionTime``: kept from ``old`` where the status did not change."""
+    before = {c.get("type"): c for c in old if isinstance(c, dict)}
+    out = []
+    for condition in new:
+        previous = before.get(condition["type"])
+        same = previous is not None and previous.get("status") == condition["status"]
+        out.append({**condition, "lastTransitionTime": previous.get("lastTransitionTime", now) if same else now})
+    return out
+
+
+def merged_status(current: Mapping[str, Any] | None, desired: Status, now: str) -> dict[str, Any] | None:
+    """The object's new ``status`` with our part replaced, or None when nothing would change."""
+    current = dict(current or {})
+    if "parents" in desired:
+        old_parents = [p for p in current.get("parents") or [] if isinstance(p, dict)]
+        ours = [p for p in old_parents if p.get("controllerName") == CONTROLLER_NAME]
+        others = [p for p in old_parents if p.get("controllerName") != CONTROLLER_NAME]
+        old_by_ref = {repr(sorted(p.get("parentRef", {}).items())): p for p in ours}
+        if [(p["parentRef"], _strip_times(p["conditions"])) for p in desired["parents"]] == [
+                (p.get("parentRef"), _strip_times(p.get("conditions") or [])) for p in ours]:
+            return None
+        parents = []
+        for parent in desired["parents"]:
+            old = old_by_ref.get(repr(sorted(parent["parentRef"].items())), {})
+            parents.append({**parent, "conditions": _stamp(parent["conditions"], old.get("conditions") or [], now)})
+        return {**current, "parents": [*others, *parents]}
+    old_conditions = current.get("conditions") or []
+    if _strip_times(desired["conditions"]) == _strip_times(old_conditions):
+        return None
+    return {**current, "conditions": _stamp(desired["conditions"], old_conditions, now)}
+
+
+class StatusWriter(Protocol):
+    async def write(self, key: Key, desired: Status) -> bool:
+        """Write ``desired`` into the object's status if it differs; True if a write happened."""
+        ...
+
+
+class LocalStatusWriter:
+    """Status on the local platform: the object replaced in the store, guarded by its resourceVersion."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def write(self, key: Key, desired: Status) -> bool:
+        # On the loop's thread, as the local pod controller writes: one small transaction, and no second
+        # thread contending for the store's lock with the watch that reads on this loop.
+        return self._write(key, desired)
+
+    def _write(self, key: Key, desired: Status) -> bool:
+        type_key, namespace, name = key
+        obj = self._store.get(type_key, namespace, name)
+        if obj is None:
+            return False
+        status = merged_status(obj.get("status"), desired, self._clock().strftime("%Y-%m-%dT%H:%M:%SZ"))
+        if status is None:
+            return False
+        self._store.apply({**obj, "status": status})  # carries its resourceVersion: Conflict if it moved on
+        return True
+
+
+class StatusController:
+    """Reconciles the statuses after changes (``changed``) and every ``period`` seconds."""
+
+    def __init__(self, inbound: InboundIndex, services: Callable[[], Mapping[tuple[str, str], Any]],
+                 egress: Callable[[], Mapping[tuple[str, str], Any]], writer: StatusWriter, metrics: PolicyMetrics,
+                 period: float = RECONCILE_PERIOD_S) -> None:
+        self._inbound = inbound
+        self._services = services
+        self._egress = egress
+        self._writer = writer
+        self._metrics = metrics
+        self._period = period
+        self._wake = asyncio.Event()
+        self.rounds = 0
+
+    def changed(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._period)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            await asyncio.sleep(0)  # let the rest of a burst of events land first
+            try:
+                await self.reconcile()
+            except Exception:  # a bug here must not stop status for good: log it, retry next round
+                log.exception("status reconciliation failed")
+
+    async def reconcile(self) -> int:
+        """Write every status that differs; return how many were written."""
+        written = 0
+        desired = desired_statuses(self._inbound, self._services(), self._egress())
+        for key, status in desired.items():
+            kind = key[0].partition(".")[0]
+            try:
+                if await self._writer.write(key, status):
+                    written += 1
+                    self._metrics.status_patches.labels(kind).inc()
+            except (StoreError, OSError) as exc:
+                self._metrics.status_errors.labels(kind).inc()
+                log.info("status of %s %s/%s not written (next round retries): %s", kind, key[1], key[2], exc)
+        self.rounds += 1
+        return written

@@ -2,7 +2,8 @@
 
 The controller ``tether destination serve --platform kubernetes`` runs watches Services,
 ExternalWorkloads and EndpointSlices over the API and writes Linkerd's
-``linkerd-external-<svc>-*`` slices back: created when a Service selects a workload, replaced
+``linkerd-external-<svc>-*`` slices back, while it holds the writers' Lease: created when a
+Service selects a workload, replaced
 (a merge patch) when the workload's Ready condition changes, deleted when the Service goes.
 """
 
@@ -12,7 +13,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tether.platform.kubernetes.endpointslices import external_workload_controller
+from tether.platform.kubernetes.endpointslices import LEASE_NAME, external_workload_controller
+from tether.platform.kubernetes.lease import LeaseElector
 from tether.platform.kubernetes.watch import KubernetesResourceWatcher
 
 from .kube_helpers import emulated_api, watching
@@ -74,3 +76,41 @@ async def test_slices_follow_services_and_workload_readiness(tmp_path: Path) -> 
         finally:
             controller.cancel()
             await asyncio.gather(controller, return_exceptions=True)
+
+
+async def test_one_replica_leads_and_another_takes_over_when_the_lease_expires(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        api.resources["coordination.k8s.io/v1/leases"] = {}
+        now = [1_000_000.0]
+        client = KubernetesResourceWatcher(settings).client
+        a, b = (LeaseElector(client, "linkerd", LEASE_NAME, who, clock=lambda: now[0]) for who in ("a", "b"))
+        assert await a.try_once() is True  # no Lease yet: created, held by a
+        assert await b.try_once() is False  # held and fresh
+        now[0] += 10
+        assert await a.try_once() is True  # renewed
+        now[0] += 31
+        assert await b.try_once() is True  # a stopped renewing: b takes it
+        assert await a.try_once() is False
+        response = await api.get(f"/apis/coordination.k8s.io/v1/namespaces/linkerd/leases/{LEASE_NAME}")
+        spec = (await response.json())["spec"]
+        assert (spec["holderIdentity"], spec["leaseTransitions"], spec["leaseDurationSeconds"]) == ("b", 1, 30)
+        await client.close()
+
+
+async def test_the_controller_writes_only_while_leading(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        for group_version_plural in ("discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+            api.resources[group_version_plural] = {}
+        await api.post(f"/api/v1/namespaces/{NS}/services", json=SERVICE)
+        await api.post(WORKLOADS, json=workload(ready=True))
+        leading = asyncio.Event()
+        controller = external_workload_controller(KubernetesResourceWatcher(settings), leading)
+        task = asyncio.create_task(controller.run())
+        try:
+            await watching(api, 3)  # every watch is open and has listed: the controller is waiting to lead
+            assert controller.passes == 0 and await _slices(api) == []
+            leading.set()
+            await _until(api, lambda s: len(s) == 1, "the slice")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -112,12 +112,21 @@ async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
     if not isinstance(watcher, KubernetesResourceWatcher):  # the local platform's process runs its own
         await run_until_signalled(service)
         return
-    from tether.platform.kubernetes.endpointslices import external_workload_controller
+    import socket
+    import uuid
 
-    # As Linkerd's destination does: EndpointSlices for Services that select ExternalWorkloads.
-    controller = asyncio.create_task(external_workload_controller(watcher).run())
+    from tether.platform.kubernetes.endpointslices import LEASE_NAME, external_workload_controller
+    from tether.platform.kubernetes.lease import LeaseElector
+
+    # As Linkerd's destination does: EndpointSlices for Services that select ExternalWorkloads,
+    # written by the one replica that holds the Lease (every replica serves discovery).
+    elector = LeaseElector(watcher.client, config.control_plane_ns, LEASE_NAME,
+                           f"{socket.gethostname()}_{uuid.uuid4()}")
+    tasks = [asyncio.create_task(elector.run()),
+             asyncio.create_task(external_workload_controller(watcher, elector.leading).run())]
     try:
         await run_until_signalled(service)
     finally:
-        controller.cancel()
-        await asyncio.gather(controller, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

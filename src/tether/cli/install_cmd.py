@@ -451,7 +451,9 @@ class Renderer:
             "destination": [
                 {"apiGroups": [""], "resources": ["pods", "services", "endpoints", "namespaces", "nodes"], "verbs": watch},
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                 "verbs": [*watch, "create", "update", "delete"]},  # the ExternalWorkload controller writes
+                 "verbs": [*watch, "create", "update", "patch", "delete"]},  # the ExternalWorkload controller
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],  # its writer's Lease
+                 "verbs": ["get", "create", "update", "patch"]},
                 {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": watch},
                 {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": watch},
                 {"apiGroups": ["linkerd.io"], "resources": ["serviceprofiles"], "verbs": watch},

@@ -140,7 +140,9 @@ class SliceController:
     """Keeps the EndpointSlices labelled ``managed_by`` in step with Services and their members; `run` until cancelled."""
 
     def __init__(self, watcher: ResourceWatcher, writer: SliceWriter, *, source: str, managed_by: str,
-                 desired: Desired) -> None:
+                 desired: Desired, leading: asyncio.Event | None = None) -> None:
+        """``leading``, when given, gates the writes: the controller writes only while it is set (a Lease held)."""
+        self._leading = leading
         self._watcher = watcher
         self._writer = writer
         self._source = source
@@ -161,6 +163,8 @@ class SliceController:
                 self._dirty.clear()
                 if len(self._synced) < len(self._watched):
                     continue
+                if self._leading is not None and not self._leading.is_set():
+                    await self._leading.wait()  # then plan from what the watches hold by then
                 writes, deletes = self.plan()
                 try:
                     if writes:

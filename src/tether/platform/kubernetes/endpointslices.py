@@ -8,12 +8,13 @@ of everything the controller owns (labels, owner, address type, endpoints and po
 replaced whole) carrying the ``resourceVersion`` it was read at, so a concurrent writer's
 change is never lost (the conflict is retried from the watch's newer copy), and one no
 Service wants deleted (a slice already gone counts as deleted). Linkerd also elects one writer among the destination replicas
-with a Lease; Tether does not yet, so with several replicas each writes, and the
-``resourceVersion`` guard settles who wins.
+with the Lease ``linkerd-destination-endpoint-write``; `external_workload_controller` takes the
+``leading`` event of a ``lease.LeaseElector`` for the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import quote
 
 from tether.platform.endpointslices import Obj, SliceController, WriteFailed
@@ -61,7 +62,13 @@ class ApiSliceWriter:
                 raise WriteFailed(f"cannot delete EndpointSlice {item}: {exc}") from None
 
 
-def external_workload_controller(watcher: KubernetesResourceWatcher) -> SliceController:
-    """Linkerd's ExternalWorkload endpoints controller over the API server (``.run()`` until cancelled)."""
+LEASE_NAME = "linkerd-destination-endpoint-write"
+
+
+def external_workload_controller(
+    watcher: KubernetesResourceWatcher, leading: asyncio.Event | None = None
+) -> SliceController:
+    """Linkerd's ExternalWorkload endpoints controller over the API server (``.run()`` until cancelled);
+    it writes only while ``leading`` is set, when given."""
     return SliceController(watcher, ApiSliceWriter(watcher.client), source=EXTERNAL_WORKLOAD.key,
-                           managed_by=MANAGED_BY, desired=external_workload_slices)
+                           managed_by=MANAGED_BY, desired=external_workload_slices, leading=leading)

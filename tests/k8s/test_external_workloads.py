@@ -36,6 +36,14 @@ SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "billing"
            "spec": {"selector": {"app": "billing"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
 
 
+async def _seed(api: Any) -> None:
+    """The kinds the controller watches, a Service selecting app=billing and a ready workload."""
+    for group_version_plural in ("discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+        api.resources[group_version_plural] = {}
+    await api.post(f"/api/v1/namespaces/{NS}/services", json=SERVICE)
+    await api.post(WORKLOADS, json=workload(ready=True))
+
+
 async def _slices(api: Any) -> list[dict[str, Any]]:
     response = await api.get(SLICES)
     return (await response.json()).get("items") or []
@@ -50,10 +58,7 @@ async def _until(api: Any, check: Any, what: str) -> list[dict[str, Any]]:
 
 async def test_slices_follow_services_and_workload_readiness(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
-        for group_version_plural in ("discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
-            api.resources[group_version_plural] = {}
-        await api.post(f"/api/v1/namespaces/{NS}/services", json=SERVICE)
-        await api.post(WORKLOADS, json=workload(ready=True))
+        await _seed(api)
         controller = asyncio.create_task(external_workload_controller(KubernetesResourceWatcher(settings)).run())
         try:
             [written] = await _until(api, lambda s: len(s) == 1, "the slice")
@@ -99,10 +104,7 @@ async def test_one_replica_leads_and_another_takes_over_when_the_lease_expires(t
 
 async def test_the_controller_writes_only_while_leading(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
-        for group_version_plural in ("discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
-            api.resources[group_version_plural] = {}
-        await api.post(f"/api/v1/namespaces/{NS}/services", json=SERVICE)
-        await api.post(WORKLOADS, json=workload(ready=True))
+        await _seed(api)
         leading = asyncio.Event()
         controller = external_workload_controller(KubernetesResourceWatcher(settings), leading)
         task = asyncio.create_task(controller.run())

@@ -109,7 +109,8 @@ def test_existing_files_are_kept_unless_forced(tmp_path: Path) -> None:
     [
         (["create-issuer", "--anchor-cert", "{tmp}/missing.crt", "--anchor-key", "{tmp}/missing.key", "--out", "{tmp}"],
          1, "{tmp}/missing.crt: no such file"),
-        (["create-trust-anchor", "--out", "{tmp}/no/such/dir"], 1, "{tmp}/no/such/dir/ca.crt: directory"),
+        (["create-trust-anchor", "--out", "{tmp}/junk.pem/dir"], 1, "{tmp}/junk.pem/dir: Not a directory"),
+        (["create-trust-anchor", "--out", "{tmp}/junk.pem"], 2, "is a file"),
         (["create-trust-anchor", "--out", "{tmp}", "--valid-for", "1 year"], 2, "--valid-for"),
         (["create-trust-anchor", "--out", "{tmp}", "--valid-for", "0h"], 2, "--valid-for"),
         (["create-trust-anchor", "--out", "{tmp}", "--trust-domain", "Not_A_Domain"], 2, "--trust-domain"),

@@ -12,7 +12,8 @@ from tether.proxy.core import commands as cmd
 from tether.proxy.codec.addrs import SocketAddr, parse_socket_addr
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.inbound import InboundSettings, inbound
-from tether.proxy.core.inbound_policy import authorize
+from tether.proxy.core.authz import authorize
+from tether.proxy.core.server_policy import default_policy
 from tether.proxy.codec import detect
 from tether.proxy.codec.client_hello import ClientHello
 from tether.proxy.codec.transport_header import HeaderReceived, NoHeader, SessionProtocol, TransportHeader
@@ -161,9 +162,9 @@ def test_policy_table() -> None:
         (DefaultPolicy.ALL_AUTHENTICATED, "::ffff:127.0.0.1", False, None, True),
     ]
     for policy, client, mesh_tls, client_id, allowed in cases:
-        decision = authorize(policy, client_ip=ip(client), mesh_tls=mesh_tls, client_id=client_id,
-                             cluster_networks=nets)
-        assert decision.allowed is allowed, (policy, client, client_id)
+        server = default_policy(policy, nets, opaque=False)
+        decision = authorize(server.authorizations, client_ip=ip(client), mesh_tls=mesh_tls, client_id=client_id)
+        assert (decision is not None) is allowed, (policy, client, client_id)
 
 
 def test_target_labels_of_the_direct_stack_name_the_app_port() -> None:

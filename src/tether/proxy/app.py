@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
-from tether.proxy.core.config import KeepAlive, OrigDstFallback, ProxyConfig
+from tether.proxy.core.config import ControlAddr, KeepAlive, OrigDstFallback, ProxyConfig
 from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -39,6 +39,8 @@ from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry, gauge, process_collector, samples
 from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.discovery import Discovery
+from tether.proxy.io.policy_client import PolicyClient
+from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.io.tls import TlsState
 
@@ -100,6 +102,16 @@ class Proxy:
             failfast=out.tcp_failfast_timeout.total_seconds(),
             clock=time.monotonic,
             rng=rng,
+        )
+        in_cfg = config.inbound
+        self.policies = PolicyClient(
+            workload=config.policy_workload,
+            default=lambda port: default_policy(in_cfg.default_policy, config.cluster_networks,
+                                                opaque=port in in_cfg.opaque_ports,
+                                                detect_timeout=in_cfg.detect_timeout.total_seconds()),
+            idle_timeout=in_cfg.discovery_idle_timeout.total_seconds(),
+            backoff_delay=self.discovery.backoff_delay,
+            clock=time.monotonic,
         )
         self.stopping = asyncio.Event()
         self._listeners: dict[str, list[Listener]] = {}
@@ -187,6 +199,8 @@ class Proxy:
             http=HttpSettings("inbound", time.monotonic, self.http_metrics,
                               in_flight=InFlight(config.inbound.max_in_flight),
                               h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive)),
+            policies=self.policies.policy,
+            registry=self.metrics,
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -202,6 +216,7 @@ class Proxy:
                               h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive)),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
         )
+        self.policies.start(in_cfg.ports)
         self.identity.add_listener(self._rotated)
         self._spawn(self.identity.run(), "identity")
         self._spawn(self._serve_when_ready(), "serve")
@@ -225,14 +240,18 @@ class Proxy:
 
     def _rotated(self, material: TlsMaterial) -> None:
         self.tls.install(material)
-        destination = self.config.destination
-        target = _target(destination.addr)
-        if destination.identity is None:
-            if self.discovery.channel is None:
-                self.discovery.set_channel(Channel(target))
-            return
-        self.discovery.set_channel(Channel(target, ssl_context=self.identity.control_context(material),
-                                           server_name=destination.identity))
+        destination, policy = self.config.destination, self.config.policy
+        if destination.identity is not None or self.discovery.channel is None:
+            self.discovery.set_channel(self._control_channel(destination, material))
+        if policy.identity is not None or self.policies.channel is None:
+            self.policies.set_channel(self._control_channel(policy, material))
+
+    def _control_channel(self, control: ControlAddr, material: TlsMaterial) -> Channel:
+        """A channel to a controller: mTLS when it has an identity (a new one per certificate), else plaintext."""
+        if control.identity is None:
+            return Channel(_target(control.addr))
+        return Channel(_target(control.addr), ssl_context=self.identity.control_context(material),
+                       server_name=control.identity)
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then drain (bounded by the shutdown grace period) and stop."""
@@ -258,6 +277,7 @@ class Proxy:
         if self._admin is not None:
             await self._admin.close()
         await self.discovery.close()
+        await self.policies.close()
 
     def _close_listeners(self) -> None:
         for listeners in self._listeners.values():

@@ -22,7 +22,7 @@ from typing import Any
 
 from tether.proxy.codec.http1 import ResponseHead
 
-REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 
 
@@ -55,6 +55,9 @@ class ErrorKind(enum.Enum):
     # A request the codec refuses (smuggling, a bad head...): Linkerd's catch-all label, so they leave a trace.
     BAD_REQUEST = (400, GRPC_INTERNAL, "unexpected", False, "a malformed request")
     HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "unexpected", False, "a request head over the size limit")
+    # Inbound policy (proxy.md §8.3): counted by their own metrics (inbound_http_authz_deny_total...).
+    ROUTE_NOT_FOUND = (404, GRPC_NOT_FOUND, "", False, "no route of the server's policy matches the request")
+    UNAUTHORIZED = (403, GRPC_PERMISSION_DENIED, "", False, "no authorization of the route admits the client")
 
     def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
         self.status = status
@@ -123,6 +126,14 @@ def response_timeout(timeout: float) -> ProxyError:
 def bad_request(status: int, reason: str) -> ProxyError:
     """A request the codec refused: its status hint says which (431: the head is too large; else 400)."""
     return ProxyError(ErrorKind.HEAD_TOO_LARGE if status == 431 else ErrorKind.BAD_REQUEST, reason)
+
+
+def route_not_found() -> ProxyError:
+    return ProxyError(ErrorKind.ROUTE_NOT_FOUND, "no route found for request")
+
+
+def unauthorized() -> ProxyError:
+    return ProxyError(ErrorKind.UNAUTHORIZED, "unauthorized request on route")
 
 
 def rust_duration(seconds: float) -> str:

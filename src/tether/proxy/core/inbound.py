@@ -11,9 +11,12 @@ For each connection accepted on the inbound listener:
   terminated (the client identity is its certificate's first SAN); one for
   another name passes through untouched; anything else is plaintext.
 
-Then the default policy decides (``core.inbound_policy``), and the layer for the
-detected protocol carries the connection to the app at the original
-destination IP and the target port -- never to the inbound port. As outbound,
+Then the port's policy (``InboundSettings.policies``: the policy controller's,
+else the default policy; ``core.server_policy``) decides: an opaque connection
+once (``core.authz``; denied: closed without a byte), HTTP per request
+(``core.inbound_authz``: 404 without a route, 403 without an authorization).
+The layer for the detected protocol carries the connection to the app at the
+original destination IP and the target port -- never to the inbound port. As outbound,
 ``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
 to ``tether.proxy.core.http1_proxy`` (requests to the app over pooled keep-alive
 connections), ``Http2`` to its per-stream HTTP/2 layer; the rest is
@@ -47,10 +50,13 @@ from tether.proxy.core.commands import (
 )
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.http2_layer import http2
-from tether.proxy.core.http import HttpSettings, Router
+from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router
-from tether.proxy.core.inbound_policy import authorize
+from tether.proxy.core.authz import Meta, authorize
+from tether.proxy.core.inbound_authz import InboundRequestPolicy, server_labels
+from tether.proxy.core.metrics import Registry
+from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
 
@@ -70,6 +76,15 @@ class InboundSettings:
     default_policy: DefaultPolicy
     cluster_networks: tuple[IpNetwork, ...]
     http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
+    # The port's current policy (io.policy_client); None: the default policy, always.
+    policies: Callable[[int], ServerPolicy] | None = None
+    registry: Registry | None = None  # where the per-request authorization metrics go
+
+    def policy(self, port: int) -> ServerPolicy:
+        if self.policies is not None:
+            return self.policies(port)
+        return default_policy(self.default_policy, self.cluster_networks, opaque=port in self.opaque_ports,
+                              detect_timeout=self.detect_timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +95,8 @@ class Session:
     tls_labels: str
     mesh_tls: bool
     client_id: str | None
-    authz: str = ""  # the authorization that allowed it (the default policy's name), once decided
+    authz: Meta | None = None  # the authorization that allowed it, once decided (metric labels)
+    policy: RequestPolicy | None = None  # HTTP: each request's route and authorization (core.inbound_authz)
 
 
 def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:
@@ -174,21 +190,33 @@ def _direct(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings)
 
 
 def _authorized(session: Session, client: SocketAddr, settings: InboundSettings, verdict: detect.Verdict) -> Layer:
-    decision = authorize(settings.default_policy, client_ip=client.ip, mesh_tls=session.mesh_tls,
-                         client_id=session.client_id, cluster_networks=settings.cluster_networks)
-    accept = _accept_labels(session.target, session.tls_labels, settings)
-    server = labels.server_labels(settings.default_policy.value, session.target.port)
-    if not decision.allowed:
+    port = session.target.port
+    policy = settings.policy(port)
+    if policy.opaque:
+        verdict = detect.Opaque()  # the port's policy says opaque: its bytes are not HTTP to the proxy
+    accept = labels.accept_inbound(session.target, session.tls_labels, server_labels(policy, port))
+    decision = authorize(policy.authorizations, client_ip=client.ip, mesh_tls=session.mesh_tls,
+                         client_id=session.client_id)
+    if settings.http is not None and isinstance(verdict, (detect.Http1, detect.Http2)):
+        # HTTP is authorized per request (core.inbound_authz), never refused here (proxy.md §8.3).
+        yield SetLabels(accept)
+        carry = PROTOCOL_LAYERS[type(verdict)]
+        policy_check = InboundRequestPolicy(lambda: settings.policy(port), port=port, client_ip=client.ip,
+                                            mesh_tls=session.mesh_tls, client_id=session.client_id,
+                                            target_labels=labels.target(session.target),
+                                            tls_labels=session.tls_labels, registry=settings.registry)
+        yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
+        return
+    server = server_labels(policy, port)
+    if decision is None:
         yield Count("inbound_tcp_authz_deny_total", labels.join(labels.target(session.target), server,
                                                                 session.tls_labels))
         yield Refuse("unauthorized", accept)
         return
-    authz = labels.authz_labels(decision.authz)
-    yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server, authz,
-                                                             session.tls_labels))
+    yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server,
+                                                             decision.meta.labels("authz"), session.tls_labels))
     yield SetLabels(accept)
-    carry = PROTOCOL_LAYERS[type(verdict)]
-    yield from carry(replace(session, authz=decision.authz), settings)
+    yield from tcp_forward(replace(session, authz=decision.meta), settings)
 
 
 def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
@@ -202,7 +230,7 @@ def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
 
 
 def _accept_labels(target: SocketAddr, tls_labels: str, settings: InboundSettings) -> str:
-    return labels.accept_inbound(target, tls_labels, labels.server_labels(settings.default_policy.value, target.port))
+    return labels.accept_inbound(target, tls_labels, server_labels(settings.policy(target.port), target.port))
 
 
 # -- HTTP/1 per request (tether.proxy.http) ------------------------------------------------------------------
@@ -228,13 +256,15 @@ def http2_requests(session: Session, settings: InboundSettings) -> Layer:
 def _request_level(session: Session, settings: InboundSettings, http: HttpSettings) -> tuple[Router, HttpSettings]:
     """The router to the app and the HTTP settings of this connection (its client's identity, its labels)."""
     target = session.target
+    # Request metrics keep per-connection labels: the server's, the default route and the authorization the
+    # connection would have had as TCP (per-request route_*/authz_* are on the inbound_http_authz_* series).
     metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
-                                labels.server_labels(settings.default_policy.value, target.port),
-                                labels.render(("route_group", ""), ("route_kind", "default"),
-                                              ("route_name", "default")),
-                                labels.authz_labels(session.authz))
+                                server_labels(settings.policy(target.port), target.port),
+                                Meta.default("default").labels("route"),
+                                session.authz.labels("authz") if session.authz else labels.authz_labels(""))
     http = replace(http, meshed_client=session.mesh_tls and session.client_id is not None,
-                   client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels)
+                   client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels,
+                   policy=session.policy)
     return inbound_router(target, settings.connect_timeout, metric_labels), http
 
 

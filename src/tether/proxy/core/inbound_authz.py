@@ -1,0 +1,73 @@
+"""Inbound policy enforced on HTTP requests (proxy.md §8.3): the ``RequestPolicy`` of an inbound connection.
+
+Per request, against the port's current policy (looked up again for each
+request, so a policy change applies to the next request): the best route
+(none: 404 ``no route``, ``inbound_http_route_not_found_total``), then the
+route's authorizations (none admits the client: 403 / gRPC
+``PERMISSION_DENIED``, ``inbound_http_authz_deny_total``; else
+``inbound_http_authz_allow_total``). Labels are Linkerd's: ``target_*``,
+``srv_*``, ``route_*``, ``authz_*``, ``tls`` and ``client_id``.
+
+Caller: ``core.inbound`` (one per HTTP connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.proxy.codec.addrs import IpAddress
+from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.core import errors
+from tether.proxy.core.authz import authorize
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.metrics import Registry
+from tether.proxy.core.server_policy import ServerPolicy
+
+HELP = {
+    "inbound_http_authz_allow_total": "The total number of inbound HTTP requests that were authorized.",
+    "inbound_http_authz_deny_total": "The total number of inbound HTTP requests that could not be authorized.",
+    "inbound_http_route_not_found_total": "The number of inbound requests that did not match a route.",
+}
+
+
+def server_labels(policy: ServerPolicy, port: int) -> str:
+    """``srv_group``, ``srv_kind``, ``srv_name`` and ``srv_port``."""
+    return f'{policy.meta.labels("srv")},srv_port="{port}"'
+
+
+class InboundRequestPolicy:
+    """Route and authorization of each request on one inbound connection."""
+
+    __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
+                 "_registry")
+
+    def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
+                 client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None) -> None:
+        self._policy = policy
+        self._port = port
+        self._client_ip = client_ip
+        self._mesh_tls = mesh_tls
+        self._client_id = client_id
+        self._target_labels = target_labels
+        self._tls_labels = tls_labels
+        self._registry = registry
+
+    def check(self, request: RequestHead) -> ProxyError | None:
+        policy = self._policy()
+        server = f"{self._target_labels},{server_labels(policy, self._port)}"
+        route = policy.route(request)
+        if route is None:
+            self._count("inbound_http_route_not_found_total", f"{server},{self._tls_labels}")
+            return errors.route_not_found()
+        server_route = f"{server},{route.meta.labels('route')}"
+        authz = authorize(route.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
+                          client_id=self._client_id)
+        if authz is None:
+            self._count("inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}")
+            return errors.unauthorized()
+        self._count("inbound_http_authz_allow_total", f"{server_route},{authz.meta.labels('authz')},{self._tls_labels}")
+        return None
+
+    def _count(self, name: str, labels: str) -> None:
+        if self._registry is not None:
+            self._registry.counter(name, HELP[name]).inc(labels)

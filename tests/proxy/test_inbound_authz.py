@@ -213,3 +213,14 @@ def test_requests_are_routed_then_authorized_and_counted() -> None:
 def test_the_invalid_policy_denies_every_request() -> None:
     denied = checker(None, client_id=WEB, registry=Registry(retain_idle=600)).check(request(b"/"))
     assert denied is not None and denied.status == 403
+
+
+def test_the_servers_authorizations_apply_on_every_route() -> None:
+    """linkerd2-proxy adds the Server's authorizations to each route's own (the controller's default route has none)."""
+    policy = translate(server_message(route_authz=[identities_authz("vote-only", VOTE)],
+                                      server_authz=[identities_authz("web-only", WEB)]))
+    route = policy.route(request(b"/api/vote"))
+    assert route is not None
+    for client_id in (WEB, VOTE):
+        assert authorize(route.authorizations, client_ip=ip("10.0.0.7"), mesh_tls=True, client_id=client_id)
+    assert authorize(route.authorizations, client_ip=ip("10.0.0.7"), mesh_tls=True, client_id="x.y") is None

@@ -4,8 +4,10 @@
 proxy cannot use -- no protocol, an authorization without authentication, a
 route without rules, a bad network or regex; the caller then uses Linkerd's
 built-in invalid policy (proxy.md §8.1). Every discovered policy gets the
-implicit ``default:localhost`` authorization; an HTTP protocol without routes
-gets one catch-all route with the server's authorizations. A gRPC route's
+implicit ``default:localhost`` authorization; a request on a route is
+authorized by the server's authorizations and the route's own (linkerd2-proxy
+adds the server's to every route); an HTTP protocol without routes gets one
+catch-all route. A gRPC route's
 ``service``/``method`` match becomes a path match on ``/service/method``.
 
 Callers: ``io.policy_client``.
@@ -55,12 +57,14 @@ def translate(message: pb.Server) -> ServerPolicy:
     if kind == "detect":
         detect = message.protocol.detect
         detect_timeout = detect.timeout.ToTimedelta().total_seconds() if detect.HasField("timeout") else None
-        routes = [_http_route(r, f"protocol.detect.http_routes[{i}]") for i, r in enumerate(detect.http_routes)]
+        routes = [_http_route(r, f"protocol.detect.http_routes[{i}]", authorizations)
+                  for i, r in enumerate(detect.http_routes)]
     elif kind in ("http1", "http2"):
         block = getattr(message.protocol, kind)
-        routes = [_http_route(r, f"protocol.{kind}.routes[{i}]") for i, r in enumerate(block.routes)]
+        routes = [_http_route(r, f"protocol.{kind}.routes[{i}]", authorizations) for i, r in enumerate(block.routes)]
     elif kind == "grpc":
-        routes = [_grpc_route(r, f"protocol.grpc.routes[{i}]") for i, r in enumerate(message.protocol.grpc.routes)]
+        routes = [_grpc_route(r, f"protocol.grpc.routes[{i}]", authorizations)
+                  for i, r in enumerate(message.protocol.grpc.routes)]
     if kind not in ("opaque", "tls") and not routes:
         routes = [HttpRoute(_DEFAULT_ROUTE, (), (Rule(()),), authorizations)]
     return ServerPolicy(meta, protocol, authorizations, tuple(routes), detect_timeout)
@@ -108,7 +112,7 @@ def _network(message: net_pb2.IPNetwork, where: str) -> ipaddress.IPv4Network | 
         raise InvalidPolicy(f"{where}: {exc}") from None
 
 
-def _http_route(message: pb.HttpRoute, where: str) -> HttpRoute:
+def _http_route(message: pb.HttpRoute, where: str, server: tuple[Authorization, ...]) -> HttpRoute:
     if not message.rules:
         raise InvalidPolicy(f"{where}.rules: empty")
     rules = []
@@ -116,12 +120,11 @@ def _http_route(message: pb.HttpRoute, where: str) -> HttpRoute:
         matches = tuple(_http_match(m, f"{where}.rules[{i}].matches[{j}]") for j, m in enumerate(rule.matches))
         filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
         rules.append(Rule(matches, filters))
-    return HttpRoute(_meta(message.metadata, where), _hosts(message.hosts),  tuple(rules),
-                     with_localhost([_authz(a, f"{where}.authorizations[{i}]")
-                                     for i, a in enumerate(message.authorizations)]))
+    return HttpRoute(_meta(message.metadata, where), _hosts(message.hosts), tuple(rules),
+                     (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
 
 
-def _grpc_route(message: pb.GrpcRoute, where: str) -> HttpRoute:
+def _grpc_route(message: pb.GrpcRoute, where: str, server: tuple[Authorization, ...]) -> HttpRoute:
     if not message.rules:
         raise InvalidPolicy(f"{where}.rules: empty")
     rules = []
@@ -142,8 +145,7 @@ def _grpc_route(message: pb.GrpcRoute, where: str) -> HttpRoute:
         filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
         rules.append(Rule(tuple(matches), filters))
     return HttpRoute(_meta(message.metadata, where), _hosts(message.hosts), tuple(rules),
-                     with_localhost([_authz(a, f"{where}.authorizations[{i}]")
-                                     for i, a in enumerate(message.authorizations)]))
+                     (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
 
 
 def _hosts(hosts: object) -> tuple[HostMatch, ...]:

@@ -1,0 +1,146 @@
+"""Inbound policy enforced end to end on the local platform: the real policy controller, real proxies, real mTLS.
+
+A Server selects the web pods' HTTP port; an AuthorizationPolicy admits only
+the identity of the ``allowed`` service account (a MeshTLSAuthentication).
+Two meshed clients call the web Service: the allowed one gets 200s, the other
+403s, and the web pod's proxy counts them in ``inbound_http_authz_allow_total``
+and ``inbound_http_authz_deny_total`` under the Server's and the
+AuthorizationPolicy's names.
+
+``tether up`` does not start the policy controller yet, so the test runs
+``tether policy serve`` itself where the proxies look for it
+(``LINKERD2_PROXY_POLICY_SVC_ADDR``: the host address, port 8090), serving as
+the destination's identity (``LINKERD2_PROXY_POLICY_SVC_NAME``, as in Linkerd,
+where the policy controller runs in the destination pod).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from up import uplab
+from up.uplab import ready, wait_for, web_server
+
+from tether.platform.local import config as platform_config
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
+                                reason="the proxy (tether.proxy.main) is not in the tree yet")
+
+NS = "authz"
+ALLOWED_ID = f"allowed.{NS}.serviceaccount.identity.linkerd.cluster.local"
+OTHER_ID = f"other.{NS}.serviceaccount.identity.linkerd.cluster.local"
+
+POLICY = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}
+---
+apiVersion: policy.linkerd.io/v1beta3
+kind: Server
+metadata: {{name: web-http, namespace: {NS}}}
+spec:
+  podSelector: {{matchLabels: {{app: web}}}}
+  port: http
+  proxyProtocol: HTTP/1
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: MeshTLSAuthentication
+metadata: {{name: allowed-only, namespace: {NS}}}
+spec:
+  identities: ["{ALLOWED_ID}"]
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {{name: web-allowed, namespace: {NS}}}
+spec:
+  targetRef: {{group: policy.linkerd.io, kind: Server, name: web-http}}
+  requiredAuthenticationRefs:
+  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: allowed-only}}
+"""
+
+
+def caller(name: str, service_account: str) -> str:
+    """A client Deployment (as ``uplab.client``) running as ``service_account``."""
+    manifest = uplab.client(name, NS, f"http://web.{NS}.svc.cluster.local/")
+    return manifest.replace("    spec:\n      containers:",
+                            f"    spec:\n      serviceAccountName: {service_account}\n      containers:")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def policy_controller(running: uplab.Platform) -> Iterator[subprocess.Popen[bytes]]:
+    config = platform_config.load(running.home)
+    assert config is not None
+    pki = config.layout.pki
+    argv = [uplab.TETHER, "policy", "serve", "--addr", config.address(config.ports.policy),
+            "--admin-addr", f"127.0.0.1:{_free_port()}", "--store", str(config.layout.store),
+            "--tls-cert", str(pki / "destination.crt"), "--tls-key", str(pki / "destination.key"),
+            "--trust-anchors", str(pki / "ca.crt"), "--trust-domain", config.trust_domain,
+            "--control-plane-ns", config.control_plane_ns, "--cluster-domain", config.cluster_domain,
+            "--cluster-networks", f"{running.pod_cidr},{running.service_cidr}"]
+    proc = subprocess.Popen(argv, env=running.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
+    return [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
+
+
+def _metrics(p: uplab.Platform, pod: dict) -> str:
+    """The pod's proxy's /metrics, read from inside its network namespace (the admin port is loopback-only)."""
+    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
+    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+def test_only_the_authorized_identity_gets_through(running: uplab.Platform,
+                                                   policy_controller: subprocess.Popen[bytes]) -> None:
+    p = running
+    p.apply(POLICY)
+    p.apply(web_server("web", NS, 1))
+    wait_for("the web pod ready", lambda: [x for x in _pods(p, "web-") if ready(x)], timeout=60)
+    p.apply(caller("allowed", "allowed"))
+    p.apply(caller("other", "other"))
+    (allowed,) = wait_for("the allowed client", lambda: [x for x in _pods(p, "allowed-") if ready(x)], timeout=60)
+    (other,) = wait_for("the other client", lambda: [x for x in _pods(p, "other-") if ready(x)], timeout=60)
+
+    def log(pod: dict) -> str:
+        return str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout)
+
+    wait_for("the other client refused with 403", lambda: "403" in log(other), timeout=60)
+    try:
+        wait_for("the allowed client answered", lambda: log(allowed).count("ok 200") >= 3, timeout=60)
+    except AssertionError:
+        (web,) = _pods(p, "web-")
+        raise AssertionError(log(allowed)[-2000:] + "\n" + "\n".join(
+            line for line in _metrics(p, web).splitlines() if "authz" in line or "route" in line)) from None
+    assert "ok 200" not in log(other)
+    assert policy_controller.poll() is None, policy_controller.stderr.read() if policy_controller.stderr else ""
+
+    (web,) = _pods(p, "web-")
+    metrics = wait_for("the web proxy's authorization counters",
+                       lambda: (m := _metrics(p, web)) and "inbound_http_authz_deny_total" in m and m, timeout=30)
+    deny = [line for line in metrics.splitlines() if line.startswith("inbound_http_authz_deny_total{")]
+    allow = [line for line in metrics.splitlines() if line.startswith("inbound_http_authz_allow_total{")]
+    assert any(f'client_id="{OTHER_ID}"' in line and 'srv_name="web-http"' in line for line in deny), deny
+    assert any(f'client_id="{ALLOWED_ID}"' in line and 'authz_name="web-allowed"' in line
+               and 'authz_kind="authorizationpolicy"' in line for line in allow), allow
+    assert not any(f'client_id="{ALLOWED_ID}"' in line for line in deny), deny

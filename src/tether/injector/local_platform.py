@@ -42,8 +42,6 @@ def mesh_config(config: LocalPlatformConfig, trust_anchors_pem: str, version: st
         version=version,
         proxy_version=version,
         log_level=config.proxy_log_level,
-        # Without Linkerd's `[{headers}]=off,[{request}]=off` suffix: Tether's proxy refuses span filters.
-        log_http_headers="insecure",
         # Readiness checked every second (the sandbox has no kubelet cadence to keep): pods serve sooner.
         readiness_probe=ProbeTiming(initial_delay_seconds=0, period_seconds=1, failure_threshold=3),
         proxy_init=ProxyInit(run_as_root=True, iptables_mode=HOST_IPTABLES),

@@ -4,7 +4,10 @@ A filter is comma-separated directives: a bare level (``warn``) sets the default
 ``target=level`` sets one target. Levels: ``trace``, ``debug``, ``info``,
 ``warn``, ``error``, ``off`` (case-insensitive). Targets are logger names;
 Linkerd's ``linkerd`` (and ``linkerd2_proxy``) mean the proxy's own loggers,
-``tether.proxy``. Span filters (``[...]``) are not supported and rejected.
+``tether.proxy``. Span filters (``[...]``) are rejected, except the two
+Linkerd's injector appends by default, ``[{headers}]=off`` and
+``[{request}]=off``: they keep HTTP headers and requests out of the log, and
+this proxy never logs either at any level, so they hold as written.
 
 Callers: ``tether.proxy.app`` (at start) and ``tether.proxy.io.admin`` (``/proxy-log-level``).
 """
@@ -25,6 +28,8 @@ _LEVELS = {
     "off": logging.CRITICAL + 10,
 }
 _ALIASES = {"linkerd": "tether.proxy", "linkerd2_proxy": "tether.proxy"}
+# What Linkerd's injector adds unless `config.linkerd.io/proxy-log-http-headers: insecure`.
+_HEADER_SPANS_OFF = frozenset({"[{headers}]=off", "[{request}]=off"})
 _TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -33,7 +38,7 @@ def parse(text: str) -> list[tuple[str, int]]:
     directives: list[tuple[str, int]] = []
     for raw in text.split(","):
         item = raw.strip()
-        if not item:
+        if not item or item.replace(" ", "") in _HEADER_SPANS_OFF:
             continue
         target, sep, level_s = item.rpartition("=")
         if not sep:

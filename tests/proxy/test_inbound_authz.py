@@ -224,3 +224,11 @@ def test_the_servers_authorizations_apply_on_every_route() -> None:
     for client_id in (WEB, VOTE):
         assert authorize(route.authorizations, client_ip=ip("10.0.0.7"), mesh_tls=True, client_id=client_id)
     assert authorize(route.authorizations, client_ip=ip("10.0.0.7"), mesh_tls=True, client_id="x.y") is None
+
+
+def test_a_grpc_request_is_denied_with_a_trailers_only_permission_denied() -> None:
+    from tether.proxy.core import errors
+
+    headers = dict(errors.grpc_headers(errors.unauthorized()))
+    assert headers[b"grpc-status"] == b"7" and headers[b"content-type"] == b"application/grpc"
+    assert dict(errors.grpc_headers(errors.route_not_found()))[b"grpc-status"] == b"5"  # NOT_FOUND

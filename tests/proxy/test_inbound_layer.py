@@ -173,3 +173,44 @@ def test_target_labels_of_the_direct_stack_name_the_app_port() -> None:
                           cmd.ReadHeader: header(8080), **OK}))
     assert f'target_addr="{SocketAddr(APP.ip, 8080)}"' in labels_set(seen)
     assert 'srv_port="8080"' in labels_set(seen)
+
+
+def test_the_controllers_policy_decides_opaque_connections_once_and_leaves_http_to_each_request() -> None:
+    from tether.proxy.core.authz import Authn, Authorization, Meta, Network
+    from tether.proxy.codec.http1 import RequestHead
+    from tether.proxy.core.http import HttpSettings
+    from tether.proxy.core.http_commands import ServeHttp1
+    from tether.proxy.core.server_policy import Protocol, ServerPolicy
+
+    web_only = Authorization(Meta("policy.linkerd.io", "authorizationpolicy", "web-only"),
+                             (Network(ipaddress.ip_network("0.0.0.0/0")),), Authn.IDENTITIES, frozenset({ME}))
+    opaque = ServerPolicy(Meta("policy.linkerd.io", "server", "db"), Protocol.OPAQUE, (web_only,))
+    lookups: list[int] = []
+
+    def policies(port: int) -> ServerPolicy:
+        lookups.append(port)
+        return opaque
+
+    # An opaque Server: a plaintext client is denied before a byte moves, under the Server's name.
+    seen = drive(inbound(APP, CLIENT, settings(policies=policies)), replies({cmd.Detect: detect.Http1()}))
+    assert kinds(seen)[-2:] == ["Count", "Refuse"] and seen[-1].error == "unauthorized"  # type: ignore[attr-defined]
+    assert seen[-2].name == "inbound_tcp_authz_deny_total"  # type: ignore[attr-defined]
+    assert 'srv_kind="server",srv_name="db",srv_port="8080"' in seen[-2].labels  # type: ignore[attr-defined]
+    assert 8080 in lookups
+    # The identity it names gets through, counted under the authorization's name.
+    seen = drive(inbound(APP, CLIENT, settings(policies=policies)),
+                 replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(ME, None), cmd.Sniff: detect.Http1(),
+                          **OK}))
+    assert kinds(seen)[-2:] == ["Connect", "Forward"]
+    allow = next(c for c in seen if isinstance(c, cmd.Count))
+    assert allow.name == "inbound_tcp_authz_allow_total" and 'authz_name="web-only"' in allow.labels
+    # HTTP under a detect policy is not refused at the connection, whoever the client: each request is checked.
+    detect_policy = ServerPolicy(Meta("policy.linkerd.io", "server", "web"), Protocol.DETECT, ())
+    http = HttpSettings("inbound", lambda: 0.0)
+    seen = drive(inbound(APP, CLIENT, settings(policies=lambda port: detect_policy, http=http)),
+                 replies({cmd.Detect: detect.Http1(), ServeHttp1: None}))
+    assert "Refuse" not in kinds(seen) and "Count" not in kinds(seen)
+    serve = seen[-1]
+    assert isinstance(serve, ServeHttp1) and serve.settings.policy is not None
+    denied = serve.settings.policy.check(RequestHead(b"GET", b"/", ((b"host", b"web"),)))
+    assert denied is not None and denied.status == 404  # a detect Server without routes here: no route

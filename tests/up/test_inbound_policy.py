@@ -5,7 +5,8 @@ the identity of the ``allowed`` service account (a MeshTLSAuthentication).
 Two meshed clients call the web Service: the allowed one gets 200s, the other
 403s, and the web pod's proxy counts them in ``inbound_http_authz_allow_total``
 and ``inbound_http_authz_deny_total`` under the Server's and the
-AuthorizationPolicy's names. The policy controller is ``tether up``'s own
+AuthorizationPolicy's names. Then the MeshTLSAuthentication admits both and the
+other client's requests go through too, without a restart. The policy controller is ``tether up``'s own
 component, which the proxies reach over mTLS as the destination's identity.
 """
 
@@ -100,3 +101,7 @@ def test_only_the_authorized_identity_gets_through(running: uplab.Platform) -> N
     assert any(f'client_id="{ALLOWED_ID}"' in line and 'authz_name="web-allowed"' in line
                and 'authz_kind="authorizationpolicy"' in line for line in allow), allow
     assert not any(f'client_id="{ALLOWED_ID}"' in line for line in deny), deny
+
+    # The policy changes: the other identity is admitted too, on the connections already open (per request).
+    p.apply(POLICY.replace(f'identities: ["{ALLOWED_ID}"]', f'identities: ["{ALLOWED_ID}", "{OTHER_ID}"]'))
+    wait_for("the other client admitted after the change", lambda: "ok 200" in log(other), timeout=60)

@@ -15,13 +15,15 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
-from prometheus_client import CollectorRegistry
 
 from tether.platform.tokens import TokenVerifier
 from tether.platform.watch import ResourceWatcher
+
+if TYPE_CHECKING:  # prometheus_client is imported by the servers that export metrics, not by every command
+    from prometheus_client import CollectorRegistry
 
 PLATFORMS = ("local", "kubernetes")
 
@@ -63,6 +65,8 @@ class Platform:
     @staticmethod
     def export_metrics(watcher: ResourceWatcher, registry: CollectorRegistry) -> None:
         """Serve the watcher's own metrics (the Kubernetes watch metrics) from ``registry`` too."""
+        from prometheus_client import CollectorRegistry
+
         metrics = getattr(watcher, "metrics", None)
         if metrics is not None and isinstance(getattr(metrics, "registry", None), CollectorRegistry):
             registry.register(metrics.registry)  # a registry is a collector too

@@ -11,8 +11,21 @@ process.  ``client`` is the debugging client behind ``tether diagnostics``.
 Public API: ``DestinationConfig``, ``TlsFiles``, ``DestinationService``.
 """
 
-from tether.destination.config import DestinationConfig
-from tether.destination.service import DestinationService
-from tether.serving.grpc_server import ConfigError, TlsFiles
+from typing import TYPE_CHECKING
+
+from tether.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tether.destination.config import DestinationConfig
+    from tether.destination.service import DestinationService
+    from tether.serving.grpc_server import ConfigError, TlsFiles
+
+# Imported on first use: ``import tether.destination.X`` must not load the whole package (see tether.lazy).
+__getattr__ = lazy_exports(__name__, {
+    "ConfigError": "tether.serving.grpc_server",
+    "DestinationConfig": "tether.destination.config",
+    "DestinationService": "tether.destination.service",
+    "TlsFiles": "tether.serving.grpc_server",
+})
 
 __all__ = ["ConfigError", "DestinationConfig", "DestinationService", "TlsFiles"]

@@ -32,7 +32,6 @@ from tether.identity import pem, pki
 from tether.injector.annotations import trust_root_sha256
 from tether.naming import control_plane_identity
 from tether.injector import annotations as inject_keys
-from tether.injector.config import DEFAULT_PROXY_IMAGE
 from tether.injector.decision import Origin, decide
 from tether.injector.workloads import KINDS, pod_template
 from tether.platform.local.config import LocalPlatformConfig
@@ -230,6 +229,8 @@ class LocalDiagnosis:
         if facts.meshed(pod):
             self._note(f"store: pod {ref}", "has the linkerd-proxy container")
             return
+        from tether.injector.config import DEFAULT_PROXY_IMAGE  # only for an unmeshed pod (a class-heavy module)
+
         decision = decide(pod_template(copy.deepcopy(dict(pod)), KINDS["Pod"]), ns_annotations, Origin.WEBHOOK,
                           proxy_image=DEFAULT_PROXY_IMAGE)
         why = decision.reasons[0].value if decision.reasons else "it was started before injection was enabled"

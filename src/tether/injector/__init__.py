@@ -21,7 +21,23 @@ Modules:
 - `metrics`, `http`, `server`: the webhook process (HTTPS, admin port with /metrics, /ready, /live).
 """
 
-from tether.injector.config import MeshConfig
-from tether.injector.patch import InjectResult, Origin, Report, inject, mark_for_injection, uninject
+from typing import TYPE_CHECKING
+
+from tether.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tether.injector.config import MeshConfig
+    from tether.injector.patch import InjectResult, Origin, Report, inject, mark_for_injection, uninject
+
+# Imported on first use: ``import tether.injector.X`` must not load the whole package (see tether.lazy).
+__getattr__ = lazy_exports(__name__, {
+    "MeshConfig": "tether.injector.config",
+    "InjectResult": "tether.injector.patch",
+    "Origin": "tether.injector.patch",
+    "Report": "tether.injector.patch",
+    "inject": "tether.injector.patch",
+    "mark_for_injection": "tether.injector.patch",
+    "uninject": "tether.injector.patch",
+})
 
 __all__ = ["InjectResult", "MeshConfig", "Origin", "Report", "inject", "mark_for_injection", "uninject"]

@@ -11,7 +11,18 @@ parts shared with the outbound side in ``route_translator``) encodes
 Public API: ``PolicyConfig``, ``PolicyService``.
 """
 
-from tether.policy.config import PolicyConfig
-from tether.policy.service import PolicyService
+from typing import TYPE_CHECKING
+
+from tether.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from tether.policy.config import PolicyConfig
+    from tether.policy.service import PolicyService
+
+# Imported on first use: ``import tether.policy.X`` must not load the whole package (see tether.lazy).
+__getattr__ = lazy_exports(__name__, {
+    "PolicyConfig": "tether.policy.config",
+    "PolicyService": "tether.policy.service",
+})
 
 __all__ = ["PolicyConfig", "PolicyService"]

@@ -13,7 +13,6 @@ from typing import Any
 from tether.resources import limits
 from tether.resources.errors import ValidationError
 from tether.resources.kinds import type_of
-from tether.resources.model import parse
 from tether.store.errors import Conflict
 
 # (type key, namespace or "" for cluster-scoped kinds, name): the primary key of a stored object.
@@ -36,6 +35,10 @@ def prepare(obj: Mapping[str, Any]) -> tuple[Key, dict]:
     Raises ``ValidationError`` for anything ``tether.resources`` rejects, for a
     namespaced kind without ``metadata.namespace`` and for a cluster-scoped kind with one.
     """
+    # The typed model (every kind's dataclasses) is imported by writers only: a reader such as
+    # ``tether diagnose`` would spend most of its CPU time building classes it never uses.
+    from tether.resources.model import parse
+
     limits.check_depth(obj)  # before parse: a writer that bypassed loading must not exhaust the stack
     parse(obj)
     rtype = type_of(obj)

@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tether.identity import pem, pki
-from tether.platform.local import config as platform_config
-from tether.platform.local.launcher import ComponentSpec, Launcher
 from up import uplab
 from up.uplab import PYTHON, client, ready, wait_for, web_server
 
@@ -176,9 +174,9 @@ def test_a_service_without_endpoints_fails_at_discovery(mesh: uplab.Platform) ->
 
 
 @pytest.mark.parametrize("authority, layer, reason, evidence", [
-    # a server with the deny default policy
+    # a server with the deny default policy (judged on the policy controller's answer: `tether up` runs it)
     ("locked.dg:80", "policy",
-     "refuses default.dg.serviceaccount.identity.linkerd.cluster.local on port 8080", "default inbound policy deny"),
+     "admits default.dg.serviceaccount.identity.linkerd.cluster.local", "server default/deny"),
     # a server that speaks first on a port that is not opaque
     ("banner.dg:2525", "proxy", "speaks first", "220 banner ready"),
     # an app answering 500, and a Service whose target port nothing listens on
@@ -248,31 +246,14 @@ spec:
 
 
 def test_with_the_policy_controller_its_answer_decides(mesh: uplab.Platform) -> None:
-    """Last in the module: starts `tether policy serve` beside the platform, as `tether up` will."""
-    config = platform_config.load(mesh.home)
-    assert config is not None
-    launcher = Launcher(config.layout.components, config.layout.logs)
-    pki_dir = mesh.home / "pki"
-    spec = ComponentSpec(
-        name="policy",
-        argv=(uplab.TETHER, "policy", "serve", "--addr", config.address(config.ports.policy),
-              "--admin-addr", config.address(9997), "--store", str(config.layout.store),
-              "--tls-cert", str(pki_dir / "destination.crt"), "--tls-key", str(pki_dir / "destination.key"),
-              "--cluster-networks", str(config.pod_cidr)),
-        admin_url=f"http://{config.address(9997)}")
-    launcher.start(spec)
-    try:
-        (outcome,) = launcher.wait_ready(["policy"], 30)
-        assert outcome.problem is None, outcome.log_tail
-        mesh.apply(POLICY.replace("IDENTITY", "someone-else.dg.serviceaccount.identity.linkerd.cluster.local"))
-        doc = diagnose(mesh, "deploy/client", f"web.{NS}:80")
-        assert doc["layer"] == "policy", doc
-        assert "no authorization of server/web-http" in doc["reason"]
-        assert "admits default.dg.serviceaccount.identity.linkerd.cluster.local" in doc["reason"]
-        assert "authorization authorizationpolicy/web-callers" in details(doc).lower()
-        mesh.apply(POLICY.replace("IDENTITY", "default.dg.serviceaccount.identity.linkerd.cluster.local"))
-        doc = wait_for("the controller to admit the client",
-                       lambda: (d := diagnose(mesh, "deploy/client", f"web.{NS}:80"))["layer"] != "policy" and d)
-        assert doc["ok"] is True, doc
-    finally:
-        launcher.stop("policy")
+    """Last in the module (it leaves an AuthorizationPolicy): the policy controller `tether up` runs decides."""
+    mesh.apply(POLICY.replace("IDENTITY", "someone-else.dg.serviceaccount.identity.linkerd.cluster.local"))
+    doc = wait_for("the controller to refuse the client",
+                   lambda: (d := diagnose(mesh, "deploy/client", f"web.{NS}:80"))["layer"] == "policy" and d)
+    assert "no authorization of server/web-http" in doc["reason"]
+    assert "admits default.dg.serviceaccount.identity.linkerd.cluster.local" in doc["reason"]
+    assert "authorization authorizationpolicy/web-callers" in details(doc).lower()
+    mesh.apply(POLICY.replace("IDENTITY", "default.dg.serviceaccount.identity.linkerd.cluster.local"))
+    doc = wait_for("the controller to admit the client",
+                   lambda: (d := diagnose(mesh, "deploy/client", f"web.{NS}:80"))["layer"] != "policy" and d)
+    assert doc["ok"] is True, doc

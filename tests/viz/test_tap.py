@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from tether.api import tap_pb2, viz_tap_pb2, viz_tap_pb2_grpc
@@ -219,3 +222,41 @@ def test_the_dashboard_s_live_tap_shows_the_requests(lab: _Lab, tmp_path_factory
     finally:
         browser.close()
         dashboard.stop()
+
+
+def test_profile_from_tap_makes_a_route_per_request_received(tmp_path: Path) -> None:
+    """`viz profile --tap`: the distinct inbound requests of both pods, `/` left out, stopping at the limit.
+
+    A lab of its own: a tap left open by an earlier test's client would take the requests."""
+    lab = _Lab()
+    try:
+        _profile_from_tap(lab, tmp_path)
+    finally:
+        lab.close()
+
+
+def _profile_from_tap(lab: _Lab, tmp_path: Path) -> None:
+    runner = CliRunner()
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        done["result"] = runner.invoke(cli, ["viz", "profile", "web", "--tap", "deploy/web", "-n", NS,
+                                             "--tap-server", lab.address, "--tap-duration", "1m",
+                                             "--tap-route-limit", "3"], env={"TETHER_HOME": str(tmp_path)})
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    lab.run(lab.serve_requests(["/api/a", "/", "/web", "/api/a", "/api/b", "/late"]))
+    thread.join(60)
+    assert not thread.is_alive(), "viz profile did not stop at --tap-route-limit"
+    result = done["result"]
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(result.output)
+    assert doc["metadata"] == {"name": "web.emojivoto.svc.cluster.local", "namespace": NS}
+    assert doc["spec"]["routes"] == [
+        {"name": "GET /api/a", "condition": {"pathRegex": "/api/a", "method": "GET"}},
+        {"name": "GET /api/b", "condition": {"pathRegex": "/api/b", "method": "GET"}},
+        {"name": "GET /web", "condition": {"pathRegex": "/web", "method": "GET"}}]
+    bad = runner.invoke(cli, ["viz", "profile", "web", "--tap", "deploy/web", "--tap-duration", "soon",
+                              "--tap-server", lab.address])
+    assert bad.exit_code == 2 and "--tap-duration" in bad.output

@@ -77,7 +77,8 @@ def path_regex(path: str) -> str:
     return _PARAM.sub("[^/]*", re.escape(path))
 
 
-def _profile(service: str, namespace: str, cluster_domain: str, routes: list[dict[str, Any]]) -> dict[str, Any]:
+def service_profile(service: str, namespace: str, cluster_domain: str,
+                    routes: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "linkerd.io/v1alpha2", "kind": "ServiceProfile",
             "metadata": {"name": f"{service}.{namespace}.svc.{cluster_domain}", "namespace": namespace},
             "spec": {"routes": routes}}
@@ -173,7 +174,7 @@ def profile(service: str, namespace: str, template: bool, open_api: Path | None,
     else:
         assert proto is not None
         routes = proto_routes(_read(proto, "--proto"))
-    doc = _profile(service, namespace, cluster_domain, routes)
+    doc = service_profile(service, namespace, cluster_domain, routes)
     if output == "json":
         click.echo(json.dumps(doc, indent=2))
     else:

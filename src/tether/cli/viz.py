@@ -833,6 +833,58 @@ def top(resource: str, namespace: str | None, to: str | None, to_namespace: str 
             live.stop()
 
 
+class _Enough(Exception):
+    """The route limit was reached: stop tapping."""
+
+
+@viz.command()
+@click.argument("service")
+@click.option("--tap", "tap_resource", required=True,
+              help="Tap this resource (deploy/NAME, po/NAME) and make a route of each request it receives.")
+@click.option("-n", "--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+              help="The namespace of the service and of the tapped resource.")
+@click.option("--tap-duration", default="5s", show_default=True, help="How long to tap (e.g. 5s, 1m).")
+@click.option("--tap-route-limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Stop after this many distinct routes.")
+@click.option("--cluster-domain", default="cluster.local", show_default=True)
+@click.option("--tap-server", help="The tap server, host:port [default: the one `tether viz install` started].")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def profile(service: str, tap_resource: str, namespace: str, tap_duration: str, tap_route_limit: int,
+            cluster_domain: str, tap_server: str | None, output: str) -> None:
+    """A ServiceProfile for SERVICE with a route per request tapped from --tap (`linkerd viz profile --tap`)."""
+    import yaml
+
+    from tether.cli.profile_cmd import path_regex, service_profile
+    from tether.viz.tap import DEFAULT_MAX_RPS
+    from tether.viz.tap_profile import TappedRoutes
+
+    try:
+        seconds = api.window_seconds(tap_duration)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--tap-duration") from None
+    request = _tap_request(tap_resource, namespace, None, None, None, None, None, None, DEFAULT_MAX_RPS)
+    address = _tap_address(tap_server)
+    seen = TappedRoutes(tap_route_limit)
+
+    def take(event: Any) -> None:
+        if seen.add(event):
+            raise _Enough
+
+    async def collect() -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await _stream_tap(address, request, take)
+        except (TimeoutError, _Enough):
+            pass
+
+    asyncio.run(collect())
+    routes = [{"name": f"{method} {path}", "condition": {"pathRegex": path_regex(path), "method": method}}
+              for method, path in seen.routes()]
+    doc = service_profile(service, namespace, cluster_domain, routes)
+    click.echo(json.dumps(doc, indent=2) + "\n" if output == "json" else yaml.safe_dump(doc, sort_keys=False),
+               nl=False)
+
+
 @viz.command("list")
 @click.option("-n", "--namespace", help="The namespace (default: default).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")

@@ -192,6 +192,13 @@ def _micros(duration: Any) -> int:
     return int(duration.ToNanoseconds() // 1000)
 
 
+def method_name(method: http_types_pb2.HttpMethod) -> str:
+    """A tap event's method as text: ``GET``, or the unregistered one as sent."""
+    if method.WhichOneof("type") == "unregistered":
+        return method.unregistered
+    return http_types_pb2.HttpMethod.Registered.Name(method.registered)
+
+
 def tap_line(event: tap_pb2.TapEvent) -> str:
     """One event as ``linkerd viz tap`` prints it."""
     inbound = event.proxy_direction == tap_pb2.TapEvent.INBOUND
@@ -201,9 +208,8 @@ def tap_line(event: tap_pb2.TapEvent) -> str:
     kind = event.http.WhichOneof("event")
     if kind == "request_init":
         r = event.http.request_init
-        method = (r.method.unregistered if r.method.WhichOneof("type") == "unregistered"
-                  else http_types_pb2.HttpMethod.Registered.Name(r.method.registered))
-        return f"req id={r.id.base}:{r.id.stream} {head} :method={method} :authority={r.authority} :path={r.path}"
+        return (f"req id={r.id.base}:{r.id.stream} {head} :method={method_name(r.method)} :authority={r.authority} "
+                f":path={r.path}")
     if kind == "response_init":
         r = event.http.response_init
         return (f"rsp id={r.id.base}:{r.id.stream} {head} :status={r.http_status} "

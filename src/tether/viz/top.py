@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from tether.api import http_types_pb2, tap_pb2
+from tether.api import tap_pb2
 from tether.api.addresses import InvalidAddress, from_tcp_address
+from tether.viz.tables import method_name
 
 COLUMNS = ("SOURCE", "DESTINATION", "METHOD", "PATH", "COUNT", "BEST", "WORST", "LAST", "SUCCESS RATE")
 MAX_PENDING = 10_000  # streams whose end has not been seen; the oldest are forgotten first
@@ -55,9 +56,7 @@ class Top:
         kind = event.http.WhichOneof("event")
         if kind == "request_init":
             r = event.http.request_init
-            method = (r.method.unregistered if r.method.WhichOneof("type") == "unregistered"
-                      else http_types_pb2.HttpMethod.Registered.Name(r.method.registered))
-            key = (_ip(event.source), _ip(event.destination), method, r.path)
+            key = (_ip(event.source), _ip(event.destination), method_name(r.method), r.path)
             self._pending[(r.id.base, r.id.stream)] = _Pending(key)
             while len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)

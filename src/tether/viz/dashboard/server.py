@@ -104,8 +104,29 @@ class Dashboard:
                         self.wfile.write(f"event: {kind}\ndata: {json.dumps(item)}\n\n".encode())
                         self.wfile.flush()
 
+                async def until_closed() -> None:
+                    # The page sends nothing more: the socket turns readable when it closes the stream.
+                    # Without this a closed page would be noticed only at the next event's write, and
+                    # its taps of idle pods would stay open.
+                    closed = asyncio.Event()
+                    loop = asyncio.get_running_loop()
+                    loop.add_reader(self.connection.fileno(), closed.set)
+                    try:
+                        await closed.wait()
+                    finally:
+                        loop.remove_reader(self.connection.fileno())
+
+                async def tap() -> None:
+                    tasks = [asyncio.create_task(stream()), asyncio.create_task(until_closed())]
+                    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    for task in done:
+                        task.result()
+
                 try:
-                    asyncio.run(stream())
+                    asyncio.run(tap())
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the page went away
 

@@ -188,7 +188,8 @@ def checker(policy_message: pb.Server | None, *, client_id: str | None, registry
     policy = translate(policy_message) if policy_message is not None else INVALID
     return InboundRequestPolicy(lambda: policy, port=8080, client_ip=ip("10.0.0.7"), mesh_tls=client_id is not None,
                                 client_id=client_id, target_labels='target_port="8080"',
-                                tls_labels=f'tls="true",client_id="{client_id or ""}"', registry=registry)
+                                tls_labels=f'tls="true",client_id="{client_id or ""}"', registry=registry,
+                                clock=lambda: 0.0)
 
 
 def test_requests_are_routed_then_authorized_and_counted() -> None:

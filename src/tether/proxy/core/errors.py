@@ -22,7 +22,8 @@ from typing import Any
 
 from tether.proxy.codec.http1 import ResponseHead
 
-REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 429: b"Too Many Requests",
+           431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 
 
@@ -30,6 +31,7 @@ GRPC_OK = 0
 GRPC_NOT_FOUND = 5
 GRPC_DEADLINE_EXCEEDED = 4
 GRPC_PERMISSION_DENIED = 7
+GRPC_RESOURCE_EXHAUSTED = 8
 GRPC_INTERNAL = 13
 GRPC_UNAVAILABLE = 14
 
@@ -58,6 +60,7 @@ class ErrorKind(enum.Enum):
     # Inbound policy (proxy.md §8.3): counted by their own metrics (inbound_http_authz_deny_total...).
     ROUTE_NOT_FOUND = (404, GRPC_NOT_FOUND, "", False, "no route of the server's policy matches the request")
     UNAUTHORIZED = (403, GRPC_PERMISSION_DENIED, "", False, "no authorization of the route admits the client")
+    RATE_LIMITED = (429, GRPC_RESOURCE_EXHAUSTED, "", False, "the server's local rate limit is reached")
 
     def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
         self.status = status
@@ -134,6 +137,10 @@ def route_not_found() -> ProxyError:
 
 def unauthorized() -> ProxyError:
     return ProxyError(ErrorKind.UNAUTHORIZED, "unauthorized request on route")
+
+
+def rate_limited(scope: str) -> ProxyError:
+    return ProxyError(ErrorKind.RATE_LIMITED, f"too many requests ({scope} rate limit)")
 
 
 def rust_duration(seconds: float) -> str:

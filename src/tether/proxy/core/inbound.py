@@ -204,7 +204,8 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
         policy_check = InboundRequestPolicy(lambda: settings.policy(port), port=port, client_ip=client.ip,
                                             mesh_tls=session.mesh_tls, client_id=session.client_id,
                                             target_labels=labels.target(session.target),
-                                            tls_labels=session.tls_labels, registry=settings.registry)
+                                            tls_labels=session.tls_labels, registry=settings.registry,
+                                            clock=settings.http.clock)
         yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
         return
     server = server_labels(policy, port)

@@ -6,7 +6,9 @@ request, so a policy change applies to the next request): the best route
 route's authorizations (none admits the client: 403 / gRPC
 ``PERMISSION_DENIED``, ``inbound_http_authz_deny_total``; else
 ``inbound_http_authz_allow_total``). Labels are Linkerd's: ``target_*``,
-``srv_*``, ``route_*``, ``authz_*``, ``tls`` and ``client_id``.
+``srv_*``, ``route_*``, ``authz_*``, ``tls`` and ``client_id``. Then the
+server's local rate limit (``core.ratelimit``): 429 / gRPC
+``RESOURCE_EXHAUSTED``, ``inbound_http_local_ratelimit_total{ratelimit_scope}``.
 
 Caller: ``core.inbound`` (one per HTTP connection).
 """
@@ -27,6 +29,7 @@ HELP = {
     "inbound_http_authz_allow_total": "The total number of inbound HTTP requests that were authorized.",
     "inbound_http_authz_deny_total": "The total number of inbound HTTP requests that could not be authorized.",
     "inbound_http_route_not_found_total": "The number of inbound requests that did not match a route.",
+    "inbound_http_local_ratelimit_total": "The number of inbound requests refused by a local rate limit.",
 }
 
 
@@ -39,10 +42,11 @@ class InboundRequestPolicy:
     """Route and authorization of each request on one inbound connection."""
 
     __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
-                 "_registry")
+                 "_registry", "_clock")
 
     def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
-                 client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None) -> None:
+                 client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None,
+                 clock: Callable[[], float]) -> None:
         self._policy = policy
         self._port = port
         self._client_ip = client_ip
@@ -51,6 +55,7 @@ class InboundRequestPolicy:
         self._target_labels = target_labels
         self._tls_labels = tls_labels
         self._registry = registry
+        self._clock = clock
 
     def check(self, request: RequestHead) -> ProxyError | None:
         policy = self._policy()
@@ -66,6 +71,13 @@ class InboundRequestPolicy:
             self._count("inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}")
             return errors.unauthorized()
         self._count("inbound_http_authz_allow_total", f"{server_route},{authz.meta.labels('authz')},{self._tls_labels}")
+        limit = policy.ratelimit
+        if limit is not None:
+            scope = limit.check(self._client_id if self._mesh_tls else None, self._clock())
+            if scope is not None:
+                self._count("inbound_http_local_ratelimit_total",
+                            f'{server_route},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
+                return errors.rate_limited(scope)
         return None
 
     def _count(self, name: str, labels: str) -> None:

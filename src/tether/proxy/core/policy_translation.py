@@ -22,6 +22,7 @@ from tether.api import inbound_pb2 as pb
 from tether.api import http_route_pb2, meta_pb2, net_pb2
 from tether.api.addresses import InvalidAddress, from_ip_address
 from tether.proxy.core.authz import Authn, Authorization, Meta, Network
+from tether.proxy.core.ratelimit import RateLimit
 from tether.proxy.core.server_policy import (
     Filter,
     HostMatch,
@@ -54,20 +55,37 @@ def translate(message: pb.Server) -> ServerPolicy:
     protocol = Protocol(kind)
     detect_timeout = None
     routes: list[HttpRoute] = []
+    ratelimit = None
     if kind == "detect":
         detect = message.protocol.detect
         detect_timeout = detect.timeout.ToTimedelta().total_seconds() if detect.HasField("timeout") else None
         routes = [_http_route(r, f"protocol.detect.http_routes[{i}]", authorizations)
                   for i, r in enumerate(detect.http_routes)]
+        if detect.HasField("http_local_rate_limit"):
+            ratelimit = _ratelimit(detect.http_local_rate_limit, "protocol.detect.http_local_rate_limit")
     elif kind in ("http1", "http2"):
         block = getattr(message.protocol, kind)
         routes = [_http_route(r, f"protocol.{kind}.routes[{i}]", authorizations) for i, r in enumerate(block.routes)]
+        if block.HasField("local_rate_limit"):
+            ratelimit = _ratelimit(block.local_rate_limit, f"protocol.{kind}.local_rate_limit")
     elif kind == "grpc":
         routes = [_grpc_route(r, f"protocol.grpc.routes[{i}]", authorizations)
                   for i, r in enumerate(message.protocol.grpc.routes)]
     if kind not in ("opaque", "tls") and not routes:
         routes = [HttpRoute(_DEFAULT_ROUTE, (), (Rule(()),), authorizations)]
-    return ServerPolicy(meta, protocol, authorizations, tuple(routes), detect_timeout)
+    return ServerPolicy(meta, protocol, authorizations, tuple(routes), detect_timeout, ratelimit)
+
+
+def _ratelimit(message: pb.HttpLocalRateLimit, where: str) -> RateLimit:
+    meta = _meta(message.metadata, where) if message.HasField("metadata") else Meta.default("ratelimit")
+    overrides = {}
+    for i, override in enumerate(message.overrides):
+        if not override.HasField("limit"):
+            raise InvalidPolicy(f"{where}.overrides[{i}].limit: not set")
+        for identity in override.clients.identities:
+            overrides[identity.name] = override.limit.requestsPerSecond
+    return RateLimit(meta, message.total.requestsPerSecond if message.HasField("total") else None,
+                     message.identity.requestsPerSecond if message.HasField("identity") else None, overrides)
 
 
 def _meta(message: meta_pb2.Metadata, where: str) -> Meta:

@@ -25,13 +25,14 @@ import enum
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from tether.proxy.codec.addrs import IpNetwork
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.authz import ALL_NETWORKS, LOCALHOST, Authn, Authorization, Meta, Network
 from tether.proxy.core.config import DefaultPolicy
+from tether.proxy.core.ratelimit import RateLimit
 
 
 class Protocol(enum.Enum):
@@ -156,6 +157,7 @@ class ServerPolicy:
     authorizations: tuple[Authorization, ...]  # for TCP (opaque) connections
     http_routes: tuple[HttpRoute, ...] = ()
     detect_timeout: float | None = None
+    ratelimit: RateLimit | None = field(default=None, compare=False)  # HTTP; its buckets are shared state
 
     @property
     def opaque(self) -> bool:

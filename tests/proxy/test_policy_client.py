@@ -111,3 +111,28 @@ def test_unlisted_ports_expire_when_idle() -> None:
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_new_channel_takes_over_and_the_old_one_is_closed() -> None:
+    async def scenario() -> None:
+        controller = FakeController()
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((controller.handler(),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        client = PolicyClient(workload="w", default=default, idle_timeout=90.0,  # type: ignore[arg-type]
+                              backoff_delay=lambda n: 0.05, clock=asyncio.get_running_loop().time)
+        old, new = Channel(f"127.0.0.1:{port}"), Channel(f"127.0.0.1:{port}")
+        try:
+            client.set_channel(old)
+            client.start(PortSet.of([8080]))
+            controller.queue(8080).put_nowait(named("first"))
+            await settled(client, 8080, "first")
+            client.set_channel(new)  # a certificate refresh
+            assert client.channel is new
+        finally:
+            await client.close()
+            await server.stop(None)
+        assert old._closed and new._closed  # noqa: SLF001 - nothing else says whether a channel was closed
+
+    asyncio.run(scenario())

@@ -36,6 +36,7 @@ from tether.proxy.io.grpc_client import Channel, Code, RpcError, method_path
 log = logging.getLogger(__name__)
 
 WATCH_PORT = method_path(pb.DESCRIPTOR.services_by_name["InboundServerPolicies"], "WatchPort")
+OLD_CHANNEL_GRACE = 60.0  # seconds a replaced channel's streams go on before they move to the new one
 MAX_EAGER = 1024  # ports of LINKERD2_PROXY_INBOUND_PORTS watched from the start (a range may hold 65,535)
 _FINAL_CODES = frozenset({Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION})
 
@@ -117,7 +118,7 @@ class PolicyClient:
         self.idle_timeout = idle_timeout
         self.clock = clock
         self.backoff_delay = backoff_delay  # seconds before the n-th retry (the discovery's backoff)
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: dict[asyncio.Task[None], Channel] = {}  # replaced channels, closed after a grace period
         self._kept = PortSet()
         self.channel: Channel | None = None
         self.has_channel = asyncio.Event()
@@ -156,8 +157,8 @@ class PolicyClient:
         self.has_channel.set()
         if old is not None and old is not channel:
             task = asyncio.get_running_loop().create_task(_close_later(old))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._closing[task] = old
+            task.add_done_callback(lambda done: self._closing.pop(done, None))
 
     def updated(self) -> asyncio.Future[None]:
         """Done at the next policy update or watch change (tests wait on it)."""
@@ -176,15 +177,17 @@ class PolicyClient:
         self._watches.clear()
         for watch in watches:
             watch.close()
-        for task in self._closing:
+        closing, self._closing = dict(self._closing), {}
+        for task in closing:
             task.cancel()
-        await asyncio.gather(*(w.task for w in watches), *self._closing, return_exceptions=True)
-        if self.channel is not None:
-            await self.channel.close()
-            self.channel = None
+        await asyncio.gather(*(w.task for w in watches), *closing, return_exceptions=True)
+        for channel in (*closing.values(), self.channel):
+            if channel is not None:
+                await channel.close()
+        self.channel = None
 
 
 async def _close_later(channel: Channel) -> None:
     """An old channel's streams are re-opened on the new one when they end; close it once they had the time."""
-    await asyncio.sleep(60)
+    await asyncio.sleep(OLD_CHANNEL_GRACE)
     await channel.close()

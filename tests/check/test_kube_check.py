@@ -32,6 +32,7 @@ _COLLECTIONS = {
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
     "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
     "Pod": "/api/v1/namespaces/{ns}/pods",
 }
@@ -72,6 +73,7 @@ async def _install(api: Any, *, skip: tuple[str, str] | None = None, unready: st
                          "v1/pods", "apps/v1/deployments", "rbac.authorization.k8s.io/v1/clusterroles",
                          "rbac.authorization.k8s.io/v1/clusterrolebindings",
                          "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                         "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
                          "apiextensions.k8s.io/v1/customresourcedefinitions"):
             api.resources.setdefault(resource, {})
     anchors = ""

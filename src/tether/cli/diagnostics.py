@@ -5,15 +5,19 @@ destination's identity), opens ``Get`` or ``GetProfile`` and prints the first
 message as a table (or every field with ``-o json``); ``--watch`` keeps
 printing each message as it comes.  "No endpoints" (the service exists, nobody
 is ready) and "unknown service" (NOT_FOUND) are told apart: the first prints a
-notice and exits 0, the second is an error (exit 1).  Registered on the root
-group by ``tether.cli.main``.
+notice and exits 0, the second is an error (exit 1).  With ``--platform
+kubernetes`` no address or certificate is needed: a ready destination pod is
+reached through a port-forward of the API server and its certificate verified
+against the cluster's published trust anchors (``tether.diagnose.kube_reach``).
+Registered on the root group by ``tether.cli.main``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.cli.errors import CliError
+from tether.cli.platform_opts import Platform, platform_options
 from tether.destination.client import (
     ClientTls,
     DestinationError,
@@ -39,15 +44,18 @@ _FILE = click.Path(dir_okay=False, exists=True, path_type=Path)
 
 def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--destination-addr", default="localhost:8086", show_default=True,
-                     help="Where the destination service listens."),
+        click.option("--destination-addr",
+                     help="Where the destination service listens [default: localhost:8086; with --platform "
+                          "kubernetes: a port-forward to a ready linkerd-destination pod]."),
         click.option("--trust-anchors", "--tls-ca", "trust_anchors", type=_FILE,
-                     help="Roots to verify the destination's certificate (PEM) [default: system roots]."),
+                     help="Roots to verify the destination's certificate (PEM) [default: system roots; with "
+                          "--platform kubernetes: the cluster's linkerd-identity-trust-roots ConfigMap]."),
         click.option("--server-name",
                      help="Identity expected in the destination's certificate "
                           "[default: linkerd-destination.<cp-ns>.serviceaccount.identity.<cp-ns>.<trust-domain>]."),
-        click.option("--control-plane-ns", default=DEFAULT_CONTROL_PLANE_NS, show_default=True,
-                     help="Control-plane namespace (for the default server name)."),
+        click.option("--control-plane-ns", "-L", default=DEFAULT_CONTROL_PLANE_NS, show_default=True,
+                     help="Control-plane namespace (for the default server name, and where --platform "
+                          "kubernetes finds the destination)."),
         click.option("--identity-trust-domain", "--trust-domain", "trust_domain", default=DEFAULT_TRUST_DOMAIN,
                      show_default=True, help="Trust domain (for the default server name)."),
         click.option("--tls-cert", type=_FILE, help="Client certificate chain, when the destination requires one."),
@@ -64,7 +72,7 @@ def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         command = option(command)
-    return command
+    return platform_options(command)
 
 
 def _tls(insecure: bool, trust_anchors: Path | None, server_name: str | None, control_plane_ns: str,
@@ -75,6 +83,62 @@ def _tls(insecure: bool, trust_anchors: Path | None, server_name: str | None, co
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
     name = server_name or control_plane_identity("destination", control_plane_ns, trust_domain).dns_name
     return ClientTls(roots=trust_anchors, server_name=name, cert=tls_cert, key=tls_key)
+
+
+DESTINATION_PORT = 8086  # the destination container's gRPC port, as `tether install` renders it
+
+
+def _api_tunnel(platform: Platform) -> Callable[[str, str, int], Any]:
+    """The dialer of a pod's port through the API server (``tether.platform.kubernetes.tunnel``)."""
+    settings = platform.client_settings()
+
+    def dialer(namespace: str, pod: str, port: int) -> Any:
+        from tether.platform.kubernetes.tunnel import open_tunnel
+
+        return lambda: open_tunnel(settings, namespace, pod, port)
+
+    return dialer
+
+
+# Tests replace this with a loopback stand-in: kmock speaks no port-forward protocol.
+tunnel_factory: Callable[[Platform], Callable[[str, str, int], Any]] = _api_tunnel
+
+
+def _ask(platform: Platform, destination_addr: str | None, control_plane_ns: str, tls: ClientTls | None,
+         follow: Callable[[str, ClientTls | None], Coroutine[Any, Any, None]]) -> None:
+    """Run ``follow(addr, tls)`` against the local address, or through a port-forward on Kubernetes."""
+    if not platform.kubernetes:
+        asyncio.run(follow(destination_addr or "localhost:8086", tls))
+        return
+    if destination_addr is not None:
+        raise click.UsageError("--destination-addr is for the local platform: with --platform kubernetes the "
+                               "destination is reached through a port-forward")
+    asyncio.run(_ask_kubernetes(platform, control_plane_ns, tls, follow))
+
+
+async def _ask_kubernetes(platform: Platform, control_plane_ns: str, tls: ClientTls | None,
+                          follow: Callable[[str, ClientTls | None], Coroutine[Any, Any, None]]) -> None:
+    from tether.diagnose import kube_reach
+    from tether.platform.kubernetes.client import KubeClient, KubeError
+
+    client = KubeClient(platform.client_settings())
+    try:
+        needs_anchors = tls is not None and tls.roots is None
+        async with kube_reach.component(client, control_plane_ns, "destination", DESTINATION_PORT,
+                                        tunnel_factory(platform), anchors=needs_anchors) as reached:
+            if needs_anchors:
+                assert tls is not None
+                tls = dataclasses.replace(tls, roots=reached.anchors_pem.encode())
+            try:
+                await follow(reached.forward.addr, tls)
+            except CliError:
+                if reached.forward.failures:  # the forward broke: that, not "cannot reach 127.0.0.1:…", is why
+                    raise CliError(f"pod {control_plane_ns}/{reached.pod}: {reached.forward.failures[0]}") from None
+                raise
+    except (kube_reach.NotReachable, KubeError) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await client.close()
 
 
 def _token(context_token: str, namespace: str | None) -> str:
@@ -122,7 +186,7 @@ def diagnostics() -> None:
 def endpoints(authority: str, destination_addr: str, trust_anchors: Path | None, server_name: str | None,
               control_plane_ns: str, trust_domain: str, tls_cert: Path | None, tls_key: Path | None,
               insecure: bool, context_token: str, namespace: str | None, timeout: float, watch: bool,
-              output: str) -> None:
+              output: str, platform: Platform) -> None:
     """The endpoints a proxy would receive for AUTHORITY (<svc>.<ns>.svc.<cluster-domain>:<port>)."""
     tls = _tls(insecure, trust_anchors, server_name, control_plane_ns, trust_domain, tls_cert, tls_key)
     console = Console(soft_wrap=True)
@@ -134,8 +198,9 @@ def endpoints(authority: str, destination_addr: str, trust_anchors: Path | None,
         else:
             _print_update(console, authority, doc)
 
-    asyncio.run(_follow(authority, destination_addr, tls, _token(context_token, namespace), timeout, watch,
-                        stream_endpoints, show))
+    token = _token(context_token, namespace)
+    _ask(platform, destination_addr, control_plane_ns, tls,
+         lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_endpoints, show))
 
 
 @diagnostics.command()
@@ -144,7 +209,7 @@ def endpoints(authority: str, destination_addr: str, trust_anchors: Path | None,
 def profile(authority: str, destination_addr: str, trust_anchors: Path | None, server_name: str | None,
             control_plane_ns: str, trust_domain: str, tls_cert: Path | None, tls_key: Path | None,
             insecure: bool, context_token: str, namespace: str | None, timeout: float, watch: bool,
-            output: str) -> None:
+            output: str, platform: Platform) -> None:
     """The profile a proxy would receive for AUTHORITY (a service authority, or IP:PORT of a pod)."""
     tls = _tls(insecure, trust_anchors, server_name, control_plane_ns, trust_domain, tls_cert, tls_key)
     console = Console(soft_wrap=True)
@@ -156,8 +221,9 @@ def profile(authority: str, destination_addr: str, trust_anchors: Path | None, s
         else:
             _print_profile(console, doc)
 
-    asyncio.run(_follow(authority, destination_addr, tls, _token(context_token, namespace), timeout, watch,
-                        stream_profile, show))
+    token = _token(context_token, namespace)
+    _ask(platform, destination_addr, control_plane_ns, tls,
+         lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_profile, show))
 
 
 def _hint(addr: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ import grpc
 class ClientTls:
     """Roots to verify the server, the name to expect in its certificate, and an optional client certificate."""
 
-    roots: Path | None = None
+    roots: Path | bytes | None = None  # a PEM file, or PEM read elsewhere (e.g. a cluster's trust-roots ConfigMap)
     server_name: str | None = None
     cert: Path | None = None
     key: Path | None = None
@@ -30,7 +30,7 @@ def open_channel(addr: str, tls: ClientTls | None) -> grpc.aio.Channel:
     if tls is None:
         return grpc.aio.insecure_channel(addr)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=tls.roots.read_bytes() if tls.roots else None,
+        root_certificates=tls.roots.read_bytes() if isinstance(tls.roots, Path) else tls.roots,
         private_key=tls.key.read_bytes() if tls.key else None,
         certificate_chain=tls.cert.read_bytes() if tls.cert else None,
     )

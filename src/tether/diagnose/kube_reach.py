@@ -1,0 +1,85 @@
+"""Reach a control-plane component's gRPC port on Kubernetes with nothing but the kubeconfig.
+
+As ``linkerd diagnostics`` does: find a ready pod of the component (label
+``linkerd.io/control-plane-component``) in the control plane's namespace,
+forward a loopback port to it through the API server (``tether.platform.
+kubernetes.portforward``), and verify the component's certificate against the
+trust anchors the cluster publishes (ConfigMap ``linkerd-identity-trust-roots``,
+key ``ca-bundle.crt``) — Tether's components serve TLS themselves.
+
+Caller: ``tether.cli.diagnostics`` (``endpoints``, ``profile``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tether.diagnose.kube_metrics import COMPONENT_LABEL
+from tether.platform.kubernetes.client import ApiError, KubeClient
+from tether.platform.kubernetes.portforward import Dial, Forward, forwarded
+
+TRUST_ROOTS = "linkerd-identity-trust-roots"
+
+
+class NotReachable(Exception):
+    """No ready pod of the component, or no published trust anchors."""
+
+
+@dataclass(frozen=True)
+class Reached:
+    forward: Forward
+    pod: str
+    anchors_pem: str  # the cluster's trust anchors, to verify the component's certificate
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+
+
+async def ready_pod(client: KubeClient, namespace: str, component: str) -> str:
+    """The name of a running, ready pod of ``component`` (the first by name, so repeated runs agree)."""
+    listed = await client.get(f"/api/v1/namespaces/{namespace}/pods",
+                              {"labelSelector": f"{COMPONENT_LABEL}={component}"})
+    pods = sorted((p for p in listed.get("items") or ()
+                   if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == component),
+                  key=lambda p: p["metadata"]["name"])
+    ready = [p["metadata"]["name"] for p in pods if _ready(p)]
+    if not ready:
+        found = f"{len(pods)} pod(s), none ready" if pods else "no pod"
+        raise NotReachable(f"no ready {component} pod in namespace {namespace} "
+                           f"(label {COMPONENT_LABEL}={component}: {found})")
+    return ready[0]
+
+
+async def trust_anchors(client: KubeClient, namespace: str) -> str:
+    """The PEM trust anchors the control plane publishes."""
+    try:
+        config_map = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{TRUST_ROOTS}")
+    except ApiError as exc:
+        if exc.status == 404:
+            raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS} not found: is the control plane installed "
+                               f"in {namespace}? (or give --trust-anchors)") from None
+        raise
+    bundle = (config_map.get("data") or {}).get("ca-bundle.crt")
+    if not bundle:
+        raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS} has no ca-bundle.crt")
+    return str(bundle)
+
+
+@contextlib.asynccontextmanager
+async def component(client: KubeClient, namespace: str, name: str, port: int,
+                    tunnel: Callable[[str, str, int], Dial], *, anchors: bool = True) -> AsyncIterator[Reached]:
+    """A loopback forward to ``port`` of a ready ``name`` pod while the block runs.
+
+    ``tunnel(namespace, pod, port)`` makes the dialer of one pod's port (the API
+    server's port-forward in production; a loopback stand-in in the tests).
+    """
+    pod = await ready_pod(client, namespace, name)
+    pem = await trust_anchors(client, namespace) if anchors else ""
+    async with forwarded(tunnel(namespace, pod, port)) as forward:
+        yield Reached(forward, pod, pem)

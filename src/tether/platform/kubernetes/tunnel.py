@@ -9,7 +9,9 @@ port in the pod) ends the stream as ``PortForwardError``.
 
 This module is the only part of the forward that kmock cannot exercise (it
 speaks neither SPDY nor this WebSocket protocol); ``portforward`` takes any
-``Tunnel`` and is tested with a loopback stand-in.
+``Tunnel`` and is tested with a loopback stand-in, this framing against a mock
+API server that speaks it (``tests/k8s/test_tunnel.py``) — not yet against a
+real cluster.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ async def open_tunnel(settings: ClientSettings, namespace: str, pod: str, port: 
         ws = await connecting
     except aiohttp.WSServerHandshakeError as exc:
         await api.close()
-        raise PortForwardError(f"port-forward to {where}: the API server answered {exc.status} {exc.message}") from None
+        hint = " (the kubeconfig's user needs get and create on pods/portforward)" if exc.status == 403 else ""
+        raise PortForwardError(f"port-forward to {where}: the API server answered {exc.status}{hint}") from None
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         await api.close()
         raise ApiUnreachable(f"port-forward to {where}: {exc or type(exc).__name__}") from None

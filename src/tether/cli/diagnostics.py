@@ -15,9 +15,8 @@ Registered on the root group by ``tether.cli.main``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.cli.errors import CliError
+from tether.cli.kube_forward import reach
 from tether.cli.platform_opts import Platform, platform_options
 from tether.destination.client import (
     ClientTls,
@@ -83,62 +83,6 @@ def _tls(insecure: bool, trust_anchors: Path | None, server_name: str | None, co
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
     name = server_name or control_plane_identity("destination", control_plane_ns, trust_domain).dns_name
     return ClientTls(roots=trust_anchors, server_name=name, cert=tls_cert, key=tls_key)
-
-
-DESTINATION_PORT = 8086  # the destination container's gRPC port, as `tether install` renders it
-
-
-def _api_tunnel(platform: Platform) -> Callable[[str, str, int], Any]:
-    """The dialer of a pod's port through the API server (``tether.platform.kubernetes.tunnel``)."""
-    settings = platform.client_settings()
-
-    def dialer(namespace: str, pod: str, port: int) -> Any:
-        from tether.platform.kubernetes.tunnel import open_tunnel
-
-        return lambda: open_tunnel(settings, namespace, pod, port)
-
-    return dialer
-
-
-# Tests replace this with a loopback stand-in: kmock speaks no port-forward protocol.
-tunnel_factory: Callable[[Platform], Callable[[str, str, int], Any]] = _api_tunnel
-
-
-def _ask(platform: Platform, destination_addr: str | None, control_plane_ns: str, tls: ClientTls | None,
-         follow: Callable[[str, ClientTls | None], Coroutine[Any, Any, None]]) -> None:
-    """Run ``follow(addr, tls)`` against the local address, or through a port-forward on Kubernetes."""
-    if not platform.kubernetes:
-        asyncio.run(follow(destination_addr or "localhost:8086", tls))
-        return
-    if destination_addr is not None:
-        raise click.UsageError("--destination-addr is for the local platform: with --platform kubernetes the "
-                               "destination is reached through a port-forward")
-    asyncio.run(_ask_kubernetes(platform, control_plane_ns, tls, follow))
-
-
-async def _ask_kubernetes(platform: Platform, control_plane_ns: str, tls: ClientTls | None,
-                          follow: Callable[[str, ClientTls | None], Coroutine[Any, Any, None]]) -> None:
-    from tether.diagnose import kube_reach
-    from tether.platform.kubernetes.client import KubeClient, KubeError
-
-    client = KubeClient(platform.client_settings())
-    try:
-        needs_anchors = tls is not None and tls.roots is None
-        async with kube_reach.component(client, control_plane_ns, "destination", DESTINATION_PORT,
-                                        tunnel_factory(platform), anchors=needs_anchors) as reached:
-            if needs_anchors:
-                assert tls is not None
-                tls = dataclasses.replace(tls, roots=reached.anchors_pem.encode())
-            try:
-                await follow(reached.forward.addr, tls)
-            except CliError:
-                if reached.forward.failures:  # the forward broke: that, not "cannot reach 127.0.0.1:…", is why
-                    raise CliError(f"pod {control_plane_ns}/{reached.pod}: {reached.forward.failures[0]}") from None
-                raise
-    except (kube_reach.NotReachable, KubeError) as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        await client.close()
 
 
 def _token(context_token: str, namespace: str | None) -> str:
@@ -199,8 +143,8 @@ def endpoints(authority: str, destination_addr: str, trust_anchors: Path | None,
             _print_update(console, authority, doc)
 
     token = _token(context_token, namespace)
-    _ask(platform, destination_addr, control_plane_ns, tls,
-         lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_endpoints, show))
+    reach(platform, "destination", destination_addr, "--destination-addr", control_plane_ns, tls,
+          lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_endpoints, show))
 
 
 @diagnostics.command()
@@ -222,8 +166,8 @@ def profile(authority: str, destination_addr: str, trust_anchors: Path | None, s
             _print_profile(console, doc)
 
     token = _token(context_token, namespace)
-    _ask(platform, destination_addr, control_plane_ns, tls,
-         lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_profile, show))
+    reach(platform, "destination", destination_addr, "--destination-addr", control_plane_ns, tls,
+          lambda addr, tls_: _follow(authority, addr, tls_, token, timeout, watch, stream_profile, show))
 
 
 def _hint(addr: dict[str, Any]) -> str:

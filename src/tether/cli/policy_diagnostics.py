@@ -5,13 +5,14 @@ controller's identity ``linkerd-destination.<cp-ns>...``), sends its
 ``PortSpec`` and prints the ``Server`` message: protocol, authorizations
 (networks, authentication, identities) and routes with their own
 authorizations — as a summary, or every field with ``-o json``; ``--watch``
-follows ``WatchPort``.  ``svc/NAME PORT`` asks the outbound side.  Registered
+follows ``WatchPort``.  ``svc/NAME PORT`` asks the outbound side.  With
+``--platform kubernetes`` a ready policy pod is reached through a port-forward
+(``tether.cli.kube_forward``), no address or certificate needed.  Registered
 on ``tether diagnostics`` by ``tether.cli.diagnostics``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import click
 import grpc
 
 from tether.cli.errors import CliError
+from tether.cli.kube_forward import reach
+from tether.cli.platform_opts import Platform, platform_options
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, control_plane_identity
 from tether.policy.client import PolicyError, inbound_policy, server_dict, watch_port, workload_string
 from tether.policy.outbound.client import describe, get_outbound, policy_dict, service_request, watch_outbound
@@ -75,11 +78,14 @@ def print_server(doc: dict[str, Any]) -> None:
                                          "routes that apply [default: the service's namespace].")
 @click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True,
               help="svc/: the cluster domain of the service's name.")
-@click.option("--policy-addr", default="localhost:8090", show_default=True, help="Where the policy controller listens.")
-@click.option("--trust-anchors", type=_FILE, help="Roots to verify the controller's certificate (PEM).")
+@click.option("--policy-addr", help="Where the policy controller listens [default: localhost:8090; with --platform "
+                                    "kubernetes: a port-forward to a ready linkerd-policy pod].")
+@click.option("--trust-anchors", type=_FILE, help="Roots to verify the controller's certificate (PEM) [default: "
+                                                  "system roots; with --platform kubernetes: the cluster's "
+                                                  "linkerd-identity-trust-roots ConfigMap].")
 @click.option("--server-name", help="Identity expected in the controller's certificate "
                                     "[default: linkerd-destination.<cp-ns>.serviceaccount.identity.<cp-ns>.<td>].")
-@click.option("--control-plane-ns", default=DEFAULT_CONTROL_PLANE_NS, show_default=True)
+@click.option("--control-plane-ns", "-L", default=DEFAULT_CONTROL_PLANE_NS, show_default=True)
 @click.option("--identity-trust-domain", "--trust-domain", "trust_domain", default=DEFAULT_TRUST_DOMAIN,
               show_default=True)
 @click.option("--tls-cert", type=_FILE, help="Client certificate chain, when the controller requires one.")
@@ -88,10 +94,12 @@ def print_server(doc: dict[str, Any]) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True)
 @click.option("--watch", "-w", is_flag=True, help="Follow WatchPort, printing every message.")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@platform_options
 def policy(target: str, port: int, namespace: str, client_namespace: str | None, cluster_domain: str,
-           policy_addr: str, trust_anchors: Path | None,
+           policy_addr: str | None, trust_anchors: Path | None,
            server_name: str | None, control_plane_ns: str, trust_domain: str, tls_cert: Path | None,
-           tls_key: Path | None, insecure: bool, timeout: float, watch: bool, output: str) -> None:
+           tls_key: Path | None, insecure: bool, timeout: float, watch: bool, output: str,
+           platform: Platform) -> None:
     """The policy a proxy receives: po/NAME PORT (inbound) or svc/NAME PORT (outbound)."""
     kind, name = parse_target(target)
     if (tls_cert is None) != (tls_key is None):
@@ -101,7 +109,8 @@ def policy(target: str, port: int, namespace: str, client_namespace: str | None,
         tls_cert, tls_key)
     if kind == "service":
         spec = service_request(namespace, name, port, client_namespace or namespace, cluster_domain)
-        asyncio.run(_run_outbound(policy_addr, tls, spec, timeout, watch, output))
+        reach(platform, "policy", policy_addr, "--policy-addr", control_plane_ns, tls,
+              lambda addr, tls_: _run_outbound(addr, tls_, spec, timeout, watch, output))
         return
 
     def show(doc: dict[str, Any]) -> None:
@@ -110,7 +119,8 @@ def policy(target: str, port: int, namespace: str, client_namespace: str | None,
         else:
             print_server(doc)
 
-    asyncio.run(_run(policy_addr, tls, namespace, name, port, timeout, watch, show))
+    reach(platform, "policy", policy_addr, "--policy-addr", control_plane_ns, tls,
+          lambda addr, tls_: _run(addr, tls_, namespace, name, port, timeout, watch, show))
 
 
 async def _run(addr: str, tls: ClientTls | None, namespace: str, pod: str, port: int, timeout: float, watch: bool,

@@ -1,4 +1,8 @@
-"""Runs ``async def`` tests in a fresh event loop with a deadline (no pytest-asyncio mode needed)."""
+"""What every test directory shares: a runner for ``async def`` tests (no pytest-asyncio here).
+
+An ``async def test_...`` runs in a fresh event loop with a deadline, so a
+stream that never delivers fails the test instead of hanging it.
+"""
 
 from __future__ import annotations
 

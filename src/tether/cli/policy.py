@@ -9,13 +9,14 @@ Registered on the root group by ``tether.cli.main``.
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 
 import click
 
 from tether.cli import home
-from tether.cli.controller_opts import domain, namespace, run_until_signalled
+from tether.cli.controller_opts import (
+    FILE, domain, namespace, opaque_ports, run_until_signalled, serving_options, serving_tls,
+)
 from tether.cli.errors import CliError
 from tether.cli.platform_opts import Platform, platform_options
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
@@ -35,12 +36,10 @@ from tether.policy.config import (
 )
 from tether.policy.defaults import DefaultPolicy
 from tether.policy.status import LocalStatusWriter
-from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
+from tether.ports import DEFAULT_OPAQUE_PORTS, PortSet
 from tether.resources.policy import DEFAULT_POLICIES
-from tether.serving.grpc_server import ConfigError, TlsFiles
+from tether.serving.grpc_server import ConfigError
 from tether.store import Store, StoreError
-
-_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 def _networks(ctx: click.Context, param: click.Parameter, value: str) -> object:
@@ -59,7 +58,7 @@ def policy() -> None:
 @click.option("--addr", "--grpc-addr", "addr", default=DEFAULT_ADDR, show_default=True, help="gRPC listen address.")
 @click.option("--admin-addr", default=DEFAULT_ADMIN_ADDR, show_default=True,
               help="Admin listen address (/metrics, /ready, /live).")
-@click.option("--store", "store_path", type=_FILE, help="The resource store [default: $TETHER_HOME/store.db].")
+@click.option("--store", "store_path", type=FILE, help="The resource store [default: $TETHER_HOME/store.db].")
 @click.option("--cluster-networks", default=DEFAULT_CLUSTER_NETWORKS, show_default=True, callback=_networks,
               help="The cluster's pod and service networks (CIDRs, comma-separated).")
 @click.option("--default-policy", type=click.Choice(DEFAULT_POLICIES), default="all-unauthenticated",
@@ -73,7 +72,7 @@ def policy() -> None:
 @click.option("--control-plane-namespace", "--control-plane-ns", "control_plane_ns",
               default=DEFAULT_CONTROL_PLANE_NS, show_default=True, callback=namespace,
               help="The control-plane namespace (part of every identity).")
-@click.option("--default-opaque-ports", default=str(DEFAULT_OPAQUE_PORTS), show_default=True,
+@click.option("--default-opaque-ports", default=str(DEFAULT_OPAQUE_PORTS), show_default=True, callback=opaque_ports,
               help="Ports opaque when no annotation says otherwise (ports and ranges).")
 @click.option("--global-egress-network-namespace", default=DEFAULT_EGRESS_NAMESPACE, show_default=True,
               callback=namespace, help="Namespace of the EgressNetworks that apply to every client.")
@@ -83,50 +82,38 @@ def policy() -> None:
               show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
 @click.option("--server-addr", default=DEFAULT_WEBHOOK_ADDR, show_default=True,
               help="The validating admission webhook's listen address (with --server-tls-cert/--server-tls-key).")
-@click.option("--server-tls-cert", "--server-tls-certs", "server_tls_cert", type=_FILE,
+@click.option("--server-tls-cert", "--server-tls-certs", "server_tls_cert", type=FILE,
               help="The webhook's certificate chain (PEM); without it no webhook is served.")
-@click.option("--server-tls-key", type=_FILE, help="The webhook's private key (PEM).")
+@click.option("--server-tls-key", type=FILE, help="The webhook's private key (PEM).")
 @click.option("--admission-controller-disabled", is_flag=True, help="Serve no admission webhook.")
-@click.option("--tls-cert", type=_FILE, help="The gRPC port's certificate chain (PEM).")
-@click.option("--tls-key", type=_FILE, help="The gRPC port's private key (PEM).")
-@click.option("--trust-anchors", type=_FILE, help="Require client certificates issued under these roots (PEM).")
-@click.option("--insecure", is_flag=True, help="Serve plaintext gRPC (no TLS files); for debugging only.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True)
+@serving_options
 @platform_options
 def serve(
     addr: str, admin_addr: str, store_path: Path | None, cluster_networks: tuple, default_policy: str,
     probe_networks: tuple, identity_domain: str, cluster_domain: str, control_plane_ns: str,
-    default_opaque_ports: str, global_egress_network_namespace: str, allow_l5d_request_headers: bool,
+    default_opaque_ports: PortSet, global_egress_network_namespace: str, allow_l5d_request_headers: bool,
     stream_queue_capacity: int, server_addr: str, server_tls_cert: Path | None, server_tls_key: Path | None,
     admission_controller_disabled: bool, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
     insecure: bool, log_level: str, platform: Platform,
 ) -> None:
     """Serve InboundServerPolicies and OutboundPolicies over TLS, fed by the platform's policy resources."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if insecure and (tls_cert or tls_key or trust_anchors):
-        raise click.UsageError("--insecure cannot be combined with --tls-cert, --tls-key or --trust-anchors")
-    if not insecure and (tls_cert is None or tls_key is None):
-        raise click.UsageError("give --tls-cert and --tls-key (or --insecure to serve plaintext)")
+    tls = serving_tls(tls_cert, tls_key, trust_anchors, insecure, log_level)
     if (server_tls_cert is None) != (server_tls_key is None):
         raise click.UsageError("give both --server-tls-cert and --server-tls-key, or neither")
     webhook = None
     if server_tls_cert is not None and server_tls_key is not None and not admission_controller_disabled:
         webhook = WebhookSettings(server_addr, server_tls_cert, server_tls_key)
-    opaque, skipped = parse_port_set(default_opaque_ports)
-    if skipped:
-        raise click.BadParameter(f"not ports or ranges: {', '.join(skipped)}", param_hint="--default-opaque-ports")
     config = PolicyConfig(
         addr=addr,
         admin_addr=admin_addr,
-        tls=None if insecure else TlsFiles(tls_cert, tls_key, trust_anchors),  # type: ignore[arg-type]
+        tls=tls,
         cluster_networks=cluster_networks,
         default_policy=DefaultPolicy.parse(default_policy),
         probe_networks=probe_networks,
         identity_domain=identity_domain,
         cluster_domain=cluster_domain,
         control_plane_ns=control_plane_ns,
-        default_opaque_ports=opaque,
+        default_opaque_ports=default_opaque_ports,
         global_egress_network_namespace=global_egress_network_namespace,
         allow_l5d_request_headers=allow_l5d_request_headers,
         stream_queue_capacity=stream_queue_capacity,

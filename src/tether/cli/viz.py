@@ -533,12 +533,8 @@ def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, p
 @platform_option
 def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """What RESOURCE's proxies served, per server, port and route of their inbound policy."""
-    target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
-    seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url, kube)
-    rows = ctx.run(lambda: api.stat_inbound(ctx.prometheus, target, window))
-    _print_or_json(output, tables.stat_inbound_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
-                   "No traffic found.")
+    _inbound_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.stat_inbound,
+                  tables.stat_inbound_table)
 
 
 @viz.command()
@@ -550,12 +546,16 @@ def stat_inbound(resource: str, namespace: str | None, window: str, output: str,
 @platform_option
 def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Requests to RESOURCE per server, route and authorization of its inbound policy."""
+    _inbound_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.authz, tables.authz_table)
+
+
+def _inbound_rows(resource: str, namespace: str | None, window: str, output: str, ctx: Context,
+                  query: Callable[..., Any], table: Callable[..., Any]) -> None:
+    """stat-inbound and authz: one query over RESOURCE's inbound policy, printed as its table or JSON."""
     target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
     seconds = api.window_seconds(window)
-    ctx = Context(prometheus_url, kube)
-    rows = ctx.run(lambda: api.authz(ctx.prometheus, target, window))
-    _print_or_json(output, tables.authz_table(rows, seconds), [tables.row_json(r, seconds) for r in rows],
-                   "No traffic found.")
+    rows = ctx.run(lambda: query(ctx.prometheus, target, window))
+    _print_or_json(output, table(rows, seconds), [tables.row_json(r, seconds) for r in rows], "No traffic found.")
 
 
 

@@ -105,6 +105,14 @@ def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_po
          "metadata": {"name": server_sa, "namespace": NS, "annotations": svc_annotations},
          "spec": {"selector": {"app": server_sa}, "clusterIP": service_ip,
                   "ports": [{"name": "http", "port": service_port, "targetPort": backend_port}]}},
+        # As the EndpointSlice controller would write it: the destination reads endpoints from slices only.
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": f"{server_sa}-bench", "namespace": NS,
+                      "labels": {"kubernetes.io/service-name": server_sa}},
+         "addressType": "IPv4",
+         "endpoints": [{"addresses": [server_ip], "conditions": {"ready": True, "serving": True, "terminating": False},
+                        "targetRef": {"kind": "Pod", "name": f"{server_sa}-0", "namespace": NS}}],
+         "ports": [{"name": "http", "port": backend_port, "protocol": "TCP"}]},
         pod(f"{server_sa}-0", server_sa, server_ip, backend_port, inbound_port, pod_annotations),
         pod(f"{client_sa}-0", client_sa, client_ip, 8080, 4143, {}),
     ]

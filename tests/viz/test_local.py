@@ -52,8 +52,9 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
         f'response_total{{namespace="{NS}",deployment="client",direction="outbound",dst_deployment="web"}}'),
         timeout=60)
     assert series[0].labels["job"] == "linkerd-proxy" and series[0].labels["pod"] == caller
-    controllers = {s.labels.get("component") for s in prom.query('up{job="linkerd-controller"} == 1')}
-    assert {"identity", "destination"} <= controllers
+    # Each controller is up once its first scrape lands: wait for both rather than read one moment.
+    wait_for("identity and destination scraped as up", lambda: {"identity", "destination"} <= {
+        s.labels.get("component") for s in prom.query('up{job="linkerd-controller"} == 1')}, timeout=30)
 
     # stat --to: what client sent web, all successful, all over mTLS; no more than it logged.
     def to_web() -> dict | None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import gzip
 import ipaddress
 import json
+import logging
 from pathlib import Path
+
+import pytest
 
 from proxy_harness import Mesh, connection, parse_metrics, read_all, run
 
 from tether.proxy.io.admin import AdminServer, Request
 from tether.proxy.app import Proxy
-from tether.proxy.core.logs import LogFilter, parse
+from tether.proxy.core.logs import LogFilter, parse, unmatched
 from tether.proxy.core.metrics import Registry
 
 
@@ -107,7 +110,11 @@ def test_log_level_and_shutdown_answer_only_localhost() -> None:
 
 def test_log_filter_syntax() -> None:
     assert parse("warn,linkerd=info,hickory=error") == [("", 30), ("tether.proxy", 20), ("hickory", 40)]
-    assert parse("linkerd2_proxy::inbound=trace") == [("tether.proxy.inbound", 5)]
+    # Linkerd's targets are crates and their modules; this proxy's loggers are not cut along them.
+    assert parse("linkerd2_proxy::inbound=trace,linkerd_app_outbound::http=debug") == [
+        ("tether.proxy", 5), ("tether.proxy", 10)]
+    assert unmatched(parse("warn,linkerd=info,hickory=error,h2=debug,tether.proxy.io.admin=trace")) == []
+    assert unmatched(parse("hyper=debug,tower::buffer=trace")) == ["hyper", "tower.buffer"]
     # Linkerd's injector's default filter: its header spans hold (this proxy never logs headers).
     assert parse("warn,linkerd=info,hickory=error,[{headers}]=off,[{request}]=off") == parse(
         "warn,linkerd=info,hickory=error")
@@ -117,3 +124,11 @@ def test_log_filter_syntax() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_a_log_target_naming_no_logger_is_warned_about_by_name(caplog: pytest.LogCaptureFixture) -> None:
+    server, _ = _server()
+    with caplog.at_level(logging.WARNING, logger="tether.proxy.io.admin"):
+        assert server.handle(_req("PUT", "/proxy-log-level", "127.0.0.1", b"info,hyper=debug,linkerd=trace")).status == 204
+    assert [r.getMessage() for r in caplog.records] == [
+        "/proxy-log-level: target 'hyper' names no logger of this proxy"]

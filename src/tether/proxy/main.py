@@ -44,6 +44,8 @@ def main(env: Mapping[str, str]) -> int:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
+    for target in log_filter.unmatched:
+        logging.getLogger(__name__).warning("LINKERD2_PROXY_LOG: target %r names no logger of this proxy", target)
 
     import uvloop
 

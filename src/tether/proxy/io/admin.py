@@ -160,6 +160,8 @@ class AdminServer:
                 self._log_filter.set(request.body.decode().strip())
             except (UnicodeDecodeError, ValueError) as exc:
                 return Response(400, f"{exc}\n".encode())
+            for target in self._log_filter.unmatched:
+                log.warning("/proxy-log-level: target %r names no logger of this proxy", target)
             return Response(204)
         return Response(405)
 

@@ -430,3 +430,20 @@ def test_profile_summary_leaves_idle_out_and_names_areas() -> None:
     text = "\n".join(report.profile_section(res))
     assert "### tether-http (1,234 req/s while sampled)" in text
     assert "| TLS | 40.0 % | 40.0 % |" in text
+
+
+@needs_nginx
+@needs_wrk
+def test_tiny_run_of_the_tether_http_variant() -> None:
+    """The Tether variants start their own control plane and store: a request through the pair reaches nginx.
+
+    Once the bench's store lacked the server's EndpointSlice and every request answered 504; only this catches it.
+    """
+    opts = runner.Options(variants=["tether-http"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
+                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
+                          callcount_requests=0, log=lambda line: None)
+    res = runner.run(opts)
+    (thr,) = res["throughput"]
+    assert thr["requests"] > 0 and thr["errors"] == 0
+    checks = res["variants"]["tether-http"]["checks"]
+    assert checks and all(c["ok"] for c in checks), checks

@@ -9,9 +9,11 @@
 - ``InFlight``: ``*_MAX_IN_FLIGHT`` load shedding.
 - ``RequestPolicy`` and ``StreamObserver``: the hook points for per-request
   policy and for tap (see their docstrings); none is installed yet.
-- ``l5d-*`` header names, and ``MAX_REPLAY`` (request body bytes kept for a retry).
+- ``l5d-*`` header names and the rules on them every version applies
+  (``mesh_request_headers``, ``strip_proxy_errors``), and ``MAX_REPLAY``
+  (request body bytes kept for a retry).
 
-Callers: ``core.http1_proxy`` (HTTP/1), ``core.http2_layer`` (HTTP/2), ``core.routes``.
+Callers: ``core.http1_proxy`` (HTTP/1), ``core.http2_proxy`` (HTTP/2), ``core.exchange``, ``core.routes``.
 """
 
 from __future__ import annotations
@@ -120,3 +122,38 @@ class HttpSettings:
     # HTTP/2 server keep-alive (interval, timeout) in seconds: a PING after ``interval`` without a byte from the
     # client, the connection ended when no answer came within ``timeout``. None: no PINGs.
     h2_keep_alive: tuple[float, float] | None = None
+
+
+HeaderList = list[tuple[bytes, bytes]]
+
+
+def mesh_request_headers(headers: HeaderList, pick: Pick, settings: HttpSettings) -> HeaderList:
+    """The ``l5d-*`` rules for a request going to ``pick`` (proxy.md §7.8), on end-to-end headers of any version:
+    inbound, ``l5d-client-id`` is the verified client identity's (one a client sent is dropped); a profile's
+    service is named to the peer in ``l5d-dst-canonical``; an ingress does not pass on the
+    ``l5d-dst-override`` it acted on."""
+    drop: tuple[bytes, ...] = ()
+    add: HeaderList = []
+    if settings.direction == "inbound":
+        drop = (L5D_CLIENT_ID,)
+        if settings.client_id:
+            add.append((L5D_CLIENT_ID, settings.client_id.encode()))
+    route = pick.route
+    dst = route.dst if route is not None else b""
+    if dst:
+        drop += (L5D_DST_CANONICAL,)
+    if pick.strip_override:
+        drop += (L5D_DST_CANONICAL, L5D_DST_OVERRIDE)
+    if dst:
+        add.append((L5D_DST_CANONICAL, dst))
+    if not drop:
+        return headers + add if add else headers
+    return [(n, v) for n, v in headers if n.lower() not in drop] + add
+
+
+def strip_proxy_errors(headers: HeaderList, settings: HttpSettings) -> HeaderList:
+    """A response's headers without the remote proxy's ``l5d-proxy-error`` and ``l5d-proxy-connection``
+    (outbound: they are for this proxy, not for the app)."""
+    if not settings.strip_proxy_errors:
+        return headers
+    return [(n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)]

@@ -12,7 +12,8 @@ The codec marks heads with nothing to rewrite (``rewrite`` False: no
 hop-by-hop, no ``l5d-*`` header) and keeps their bytes (``raw``): such a head
 goes on as it came, with only the lines the proxy adds appended to its bytes.
 
-Callers: ``core.http1_proxy``; the header names are ``core.http``'s.
+Callers: ``core.http1_proxy``; the header names and the ``l5d-*`` rules every version shares are
+``core.http``'s.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from tether.proxy.codec.http1 import (
 from tether.proxy.core.http import (
     L5D_CLIENT_ID,
     L5D_DST_CANONICAL,
-    L5D_DST_OVERRIDE,
-    L5D_PROXY_CONNECTION,
-    L5D_PROXY_ERROR,
     HttpSettings,
     Pick,
+    mesh_request_headers,
+    strip_proxy_errors,
 )
 
 _UPGRADE = frozenset({b"upgrade"})
@@ -83,21 +83,11 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
     headers = list(end_to_end(request.headers, _UPGRADE if upgrade else _NONE))
     if upgrade:
         headers.append((b"connection", b"upgrade"))
-    if settings.direction == "inbound":
-        headers = [(n, v) for n, v in headers if n.lower() != L5D_CLIENT_ID]
-        if client_id is not None:
-            headers.append((L5D_CLIENT_ID, client_id))
     if not any(n.lower() == b"host" for n, _ in headers):
         headers.insert(0, (b"host", pick.authority))
     if b"transfer-encoding" in framing:  # hop-by-hop, so dropped above: the body is sent with the same framing
         headers.extend((n, v) for n, v in request.headers if n.lower() == b"transfer-encoding")
-    if dst or pick.strip_override:
-        # Linkerd names the profile's service to the peer (l5d-dst-canonical), and an ingress does not pass on
-        # the l5d-dst-override it acted on.
-        drop = (L5D_DST_CANONICAL, L5D_DST_OVERRIDE) if pick.strip_override else (L5D_DST_CANONICAL,)
-        headers = [(n, v) for n, v in headers if n.lower() not in drop]
-        if dst:
-            headers.append((L5D_DST_CANONICAL, dst))
+    headers = mesh_request_headers(headers, pick, settings)
     return RequestHead(request.method, request.target, tuple(headers), b"1.1")
 
 
@@ -141,6 +131,4 @@ def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bo
 
 
 def _strip_proxy_errors(headers: Headers, settings: HttpSettings) -> Headers:
-    if not settings.strip_proxy_errors:
-        return tuple(headers)
-    return tuple((n, v) for n, v in headers if n.lower() not in (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION))
+    return tuple(strip_proxy_errors(list(headers), settings))

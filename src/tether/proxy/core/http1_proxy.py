@@ -68,13 +68,13 @@ from tether.proxy.codec.http1 import (
     Role,
     State,
 )
-from tether.proxy.core import errors
+from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick, Router
 from tether.proxy.core.http1_headers import downstream_response, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
-from tether.proxy.core.retries import Settled, settle
+from tether.proxy.core.retries import Settled
 
 log = logging.getLogger(__name__)
 
@@ -273,18 +273,10 @@ class Http1Proxy:
     def _begin(self, request: RequestHead) -> None:
         settings = self.settings
         ex = self.ex = _Exchange(request, settings.clock())
-        in_flight = settings.in_flight
-        if in_flight is not None:
-            if in_flight.count >= in_flight.limit:
-                self._answer(ex, errors.load_shed(), None)
-                return
-            in_flight.count += 1
-            ex.in_flight = True
-        if settings.policy is not None:
-            refusal = settings.policy.check(request)
-            if refusal is not None:
-                self._answer(ex, refusal, None)
-                return
+        ex.in_flight, refusal = exchange.admit(settings, request)
+        if refusal is not None:
+            self._answer(ex, refusal, None)
+            return
         self._route(ex)
 
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
@@ -335,10 +327,7 @@ class Http1Proxy:
 
     def _on_route(self, ex: _Exchange, route: Any) -> None:
         ex.route = route
-        ex.route_labels = route.metric_labels  # empty for an l5d-dst-override target without routes
-        metrics = self.settings.metrics
-        if metrics is not None and ex.route_labels:
-            metrics.routes.request(ex.route_labels, route.budget is not None)
+        ex.route_labels = exchange.route_begun(self.settings, route)
         if route.budget is not None:
             ex.replay = _Replay(MAX_REPLAY)
             for event in ex.unsent:  # what came before the route was known
@@ -488,14 +477,8 @@ class Http1Proxy:
             return
         status = head.status if head is not None else error.status if error is not None else 0
         failure = route.is_failure(status)
-        retryable = failure and not ex.replay.overflow and (error is None or error.kind.retryable)
-        budget = route.budget
-        clock = self.settings.clock
-        expired = (retryable and budget is not None and route.timeout is not None
-                   and clock() >= ex.start + route.timeout)
-        metrics = self.settings.metrics
-        routes = metrics.routes if metrics is not None and ex.route_labels else None
-        settled = settle(budget, retryable, expired, routes, ex.route_labels, status)
+        settled = exchange.settle_attempt(self.settings, route, ex.route_labels, ex.start, status, None, error,
+                                          not ex.replay.overflow)
         if settled is not Settled.FINAL:
             if pick is not None:
                 self._record(pick.labels, status, status < 500, ex.start)
@@ -616,8 +599,7 @@ class Http1Proxy:
         """Answer ``error`` for the request (its attempt's endpoint ``pick``, or none) and close.
         ``recorded``: the request was already recorded under the endpoint it tried."""
         settings = self.settings
-        if error.metric:
-            self.sink.count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+        exchange.count_error(settings, error, self.sink.count)
         labels = pick.labels if pick is not None else settings.error_labels
         if not recorded and settings.metrics is not None and labels and pick is None:
             settings.metrics.request(labels)
@@ -653,8 +635,7 @@ class Http1Proxy:
             if settings.metrics is not None and labels:
                 settings.metrics.request(labels)
                 settings.metrics.response(labels, error.status, False, 0, error.metric)
-            if error.metric:
-                self.sink.count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+            exchange.count_error(settings, error, self.sink.count)
             _REFUSALS.note(settings.clock(), settings.direction, error)
             head = errors.response(error, meshed_client=False)
             self.sink.send_down(self.server.send_head(head) + self.server.send_end())
@@ -695,16 +676,10 @@ class Http1Proxy:
         routed(self.router(RequestHead(b"GET", b"/")), None)
 
     def _record(self, labels: str, status: int, success: bool, start: float, error: str = "") -> None:
-        metrics = self.settings.metrics
-        if metrics is not None:
-            metrics.response(labels, status, success, int((self.settings.clock() - start) * 1000), error)
+        exchange.record(self.settings, labels, status, success, start, error)
 
     def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "") -> None:
-        metrics = self.settings.metrics
-        if metrics is not None and ex.route_labels:
-            metrics.routes.response(ex.route_labels, status, success,
-                                    int((self.settings.clock() - ex.start) * 1000), error,
-                                    actual=error != "timeout")
+        exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error)
 
     def _end(self, ex: _Exchange, told: bool = False) -> None:
         """The exchange is over (however it ended): its timer, endpoint and in-flight count let go."""
@@ -719,9 +694,7 @@ class Http1Proxy:
             ex.pick = None
         if ex.in_flight:
             ex.in_flight = False
-            in_flight = self.settings.in_flight
-            assert in_flight is not None
-            in_flight.count -= 1
+            exchange.leave(self.settings)
         observer = self.settings.observer
         if observer is not None and not told:
             observer.end(ex, ex.head.status if ex.head is not None else None, None)

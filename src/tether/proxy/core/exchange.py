@@ -1,0 +1,110 @@
+"""What every HTTP exchange goes through, whatever its version: written once, called by both cores.
+
+An exchange is one request and its response: an HTTP/1 request
+(``core.http1_proxy``) or an HTTP/2 stream (``core.http2_proxy``). Each core
+keeps its own per-exchange state (its phase enum, its codec's events) and
+calls these for the decisions and the accounting they share:
+
+- ``admit``: the direction's in-flight limit (``*_MAX_IN_FLIGHT``, load
+  shedding: 503) and the per-request policy hook (``HttpSettings.policy``:
+  inbound authorization and rate limits), before the request is routed;
+  ``leave`` gives the in-flight place back;
+- ``route_begun``: the exchange's first pick named a ServiceProfile route:
+  ``route_request_total``, and whether its body is to be kept for a retry;
+- ``settle_attempt``: after an attempt on a profile route, retry, final, or
+  the route's timeout passed (the classes, the budget: ``core.retries.settle``);
+- ``record`` / ``record_route``: ``response_total`` and ``route_response_*``
+  (latency from the exchange's start);
+- ``count_error``: ``<direction>_http_errors_total{error}`` for an error the
+  proxy answers.
+
+Pure functions over ``HttpSettings``: no I/O, no state of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.core import errors
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http import HttpSettings
+from tether.proxy.core.retries import Settled, settle
+
+if TYPE_CHECKING:
+    from tether.proxy.core.profiles import Route
+
+
+def admit(settings: HttpSettings, request: RequestHead) -> tuple[bool, ProxyError | None]:
+    """(whether the exchange took an in-flight place, the answer if it is refused). A shed request takes no
+    place; a request the policy refuses has taken one (``leave`` it when it ends)."""
+    in_flight = settings.in_flight
+    placed = False
+    if in_flight is not None:
+        if in_flight.count >= in_flight.limit:
+            return False, errors.load_shed()
+        in_flight.count += 1
+        placed = True
+    policy = settings.policy
+    if policy is not None:
+        refusal = policy.check(request)
+        if refusal is not None:
+            return placed, refusal
+    return placed, None
+
+
+def leave(settings: HttpSettings) -> None:
+    """An exchange that ``admit`` placed is over."""
+    in_flight = settings.in_flight
+    assert in_flight is not None
+    in_flight.count -= 1
+
+
+def route_begun(settings: HttpSettings, route: Route) -> str:
+    """The exchange's profile route is known: counted; returns its metric series ("" : not counted)."""
+    labels: str = route.metric_labels  # empty for an l5d-dst-override target without routes
+    metrics = settings.metrics
+    if metrics is not None and labels:
+        metrics.routes.request(labels, route.budget is not None)
+    return labels
+
+
+def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, start: float, status: int,
+                   grpc_status: int | None, error: ProxyError | None, replayable: bool) -> Settled:
+    """An attempt on ``route`` ended with ``status`` (``grpc_status`` for gRPC; ``error`` if the proxy answers
+    for the endpoint): RETRY it (a failure by the route's classes, the request ``replayable``, an endpoint
+    error of a retryable kind, the budget allows), FINAL, or EXPIRED (the route's timeout passed meanwhile)."""
+    failure = route.is_failure(status, grpc_status)
+    retryable = failure and replayable and (error is None or error.kind.retryable)
+    budget = route.budget
+    expired = (retryable and budget is not None and route.timeout is not None
+               and settings.clock() >= start + route.timeout)
+    metrics = settings.metrics
+    routes = metrics.routes if metrics is not None and route_labels else None
+    return settle(budget, retryable, expired, routes, route_labels, status, grpc_status)
+
+
+def record(settings: HttpSettings, labels: str, status: int, success: bool, start: float, error: str = "",
+           grpc_status: int | None = None) -> None:
+    """``response_total`` and ``response_latency_ms`` under ``labels`` (an endpoint's, or the error labels)."""
+    metrics = settings.metrics
+    if metrics is not None and labels:
+        metrics.response(labels, status, success, int((settings.clock() - start) * 1000), error,
+                         grpc_status=grpc_status)
+
+
+def record_route(settings: HttpSettings, route_labels: str, status: int, success: bool, start: float,
+                 error: str = "", grpc_status: int | None = None) -> None:
+    """``route_response_total`` and its latency for the exchange as the client saw it (a timeout is not an
+    actual response)."""
+    metrics = settings.metrics
+    if metrics is not None and route_labels:
+        metrics.routes.response(route_labels, status, success, int((settings.clock() - start) * 1000), error,
+                                actual=error != "timeout", grpc_status=grpc_status)
+
+
+def count_error(settings: HttpSettings, error: ProxyError, count: Callable[[str, str], None]) -> None:
+    """``<direction>_http_errors_total{error}`` for an error the proxy answers (kinds without a label: none)."""
+    if error.metric:
+        count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')

@@ -105,3 +105,132 @@ def test_only_the_authorized_identity_gets_through(running: uplab.Platform) -> N
     # The policy changes: the other identity is admitted too, on the connections already open (per request).
     p.apply(POLICY.replace(f'identities: ["{ALLOWED_ID}"]', f'identities: ["{ALLOWED_ID}", "{OTHER_ID}"]'))
     wait_for("the other client admitted after the change", lambda: "ok 200" in log(other), timeout=60)
+
+
+# -- an open TCP connection follows the policy (proxy.md §8.3) -----------------------------------------------
+
+TCP_NS = "tcpauthz"
+HOLDER_ID = f"holder.{TCP_NS}.serviceaccount.identity.linkerd.cluster.local"
+NOBODY_ID = f"nobody.{TCP_NS}.serviceaccount.identity.linkerd.cluster.local"
+
+ECHO_SCRIPT = """
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7000)); s.listen()
+def serve(c):
+    while (d := c.recv(4096)): c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+# One connection held open, a line echoed five times a second; when it ends, a new one (which may be refused).
+HOLDER_SCRIPT = """
+import socket, sys, time
+for conn in range(1, 1000):
+    replies = 0
+    try:
+        c = socket.create_connection((sys.argv[1], 80), timeout=5)
+        while True:
+            c.sendall(b"ping\\n")
+            if not c.recv(100):
+                break
+            replies += 1
+            print("conn", conn, "reply", replies, flush=True)
+            time.sleep(0.2)
+    except Exception as e:
+        print("conn", conn, "error", type(e).__name__, flush=True)
+    print("conn", conn, "closed after", replies, flush=True)
+    time.sleep(0.5)
+"""
+
+
+def _python_deployment(name: str, namespace: str, script: str, *args: str, service_account: str = "default",
+                       port: str = "") -> str:
+    code = script.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    argv = "".join(f', "{a}"' for a in args)
+    ports = f"\n        ports: [{{name: tcp, containerPort: {port}}}]" if port else ""
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      serviceAccountName: {service_account}
+      containers:
+      - name: main
+        image: python
+        command: [{uplab.PYTHON}, -u, -c, "{code}"{argv}]{ports}
+"""
+
+
+TCP_POLICY = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {TCP_NS}, annotations: {{linkerd.io/inject: enabled}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: {TCP_NS}}}
+spec:
+  selector: {{app: echo}}
+  ports: [{{name: tcp, port: 80, targetPort: tcp}}]
+---
+apiVersion: policy.linkerd.io/v1beta3
+kind: Server
+metadata: {{name: echo-tcp, namespace: {TCP_NS}}}
+spec:
+  podSelector: {{matchLabels: {{app: echo}}}}
+  port: tcp
+  proxyProtocol: opaque
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: MeshTLSAuthentication
+metadata: {{name: echo-clients, namespace: {TCP_NS}}}
+spec:
+  identities: ["{HOLDER_ID}"]
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {{name: echo-holder, namespace: {TCP_NS}}}
+spec:
+  targetRef: {{group: policy.linkerd.io, kind: Server, name: echo-tcp}}
+  requiredAuthenticationRefs:
+  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: echo-clients}}
+"""
+
+
+def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: uplab.Platform) -> None:
+    p = running
+    p.apply(TCP_POLICY)
+    p.apply(_python_deployment("echo", TCP_NS, ECHO_SCRIPT, port="7000"))
+    wait_for("the echo pod ready", lambda: [x for x in p.pods(TCP_NS) if x["metadata"]["name"].startswith("echo-")
+                                            and ready(x)], timeout=60)
+    p.apply(_python_deployment("holder", TCP_NS, HOLDER_SCRIPT, f"echo.{TCP_NS}.svc.cluster.local",
+                               service_account="holder"))
+    (holder,) = wait_for("the holder pod", lambda: [x for x in p.pods(TCP_NS)
+                                                     if x["metadata"]["name"].startswith("holder-") and ready(x)],
+                         timeout=60)
+
+    def log() -> str:
+        return str(p.tether("logs", "-n", TCP_NS, holder["metadata"]["name"]).stdout)
+
+    # Authorized: one connection carries reply after reply.
+    wait_for("replies on the first connection", lambda: "conn 1 reply 5\n" in log(), timeout=60)
+    assert "closed" not in log()
+
+    # The MeshTLSAuthentication now names another identity: the open connection is torn down by the echo pod's
+    # proxy, and the next one is refused.
+    p.apply(TCP_POLICY.replace(f'identities: ["{HOLDER_ID}"]', f'identities: ["{NOBODY_ID}"]'))
+    wait_for("the first connection closed", lambda: "conn 1 closed after" in log(), timeout=60)
+    text = log()
+    assert "conn 1 reply 5\n" in text and "conn 2 reply" not in text, text
+    (echo,) = [x for x in p.pods(TCP_NS) if x["metadata"]["name"].startswith("echo-")]
+    terminated = [line for line in _metrics(p, echo).splitlines()
+                  if line.startswith("inbound_tcp_authz_terminate_total{")]
+    assert any('srv_name="echo-tcp"' in line and f'client_id="{HOLDER_ID}"' in line and line.endswith(" 1")
+               for line in terminated), terminated

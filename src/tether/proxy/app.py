@@ -201,6 +201,7 @@ class Proxy:
                               h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive)),
             policies=self.policies.policy,
             registry=self.metrics,
+            policy_changes=self.policies.subscribe,
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),

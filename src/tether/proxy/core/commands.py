@@ -13,7 +13,7 @@ Commands marked ``blocking = False`` are done at once and answered with None.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -132,9 +132,20 @@ class Send(Command):
     data: bytes
 
 
+class Revocable(Protocol):
+    """An open connection's permission that can be withdrawn (``core.inbound_authz.TcpAuthzWatch``)."""
+
+    def watch(self, revoke: Callable[[], None]) -> Callable[[], None]:
+        """Call ``revoke`` when the connection is no longer allowed; the result stops watching."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Forward(Command):
-    """Copy bytes both ways until both sides are done. Reply: None."""
+    """Copy bytes both ways until both sides are done, or until ``authz`` is revoked (then both are closed
+    at once). Reply: None."""
+
+    authz: Revocable | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ For each connection accepted on the inbound listener:
 
 Then the port's policy (``InboundSettings.policies``: the policy controller's,
 else the default policy; ``core.server_policy``) decides: an opaque connection
-once (``core.authz``; denied: closed without a byte), HTTP per request
+once (``core.authz``; denied: closed without a byte; re-checked on every
+policy change while open, ``core.inbound_authz.TcpAuthzWatch``), HTTP per request
 (``core.inbound_authz``: 404 without a route, 403 without an authorization).
 The layer for the detected protocol carries the connection to the app at the
 original destination IP and the target port -- never to the inbound port. As outbound,
@@ -54,7 +55,7 @@ from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.authz import Meta, authorize
-from tether.proxy.core.inbound_authz import InboundRequestPolicy, server_labels
+from tether.proxy.core.inbound_authz import InboundRequestPolicy, PolicyChanges, TcpAuthzWatch, server_labels
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
@@ -79,6 +80,8 @@ class InboundSettings:
     # The port's current policy (io.policy_client); None: the default policy, always.
     policies: Callable[[int], ServerPolicy] | None = None
     registry: Registry | None = None  # where the per-request authorization metrics go
+    # Subscribe to a port's policy changes (io.policy_client): forwarded connections are re-checked on each.
+    policy_changes: PolicyChanges | None = None
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -97,6 +100,7 @@ class Session:
     client_id: str | None
     authz: Meta | None = None  # the authorization that allowed it, once decided (metric labels)
     policy: RequestPolicy | None = None  # HTTP: each request's route and authorization (core.inbound_authz)
+    authz_watch: TcpAuthzWatch | None = None  # forwarded: re-checked when the port's policy changes
 
 
 def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:
@@ -217,7 +221,13 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
     yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server,
                                                              decision.meta.labels("authz"), session.tls_labels))
     yield SetLabels(accept)
-    yield from tcp_forward(replace(session, authz=decision.meta), settings)
+    watch = None
+    if settings.policy_changes is not None:
+        watch = TcpAuthzWatch(lambda: settings.policy(port), settings.policy_changes, port=port,
+                              client_ip=client.ip, mesh_tls=session.mesh_tls, client_id=session.client_id,
+                              target_labels=labels.target(session.target), tls_labels=session.tls_labels,
+                              registry=settings.registry)
+    yield from tcp_forward(replace(session, authz=decision.meta, authz_watch=watch), settings)
 
 
 def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
@@ -227,7 +237,7 @@ def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
     if isinstance(reply, Failed):
         yield Refuse(reply.error)
         return
-    yield Forward()
+    yield Forward(session.authz_watch)
 
 
 def _accept_labels(target: SocketAddr, tls_labels: str, settings: InboundSettings) -> str:

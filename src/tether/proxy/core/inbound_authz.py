@@ -10,22 +10,37 @@ route's authorizations (none admits the client: 403 / gRPC
 server's local rate limit (``core.ratelimit``): 429 / gRPC
 ``RESOURCE_EXHAUSTED``, ``inbound_http_local_ratelimit_total{ratelimit_scope}``.
 
-Caller: ``core.inbound`` (one per HTTP connection).
+``TcpAuthzWatch`` is the other half of §8.3 for connections authorized
+once (TCP, opaque, TLS passthrough): while one is open, every change of its
+port's policy re-checks it, and one no longer admitted is torn down and
+counted in ``inbound_tcp_authz_terminate_total`` (``target_*``, the new
+policy's ``srv_*``, ``tls``/``client_id``), as linkerd2-proxy does.
+
+Caller: ``core.inbound`` (one ``InboundRequestPolicy`` per HTTP connection,
+one ``TcpAuthzWatch`` per forwarded connection).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from tether.proxy.codec.addrs import IpAddress
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
-from tether.proxy.core.authz import authorize
+from tether.proxy.core.authz import Meta, authorize
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.server_policy import ServerPolicy
 
+log = logging.getLogger(__name__)
+
+# Subscribe to a port's policy changes: ``(port, changed) -> unsubscribe`` (``io.policy_client``).
+PolicyChanges = Callable[[int, Callable[[], None]], Callable[[], None]]
+
 HELP = {
+    "inbound_tcp_authz_terminate_total": "The total number of inbound TCP connections that were terminated due to "
+                                         "an authorization change.",
     "inbound_http_authz_allow_total": "The total number of inbound HTTP requests that were authorized.",
     "inbound_http_authz_deny_total": "The total number of inbound HTTP requests that could not be authorized.",
     "inbound_http_route_not_found_total": "The number of inbound requests that did not match a route.",
@@ -83,3 +98,52 @@ class InboundRequestPolicy:
     def _count(self, name: str, labels: str) -> None:
         if self._registry is not None:
             self._registry.counter(name, HELP[name]).inc(labels)
+
+
+class TcpAuthzWatch:
+    """An open connection's authorization, checked again whenever its port's policy changes.
+
+    The driver calls ``watch(revoke)`` once the connection is forwarded and the
+    returned function when it ends; ``revoke`` is called (once) when a new
+    policy no longer admits the client.
+    """
+
+    __slots__ = ("_policy", "_changes", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels",
+                 "_tls_labels", "_registry", "_revoked")
+
+    def __init__(self, policy: Callable[[], ServerPolicy], changes: PolicyChanges, *, port: int,
+                 client_ip: IpAddress, mesh_tls: bool, client_id: str | None, target_labels: str, tls_labels: str,
+                 registry: Registry | None) -> None:
+        self._policy = policy
+        self._changes = changes
+        self._port = port
+        self._client_ip = client_ip
+        self._mesh_tls = mesh_tls
+        self._client_id = client_id
+        self._target_labels = target_labels
+        self._tls_labels = tls_labels
+        self._registry = registry
+        self._revoked = False
+
+    def watch(self, revoke: Callable[[], None]) -> Callable[[], None]:
+        return self._changes(self._port, lambda: self._changed(revoke))
+
+    def allowed(self) -> Meta | None:
+        """The authorization that admits the connection under the port's current policy, or None."""
+        policy = self._policy()
+        authz = authorize(policy.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
+                          client_id=self._client_id)
+        return authz.meta if authz is not None else None
+
+    def _changed(self, revoke: Callable[[], None]) -> None:
+        if self._revoked or self.allowed() is not None:
+            return
+        self._revoked = True
+        policy = self._policy()
+        log.info("inbound: connection from %s to port %d terminated: the policy of %s/%s/%s no longer admits it",
+                 self._client_ip, self._port, policy.meta.group, policy.meta.kind, policy.meta.name)
+        if self._registry is not None:
+            name = "inbound_tcp_authz_terminate_total"
+            self._registry.counter(name, HELP[name]).inc(
+                f"{self._target_labels},{server_labels(policy, self._port)},{self._tls_labels}")
+        revoke()

@@ -421,8 +421,13 @@ class Driver:
         if down is None:
             return
         link(down, up)
-        await down.done
-        await up.done
+        stop = command.authz.watch(partial(_revoke, down, up)) if command.authz is not None else None
+        try:
+            await down.done
+            await up.done
+        finally:
+            if stop is not None:
+                stop()
 
     async def _wait(self, conn: _Conn, command: cmd.Wait) -> Any:
         return await command.source.wait(command.timeout)
@@ -632,6 +637,13 @@ class Driver:
         if conn.up_meter is not None and conn.up is not None:
             conn.up_meter.close(conn.up.errno)
             conn.up_meter = None
+
+
+def _revoke(*streams: Stream) -> None:
+    """A forwarded connection no longer authorized: both sides closed at once, what is buffered dropped."""
+    for stream in streams:
+        if not stream.lost:
+            stream.transport.abort()
 
 
 async def _write(stream: Stream, data: bytes) -> bool:

@@ -13,7 +13,9 @@ proxy cannot use is replaced by the built-in invalid policy (every request
 The ports of ``LINKERD2_PROXY_INBOUND_PORTS`` (and the admin port) are watched
 from ``start`` and kept; any other port is watched from its first connection
 and dropped after ``idle_timeout`` (``LINKERD2_PROXY_INBOUND_DISCOVERY_IDLE_TIMEOUT``,
-90 s) without a lookup.
+90 s) without a lookup or a subscriber. ``subscribe`` is how an open
+connection follows its port's policy: it is called back after every update
+(``core.inbound_authz.TcpAuthzWatch`` re-checks the connection then).
 
 Callers: ``tether.proxy.app`` (one client; ``set_channel`` on every identity
 refresh, as for discovery).
@@ -59,6 +61,8 @@ class _PortWatch:
 
     def _maybe_expire(self) -> None:
         idle = self.client.clock() - self.last_used
+        if self.client.subscribed(self.port):  # an open connection still follows this port's policy
+            self.last_used, idle = self.client.clock(), 0.0
         if idle >= self.client.idle_timeout:
             self.client.forget(self.port)
         else:
@@ -105,6 +109,7 @@ class _PortWatch:
             log.warning("policy: port %d: route filters not applied by this proxy yet: %s",
                         self.port, ", ".join(unapplied))
         self.updates += 1
+        self.client.changed(self.port)
         self.client.notify()
 
 
@@ -124,6 +129,7 @@ class PolicyClient:
         self.has_channel = asyncio.Event()
         self._watches: dict[int, _PortWatch] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        self._subscribers: dict[int, set[Callable[[], None]]] = {}
 
     def start(self, ports: PortSet) -> None:
         """Watch ``ports`` from now on, for good (past ``MAX_EAGER`` of them, from their first use, for good too)."""
@@ -140,6 +146,28 @@ class PolicyClient:
         else:
             watch.last_used = self.clock()
         return watch.policy
+
+    def subscribe(self, port: int, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call ``changed`` after each update of ``port``'s policy (an open connection re-checks itself), and
+        keep the port watched meanwhile; the result unsubscribes."""
+        callbacks = self._subscribers.setdefault(port, set())
+        callbacks.add(changed)
+
+        def unsubscribe() -> None:
+            callbacks.discard(changed)
+            if not callbacks and self._subscribers.get(port) is callbacks:
+                del self._subscribers[port]
+        return unsubscribe
+
+    def subscribed(self, port: int) -> bool:
+        return port in self._subscribers
+
+    def changed(self, port: int) -> None:
+        for callback in list(self._subscribers.get(port, ())):
+            try:
+                callback()
+            except Exception:  # one connection's failure must not stop the others' re-checks
+                log.exception("policy: re-checking a connection on port %d failed", port)
 
     def watched(self) -> frozenset[int]:
         return frozenset(self._watches)

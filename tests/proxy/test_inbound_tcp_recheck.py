@@ -15,7 +15,7 @@ import ipaddress
 from collections.abc import Callable
 
 from layer_helpers import drive, replies
-from test_inbound_authz import VOTE, WEB, identities_authz
+from test_inbound_authz import VOTE, WEB, identities_authz, request, server_message
 from test_inbound_layer import CLIENT, settings
 from test_policy_client import FakeController, default
 
@@ -26,7 +26,7 @@ from tether.ports import PortSet
 from tether.proxy.codec.addrs import parse_socket_addr
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.inbound import inbound
-from tether.proxy.core.inbound_authz import TcpAuthzWatch
+from tether.proxy.core.inbound_authz import InboundRequestPolicy, TcpAuthzWatch
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import translate
 from tether.proxy.core.config import DefaultPolicy
@@ -144,3 +144,15 @@ def test_subscribers_hear_each_update_and_keep_an_unlisted_port_watched() -> Non
             await server.stop(None)
 
     asyncio.run(scenario())
+
+
+def test_an_http_connection_checks_each_request_against_the_policy_of_the_moment() -> None:
+    current = [translate(server_message(route_authz=[identities_authz("web-only", WEB)]))]
+    connection = InboundRequestPolicy(lambda: current[0], port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
+                                      mesh_tls=True, client_id=VOTE, target_labels='target_port="8080"',
+                                      tls_labels=f'tls="true",client_id="{VOTE}"', registry=None,
+                                      clock=lambda: 0.0)
+    denied = connection.check(request(b"/api/vote"))
+    assert denied is not None and denied.status == 403
+    current[0] = translate(server_message(route_authz=[identities_authz("both", WEB, VOTE)]))
+    assert connection.check(request(b"/api/vote")) is None  # the same connection, the new policy

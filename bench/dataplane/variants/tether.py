@@ -120,6 +120,7 @@ def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_po
 
 class _Tether(Variant):
     opaque: ClassVar[bool]
+    tap: ClassVar[bool] = False  # both proxies with LINKERD2_PROXY_TAP_SVC_NAME (tap server up, no tap open)
 
     @classmethod
     def available(cls) -> str | None:
@@ -150,6 +151,7 @@ class _Tether(Variant):
         from tether.naming import WorkloadIdentity, control_plane_identity
         from tether.platform.local.tokens import LocalTokenSigner, TokenKey
         from tether.store import Store
+        from tether.viz.tap_injector import tap_identity
 
         certs = ctx.certs
         if certs.issuer_cert is None or certs.issuer_key is None or certs.destination is None:
@@ -164,6 +166,7 @@ class _Tether(Variant):
         destination_port, destination_admin = ctx.port(), ctx.port()
         inbound_port, server_outbound, server_admin = ctx.port(), ctx.port(), ctx.port()
         client_inbound, client_outbound, client_admin = ctx.port(), ctx.port(), ctx.port()
+        tap_ports = {"server": ctx.port(), "client": ctx.port()} if self.tap else {}
 
         store = Store(work / "store.db")
         try:
@@ -224,7 +227,10 @@ class _Tether(Variant):
                                server_admin, [])
         client_env = proxy_env(CLIENT_IDENTITY.service_account, client_ip, client_inbound, client_outbound,
                                client_admin, [f"{service_ip}:{service_port}"])
-        for role, env in (("server", server_env), ("client", client_env)):
+        for role, env, ip in (("server", server_env, server_ip), ("client", client_env, client_ip)):
+            if role in tap_ports:
+                env["LINKERD2_PROXY_TAP_SVC_NAME"] = tap_identity()
+                env["LINKERD2_PROXY_CONTROL_LISTEN_ADDR"] = f"{ip}:{tap_ports[role]}"
             env[callcount.ENV] = str(work / f"calls-{role}")
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         assert server_env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == SERVER_IDENTITY.dns_name
@@ -370,6 +376,14 @@ class TetherHTTP(_Tether):
                    "(the version says which); identity and destination from a real control plane")
     compare_to = ("envoy", "haproxy")
     opaque = False
+
+
+class TetherHTTPTap(TetherHTTP):
+    name = "tether-http-tap"
+    description = ("tether-http with tap enabled in both proxies (LINKERD2_PROXY_TAP_SVC_NAME: the tap server "
+                   "listens and the HTTP layers report to it) and no tap open: what tap costs when nobody watches")
+    compare_to = ("tether-http",)
+    tap = True
 
 
 class TetherH2(_Tether):

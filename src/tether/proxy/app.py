@@ -40,6 +40,7 @@ from tether.proxy.core.metrics import Registry, gauge, process_collector, sample
 from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.discovery import Discovery
 from tether.proxy.io.policy_client import PolicyClient
+from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.io.tls import TlsState
@@ -120,6 +121,8 @@ class Proxy:
         self._admin: AdminServer | None = None
         self._inbound_settings: InboundSettings | None = None
         self._outbound_settings: OutboundSettings | None = None
+        # Tap (LINKERD2_PROXY_TAP_SVC_NAME): observers for both HttpSettings, a server once certified.
+        self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng) if config.tap_svc_name else None
         self.metrics.add_collector(self._identity_collector)
         self.metrics.add_collector(process_collector)
         self.metrics.add_collector(_build_info)
@@ -198,7 +201,8 @@ class Proxy:
             cluster_networks=config.cluster_networks,
             http=HttpSettings("inbound", time.monotonic, self.http_metrics,
                               in_flight=InFlight(config.inbound.max_in_flight),
-                              h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive)),
+                              h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive),
+                              observer=self.tap.inbound if self.tap else None),
             policies=self.policies.policy,
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
@@ -214,7 +218,8 @@ class Proxy:
             refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
             http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True,
                               in_flight=InFlight(out_cfg.max_in_flight),
-                              h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive)),
+                              h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive),
+                              observer=self.tap.outbound if self.tap else None),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
         )
         self.policies.start(in_cfg.ports)
@@ -232,12 +237,31 @@ class Proxy:
                 log.warning("waiting for an identity certificate from %s", self.config.identity.svc.addr)
         finally:
             ready.cancel()
+        if self.tap is not None:
+            await self._start_tap(self.tap)
+            if self.stopping.is_set():
+                return
         for listener in self._listeners["inbound"]:
             self._spawn(listener.serve(self._accept_inbound, self._accepting), f"accept {listener.addr}")
         for listener in self._listeners["outbound"]:
             self._spawn(listener.serve(self._accept_outbound, self._accepting), f"accept {listener.addr}")
         log.info("proxy ready: inbound %s, outbound %s, admin %s", self.inbound_addr,
                  ", ".join(map(str, self.outbound_addrs)), self.admin_addr)
+
+    async def _start_tap(self, tap: ProxyTap) -> None:
+        """The tap server, with the current certificate; a proxy that cannot serve tap stops (as linkerd2-proxy
+        fails to start), naming the address, rather than run with tap silently missing."""
+        identity = self.identity
+
+        def pems() -> tuple[bytes, bytes, bytes]:
+            assert identity.material is not None
+            return identity.serving_pems(identity.material)
+
+        try:
+            await tap.start(pems)
+        except OSError as err:
+            log.error("%s", err)
+            self.stopping.set()
 
     def _rotated(self, material: TlsMaterial) -> None:
         self.tls.install(material)
@@ -279,6 +303,8 @@ class Proxy:
             await self._admin.close()
         await self.discovery.close()
         await self.policies.close()
+        if self.tap is not None:
+            await self.tap.stop()
 
     def _close_listeners(self) -> None:
         for listeners in self._listeners.values():

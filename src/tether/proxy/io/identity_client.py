@@ -209,6 +209,13 @@ class IdentityClient:
         certificate, the trust anchors, ALPN ``h2``; the channel checks the server's name."""
         return self.contexts_for(material, ["h2"])[1]
 
+    def serving_pems(self, material: TlsMaterial) -> tuple[bytes, bytes, bytes]:
+        """(key, chain, trust anchors) as PEM, for a TLS stack that takes keys only as bytes (the tap server's
+        grpcio): handed over in memory, like ``_load_chain``'s memfd, never written to a file."""
+        key_pem = self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption())
+        return key_pem, material.certified.chain_pem(), self._config.trust_anchors_pem
+
 
 def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -108,7 +108,8 @@ class TapServer:
         return self._config(latest)
 
     async def start(self, host: str, port: int) -> int:
-        server = grpc.aio.server()
+        # No SO_REUSEPORT (grpcio's default): another process must not share, or take over, the tap port.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         tap_pb2_grpc.add_TapServicer_to_server(self.service, server)
         credentials = grpc.dynamic_ssl_server_credentials(self._config(self._current), self._fetch,
                                                           require_client_authentication=True)

@@ -221,7 +221,9 @@ class Proxy:
                               h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive),
                               observer=self.tap.outbound if self.tap else None),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
+            client_policies=self.discovery.client_policy,
         )
+        self.discovery.enable_client_policy(config.policy_workload, lambda: self.policies.channel)
         self.policies.start(in_cfg.ports)
         self.identity.add_listener(self._rotated)
         self._spawn(self.identity.run(), "identity")

@@ -22,7 +22,8 @@ from typing import Any
 
 from tether.proxy.codec.http1 import ResponseHead
 
-REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 429: b"Too Many Requests",
+REASONS = {301: b"Moved Permanently", 302: b"Found", 303: b"See Other", 307: b"Temporary Redirect",
+           308: b"Permanent Redirect", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 429: b"Too Many Requests",
            431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 
@@ -31,6 +32,7 @@ GRPC_OK = 0
 GRPC_NOT_FOUND = 5
 GRPC_DEADLINE_EXCEEDED = 4
 GRPC_PERMISSION_DENIED = 7
+GRPC_FAILED_PRECONDITION = 9
 GRPC_RESOURCE_EXHAUSTED = 8
 GRPC_INTERNAL = 13
 GRPC_UNAVAILABLE = 14
@@ -61,6 +63,12 @@ class ErrorKind(enum.Enum):
     ROUTE_NOT_FOUND = (404, GRPC_NOT_FOUND, "", False, "no route of the server's policy matches the request")
     UNAUTHORIZED = (403, GRPC_PERMISSION_DENIED, "", False, "no authorization of the route admits the client")
     RATE_LIMITED = (429, GRPC_RESOURCE_EXHAUSTED, "", False, "the server's local rate limit is reached")
+    # Outbound client policy (proxy.md §7.2, §7.9): answered by the route, before any endpoint.
+    NO_ROUTE = (404, GRPC_NOT_FOUND, "", False, "no route of the client policy matches the request")
+    REDIRECT = (302, GRPC_NOT_FOUND, "", False, "the route's RequestRedirect filter (status and Location)")
+    INJECTED = (500, GRPC_FAILED_PRECONDITION, "", False, "the route's failure injector")
+    INVALID_POLICY = (500, GRPC_INTERNAL, "", False, "the client policy or route is invalid")
+    NO_BACKEND = (502, GRPC_UNAVAILABLE, "", False, "the route's backend has no dispatcher")
 
     def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
         self.status = status
@@ -77,10 +85,13 @@ class ProxyError:
     kind: ErrorKind
     message: str
     route: Any = None  # the request's profile route (``core.profiles.Route``), for its metrics
+    status_code: int = 0  # a status of the route's choosing (redirect, injected failure); 0: the kind's
+    grpc_code: int | None = None  # a gRPC code of the route's choosing (injected failure)
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # more response headers (a redirect's Location)
 
     @property
     def status(self) -> int:
-        return self.kind.status
+        return self.status_code or self.kind.status
 
     @property
     def metric(self) -> str:
@@ -143,6 +154,28 @@ def rate_limited(scope: str) -> ProxyError:
     return ProxyError(ErrorKind.RATE_LIMITED, f"too many requests ({scope} rate limit)")
 
 
+def no_route() -> ProxyError:
+    return ProxyError(ErrorKind.NO_ROUTE, "no route")
+
+
+def redirect(status: int, location: str) -> ProxyError:
+    return ProxyError(ErrorKind.REDIRECT, f"redirected to {location}", status_code=status,
+                      headers=((b"location", location.encode("latin-1", "replace")),))
+
+
+def injected(status: int, grpc_code: int | None, message: str) -> ProxyError:
+    """A failure the route's injector chose: its HTTP status, or for a gRPC route its code (HTTP 200)."""
+    return ProxyError(ErrorKind.INJECTED, message, status_code=status, grpc_code=grpc_code)
+
+
+def invalid_policy(message: str) -> ProxyError:
+    return ProxyError(ErrorKind.INVALID_POLICY, message)
+
+
+def no_backend(name: str) -> ProxyError:
+    return ProxyError(ErrorKind.NO_BACKEND, f"backend {name} has no dispatcher")
+
+
 def rust_duration(seconds: float) -> str:
     """A duration as Rust's ``Duration`` prints it with ``{:?}`` (``250ms``, ``1.5s``, ``10µs``)."""
     nanos = round(seconds * 1e9)
@@ -157,7 +190,8 @@ def rust_duration(seconds: float) -> str:
 
 
 def response(error: ProxyError, *, meshed_client: bool) -> ResponseHead:
-    headers = [(b"content-length", b"0"), (b"l5d-proxy-error", error.message.encode("latin-1", "replace"))]
+    headers = [(b"content-length", b"0"), (b"l5d-proxy-error", error.message.encode("latin-1", "replace")),
+               *error.headers]
     if error.close:
         headers.append((b"connection", b"close"))
         if meshed_client:
@@ -168,7 +202,7 @@ def response(error: ProxyError, *, meshed_client: bool) -> ResponseHead:
 # -- gRPC (proxy.md §7.9) -----------------------------------------------------------------------------------
 
 def grpc_status(error: ProxyError) -> int:
-    return error.kind.grpc
+    return error.grpc_code if error.grpc_code is not None else error.kind.grpc
 
 
 def grpc_message(text: str) -> bytes:

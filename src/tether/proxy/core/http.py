@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tether.proxy.codec.http1 import MAX_HEAD_SIZE, RequestHead
+from tether.proxy.codec.http1 import MAX_HEAD_SIZE, Headers, RequestHead
 from tether.proxy.core.commands import Command
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -60,6 +60,9 @@ class Pick:
     release: Callable[[], None] = _nothing  # the request is over (in-flight count)
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
+    # Client policy (core.policy_routes): the route's request and response header modifiers, if any.
+    rewrite: Callable[[Headers], Headers] | None = None
+    respond: Callable[[Headers], Headers] | None = None
 
 
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]

@@ -18,6 +18,8 @@ Callers: ``core.http1_proxy``; the header names and the ``l5d-*`` rules every ve
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tether.proxy.codec.http1 import (
     HOP_BY_HOP,
     Headers,
@@ -69,7 +71,9 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
     client_id = settings.client_id.encode() if settings.client_id else None
     route = pick.route
     dst = route.dst if route is not None else b""
-    if not request.rewrite and not switch and request.found is not None and request.version == b"1.1":
+    rewrite = pick.rewrite
+    if rewrite is None and not request.rewrite and not switch and request.found is not None \
+            and request.version == b"1.1":
         # Parsed, HTTP/1.1 (so it has its one Host), nothing hop-by-hop and no l5d-*: it goes up as it came,
         # with the proxy's own lines appended.
         extra: Headers = ()
@@ -81,6 +85,8 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
         return _appended(head, extra)
     upgrade = switch and request.method != b"CONNECT"
     headers = list(end_to_end(request.headers, _UPGRADE if upgrade else _NONE))
+    if rewrite is not None:  # the client policy route's RequestHeaderModifier (never l5d-* or framing)
+        headers = list(rewrite(tuple(headers)))
     if upgrade:
         headers.append((b"connection", b"upgrade"))
     if not any(n.lower() == b"host" for n, _ in headers):
@@ -97,8 +103,11 @@ def informational(head: ResponseHead) -> ResponseHead:
 
 
 def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bool,
-                        settings: HttpSettings) -> ResponseHead:
-    """The response head sent to the client; ``keep_alive``: whether the client's connection stays open."""
+                        settings: HttpSettings, respond: Callable[[Headers], Headers] | None = None) -> ResponseHead:
+    """The response head sent to the client; ``keep_alive``: whether the client's connection stays open;
+    ``respond``: the client policy route's ResponseHeaderModifier (never l5d-* or framing headers)."""
+    if respond is not None:
+        head = ResponseHead(head.status, respond(end_to_end(head.headers)), head.reason, head.version)
     status = head.status
     if status == 101:
         upgraded = (*end_to_end(head.headers, _UPGRADE), (b"connection", b"upgrade"))

@@ -548,7 +548,7 @@ class Http1Proxy:
             self.over = True
             self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release)
             return
-        down_head = downstream_response(head, ex.request, server.keep_alive, self.settings)
+        down_head = downstream_response(head, ex.request, server.keep_alive, self.settings, pick.respond)
         framing = down_head.found
         ex.chunked = framing is not None and b"transfer-encoding" in framing
         ex.head = head

@@ -587,7 +587,8 @@ class _Http2:
     def _request_headers(self, pair: _Pair) -> Headers:
         """The regular headers going upstream: ``l5d-client-id`` inbound from the verified identity only."""
         if self.settings.direction != "inbound":
-            return list(pair.headers)
+            rewrite = pair.pick.rewrite if pair.pick is not None else None  # client policy (core.policy_routes)
+            return list(rewrite(tuple(pair.headers)) if rewrite is not None else pair.headers)
         headers = [(n, v) for n, v in pair.headers if n != L5D_CLIENT_ID]
         if self.settings.client_id:
             headers.append((L5D_CLIENT_ID, self.settings.client_id.encode()))

@@ -31,7 +31,9 @@ from tether.proxy.core.http2_layer import http2
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router
-from tether.proxy.core.resolution import FORWARD, DiscoverySource, ProfileSource, Resolution
+from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.resolution import FORWARD, DiscoverySource, PolicySource, ProfileSource, Resolution
+from tether.proxy.core.server_policy import Protocol
 from tether.proxy.core.endpoint import Endpoint, plan
 from tether.proxy.codec import detect
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL, SessionProtocol
@@ -56,6 +58,8 @@ class OutboundSettings:
     http: HttpSettings | None = None  # the request-level HTTP/1 layer; None: HTTP/1 is forwarded per connection
     # Ingress mode (LINKERD2_PROXY_INGRESS_MODE): a lease on the profile watch of a name:port, for l5d-dst-override.
     named_profiles: Callable[[str, int], ProfileSource] | None = None
+    # OutboundPolicies.Watch (a lease on the client policy watch of ip:port); None: no policy controller.
+    client_policies: Callable[[SocketAddr], PolicySource] | None = None
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: DiscoverySource | None) -> Layer:
@@ -64,9 +68,11 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
     if orig_dst in settings.own_addrs or (settings.refuse_loopback and orig_dst.ip.is_loopback):
         yield Refuse("loop")
         return
-    watch = None
+    watch = policy = None
     if discovery is not None and any(orig_dst.ip in net for net in settings.profile_networks):
         watch = discovery.profile(orig_dst)
+        if settings.client_policies is not None:  # asked beside the profile (proxy.md §7.1)
+            policy = settings.client_policies(orig_dst)
     try:
         resolution: Resolution = FORWARD
         if watch is not None:
@@ -75,19 +81,35 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
                 yield Refuse(answer.error)
                 return
             resolution = answer
+        if policy is not None:
+            if not policy.ready:
+                yield Wait(policy, settings.failfast)  # none in time: the profile alone, until one comes
+            resolution = replace(resolution, policy=policy)
+        current = policy.policy if policy is not None else None
         verdict: detect.Verdict = detect.Opaque()
-        if not resolution.opaque:
+        if not (resolution.opaque or current is not None and current.protocol is Protocol.OPAQUE):
             verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
             if isinstance(verdict, detect.Closed):
                 yield Refuse("closed before detection")
                 return
             if isinstance(verdict, detect.ReadTimeout):
                 verdict = detect.Opaque()  # Linkerd: "Continuing after timeout", as opaque
+        if isinstance(verdict, detect.Opaque) and _forbidden(current):
+            yield Refuse("forbidden")  # the policy's opaque route forbids it (outbound_tcp_route_close_total)
+            return
         carry = PROTOCOL_LAYERS[type(verdict)]
         yield from carry(orig_dst, resolution, settings)
     finally:
         if watch is not None:
             watch.release()
+        if policy is not None:
+            policy.release()
+
+
+def _forbidden(policy: ClientPolicy | None) -> bool:
+    """The policy refuses opaque connections: its opaque route forbids them (an undefined port, a denied
+    egress network, an invalid policy)."""
+    return policy is not None and bool(policy.opaque) and policy.opaque[0].forbidden
 
 
 def tcp_forward(session: SessionProtocol | None) -> Callable[[SocketAddr, Resolution, OutboundSettings], Layer]:
@@ -188,7 +210,7 @@ def _per_request(layer: Callable[[Router, HttpSettings], Layer], orig_dst: Socke
     router = outbound_router(orig_dst, resolution, local_ips=settings.local_ips,
                              connect_timeout=settings.connect_timeout, failfast=settings.failfast,
                              loop_addrs=settings.own_addrs | settings.direct_addrs, protocol=protocol,
-                             named=lease if named is not None else None)
+                             named=lease if named is not None else None, policies=resolution.policy)
     error_labels = labels.join('direction="outbound"', labels.render(("authority", resolution.authority))
                                if resolution.authority else "", labels.target(orig_dst))
     try:

@@ -19,7 +19,7 @@ import ipaddress
 import re
 
 from tether.api import inbound_pb2 as pb
-from tether.api import http_route_pb2, meta_pb2, net_pb2
+from tether.api import grpc_route_pb2, http_route_pb2, meta_pb2, net_pb2
 from tether.api.addresses import InvalidAddress, from_ip_address
 from tether.proxy.core.authz import Authn, Authorization, Meta, Network
 from tether.proxy.core.ratelimit import RateLimit
@@ -135,10 +135,10 @@ def _http_route(message: pb.HttpRoute, where: str, server: tuple[Authorization, 
         raise InvalidPolicy(f"{where}.rules: empty")
     rules = []
     for i, rule in enumerate(message.rules):
-        matches = tuple(_http_match(m, f"{where}.rules[{i}].matches[{j}]") for j, m in enumerate(rule.matches))
+        matches = tuple(http_match(m, f"{where}.rules[{i}].matches[{j}]") for j, m in enumerate(rule.matches))
         filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
         rules.append(Rule(matches, filters))
-    return HttpRoute(_meta(message.metadata, where), _hosts(message.hosts), tuple(rules),
+    return HttpRoute(_meta(message.metadata, where), host_matches(message.hosts), tuple(rules),
                      (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
 
 
@@ -147,26 +147,29 @@ def _grpc_route(message: pb.GrpcRoute, where: str, server: tuple[Authorization, 
         raise InvalidPolicy(f"{where}.rules: empty")
     rules = []
     for i, rule in enumerate(message.rules):
-        matches = []
-        for match in rule.matches:
-            service, method = match.rpc.service, match.rpc.method
-            if service and method:
-                path = PathMatch(PathKind.EXACT, f"/{service}/{method}")
-            elif service:
-                path = PathMatch(PathKind.PREFIX, f"/{service}")
-            elif method:
-                path = PathMatch(PathKind.REGEX, f"/[^/]+/{method}", re.compile(rf"/[^/]+/{re.escape(method)}"))
-            else:
-                path = PathMatch(PathKind.PREFIX, "/")
-            headers = tuple(_header(h, f"{where}.rules[{i}].matches.headers") for h in match.headers)
-            matches.append(RouteMatch(path, headers, (), "POST"))
+        matches = [grpc_match(m, f"{where}.rules[{i}].matches") for m in rule.matches]
         filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
         rules.append(Rule(tuple(matches), filters))
-    return HttpRoute(_meta(message.metadata, where), _hosts(message.hosts), tuple(rules),
+    return HttpRoute(_meta(message.metadata, where), host_matches(message.hosts), tuple(rules),
                      (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
 
 
-def _hosts(hosts: object) -> tuple[HostMatch, ...]:
+def grpc_match(match: grpc_route_pb2.GrpcRouteMatch, where: str) -> RouteMatch:
+    """A gRPC service/method match as a path match on ``/service/method``, method POST."""
+    service, method = match.rpc.service, match.rpc.method
+    if service and method:
+        path = PathMatch(PathKind.EXACT, f"/{service}/{method}")
+    elif service:
+        path = PathMatch(PathKind.PREFIX, f"/{service}")
+    elif method:
+        path = PathMatch(PathKind.REGEX, f"/[^/]+/{method}", re.compile(rf"/[^/]+/{re.escape(method)}"))
+    else:
+        path = PathMatch(PathKind.PREFIX, "/")
+    headers = tuple(_header(h, f"{where}.headers") for h in match.headers)
+    return RouteMatch(path, headers, (), "POST")
+
+
+def host_matches(hosts: object) -> tuple[HostMatch, ...]:
     out = []
     for host in hosts:  # type: ignore[attr-defined]  # a repeated HostMatch
         if host.WhichOneof("match") == "exact":
@@ -176,7 +179,7 @@ def _hosts(hosts: object) -> tuple[HostMatch, ...]:
     return tuple(out)
 
 
-def _http_match(message: http_route_pb2.HttpRouteMatch, where: str) -> RouteMatch:
+def http_match(message: http_route_pb2.HttpRouteMatch, where: str) -> RouteMatch:
     path = None
     if message.HasField("path"):
         kind = message.path.WhichOneof("kind")

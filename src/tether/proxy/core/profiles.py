@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.proxy.core.retries import RetryBudget
+from tether.proxy.core.retries import Budget, RetryBudget
 from tether.proxy.core.labels import escape
 
 # -- request matching -----------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class Route:
     classes: tuple[ResponseClass, ...] = ()
     labels: str = ""  # rendered rt_* labels ("" for the default route)
     timeout: float | None = None  # seconds, for the response head across all attempts
-    budget: RetryBudget | None = None  # retries allowed (is_retryable with a usable budget)
+    budget: Budget | None = None  # retries allowed (is_retryable with a usable budget; a policy rule's limit)
     metric_labels: str = ""  # the route metrics' series: direction, dst, rt_* (set by the Profile)
     dst: bytes = b""  # the profile's service, name:port (l5d-dst-canonical; set by the Profile)
 

@@ -15,6 +15,7 @@ from tether.proxy.core.balancer import Balancer
 from tether.proxy.core.endpoint import Endpoint
 
 if TYPE_CHECKING:
+    from tether.proxy.core.client_policy import ClientPolicy
     from tether.proxy.core.profiles import Profile
 
 
@@ -30,6 +31,21 @@ class ProfileSource(Protocol):
     def ready(self) -> bool:
         """Whether discovery has answered (so ``resolution`` is its answer, not the default)."""
         ...
+
+    def release(self) -> None: ...
+
+    async def wait(self, timeout: float) -> Any: ...
+
+
+class PolicySource(Protocol):
+    """A client policy watch (``io.discovery.PolicyWatch``): the target's latest ``OutboundPolicy``
+    (None: the controller has none for it, or has not answered). Waited on with ``commands.Wait``."""
+
+    @property
+    def policy(self) -> ClientPolicy | None: ...
+
+    @property
+    def ready(self) -> bool: ...
 
     def release(self) -> None: ...
 
@@ -52,6 +68,8 @@ class Resolution:
     ``profile``: the service's profile routes and traffic split (None when it
     has neither). ``watch``: the profile watch this came from, whose
     ``resolution`` is the latest (None for answers that cannot change).
+    ``policy``: the target's client policy watch, when the proxy asks the
+    policy controller (set by ``core.outbound``, not by the profile watch).
     """
 
     opaque: bool = False
@@ -60,6 +78,7 @@ class Resolution:
     authority: str = ""  # the service's name:port, for metrics
     profile: Profile | None = None
     watch: ProfileSource | None = field(default=None, compare=False, repr=False)
+    policy: PolicySource | None = field(default=None, compare=False, repr=False)  # the client policy watch
 
 
 FORWARD = Resolution()

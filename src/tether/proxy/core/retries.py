@@ -38,7 +38,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 WINDOWS = 10
 MAX_RETRIES_PER_SECOND = 2**31 - 1
@@ -112,6 +112,15 @@ class RetryBudget:
         self._stamp += passed * self._window
 
 
+class Budget(Protocol):
+    """What ``settle`` asks of a route's retries: a ``RetryBudget`` (a profile's, shared by its routes) or a
+    policy rule's per-request limit (``policy_routes.Attempts``)."""
+
+    def deposit(self) -> None: ...
+
+    def withdraw(self) -> bool: ...
+
+
 class Settled(enum.Enum):
     """What follows an attempt of a request on a profile route."""
 
@@ -120,7 +129,7 @@ class Settled(enum.Enum):
     EXPIRED = "expired"  # the route's timeout has passed: the request ends with the timeout error
 
 
-def settle(budget: RetryBudget | None, retryable: bool, expired: bool, routes: Any, labels: str, status: int,
+def settle(budget: Budget | None, retryable: bool, expired: bool, routes: Any, labels: str, status: int,
            grpc_status: int | None = None) -> Settled:
     """After an attempt: ``retryable`` when it failed (by the route's classes) and the request can be sent
     again; ``expired`` when the route's timeout has passed; ``routes``: the route metrics

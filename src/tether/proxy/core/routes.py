@@ -40,7 +40,9 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
-from tether.proxy.core.resolution import ProfileSource, Resolution
+from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.policy_routes import decide
+from tether.proxy.core.resolution import PolicySource, ProfileSource, Resolution
 from tether.proxy.core.endpoint import Endpoint, Plan, plan
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.codec.transport_header import SessionProtocol
@@ -62,12 +64,15 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
                     connect_timeout: float, failfast: float, loop_addrs: frozenset[SocketAddr],
                     draw: Callable[[], float] = random.random,
                     protocol: SessionProtocol = SessionProtocol.HTTP1,
-                    named: Callable[[str, int], ProfileSource] | None = None) -> Router:
+                    named: Callable[[str, int], ProfileSource] | None = None,
+                    policies: PolicySource | None = None) -> Router:
     """``draw``: uniform in [0, 1), for the traffic split's weighted choice; ``protocol``: the session protocol
     new connections announce in the transport header (``HTTP2`` for the HTTP/2 layer's connections);
     ``named``: ingress mode, a lease on the profile watch of a ``name:port`` (the caller releases its leases
-    when the connection ends)."""
+    when the connection ends); ``policies``: the target's client policy watch (``core.policy_routes``
+    decides each request under its latest policy, unless a ServiceProfile with routes applies)."""
     watch = resolution.watch
+    h2 = protocol is SessionProtocol.HTTP2
 
     # Per (endpoint, authority label): its connection and labels, made once.
     plans: dict[tuple[Endpoint, str], tuple[Plan, str]] = {}
@@ -130,6 +135,29 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         picked.route = route
         return picked
 
+    def policied(policy: ClientPolicy, request: RequestHead, host: bytes) -> Generator[Command, Any,
+                                                                                       Pick | ProxyError]:
+        decision = decide(policy, request, h2, draw)
+        if isinstance(decision, ProxyError):
+            return decision
+        backend, route = decision.backend, decision.request_route
+        picked: Pick | ProxyError
+        if backend.endpoint is not None:
+            picked = pick_endpoint(backend.endpoint, backend.authority, host)
+        else:
+            balancer = backend.balancer
+            slot = balancer.pick()
+            if slot is None:
+                slot = yield Wait(balancer, failfast)
+            picked = errors.failfast(backend.authority) if slot is None else take(balancer, slot, backend.authority,
+                                                                                   host)
+        if isinstance(picked, ProxyError):
+            return replace(picked, route=route)
+        picked.route = route
+        picked.rewrite = decision.rewrite
+        picked.respond = decision.respond
+        return picked
+
     def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:
         assert named is not None
         target = parse_override(value)
@@ -175,8 +203,12 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         if current is not seen:
             seen = current
             host = (current.authority or str(orig_dst)).encode()
-        if current.profile is not None:
+        if current.profile is not None:  # a ServiceProfile with routes or a split wins (never both)
             return (yield from profiled(current, request, host))
+        if policies is not None:
+            policy = policies.policy
+            if policy is not None:
+                return (yield from policied(policy, request, host))
         balancer = current.balancer
         if balancer is None:
             return pick_endpoint(current.endpoint or Endpoint.forward(orig_dst), current.authority, host)

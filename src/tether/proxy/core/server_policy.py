@@ -24,8 +24,10 @@ from __future__ import annotations
 import enum
 import functools
 import re
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl
 
 from tether.proxy.codec.addrs import IpNetwork
@@ -165,24 +167,51 @@ class ServerPolicy:
 
     def route(self, request: RequestHead) -> HttpRoute | None:
         """The request's best route, or None (no route: 404)."""
-        req = _Request(request)
-        best: tuple[tuple[int, int], tuple[int, int, int, int, int]] | None = None
-        chosen: HttpRoute | None = None
-        for route in self.http_routes:
-            if route.hosts:
-                host_scores = [s for s in (h.score(req.host) for h in route.hosts) if s is not None]
-                if not host_scores:
-                    continue
-                host_score = max(host_scores)
-            else:
-                host_score = (0, 0)
-            rule_scores = [s for s in (r.score(req) for r in route.rules) if s is not None]
-            if not rule_scores:
+        chosen = select_route(self.http_routes, request)
+        return chosen[0] if chosen is not None else None
+
+
+class Scored(typing.Protocol):
+    def score(self, request: _Request) -> tuple[int, int, int, int, int] | None: ...
+
+
+class Routed(typing.Protocol):
+    @property
+    def hosts(self) -> tuple[HostMatch, ...]: ...
+
+    @property
+    def rules(self) -> Sequence[Scored]: ...
+
+
+R = typing.TypeVar("R", bound=Routed)
+
+
+def select_route(routes: Sequence[R], request: RequestHead) -> tuple[R, Any] | None:
+    """The best (route, rule) for ``request`` -- inbound and outbound alike: the route's hosts (exact beats
+    suffix beats none), then its rules' best match; ties go to the first listed. None: no route."""
+    req = _Request(request)
+    best: tuple[tuple[int, int], tuple[int, int, int, int, int]] | None = None
+    chosen: tuple[R, Any] | None = None
+    for route in routes:
+        if route.hosts:
+            host_scores = [s for s in (h.score(req.host) for h in route.hosts) if s is not None]
+            if not host_scores:
                 continue
-            score = (host_score, max(rule_scores))
-            if best is None or score > best:
-                best, chosen = score, route
-        return chosen
+            host_score = max(host_scores)
+        else:
+            host_score = (0, 0)
+        rule_best: tuple[int, int, int, int, int] | None = None
+        rule_chosen: Any = None
+        for rule in route.rules:
+            s = rule.score(req)
+            if s is not None and (rule_best is None or s > rule_best):
+                rule_best, rule_chosen = s, rule
+        if rule_best is None:
+            continue
+        score = (host_score, rule_best)
+        if best is None or score > best:
+            best, chosen = score, (route, rule_chosen)
+    return chosen
 
 
 class _Request:

@@ -34,13 +34,18 @@ import random
 from collections.abc import AsyncIterator, Callable
 
 from tether.api import destination_pb2 as pb
-from tether.api.addresses import InvalidAddress, from_tcp_address
+from tether.api import outbound_pb2 as outbound_pb
+from tether.api.addresses import InvalidAddress, from_tcp_address, to_tcp_address
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.commands import Failed
 from tether.proxy.core.config import Backoff
 from tether.proxy.core.profiles import Profile
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.client_policy_translation import invalid_policy
+from tether.proxy.core.client_policy_translation import translate as translate_policy
+from tether.proxy.core.policy_translation import InvalidPolicy
 from tether.proxy.core.profile_translation import translate
 from tether.proxy.core.resolution import FORWARD, Resolution
 from tether.proxy.io.grpc_client import Channel, Code, RpcError, method_path
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 _FINAL_CODES = frozenset({Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION, Code.UNIMPLEMENTED})
 _SERVICE = pb.DESCRIPTOR.services_by_name["Destination"]
 GET, GET_PROFILE = method_path(_SERVICE, "Get"), method_path(_SERVICE, "GetProfile")
+WATCH_POLICY = method_path(outbound_pb.DESCRIPTOR.services_by_name["OutboundPolicies"], "Watch")
 
 
 class WaitingBalancer(Balancer):
@@ -146,12 +152,11 @@ class _Watch:
     async def _run(self) -> None:
         failures = 0
         while not self.closed:
-            channel = self._discovery.lease_channel()
+            channel = self._lease()
             try:
                 if channel is None:
                     raise _NoChannel
-                request = pb.GetDestination(path=self.key, context_token=self._discovery.context_token)
-                call = self._open(channel, request)
+                call = self._open(channel)
                 first = True
                 async for message in call:
                     self._apply(message, first)
@@ -167,14 +172,27 @@ class _Watch:
                     self.answered.set()
                     return
                 log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details)
+                self._failed()
             except _NoChannel:
                 pass
             finally:
-                self._discovery.return_channel(channel)
+                self._give_back(channel)
             failures += 1
             await asyncio.sleep(self._discovery.backoff_delay(failures))
 
-    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
+    def _failed(self) -> None:
+        """The stream failed and is retried; what was answered keeps serving."""
+
+    def _lease(self) -> Channel | None:
+        return self._discovery.lease_channel()
+
+    def _give_back(self, channel: Channel | None) -> None:
+        self._discovery.return_channel(channel)
+
+    def _destination(self) -> pb.GetDestination:
+        return pb.GetDestination(path=self.key, context_token=self._discovery.context_token)
+
+    def _open(self, channel: Channel) -> AsyncIterator[object]:
         raise NotImplementedError
 
     def _apply(self, message: object, first: bool) -> None:
@@ -195,8 +213,8 @@ class ServiceWatch(_Watch):
         super().__init__(discovery, key)
         self.balancer = discovery.new_balancer()
 
-    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
-        return channel.server_stream(GET, request, pb.Update)
+    def _open(self, channel: Channel) -> AsyncIterator[object]:
+        return channel.server_stream(GET, self._destination(), pb.Update)
 
     def _apply(self, message: object, first: bool) -> None:
         assert isinstance(message, pb.Update)
@@ -243,8 +261,8 @@ class ProfileWatch(_Watch):
         self._backends: list[ServiceWatch] = []  # the traffic split's services, leased
         self._update_waiters: list[asyncio.Future[None]] = []
 
-    def _open(self, channel: Channel, request: pb.GetDestination) -> AsyncIterator[object]:
-        return channel.server_stream(GET_PROFILE, request, pb.DestinationProfile)
+    def _open(self, channel: Channel) -> AsyncIterator[object]:
+        return channel.server_stream(GET_PROFILE, self._destination(), pb.DestinationProfile)
 
     def updated(self) -> asyncio.Future[None]:
         """Done at the next profile update (tests wait on it)."""
@@ -347,6 +365,104 @@ class ProfileWatch(_Watch):
         return self.resolution
 
 
+class PolicyWatch(_Watch):
+    """``OutboundPolicies.Watch`` for ``ip:port`` (proxy.md §7.1), on the policy controller's channel.
+
+    ``policy`` is None until the first message, and after ``NOT_FOUND`` /
+    ``UNIMPLEMENTED`` (the target has no policy: the profile alone applies).
+    A message the proxy cannot use becomes Linkerd's invalid policy (every
+    request 500). Each balanced backend is a ``ServiceWatch`` leased for as
+    long as the policy names it (shared with the profiles naming the same
+    service).
+    """
+
+    def __init__(self, discovery: Discovery, key: str, addr: SocketAddr) -> None:
+        super().__init__(discovery, key)
+        self._addr = addr
+        self.policy: ClientPolicy | None = None
+        self._backends: list[ServiceWatch] = []
+        self._update_waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def ready(self) -> bool:
+        return self.answered.is_set()
+
+    def _lease(self) -> Channel | None:
+        return self._discovery.policy_channel()
+
+    def _give_back(self, channel: Channel | None) -> None:
+        """The policy channel is the inbound policy client's: it closes it."""
+
+    def _open(self, channel: Channel) -> AsyncIterator[object]:
+        spec = outbound_pb.TrafficSpec(source_workload=self._discovery.policy_workload,
+                                       addr=to_tcp_address(str(self._addr.ip), self._addr.port))
+        return channel.server_stream(WATCH_POLICY, spec, outbound_pb.OutboundPolicy)
+
+    def updated(self) -> asyncio.Future[None]:
+        """Done at the next policy update (tests wait on it)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._update_waiters.append(waiter)
+        return waiter
+
+    def _apply(self, message: object, first: bool) -> None:
+        assert isinstance(message, outbound_pb.OutboundPolicy)
+        held: list[ServiceWatch] = []
+
+        def balancer_for(path: str) -> Balancer:
+            watch = self._discovery.service(path)
+            held.append(watch)
+            return watch.balancer
+
+        try:
+            policy = translate_policy(message, balancer_for)
+        except InvalidPolicy as exc:
+            log.warning("client policy: %s: invalid policy from the controller (%s); every request fails",
+                        self.key, exc)
+            policy = invalid_policy()
+        if policy.unapplied:
+            log.warning("client policy: %s: not applied by this proxy: %s", self.key, ", ".join(policy.unapplied))
+        self._hold(held)
+        self.policy = policy
+        self._updated_now()
+
+    def _hold(self, held: list[ServiceWatch]) -> None:
+        previous, self._backends = self._backends, held
+        for watch in previous:
+            watch.release()
+
+    def _updated_now(self) -> None:
+        waiters, self._update_waiters = self._update_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _final(self, code: Code) -> None:
+        self._hold([])
+        self.policy = None
+        self._updated_now()
+
+    def _failed(self) -> None:
+        # Linkerd waits for the controller; here a target whose first watch failed is served by its profile
+        # alone meanwhile (a proxy without a reachable policy controller keeps working), and the policy
+        # applies from its first message on.
+        self.answered.set()
+
+    def _forget(self) -> None:
+        self._discovery.policies.pop(self.key, None)
+
+    def _closed(self) -> None:
+        self._hold([])
+
+    async def wait(self, timeout: float) -> ClientPolicy | None:
+        """The policy once the controller answered (None: it has none); None too after ``timeout``."""
+        if not self.answered.is_set():
+            try:
+                await asyncio.wait_for(self.answered.wait(), timeout)
+            except TimeoutError:
+                return None
+        return self.policy
+
+
 class Discovery:
     """The cache of watches, and the destination channel they use."""
 
@@ -367,6 +483,10 @@ class Discovery:
         self._clock = clock
         self._rng = rng or random.Random()
         self.profiles: dict[str, ProfileWatch] = {}
+        self.policies: dict[str, PolicyWatch] = {}
+        # OutboundPolicies (enable_client_policy): the policy controller's channel (the inbound policy client's).
+        self.policy_workload = ""
+        self.policy_channel: Callable[[], Channel | None] = lambda: None
         self.services: dict[str, ServiceWatch] = {}
         self._channel: Channel | None = None
         self._channel_users: dict[Channel, int] = {}
@@ -400,6 +520,20 @@ class Discovery:
         watch = self.profiles.get(authority)
         if watch is None:
             watch = self.profiles[authority] = ProfileWatch(self, authority, port)
+        watch.acquire()
+        return watch
+
+    def enable_client_policy(self, workload: str, channel: Callable[[], Channel | None]) -> None:
+        """Ask the policy controller for client policy (``LINKERD2_PROXY_POLICY_WORKLOAD``), on ``channel``."""
+        self.policy_workload = workload
+        self.policy_channel = channel
+
+    def client_policy(self, addr: SocketAddr) -> PolicyWatch:
+        """A lease on the client policy watch of ``addr``; the caller must ``release()`` it."""
+        key = str(addr)
+        watch = self.policies.get(key)
+        if watch is None:
+            watch = self.policies[key] = PolicyWatch(self, key, addr)
         watch.acquire()
         return watch
 
@@ -456,7 +590,7 @@ class Discovery:
         asyncio.get_running_loop().create_task(channel.close())
 
     async def close(self) -> None:
-        for watch in [*self.profiles.values(), *self.services.values()]:
+        for watch in [*self.profiles.values(), *self.policies.values(), *self.services.values()]:
             watch.close()
         await asyncio.sleep(0)
         channels = list(self._channel_users)

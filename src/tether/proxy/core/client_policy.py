@@ -1,0 +1,283 @@
+"""Outbound client policy as the proxy holds it (proxy.md §7.1, §7.2, §7.5, §7.6): the policy controller's
+``OutboundPolicy`` for one target, translated once per update (``core.client_policy_translation``) so that
+no protobuf is touched per request.
+
+- ``ClientPolicy``: the parent (a Service port, an EgressNetwork, or a default
+  such as ``egress-fallback``), its protocol, its HTTP/1, HTTP/2 or gRPC
+  routes, its opaque routes and its failure accrual.
+- ``OutboundRoute`` / ``OutboundRule``: Gateway API routes; a request's route
+  and rule are chosen as the inbound side chooses them
+  (``server_policy.select_route``: hosts, then the best match).
+- Filters: ``HeaderModifier`` (request or response; ``l5d-*`` names are never
+  touched, so a route cannot forge ``l5d-client-id`` or strip what the proxies
+  tell each other), ``Redirect`` (a 3xx the proxy answers), ``FailureInjector``
+  (a share of requests failed with its status or gRPC code) and ``Invalid``
+  (500: what the controller could not express).
+- ``RouteBackend``: a balancer (a Service's endpoints, leased by the watch),
+  a forward endpoint (an egress or fallback target), or nothing (502); drawn
+  per request by weight (``choose``), one not ready giving its share to the
+  others (``RandomAvailable``) or the first ready one (``FirstAvailable``).
+- ``default_routes``: the controller's answer when the Service has no
+  HTTPRoute or GRPCRoute (a single route named ``default``).
+
+Pure. Callers: ``core.client_policy_translation``, ``core.policy_routes``, ``io.discovery``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.proxy.codec.http1 import Headers
+from tether.proxy.core import labels
+from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.core.server_policy import HostMatch, Protocol, Rule
+
+L5D_PREFIX = b"l5d-"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRef:
+    """Where a policy object came from (``meta.Metadata``): a resource, or a default (kind ``default``)."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    port: int = 0
+    section: str = ""
+
+    @classmethod
+    def default(cls, name: str) -> PolicyRef:
+        return cls("", "default", "", name)
+
+    @property
+    def is_default(self) -> bool:
+        return self.kind == "default"
+
+    def labels(self, prefix: str) -> str:
+        """``<prefix>_group``, ``_kind``, ``_namespace``, ``_name``, ``_port``, ``_section_name`` (proxy.md §9.5)."""
+        return labels.render((f"{prefix}_group", self.group), (f"{prefix}_kind", self.kind),
+                             (f"{prefix}_namespace", self.namespace), (f"{prefix}_name", self.name),
+                             (f"{prefix}_port", str(self.port) if self.port else ""),
+                             (f"{prefix}_section_name", self.section))
+
+    def route_labels(self) -> str:
+        """A route's labels: group, kind, namespace and name."""
+        return labels.render(("route_group", self.group), ("route_kind", self.kind),
+                             ("route_namespace", self.namespace), ("route_name", self.name))
+
+
+# -- filters ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderModifier:
+    """Gateway API's header modifier: ``set`` replaces, ``add`` appends, ``remove`` drops (names lower-case)."""
+
+    add: Headers = ()
+    set: Headers = ()
+    remove: frozenset[bytes] = frozenset()
+
+    def apply(self, headers: Headers) -> Headers:
+        replaced = {name for name, _ in self.set} | self.remove
+        kept = tuple((n, v) for n, v in headers if n.lower() not in replaced)
+        return kept + self.set + self.add
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """``RequestRedirect``: the proxy answers ``status`` with a ``Location`` built from the request."""
+
+    status: int
+    scheme: str | None = None
+    host: str | None = None
+    port: int | None = None
+    full_path: str | None = None
+    prefix: str | None = None  # replaces the matched path prefix (``matched``)
+
+    def location(self, scheme: str, host: str, path: str, query: str, matched: str | None) -> str:
+        scheme = self.scheme or scheme
+        host = self.host or host
+        if self.full_path is not None:
+            path = self.full_path
+        elif self.prefix is not None and matched is not None:
+            rest = path[len(matched.rstrip("/")):]
+            path = self.prefix.rstrip("/") + rest if rest else self.prefix or "/"
+        port = self.port
+        authority = host if port is None or (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
+        return f"{scheme}://{authority}{path}{'?' + query if query else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureInjector:
+    """Fails ``numerator``/``denominator`` of the requests with ``status`` (HTTP) or ``grpc_code``."""
+
+    status: int
+    message: str
+    numerator: int = 1
+    denominator: int = 1
+    grpc_code: int | None = None
+
+    def hits(self, draw: float) -> bool:
+        return draw * self.denominator < self.numerator
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """What the controller could not express (a missing backend, an unsupported filter): 500."""
+
+    message: str
+
+
+RequestFilter = HeaderModifier | Redirect | FailureInjector | Invalid
+
+
+# -- backends, rules, routes --------------------------------------------------------------------------------
+
+
+class Distribution(enum.Enum):
+    EMPTY = "empty"
+    FIRST_AVAILABLE = "first-available"
+    RANDOM_AVAILABLE = "random-available"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RouteBackend:
+    """One backend of a rule: exactly one of ``balancer`` (discovery's, for ``authority``) and ``endpoint``
+    (forward), or neither (no dispatcher: 502)."""
+
+    meta: PolicyRef
+    weight: int = 1
+    authority: str = ""  # the balancer's Destination path (name:port), for metrics and errors
+    balancer: Any = field(default=None, compare=False)  # core.balancer.Balancer
+    endpoint: Endpoint | None = None
+    filters: tuple[RequestFilter, ...] = ()
+    request_timeout: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether it takes requests now: a balancer with endpoints, a forward endpoint, or a backend that
+        fails them at once (no dispatcher, e.g. a missing Service with the controller's failure injector)."""
+        return self.balancer.has_endpoints if self.balancer is not None else True
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    request: float | None = None  # the whole exchange
+    response: float | None = None  # from the request sent to the response's end
+    idle: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A rule's retries: up to ``limit`` more attempts of a request whose response matches the conditions."""
+
+    limit: int
+    max_request_bytes: int
+    statuses: tuple[tuple[int, int], ...] = ()  # HTTP: inclusive ranges
+    grpc_codes: frozenset[int] = frozenset()  # gRPC
+    timeout: float | None = None  # per attempt
+    backoff: tuple[float, float] | None = None  # (min, max) seconds
+
+    def retryable(self, status: int, grpc_status: int | None) -> bool:
+        if grpc_status is not None and self.grpc_codes:
+            return grpc_status in self.grpc_codes
+        return any(lo <= status <= hi for lo, hi in self.statuses)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRule:
+    match: Rule  # the matches (server_policy's, so the inbound and outbound sides score alike)
+    filters: tuple[RequestFilter, ...] = ()
+    response_filters: tuple[HeaderModifier, ...] = ()
+    distribution: Distribution = Distribution.FIRST_AVAILABLE
+    backends: tuple[RouteBackend, ...] = ()
+    timeouts: Timeouts = Timeouts()
+    retry: Retry | None = None
+    allow_l5d_request_headers: bool = False
+
+    def score(self, request: Any) -> tuple[int, int, int, int, int] | None:
+        return self.match.score(request)
+
+    def choose(self, draw: float) -> RouteBackend | None:
+        """The backend of one request: weighted among the ready ones (all, when none is ready)."""
+        backends = self.backends
+        if not backends:
+            return None
+        if self.distribution is Distribution.FIRST_AVAILABLE:
+            return next((b for b in backends if b.ready), backends[0])
+        ready = [b for b in backends if b.ready and b.weight > 0] or [b for b in backends if b.weight > 0]
+        if not ready:
+            return None
+        point = draw * sum(b.weight for b in ready)
+        for backend in ready:
+            point -= backend.weight
+            if point < 0:
+                return backend
+        return ready[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRoute:
+    meta: PolicyRef
+    hosts: tuple[HostMatch, ...]
+    rules: tuple[OutboundRule, ...]
+    grpc: bool = False
+    labels: str = ""  # route_* labels, rendered once
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            object.__setattr__(self, "labels", self.meta.route_labels())
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueRoute:
+    meta: PolicyRef
+    forbidden: bool = False  # the connection is refused (Forbidden, or Invalid)
+    backends: tuple[RouteBackend, ...] = ()
+    distribution: Distribution = Distribution.FIRST_AVAILABLE
+
+
+@dataclass(frozen=True, slots=True)
+class ConsecutiveFailures:
+    """Failure accrual: an endpoint is shut after ``max_failures`` failures in a row, for a backoff."""
+
+    max_failures: int
+    min_backoff: float
+    max_backoff: float
+    jitter: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPolicy:
+    parent: PolicyRef
+    protocol: Protocol
+    http1: tuple[OutboundRoute, ...] = ()
+    http2: tuple[OutboundRoute, ...] = ()  # gRPC routes too, when the protocol is gRPC
+    opaque: tuple[OpaqueRoute, ...] = ()
+    detect_timeout: float | None = None
+    accrual: ConsecutiveFailures | None = None
+    unapplied: tuple[str, ...] = ()  # what the message asks that this proxy does not do (logged by name)
+    parent_labels: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.parent_labels:
+            object.__setattr__(self, "parent_labels", self.parent.labels("parent"))
+
+    def routes(self, h2: bool) -> tuple[OutboundRoute, ...]:
+        return self.http2 if h2 else self.http1
+
+    def default_routes(self, h2: bool) -> bool:
+        """Whether the Service has no HTTPRoute/GRPCRoute for this protocol (the controller's ``default``
+        route): then a ServiceProfile's routes apply (Linkerd 2.20's fallback)."""
+        routes = self.routes(h2)
+        return all(r.meta.is_default and r.meta.name in ("http", "grpc") for r in routes)
+
+
+def refuse_l5d(names: Sequence[bytes]) -> list[bytes]:
+    """The ``l5d-*`` names among ``names``: a header modifier never touches them."""
+    return [n for n in names if n.lower().startswith(L5D_PREFIX)]
+

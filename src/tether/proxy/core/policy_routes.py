@@ -1,0 +1,170 @@
+"""A request's decision under outbound client policy (proxy.md §7.2, §7.5, §7.6, §7.9): one implementation for
+HTTP/1 and HTTP/2, asked by the router (``core.routes``) before it picks an endpoint.
+
+``decide`` takes the ``ClientPolicy`` and a request head and answers either
+a ``ProxyError`` the proxy answers itself -- no route (404), a redirect (3xx
+with ``Location``), an injected failure, an invalid policy (500), no backend
+(502) -- or a ``Decision``: the backend drawn by weight, the request header
+rewrite (the rule's then the backend's ``RequestHeaderModifier``s, in order),
+the response header rewrite, and the request's ``PolicyRoute``.
+
+``PolicyRoute`` is what the HTTP layers already apply to a route
+(``core.profiles.Route``): ``timeout`` (the rule's request timeout, or its
+response timeout when shorter: a 504 before the response head, across every
+attempt), ``budget`` (the rule's retry limit, counted down per request:
+``Attempts``) and ``is_failure`` (the rule's retry conditions: HTTP status
+ranges or gRPC codes). It has no ``metric_labels``: the ServiceProfile
+``route_*`` series are not for policy routes.
+
+Pure: ``draw`` is a uniform random in [0, 1). Callers: ``core.routes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tether.proxy.codec.http1 import Headers, RequestHead
+from tether.proxy.core import errors
+from tether.proxy.core.client_policy import (
+    ClientPolicy,
+    FailureInjector,
+    HeaderModifier,
+    Invalid,
+    OutboundRoute,
+    OutboundRule,
+    Redirect,
+    RequestFilter,
+    Retry,
+    RouteBackend,
+)
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.profiles import MATCH_ALL, Route, request_path
+from tether.proxy.core.server_policy import PathKind, select_route
+
+Rewrite = Callable[[Headers], Headers]
+
+
+class Attempts:
+    """A request's retries under a policy rule: ``limit`` withdrawals, then none (``retries.Budget``)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def deposit(self) -> None:
+        """A request that ends without a retry earns nothing (no shared budget)."""
+
+    def withdraw(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PolicyRoute(Route):
+    """A request's policy route, as the HTTP layers apply a route (see the module docstring)."""
+
+    retry: Retry | None = None
+    route: OutboundRoute | None = None
+
+    def is_failure(self, status: int, grpc_status: int | None = None) -> bool:
+        if self.retry is not None:
+            return self.retry.retryable(status, grpc_status)
+        if grpc_status is not None:
+            return grpc_status != 0
+        return status >= 500
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    route: OutboundRoute
+    rule: OutboundRule
+    backend: RouteBackend
+    request_route: PolicyRoute
+    rewrite: Rewrite | None = None
+    respond: Rewrite | None = None
+
+
+def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[[], float]) -> Decision | ProxyError:
+    chosen = select_route(policy.routes(h2), request)
+    if chosen is None:
+        return errors.no_route()
+    route, rule = chosen
+    assert isinstance(rule, OutboundRule)
+    request_route = _request_route(route, rule)
+    modifiers: list[HeaderModifier] = []
+    refused = _filters(rule.filters, rule, request, modifiers, draw)
+    if refused is not None:
+        return _with(refused, request_route)
+    backend = rule.choose(draw())
+    if backend is None:
+        return _with(errors.no_backend(route.meta.name), request_route)
+    refused = _filters(backend.filters, rule, request, modifiers, draw)
+    if refused is not None:
+        return _with(refused, request_route)
+    if backend.balancer is None and backend.endpoint is None:
+        return _with(errors.no_backend(backend.meta.name), request_route)
+    return Decision(route, rule, backend, request_route, _chain(modifiers), _chain(rule.response_filters))
+
+
+def _request_route(route: OutboundRoute, rule: OutboundRule) -> PolicyRoute:
+    t = rule.timeouts
+    limits = [s for s in (t.request, t.response) if s]
+    retry = rule.retry
+    budget = Attempts(retry.limit) if retry is not None and retry.limit > 0 else None
+    return PolicyRoute(MATCH_ALL, timeout=min(limits) if limits else None, budget=budget, retry=retry, route=route)
+
+
+def _with(error: ProxyError, route: PolicyRoute) -> ProxyError:
+    return replace(error, route=route)
+
+
+def _filters(filters: tuple[RequestFilter, ...], rule: OutboundRule, request: RequestHead,
+             modifiers: list[HeaderModifier], draw: Callable[[], float]) -> ProxyError | None:
+    for f in filters:
+        if isinstance(f, HeaderModifier):
+            modifiers.append(f)
+        elif isinstance(f, Redirect):
+            return errors.redirect(f.status, _location(f, rule, request))
+        elif isinstance(f, FailureInjector):
+            if f.hits(draw()):
+                return errors.injected(f.status, f.grpc_code, f.message)
+        elif isinstance(f, Invalid):
+            return errors.invalid_policy(f.message)
+    return None
+
+
+def _chain(modifiers: tuple[HeaderModifier, ...] | list[HeaderModifier]) -> Rewrite | None:
+    if not modifiers:
+        return None
+    if len(modifiers) == 1:
+        return modifiers[0].apply
+    chain = tuple(modifiers)
+
+    def apply(headers: Headers) -> Headers:
+        for modifier in chain:
+            headers = modifier.apply(headers)
+        return headers
+
+    return apply
+
+
+def _location(redirect: Redirect, rule: OutboundRule, request: RequestHead) -> str:
+    target = request.target.decode("latin-1")
+    query = target.partition("?")[2]
+    path = request_path(request.target) or "/"
+    host = next((v for n, v in request.headers if n.lower() in (b"host", b":authority")), b"").decode("latin-1")
+    name, sep, port = host.rpartition(":")
+    if sep and port.isdigit() and (name.endswith("]") or ":" not in name):
+        host = name  # the redirect's port (or the scheme's default) replaces the request's
+    matched = None
+    if redirect.prefix is not None:
+        # The prefix the request matched: the longest PathPrefix of the rule that holds.
+        prefixes = [m.path.value for m in rule.match.matches
+                    if m.path is not None and m.path.kind is PathKind.PREFIX and m.path.matches(path)]
+        matched = max(prefixes, key=len) if prefixes else "/"
+    scheme = "https" if target.startswith("https://") else "http"
+    return redirect.location(scheme, host, path, query, matched)

@@ -1,0 +1,389 @@
+"""Outbound client policy in the proxy, without sockets: the policy controller's own OutboundPolicy messages
+(its index and encoder, fed Linkerd-shaped resources) translated by the proxy, then each request's decision
+(route, filters, backend) and the router that follows it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "policy" / "outbound"))
+from outbound_helpers import CONFIG, backend, egress_network, feed, grpc_route, http_route, service  # noqa: E402
+
+from tether.api import outbound_pb2 as pb  # noqa: E402
+from tether.policy.outbound import OutboundIndex  # noqa: E402
+from tether.policy.outbound.translator import encode  # noqa: E402
+from tether.proxy.codec.addrs import SocketAddr, parse_ip  # noqa: E402
+from tether.proxy.codec.http1 import RequestHead  # noqa: E402
+from tether.proxy.core import commands as cmd  # noqa: E402
+from tether.proxy.core.balancer import Balancer  # noqa: E402
+from tether.proxy.core.client_policy import ClientPolicy  # noqa: E402
+from tether.proxy.core.client_policy_translation import invalid_policy, translate  # noqa: E402
+from tether.proxy.core.endpoint import Endpoint  # noqa: E402
+from tether.proxy.core.errors import ErrorKind, ProxyError, grpc_status, response  # noqa: E402
+from tether.proxy.core.http import Pick  # noqa: E402
+from tether.proxy.core.policy_routes import Decision, PolicyRoute, decide  # noqa: E402
+from tether.proxy.core.policy_translation import InvalidPolicy  # noqa: E402
+from tether.proxy.core.profiles import Method, Profile, Route, Split  # noqa: E402
+from tether.proxy.core.resolution import Resolution  # noqa: E402
+from tether.proxy.core.retries import Settled, settle  # noqa: E402
+from tether.proxy.core.routes import outbound_router  # noqa: E402
+
+WEB = "web.emojivoto.svc.cluster.local:80"
+API = "api.emojivoto.svc.cluster.local:80"
+API_V2 = "api-v2.emojivoto.svc.cluster.local:80"
+ORIG = SocketAddr(parse_ip("10.96.0.10"), 80)
+IPS = {WEB: "10.1.0.1", API: "10.1.0.2", API_V2: "10.1.0.3"}
+
+
+def balancer(ip: str) -> Balancer:
+    b = Balancer(failfast=3.0, clock=lambda: 0.0)
+    b.reset([Endpoint(SocketAddr(parse_ip(ip), 8080))])
+    return b
+
+
+class Balancers:
+    """Stands for discovery's Destination.Get watches: one balancer per path the policy names."""
+
+    def __init__(self, ips: dict[str, str] = IPS) -> None:
+        self.by_path: dict[str, Balancer] = {}
+        self.ips = ips
+
+    def __call__(self, path: str) -> Balancer:
+        if path not in self.by_path:
+            self.by_path[path] = balancer(self.ips.get(path, "10.1.0.9"))
+        return self.by_path[path]
+
+
+def controller(*objs: dict[str, Any]) -> OutboundIndex:
+    index = OutboundIndex(CONFIG)
+    feed(index, service("web", "10.96.0.10"), service("api", "10.96.0.11"), service("api-v2", "10.96.0.12"), *objs)
+    return index
+
+
+def served(index: OutboundIndex, ip: str = "10.96.0.10", port: int = 80) -> pb.OutboundPolicy:
+    """What the policy controller streams to a proxy in emojivoto connecting to ``ip:port``."""
+    target = index.address_target(ip, port, "emojivoto")
+    return encode(target, index.state(target), CONFIG)
+
+
+def policy_of(*objs: dict[str, Any], balancers: Balancers | None = None) -> ClientPolicy:
+    return translate(served(controller(*objs)), balancers or Balancers())
+
+
+def get(path: str, method: bytes = b"GET", headers: tuple[tuple[bytes, bytes], ...] = ()) -> RequestHead:
+    return RequestHead(method, path.encode(), ((b"host", b"web.emojivoto.svc.cluster.local"), *headers))
+
+
+def draws(*values: float) -> Any:
+    it = iter(values)
+    return lambda: next(it)
+
+
+# -- translation and precedence ----------------------------------------------------------------------------
+
+
+def test_a_service_without_routes_has_the_default_route_so_its_profile_applies() -> None:
+    policy = policy_of()
+    assert policy.parent.kind == "Service" and policy.parent.name == "web" and policy.parent.port == 80
+    assert policy.default_routes(False) and policy.default_routes(True)
+    assert 'parent_kind="Service"' in policy.parent_labels and 'parent_port="80"' in policy.parent_labels
+    with_route = policy_of(http_route("split", "web", [{"backendRefs": [backend("api")]}]))
+    assert not with_route.default_routes(False)
+    assert with_route.http1[0].meta.name == "split" and with_route.http1[0].meta.kind == "HTTPRoute"
+
+
+def test_an_undefined_port_and_a_denied_egress_network_forbid_opaque_connections() -> None:
+    undefined = translate(served(controller(), port=9999), Balancers())
+    assert undefined.opaque[0].forbidden and undefined.opaque[0].meta.name == "undefined-port"
+    index = controller(egress_network("deny-all", "Deny"))
+    denied = translate(served(index, "8.8.8.8", 443), Balancers())
+    assert denied.parent.kind == "EgressNetwork" and denied.opaque[0].forbidden
+    answer = decide(denied, get("/"), False, draws(0.0))
+    assert isinstance(answer, ProxyError) and answer.status == 403  # the controller's failure injector
+
+
+def test_egress_fallback_forwards_to_the_original_destination() -> None:
+    policy = translate(served(controller(), "93.184.216.34", 80), Balancers())
+    decision = decide(policy, get("/"), False, draws(0.0))
+    assert isinstance(decision, Decision)
+    assert decision.backend.endpoint is not None and str(decision.backend.endpoint.addr) == "93.184.216.34:80"
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda m: m.ClearField("metadata"), "metadata"),
+    (lambda m: m.protocol.ClearField("kind"), "protocol"),
+    (lambda m: m.protocol.detect.http1.routes[0].ClearField("rules"), "protocol.detect.http1.routes[0].rules"),
+    (lambda m: m.protocol.detect.http1.routes[0].rules[0].filters.add(), "filters[0]: unknown filter"),
+    (lambda m: m.protocol.detect.http1.routes[0].rules[0].matches[0].path.__setattr__("regex", "(["),
+     "matches[0].path.regex"),
+])
+def test_an_invalid_message_names_its_field(mutate: Any, field: str) -> None:
+    message = served(controller(http_route("r", "web", [{"matches": [{"path": {"type": "PathPrefix",
+                                                                               "value": "/"}}]}])))
+    mutate(message)
+    with pytest.raises(InvalidPolicy, match=field.replace("[", r"\[").replace("]", r"\]")):
+        translate(message, Balancers())
+
+
+@pytest.mark.parametrize("name", ["l5d-client-id", "L5D-Dst-Canonical", "content-length", "transfer-encoding"])
+def test_header_modifiers_cannot_forge_l5d_headers_or_reframe_the_message(name: str) -> None:
+    modifier = {"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": name, "value": "x"}]}}
+    message = served(controller(http_route("r", "web", [{"filters": [modifier]}])))
+    with pytest.raises(InvalidPolicy, match="header_modifier"):
+        translate(message, Balancers())
+    # The proxy replaces such a message with the invalid policy: every request 500, opaque refused.
+    answer = decide(invalid_policy(), get("/"), False, draws(0.0))
+    assert isinstance(answer, ProxyError) and answer.status == 500 and answer.kind is ErrorKind.INVALID_POLICY
+    assert invalid_policy().opaque[0].forbidden
+
+
+def test_what_the_proxy_does_not_apply_is_named() -> None:
+    policy = policy_of(http_route("r", "web", [{"timeouts": {"request": "10s"}}],
+                                  annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/timeout": "1s"}))
+    assert any("retry.timeout" in note for note in policy.unapplied)
+
+
+# -- each request's decision -------------------------------------------------------------------------------
+
+
+def test_the_best_match_wins_path_headers_query_and_method() -> None:
+    rules = [
+        {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}], "backendRefs": [backend("api")]},
+        {"matches": [{"path": {"type": "Exact", "value": "/api/vote"}, "method": "POST",
+                      "headers": [{"name": "x-canary", "value": "1"}], "queryParams": [{"name": "d", "value": "1"}]}],
+         "backendRefs": [backend("api-v2")]},
+    ]
+    policy = policy_of(http_route("r", "web", rules))
+
+    def backend_of(request: RequestHead) -> str:
+        decision = decide(policy, request, False, draws(0.0))
+        assert isinstance(decision, Decision)
+        return decision.backend.authority
+
+    assert backend_of(get("/api/vote?d=1", b"POST", ((b"x-canary", b"1"),))) == API_V2
+    assert backend_of(get("/api/vote?d=1", b"GET", ((b"x-canary", b"1"),))) == API  # method differs
+    assert backend_of(get("/api/vote?d=2", b"POST", ((b"x-canary", b"1"),))) == API  # query differs
+    assert backend_of(get("/api/votes", b"POST")) == API
+    nothing = decide(policy, get("/other"), False, draws(0.0))
+    assert isinstance(nothing, ProxyError) and nothing.status == 404 and grpc_status(nothing) == 5
+
+
+def test_hostnames_select_routes() -> None:
+    policy = policy_of(http_route("a", "web", [{"backendRefs": [backend("api")]}], hostnames=["a.example.com"]),
+                       http_route("b", "web", [{"backendRefs": [backend("api-v2")]}], hostnames=["*.example.com"]))
+    exact = decide(policy, RequestHead(b"GET", b"/", ((b"host", b"a.example.com:80"),)), False, draws(0.0))
+    suffix = decide(policy, RequestHead(b"GET", b"/", ((b"host", b"b.example.com"),)), False, draws(0.0))
+    assert isinstance(exact, Decision) and exact.route.meta.name == "a"
+    assert isinstance(suffix, Decision) and suffix.route.meta.name == "b"
+
+
+def test_grpc_routes_match_service_and_method() -> None:
+    rules = [{"matches": [{"method": {"service": "emojivoto.v1.VotingService", "method": "VoteDoughnut"}}],
+              "backendRefs": [backend("api-v2")]},
+             {"matches": [{"method": {"service": "emojivoto.v1.VotingService"}}], "backendRefs": [backend("api")]}]
+    policy = policy_of(grpc_route("voting", "web", rules))
+    assert policy.http2[0].grpc
+
+    def to(path: str) -> str:
+        decision = decide(policy, RequestHead(b"POST", path.encode(), ((b":authority", b"web"),)), True, draws(0.0))
+        assert isinstance(decision, Decision)
+        return decision.backend.authority
+
+    assert to("/emojivoto.v1.VotingService/VoteDoughnut") == API_V2
+    assert to("/emojivoto.v1.VotingService/VotePoop") == API
+
+
+def test_weights_split_requests_by_the_draw_and_a_backend_without_endpoints_gives_its_share_away() -> None:
+    balancers = Balancers()
+    policy = policy_of(http_route("split", "web", [{"backendRefs": [backend("api", weight=90),
+                                                                   backend("api-v2", weight=10)]}]),
+                       balancers=balancers)
+
+    def to(draw: float) -> str:
+        decision = decide(policy, get("/"), False, draws(draw))
+        assert isinstance(decision, Decision)
+        return decision.backend.authority
+
+    assert [to(d) for d in (0.0, 0.5, 0.89, 0.9, 0.99)] == [API, API, API, API_V2, API_V2]
+    balancers.by_path[API_V2].reset([])
+    assert to(0.99) == API
+
+
+def test_header_modifiers_rewrite_request_and_response() -> None:
+    rule = {"filters": [
+        {"type": "RequestHeaderModifier", "requestHeaderModifier": {
+            "set": [{"name": "x-set", "value": "s"}], "add": [{"name": "x-add", "value": "a"}], "remove": ["x-gone"]}},
+        {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{"name": "x-resp", "value": "r"}]}}]}
+    policy = policy_of(http_route("r", "web", [rule]))
+    decision = decide(policy, get("/"), False, draws(0.0))
+    assert isinstance(decision, Decision) and decision.rewrite is not None and decision.respond is not None
+    headers = decision.rewrite(((b"x-set", b"old"), (b"x-gone", b"1"), (b"x-add", b"first")))
+    assert headers == ((b"x-add", b"first"), (b"x-set", b"s"), (b"x-add", b"a"))
+    assert decision.respond(((b"x-resp", b"upstream"),)) == ((b"x-resp", b"r"),)
+
+
+def test_a_redirect_is_answered_by_the_proxy_with_its_location() -> None:
+    redirect = {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
+                "filters": [{"type": "RequestRedirect", "requestRedirect": {
+                    "scheme": "https", "hostname": "new.example.com", "port": 8443, "statusCode": 301,
+                    "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/new"}}}]}
+    plain = {"matches": [{"path": {"type": "Exact", "value": "/moved"}}],
+             "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "other"}}]}
+    policy = policy_of(http_route("r", "web", [redirect, plain]))
+    answer = decide(policy, get("/old/page?x=1"), False, draws(0.0))
+    assert isinstance(answer, ProxyError) and answer.status == 301
+    head = response(answer, meshed_client=False)
+    assert (b"location", b"https://new.example.com:8443/new/page?x=1") in head.headers and head.status == 301
+    moved = decide(policy, RequestHead(b"GET", b"/moved", ((b"host", b"web:80"),)), False, draws(0.0))
+    assert isinstance(moved, ProxyError) and moved.status == 302
+    assert moved.headers == ((b"location", b"http://other/moved"),)
+
+
+def test_a_missing_backend_fails_its_share_of_requests() -> None:
+    policy = policy_of(http_route("r", "web", [{"backendRefs": [backend("api", weight=1),
+                                                               backend("missing", weight=1)]}]))
+    ok = decide(policy, get("/"), False, draws(0.2))
+    failed = decide(policy, get("/"), False, draws(0.7, 0.0))
+    assert isinstance(ok, Decision) and ok.backend.authority == API
+    assert isinstance(failed, ProxyError) and failed.status == 500 and failed.kind is ErrorKind.INJECTED
+
+
+def test_timeouts_and_retries_become_the_requests_route() -> None:
+    annotations = {"retry.linkerd.io/http": "5xx,429", "retry.linkerd.io/limit": "2"}
+    policy = policy_of(http_route("r", "web", [{"timeouts": {"request": "3s"}}], annotations=annotations))
+    decision = decide(policy, get("/"), False, draws(0.0))
+    assert isinstance(decision, Decision)
+    route = decision.request_route
+    assert isinstance(route, PolicyRoute) and route.timeout == 3.0 and route.metric_labels == ""
+    assert route.is_failure(503) and route.is_failure(429) and not route.is_failure(404)
+    # Two retries for this request, then its last answer stands.
+    outcomes = [settle(route.budget, True, False, None, "", 503) for _ in range(3)]
+    assert outcomes == [Settled.RETRY, Settled.RETRY, Settled.FINAL]
+    # Each request has its own count.
+    again = decide(policy, get("/"), False, draws(0.0))
+    assert isinstance(again, Decision)
+    assert settle(again.request_route.budget, True, False, None, "", 503) is Settled.RETRY
+
+
+def test_grpc_retries_on_the_listed_codes() -> None:
+    annotations = {"retry.linkerd.io/grpc": "unavailable"}
+    policy = policy_of(grpc_route("g", "web", [{}], annotations=annotations))
+    decision = decide(policy, RequestHead(b"POST", b"/svc/m", ((b":authority", b"web"),)), True, draws(0.0))
+    assert isinstance(decision, Decision)
+    route = decision.request_route
+    assert route.is_failure(200, 14) and not route.is_failure(200, 13)
+
+
+# -- the router: policy beside the profile -----------------------------------------------------------------
+
+
+class PolicyWatch:
+    def __init__(self, policy: ClientPolicy | None) -> None:
+        self.policy = policy
+        self.ready = True
+
+    def release(self) -> None:
+        pass
+
+    async def wait(self, timeout: float) -> Any:
+        return self.policy
+
+
+def ask(route: Any, request: RequestHead) -> Pick | ProxyError:
+    gen: Generator[cmd.Command, Any, Pick | ProxyError] = route(request)
+    try:
+        command = gen.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    raise AssertionError(f"the router waited: {command}")
+
+
+def router(resolution: Resolution, watch: PolicyWatch, draw: float = 0.0) -> Any:
+    return outbound_router(ORIG, resolution, local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
+                           loop_addrs=frozenset(), draw=lambda: draw, policies=watch)
+
+
+def test_the_router_follows_the_policy_and_its_updates_per_request() -> None:
+    balancers = Balancers()
+    watch = PolicyWatch(None)
+    r = router(Resolution(balancer=balancers(WEB), authority=WEB), watch)
+    before = ask(r, get("/"))
+    assert isinstance(before, Pick) and before.route is None  # no policy yet: the service as it is
+    watch.policy = policy_of(http_route("r", "web", [{"backendRefs": [backend("api-v2")]}]), balancers=balancers)
+    after = ask(r, get("/"))
+    assert isinstance(after, Pick) and isinstance(after.route, PolicyRoute)
+    assert after.connect.addr == SocketAddr(parse_ip(IPS[API_V2]), 8080)
+    assert 'authority="api-v2.emojivoto.svc.cluster.local:80"' in after.labels
+
+
+def test_a_serviceprofile_with_routes_wins_over_the_policy_never_both() -> None:
+    balancers = Balancers()
+    profile = Profile(WEB, [Route(Method(b"POST"), labels='rt_route="post"')], Split([]))
+    policy = policy_of(http_route("r", "web", [{"backendRefs": [backend("api-v2")]}]), balancers=balancers)
+    r = router(Resolution(balancer=balancers(WEB), authority=WEB, profile=profile), PolicyWatch(policy))
+    pick = ask(r, get("/"))
+    assert isinstance(pick, Pick) and pick.route is profile.default and pick.rewrite is None
+    assert pick.connect.addr == SocketAddr(parse_ip(IPS[WEB]), 8080)
+
+
+def test_a_policy_error_carries_the_requests_route() -> None:
+    policy = policy_of(http_route("r", "web", [{"matches": [{"path": {"type": "Exact", "value": "/x"}}]}],
+                                  annotations={"timeout.linkerd.io/request": "2s"}))
+    r = router(Resolution(authority=WEB), PolicyWatch(policy))
+    assert isinstance(ask(r, get("/x")), Pick)
+    missing = ask(r, get("/y"))
+    assert isinstance(missing, ProxyError) and missing.status == 404
+
+
+# -- in the HTTP/1 layer: the layer applies what the decision says -----------------------------------------
+
+
+def playbook(policy_objs: list[dict[str, Any]]) -> Any:
+    from playbook import Playbook  # tests/proxy's playbook harness
+
+    from tether.proxy.core.http import HttpSettings
+
+    balancers = Balancers({WEB: "10.0.0.7", API: "10.0.0.7", API_V2: "10.0.0.7"})
+    policy = policy_of(*policy_objs, balancers=balancers)
+    r = outbound_router(ORIG, Resolution(authority=WEB), local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
+                        loop_addrs=frozenset(), draw=lambda: 0.0, policies=PolicyWatch(policy))
+    return Playbook(r, HttpSettings("outbound", lambda: 100.0, None, strip_proxy_errors=True))
+
+
+UP = SocketAddr(parse_ip("10.0.0.7"), 8080)
+
+
+def test_the_http1_layer_rewrites_headers_both_ways() -> None:
+    from playbook import Checkin, Checkout, Connected, DownData, SendDown, SendUp, UpData
+
+    rule = {"filters": [
+        {"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-set", "value": "s"}],
+                                                                    "remove": ["x-gone"]}},
+        {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "x-resp", "value": "r"}],
+                                                                      "remove": ["server"]}}]}
+    assert (playbook([http_route("r", "web", [rule])])
+            >> DownData(b"GET /r HTTP/1.1\r\nHost: web\r\nX-Gone: 1\r\n\r\n")
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, b"GET /r HTTP/1.1\r\nHost: web\r\nx-set: s\r\n\r\n")
+            >> UpData(0, b"HTTP/1.1 200 OK\r\nServer: app\r\nContent-Length: 2\r\n\r\nok")
+            << SendDown(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nx-resp: r\r\n\r\nok")
+            << Checkin(0, reuse=True))
+
+
+def test_the_http1_layer_answers_a_redirect_itself() -> None:
+    from playbook import Close, DownData, SendDown
+
+    redirect = {"filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "new.example.com",
+                                                                            "statusCode": 301}}]}
+    assert (playbook([http_route("r", "web", [redirect])])
+            >> DownData(b"GET /a?b=1 HTTP/1.1\r\nHost: web\r\n\r\n")
+            << SendDown(b"HTTP/1.1 301 Moved Permanently\r\ncontent-length: 0\r\nl5d-proxy-error: redirected to "
+                        b"http://new.example.com/a?b=1\r\nlocation: http://new.example.com/a?b=1\r\n"
+                        b"connection: close\r\n\r\n")
+            << Close())

@@ -1,0 +1,102 @@
+"""Outbound client policy end to end on the local platform: the real policy controller, real proxies, real mTLS.
+
+Linkerd's traffic-shifting tutorial, shrunk: a client calls the ``web``
+Service; an HTTPRoute on ``web`` (its parent) splits the requests between
+``web-v1`` and ``web-v2`` by weight, and the client's proxy draws the backend
+per request, so both backends' servers log requests that no client sent them by
+name. Then the weights move everything to ``web-v2`` (applied to the open
+connections, per request), and a rule with a ``RequestRedirect`` is answered
+by the client's proxy itself (the client follows it to ``web-v1``'s ``/redirected``). The policy controller is ``tether up``'s own
+component.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+import pytest
+
+from up import uplab
+from up.uplab import ready, wait_for, web_server
+
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
+                                reason="the proxy (tether.proxy.main) is not in the tree yet")
+
+NS = "canary"
+
+
+def split(v1: int, v2: int) -> str:
+    return f"""
+apiVersion: policy.linkerd.io/v1beta3
+kind: HTTPRoute
+metadata: {{name: web-split, namespace: {NS}}}
+spec:
+  parentRefs: [{{name: web, kind: Service, group: core, port: 80}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /moved}}}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect:
+        hostname: web-v1.{NS}.svc.cluster.local
+        statusCode: 301
+        path: {{type: ReplaceFullPath, replaceFullPath: /redirected}}
+  - backendRefs:
+    - {{name: web-v1, port: 80, weight: {v1}}}
+    - {{name: web-v2, port: 80, weight: {v2}}}
+"""
+
+
+def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
+    return [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
+
+
+def test_an_httproute_splits_shifts_and_redirects(running: uplab.Platform) -> None:
+    p = running
+    p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
+    for name in ("web", "web-v1", "web-v2"):
+        p.apply(web_server(name, NS, 1))
+    for name in ("web-v1-", "web-v2-"):
+        wait_for(f"the {name} pod ready", lambda n=name: [x for x in _pods(p, n) if ready(x)], timeout=60)
+    wait_for("the web pod ready", lambda: [x for x in _pods(p, "web-") if ready(x)
+                                           and not x["metadata"]["name"].startswith(("web-v1", "web-v2"))],
+             timeout=60)
+    p.apply(split(1, 1))
+    p.apply(uplab.client("client", NS, f"http://web.{NS}.svc.cluster.local/"))
+    p.apply(uplab.client("mover", NS, f"http://web.{NS}.svc.cluster.local/moved/x"))
+    wait_for("the clients ready", lambda: len([x for x in _pods(p, "client-") + _pods(p, "mover-") if ready(x)]) == 2,
+             timeout=60)
+
+    def log(prefix: str) -> str:
+        (pod,) = [x for x in _pods(p, prefix) if not (prefix == "web-" and x["metadata"]["name"].startswith(
+            ("web-v1", "web-v2")))]
+        return str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout)
+
+    wait_for("the client answered", lambda: log("client-").count("ok 200") >= 3, timeout=60)
+    wait_for("both backends take a share", lambda: "GET / " in log("web-v1-") and "GET / " in log("web-v2-"),
+             timeout=60)
+    assert "GET / " not in log("web-"), "the parent Service's own pod got requests the route sends elsewhere"
+
+    # The redirect is the client proxy's own answer: urllib follows it to web-v1's /redirected.
+    wait_for("the redirect followed", lambda: "GET /redirected" in log("web-v1-"), timeout=60)
+    assert "GET /moved" not in log("web-v1-") + log("web-v2-") + log("web-")
+
+    # Everything shifts to v2, on the client's open connections (per request).
+    p.apply(split(0, 1))
+    wait_for("v2 takes every request", _shifted(lambda: log("web-v1-").count("GET / "),
+                                                lambda: log("web-v2-").count("GET / ")), timeout=60)
+
+
+def _shifted(v1: Callable[[], int], v2: Callable[[], int]) -> Callable[[], bool]:
+    """True once v2 took ten requests in a row while v1 took none (v1's requests restart the count)."""
+    base = {"v1": v1(), "v2": v2()}
+
+    def check() -> bool:
+        now1, now2 = v1(), v2()
+        if now1 != base["v1"]:
+            base.update(v1=now1, v2=now2)
+            return False
+        return now2 >= base["v2"] + 10
+
+    return check

@@ -134,7 +134,10 @@ def mesh_request_headers(headers: HeaderList, pick: Pick, settings: HttpSettings
     """The ``l5d-*`` rules for a request going to ``pick`` (proxy.md §7.8), on end-to-end headers of any version:
     inbound, ``l5d-client-id`` is the verified client identity's (one a client sent is dropped); a profile's
     service is named to the peer in ``l5d-dst-canonical``; an ingress does not pass on the
-    ``l5d-dst-override`` it acted on."""
+    ``l5d-dst-override`` it acted on. A client policy route's ``RequestHeaderModifier`` (``Pick.rewrite``)
+    applies first, so these rules have the last word."""
+    if pick.rewrite is not None:
+        headers = list(pick.rewrite(tuple(headers)))
     drop: tuple[bytes, ...] = ()
     add: HeaderList = []
     if settings.direction == "inbound":

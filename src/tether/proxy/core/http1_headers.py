@@ -71,8 +71,7 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
     client_id = settings.client_id.encode() if settings.client_id else None
     route = pick.route
     dst = route.dst if route is not None else b""
-    rewrite = pick.rewrite
-    if rewrite is None and not request.rewrite and not switch and request.found is not None \
+    if pick.rewrite is None and not request.rewrite and not switch and request.found is not None \
             and request.version == b"1.1":
         # Parsed, HTTP/1.1 (so it has its one Host), nothing hop-by-hop and no l5d-*: it goes up as it came,
         # with the proxy's own lines appended.
@@ -85,8 +84,6 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
         return _appended(head, extra)
     upgrade = switch and request.method != b"CONNECT"
     headers = list(end_to_end(request.headers, _UPGRADE if upgrade else _NONE))
-    if rewrite is not None:  # the client policy route's RequestHeaderModifier (never l5d-* or framing)
-        headers = list(rewrite(tuple(headers)))
     if upgrade:
         headers.append((b"connection", b"upgrade"))
     if not any(n.lower() == b"host" for n, _ in headers):

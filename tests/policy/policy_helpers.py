@@ -27,6 +27,7 @@ from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
 from tether.policy.client import server_dict
+from tether.policy.status import StatusWriter
 from tether.serving.channel import ClientTls, open_channel
 from tether.serving.grpc_server import TlsFiles
 from tether.resources import kinds
@@ -213,11 +214,15 @@ class Watch:
 class Harness:
     """A store in ``directory``, the policy controller over it (mTLS), and a client channel with a certificate."""
 
-    def __init__(self, directory: Path, pki: Pki, *objects: dict[str, Any], **config: Any) -> None:
+    def __init__(self, directory: Path, pki: Pki, *objects: dict[str, Any],
+                 status_writer: Callable[[Path], StatusWriter] | None = None, **config: Any) -> None:
+        """``status_writer``: makes the status writer from the store's path (the status loop runs), or None."""
         self.directory = directory
         self._objects = list(objects)
         self.pki = pki
+        self._status_writer = status_writer
         self._config = config
+        self._on_exit: list[Callable[[], None]] = []
         self.store: Store
         self.service: PolicyService
         self.channel: grpc.aio.Channel
@@ -228,7 +233,8 @@ class Harness:
             self.store.apply_many(self._objects)
         tls = TlsFiles(self.pki.server_cert, self.pki.server_key, self.pki.ca)
         config = PolicyConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0", tls=tls, **self._config)
-        self.service = PolicyService(config, LocalResourceWatcher(self.store))
+        writer = None if self._status_writer is None else self._status_writer(self.store.path)
+        self.service = PolicyService(config, LocalResourceWatcher(self.store), writer)
         await self.service.start()
         self.channel = open_channel(self.address, self.client_tls())
         return self
@@ -241,9 +247,15 @@ class Harness:
     def address(self) -> str:
         return f"127.0.0.1:{self.service.port}"
 
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the harness ends, after the service stopped."""
+        self._on_exit.append(callback)
+
     async def __aexit__(self, *exc: object) -> None:
         await self.channel.close()
         await self.service.stop()
+        for callback in self._on_exit:
+            callback()
         self.store.close()
 
     def apply(self, *objs: dict[str, Any]) -> None:

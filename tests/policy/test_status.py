@@ -1,7 +1,8 @@
 """Status written by the policy controller into the local store: routes, rate limits, EgressNetworks.
 
 Each test drives one reconciliation at a time (``StatusController.reconcile``) once
-the indexes hold the change, and reads the stored objects back.
+the indexes hold the change, and reads the stored objects back (the loop as it runs:
+``test_status_loop``).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def conditions(h: Harness, type_key: str, name: str) -> dict[str, tuple[str, str
 
 def controller(h: Harness) -> StatusController:
     s = h.service
+    writer = LocalStatusWriter(h.store.path)
+    h.on_exit(writer.close)
     return StatusController(s.index, lambda: s.outbound_index.services, lambda: s.outbound_index.egress_networks,
-                            LocalStatusWriter(h.store), s.metrics)
+                            writer, s.metrics)
 
 
 async def settle(h: Harness, ctl: StatusController, indexed: Callable[[], bool]) -> int:

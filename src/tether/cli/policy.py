@@ -119,18 +119,22 @@ def serve(
         stream_queue_capacity=stream_queue_capacity,
         webhook=webhook,
     )
+    store: Store | None = None
+    writer: LocalStatusWriter | None = None
     try:
-        store = None if platform.kubernetes else Store(store_path or home.store_path())
+        if not platform.kubernetes:
+            store = Store(store_path or home.store_path())
+            # The local platform has one policy controller, which writes status into the store.  On Kubernetes
+            # status writes (a Lease-elected writer) are not done yet: routes are served as accepted regardless.
+            writer = LocalStatusWriter(store.path)
+        asyncio.run(_serve(config, platform.resource_watcher(store), writer))
     except StoreError as exc:
         raise CliError(str(exc)) from None
-    try:
-        # The local platform has one policy controller, which writes status into the store.  On Kubernetes
-        # status writes (a Lease-elected writer) are not done yet: routes are served as accepted regardless.
-        writer = LocalStatusWriter(store) if store is not None else None
-        asyncio.run(_serve(config, platform.resource_watcher(store), writer))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     finally:
+        if writer is not None:
+            writer.close()  # again if the service closed it: closing twice is harmless
         if store is not None:
             store.close()
 

@@ -65,6 +65,7 @@ class PolicyService(ProcessFacade):
             self.index, lambda: self.outbound_index.services, lambda: self.outbound_index.egress_networks,
             status_writer, self.metrics)
         self._status_task: asyncio.Task[None] | None = None
+        self._status_writer = status_writer
         self._process = ControlPlaneProcess(
             "policy",
             Listen(config.addr, config.admin_addr, config.tls, config.shutdown_grace),
@@ -100,6 +101,9 @@ class PolicyService(ProcessFacade):
             self._status_task.cancel()
             await asyncio.gather(self._status_task, return_exceptions=True)
             self._status_task = None
+        if self._status_writer is not None:
+            self._status_writer.close()
+            self._status_writer = None
         if self.webhook is not None:
             await self.webhook.stop()
             self.webhook = None

@@ -19,9 +19,17 @@ The inbound index decides route acceptance with the same rule (the Server
 exists) rather than reading this status back, so policy never waits on a
 status write.  ``StatusController`` reconciles after changes (coalesced) and
 every ``period`` seconds, writing only what differs, through a
-``StatusWriter``: ``LocalStatusWriter`` replaces the object in the store (on the loop's thread),
-guarded by its resourceVersion (a concurrent change wins; the next round
-retries).  A condition keeps its ``lastTransitionTime`` while its status holds.
+``StatusWriter``: ``LocalStatusWriter`` replaces the object in the store, guarded
+by its resourceVersion (a concurrent change wins; the next round retries).  A
+condition keeps its ``lastTransitionTime`` while its status holds.
+
+The loop must never hold up the process: the local writer has a store
+connection of its own and writes from a worker thread, so a write waiting on
+another process's transaction (SQLite's busy wait) blocks neither the event
+loop nor the watches reading the same file; and the wait for a change uses
+``asyncio.timeout``, because Python 3.11's ``wait_for`` swallows a cancellation
+that arrives in the turn the awaited event fires, which left ``stop`` waiting
+for a status task that went on running.
 """
 
 from __future__ import annotations
@@ -30,11 +38,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from tether.policy.inbound.index import InboundIndex, Named
 from tether.policy.metrics import PolicyMetrics
 from tether.resources import kinds
+from tether.resources.errors import ValidationError
 from tether.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -156,18 +166,28 @@ class StatusWriter(Protocol):
         """Write ``desired`` into the object's status if it differs; True if a write happened."""
         ...
 
+    def close(self) -> None:
+        """Release what the writer holds (called once the status loop has ended)."""
+        ...
+
 
 class LocalStatusWriter:
-    """Status on the local platform: the object replaced in the store, guarded by its resourceVersion."""
+    """Status on the local platform: the object replaced in the store, guarded by its resourceVersion.
 
-    def __init__(self, store: Store, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self._store = store
+    Opens its own ``Store`` on ``path`` and writes from a worker thread: a connection shared with
+    the watches would make them wait for this writer's lock while it waits for another process's.
+    """
+
+    def __init__(self, path: Path, clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
+                 busy_timeout: float = 30.0) -> None:
+        self._store = Store(path, busy_timeout=busy_timeout)
         self._clock = clock
 
     async def write(self, key: Key, desired: Status) -> bool:
-        # On the loop's thread, as the local pod controller writes: one small transaction, and no second
-        # thread contending for the store's lock with the watch that reads on this loop.
-        return self._write(key, desired)
+        return await asyncio.to_thread(self._write, key, desired)
+
+    def close(self) -> None:
+        self._store.close()
 
     def _write(self, key: Key, desired: Status) -> bool:
         type_key, namespace, name = key
@@ -194,6 +214,7 @@ class StatusController:
         self._metrics = metrics
         self._period = period
         self._wake = asyncio.Event()
+        self.idle = asyncio.Event()  # set while the loop waits for a change (nothing being written)
         self.rounds = 0
 
     def changed(self) -> None:
@@ -201,10 +222,14 @@ class StatusController:
 
     async def run(self) -> None:
         while True:
+            if not self._wake.is_set():
+                self.idle.set()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._period)
+                async with asyncio.timeout(self._period):  # not wait_for: see the module's docstring
+                    await self._wake.wait()
             except TimeoutError:
                 pass
+            self.idle.clear()
             self._wake.clear()
             await asyncio.sleep(0)  # let the rest of a burst of events land first
             try:
@@ -222,7 +247,9 @@ class StatusController:
                 if await self._writer.write(key, status):
                     written += 1
                     self._metrics.status_patches.labels(kind).inc()
-            except (StoreError, OSError) as exc:
+            except (StoreError, ValidationError, OSError) as exc:
+                # One object's failure must not hold up the others' (a stored object that no longer
+                # validates included): count it, log it, and go on.
                 self._metrics.status_errors.labels(kind).inc()
                 log.info("status of %s %s/%s not written (next round retries): %s", kind, key[1], key[2], exc)
         self.rounds += 1

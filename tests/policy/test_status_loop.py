@@ -1,0 +1,118 @@
+"""The status loop as it runs in ``tether policy serve``: the policy controller with its status writer.
+
+Each test awaits the store's own events (a watch from the version its check read), never a
+sleep.  The regressions: ``stop`` arriving in the turn a change woke the loop used to be
+swallowed by Python 3.11's ``wait_for`` (the task went on running and ``stop`` never
+returned); and a status write waiting on another process's write lock used to block the
+whole event loop, gRPC and watches included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from policy_helpers import NS, WAIT, Harness, Pki, http_route, namespace, pod, server
+
+from tether.policy.status import CONTROLLER_NAME, Key, LocalStatusWriter, Status
+from tether.resources import kinds
+from tether.store import Store
+
+ROUTE = kinds.POLICY_HTTP_ROUTE.key
+
+
+def accepted(obj: dict[str, Any] | None) -> tuple[str, str] | None:
+    """Our ``Accepted`` condition on the route's first parent: (status, reason), or None before any."""
+    parents = ((obj or {}).get("status") or {}).get("parents") or []
+    for parent in parents:
+        if parent.get("controllerName") == CONTROLLER_NAME:
+            condition = next(c for c in parent["conditions"] if c["type"] == "Accepted")
+            return condition["status"], condition["reason"]
+    return None
+
+
+async def stored(store: Store, type_key: str, name: str, check: Callable[[dict[str, Any] | None], bool]) -> None:
+    """Return once the stored object satisfies ``check``: as listed now, else at the watch event that makes it."""
+    listed = store.list(type_key, NS)
+    if check(next((o for o in listed.items if o["metadata"]["name"] == name), None)):
+        return
+    async with asyncio.timeout(WAIT):
+        async for event in store.watch(type_key, listed.resource_version, NS):
+            if event.object["metadata"]["name"] == name and check(event.object):
+                return
+
+
+async def test_the_running_loop_writes_status_after_each_change(workdir: Path, pki: Pki) -> None:
+    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"), status_writer=LocalStatusWriter) as h:
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+        h.apply(server("web"))
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("True", "Accepted"))
+        h.delete("srv", "web")
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+
+
+async def test_stop_ends_the_loop_even_when_a_change_wakes_it_in_the_same_turn(workdir: Path, pki: Pki) -> None:
+    async with Harness(workdir, pki, namespace(), pod(), status_writer=LocalStatusWriter) as h:
+        status = h.service.status
+        assert status is not None
+        await asyncio.wait_for(status.idle.wait(), WAIT)  # parked, waiting for a change
+        status.changed()  # a change lands ...
+        await asyncio.wait_for(h.service.stop(), WAIT)  # ... as stop cancels the loop: it must end
+
+
+class Observed:
+    """The real local writer, with events set when a write for ``key`` begins and when it is over."""
+
+    def __init__(self, inner: LocalStatusWriter, key: Key) -> None:
+        self.inner = inner
+        self.key = key
+        self.entered = asyncio.Event()
+        self.returned = asyncio.Event()
+
+    async def write(self, key: Key, desired: Status) -> bool:
+        if key != self.key:
+            return await self.inner.write(key, desired)
+        self.entered.set()
+        try:
+            return await self.inner.write(key, desired)
+        finally:
+            self.returned.set()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+async def test_a_write_waiting_for_another_process_holds_up_neither_grpc_nor_the_watches(
+        workdir: Path, pki: Pki) -> None:
+    writers: list[Observed] = []
+
+    def writer(path: Path) -> Observed:
+        writers.append(Observed(LocalStatusWriter(path), (ROUTE, NS, "r")))
+        return writers[0]
+
+    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"), status_writer=writer) as h:
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+        watch = h.watch(8080)
+        assert (await watch.next())["labels"]["kind"] == "default"
+        observed = writers[0]
+        observed.entered.clear()
+        observed.returned.clear()
+        h.apply(server("web"))
+        # Another process takes the store's write lock before the status loop can write (WAL readers go on).
+        other = sqlite3.connect(h.store.path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            await asyncio.wait_for(observed.entered.wait(), WAIT)  # the loop is writing r's status: it waits
+            # Meanwhile the watches feed the index and gRPC answers, on the same event loop.
+            assert (await watch.next())["labels"] == {"group": "policy.linkerd.io", "kind": "server", "name": "web"}
+            assert (await h.get())["labels"]["name"] == "web"
+            assert not observed.returned.is_set()  # the write still waits for the lock
+            assert accepted(h.store.get(ROUTE, NS, "r")) == ("False", "NoMatchingParent")
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("True", "Accepted"))
+        watch.call.cancel()

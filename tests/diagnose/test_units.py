@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.diagnose.layers import Authority, DiagnoseError, _proxy_error_meaning, parse_authority
+from tether.diagnose.walk import Authority, DiagnoseError, parse_authority, proxy_error_meaning
 
 
 @pytest.mark.parametrize("text", ["web.shop:80", "web.shop.svc.cluster.local:80", "WEB.shop.svc:80"])
@@ -26,6 +26,6 @@ def test_bad_authorities(text: str, why: str) -> None:
 
 
 def test_proxy_errors_are_explained() -> None:
-    assert "fail-fast" in _proxy_error_meaning("logical service web.shop.svc.cluster.local:80: service in fail-fast")
-    assert "shed load" in _proxy_error_meaning("service overloaded: load shed")
-    assert _proxy_error_meaning("something else") == ""
+    assert "fail-fast" in proxy_error_meaning("logical service web.shop.svc.cluster.local:80: service in fail-fast")
+    assert "shed load" in proxy_error_meaning("service overloaded: load shed")
+    assert proxy_error_meaning("something else") == ""

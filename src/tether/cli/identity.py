@@ -124,30 +124,70 @@ def identity() -> None:
 @click.command("pods", hidden=True)
 @click.argument("targets", nargs=-1, required=True, metavar="po/NAME|deploy/NAME...")
 @click.option("-n", "--namespace", default="default", show_default=True)
-def pods_command(targets: tuple[str, ...], namespace: str) -> None:
-    """The certificate each pod's proxy serves: subject, SANs, issuer, validity (a TLS handshake with it)."""
-    from tether.cli.diagnostics_scrape import local_config, resolve_pods
+@platform_options
+def pods_command(targets: tuple[str, ...], namespace: str, platform: Platform) -> None:
+    """The certificate each pod's proxy serves: subject, SANs, issuer, validity (a TLS handshake with it).
+
+    With --platform kubernetes each pod's inbound port is reached through the API server's port-forward.
+    """
     from tether.diagnose import proxies
 
-    config = local_config()
-    pods = resolve_pods(config, targets, namespace)
+    if platform.kubernetes:
+        served = asyncio.run(_kube_served(platform, targets, namespace))
+    else:
+        from tether.cli.diagnostics_scrape import local_config, resolve_pods
+
+        config = local_config()
+        served = [(pod["metadata"]["name"], _local_served(pod)) for pod in resolve_pods(config, targets, namespace)]
     failed = False
-    for index, pod in enumerate(pods, 1):
-        name = pod["metadata"]["name"]
-        click.echo(f"POD {name} ({index} of {len(pods)})")
-        ip, local_name = proxies.pod_ip(pod), proxies.identity_of(pod)
-        try:
-            if not ip or not local_name:
-                raise proxies.ProxyUnreachable(f"pod {name} is not a running meshed pod")
-            cert = proxies.served_certificate(ip, local_name)
-        except proxies.ProxyUnreachable as exc:
+    for index, (name, cert) in enumerate(served, 1):
+        click.echo(f"POD {name} ({index} of {len(served)})")
+        if isinstance(cert, proxies.ProxyUnreachable):
             failed = True
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {cert}", err=True)
             continue
         for label, value in _describe(cert, _now()):
             click.echo(f"  {label + ':':<11} {value}")
     if failed:
         sys.exit(1)
+
+
+def _local_served(pod: dict) -> x509.Certificate | Exception:
+    from tether.diagnose import proxies
+
+    ip, local_name = proxies.pod_ip(pod), proxies.identity_of(pod)
+    try:
+        if not ip or not local_name:
+            raise proxies.ProxyUnreachable(f"pod {pod['metadata']['name']} is not a running meshed pod")
+        return proxies.served_certificate(ip, local_name)
+    except proxies.ProxyUnreachable as exc:
+        return exc
+
+
+async def _kube_served(platform: Platform, targets: tuple[str, ...], namespace: str
+                       ) -> list[tuple[str, x509.Certificate | Exception]]:
+    from tether.cli import kube_forward
+    from tether.diagnose import kube_reach, proxies
+    from tether.diagnose.kube_metrics import TargetNotFound, workload_pods
+    from tether.platform.kubernetes.client import KubeClient, KubeError
+
+    client = KubeClient(platform.client_settings())
+    tunnel = kube_forward.tunnel_factory(platform)
+    served: list[tuple[str, x509.Certificate | Exception]] = []
+    try:
+        for pod in await workload_pods(client, list(targets), namespace):
+            name, local_name = pod["metadata"]["name"], proxies.identity_of(pod)
+            try:
+                if (pod.get("status") or {}).get("phase") != "Running" or not local_name:
+                    raise proxies.ProxyUnreachable(f"pod {name} is not a running meshed pod")
+                served.append((name, await kube_reach.served_certificate(tunnel, pod, local_name)))
+            except proxies.ProxyUnreachable as exc:
+                served.append((name, exc))
+    except (TargetNotFound, KubeError) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await client.close()
+    return served
 
 
 @identity.command("create-trust-anchor")

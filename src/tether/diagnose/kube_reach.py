@@ -7,16 +7,25 @@ kubernetes.portforward``), and verify the component's certificate against the
 trust anchors the cluster publishes (ConfigMap ``linkerd-identity-trust-roots``,
 key ``ca-bundle.crt``) — Tether's components serve TLS themselves.
 
-Caller: ``tether.cli.diagnostics`` (``endpoints``, ``profile``).
+``pod_admin`` and ``served_certificate`` reach a meshed pod's proxy the same
+way: its admin port (``/metrics``, ``/ready``) and the certificate its inbound
+port serves, through a port-forward of that pod's port.
+
+Callers: ``tether.cli.kube_forward`` (``diagnostics endpoints|profile|policy``),
+``tether.diagnose.kube_layers`` and ``tether identity po/NAME --platform kubernetes``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography import x509
+
+from tether.diagnose import proxies
 from tether.diagnose.kube_metrics import COMPONENT_LABEL
 from tether.platform.kubernetes.client import ApiError, KubeClient
 from tether.platform.kubernetes.portforward import Dial, Forward, forwarded
@@ -83,3 +92,39 @@ async def component(client: KubeClient, namespace: str, name: str, port: int,
     pem = await trust_anchors(client, namespace) if anchors else ""
     async with forwarded(tunnel(namespace, pod, port)) as forward:
         yield Reached(forward, pod, pem)
+
+
+def proxy_port(pod: Mapping[str, Any], name: str, default: int) -> int:
+    """The proxy container's port of that name (``linkerd-admin``, ``linkerd-proxy``), else Linkerd's default."""
+    container = proxies.proxy_container(pod) or {}
+    return next((p["containerPort"] for p in container.get("ports") or () if p.get("name") == name), default)
+
+
+@contextlib.asynccontextmanager
+async def _pod_port(tunnel: Callable[[str, str, int], Dial], pod: Mapping[str, Any], port: int
+                    ) -> AsyncIterator[tuple[str, int]]:
+    """``(host, port)`` on loopback forwarded to ``port`` of ``pod``; a failed forward is named, not hidden."""
+    meta = pod["metadata"]
+    async with forwarded(tunnel(meta["namespace"], meta["name"], port)) as forward:
+        host, _, local = forward.addr.rpartition(":")
+        try:
+            yield host, int(local)
+        except proxies.ProxyUnreachable:
+            if forward.failures:  # the forward broke: that is why, not "cannot reach 127.0.0.1:…"
+                raise proxies.ProxyUnreachable(f"pod {meta['namespace']}/{meta['name']} port {port}: "
+                                               f"{forward.failures[0]}") from None
+            raise
+
+
+async def pod_admin(tunnel: Callable[[str, str, int], Dial], pod: Mapping[str, Any], path: str
+                    ) -> proxies.AdminAnswer:
+    """GET ``path`` of the pod proxy's admin port."""
+    async with _pod_port(tunnel, pod, proxy_port(pod, "linkerd-admin", proxies.ADMIN_PORT)) as (host, port):
+        return await asyncio.to_thread(proxies.admin_get, host, path, port=port)
+
+
+async def served_certificate(tunnel: Callable[[str, str, int], Dial], pod: Mapping[str, Any],
+                             identity: str) -> x509.Certificate:
+    """The certificate the pod's proxy serves for ``identity`` on its inbound port (not verified here)."""
+    async with _pod_port(tunnel, pod, proxy_port(pod, "linkerd-proxy", proxies.INBOUND_PORT)) as (host, port):
+        return await asyncio.to_thread(proxies.served_certificate, host, identity, port=port)

@@ -18,22 +18,30 @@ The result is a ``Diagnosis`` whose JSON form is the contract documented in
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from tether.diagnose import facts, proxies
-from tether.diagnose.authz import allowing
+from tether.diagnose.walk import (
+    PROBE_TIMEOUT_S,
+    Authority,
+    DiagnoseError,
+    Diagnosis,
+    Failure,
+    Walk,
+    ask_destination,
+    ask_policy,
+    parse_authority,
+    proxy_error_meaning,
+    service_port,
+)
 from tether.identity import pem, pki
 from tether.injector.annotations import trust_root_sha256
 from tether.naming import control_plane_identity
 from tether.injector import annotations as inject_keys
-from tether.injector.decision import Origin, decide
-from tether.injector.workloads import KINDS, pod_template
 from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.launcher import Launcher, tail
 from tether.platform.local.netns import LocalNetError
@@ -42,73 +50,9 @@ from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
 from tether.store import Store, StoreError
 from tether.viz.exposition import Exposition, parse
 
-LAYERS = ("injection", "redirection", "identity", "discovery", "policy", "proxy", "application")
-PROBE_TIMEOUT_S = 2.0
 BANNER_WAIT_S = 0.3
 LOG_LINES = 400
-_AUTHORITY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.svc(\.[a-z0-9.-]+)?)?:(\d+)$")
 _DENY = "deny"
-_AUTHENTICATED = ("all-authenticated", "cluster-authenticated")
-
-
-class DiagnoseError(Exception):
-    """The question cannot be asked (unknown workload, bad authority, no platform); not a diagnosis."""
-
-
-@dataclass(frozen=True)
-class Evidence:
-    source: str
-    detail: str
-
-
-class Failure(Exception):
-    """A layer failed: why, and what to do next."""
-
-    def __init__(self, reason: str, next_step: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.next_step = next_step
-
-
-@dataclass
-class Diagnosis:
-    target: str
-    to: str | None
-    ok: bool = False
-    layer: str | None = None
-    reason: str = ""
-    next: str = ""
-    evidence: list[Evidence] = field(default_factory=list)
-    passed: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"target": self.target, "to": self.to, "ok": self.ok, "layer": self.layer, "reason": self.reason,
-                "evidence": [{"source": e.source, "detail": e.detail} for e in self.evidence], "next": self.next}
-
-
-@dataclass(frozen=True)
-class Authority:
-    service: str
-    namespace: str
-    port: int
-    cluster_domain: str
-
-    @property
-    def fqdn(self) -> str:
-        return f"{self.service}.{self.namespace}.svc.{self.cluster_domain}:{self.port}"
-
-
-def parse_authority(text: str, cluster_domain: str) -> Authority:
-    match = _AUTHORITY.match(text.strip().lower())
-    if match is None:
-        raise DiagnoseError(f"--to: {text!r} is not SVC.NS:PORT or SVC.NS.svc.{cluster_domain}:PORT")
-    suffix = match.group(6)
-    if suffix and suffix[1:] != cluster_domain:
-        raise DiagnoseError(f"--to: {text!r} is not in the cluster domain {cluster_domain}")
-    port = int(match.group(7))
-    if not 0 < port < 65536:
-        raise DiagnoseError(f"--to: port {port} is out of range")
-    return Authority(match.group(1), match.group(3), port, cluster_domain)
 
 
 @dataclass(frozen=True)
@@ -122,37 +66,15 @@ class Probe:
     head: str = ""
 
 
-# What Linkerd's synthesized errors (l5d-proxy-error) say about where the call broke.
-_PROXY_ERRORS = (
-    ("fail-fast", "the client's proxy found no ready endpoint for the service in time (fail-fast)"),
-    ("load", "the proxy shed load: more requests were in flight than it admits"),
-    ("timed out", "a connection or response timed out between the proxies"),
-    ("tls", "the TLS handshake between the proxies failed (identity or trust mismatch)"),
-    ("certificate", "the TLS handshake between the proxies failed (identity or trust mismatch)"),
-    ("identity", "the server proxy's identity is not the one discovery named"),
-)
-
-
-def _proxy_error_meaning(error: str) -> str:
-    lowered = error.lower()
-    meaning = next((text for needle, text in _PROXY_ERRORS if needle in lowered), None)
-    return f" ({meaning})" if meaning else ""
-
-
-class LocalDiagnosis:
+class LocalDiagnosis(Walk):
     """One diagnosis on the local platform of ``config``."""
 
     def __init__(self, config: LocalPlatformConfig, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.config = config
         self.now = now
-        self.result: Diagnosis | None = None
         self._metrics: dict[str, Exposition] = {}
 
     # -- evidence helpers --------------------------------------------------------------------
-
-    def _note(self, source: str, detail: str) -> None:
-        assert self.result is not None
-        self.result.evidence.append(Evidence(source, detail))
 
     def _list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         with Store(self.config.layout.store) as store:
@@ -185,8 +107,7 @@ class LocalDiagnosis:
                 if all(s.labels.get(k) == v for k, v in match.items())]
 
     def _metric_note(self, pod: Mapping[str, Any], name: str, labels: Mapping[str, str], value: float) -> None:
-        shown = ",".join(f'{k}="{v}"' for k, v in labels.items() if v)
-        self._note(f"proxy metrics {facts.ref(pod)}", f"{name}{{{shown}}} {value:g}")
+        self._sample_note(str(facts.ref(pod)), name, labels, value)
 
     def _log_lines(self, pod: Mapping[str, Any], pattern: re.Pattern[str], limit: int = 3) -> list[str]:
         meta = pod["metadata"]
@@ -212,32 +133,16 @@ class LocalDiagnosis:
         pods = self._list("Pod", service["metadata"]["namespace"])
         return [p for p in pods if facts.selects(selector, p["metadata"].get("labels") or {}) and facts.running(p)]
 
-    def _service_port(self, service: Mapping[str, Any], port: int) -> dict[str, Any] | None:
-        return next((p for p in (service.get("spec") or {}).get("ports") or () if p.get("port") == port), None)
-
     # -- layers ----------------------------------------------------------------------------------
 
     def _injection(self, pod: Mapping[str, Any], side: str) -> None:
         ref = facts.ref(pod)
-        meta = pod["metadata"]
-        annotations = meta.get("annotations") or {}
-        ns = self._get("Namespace", None, meta["namespace"]) or {"metadata": {}}
+        ns = self._get("Namespace", None, pod["metadata"]["namespace"]) or {"metadata": {}}
         ns_annotations = ns["metadata"].get("annotations") or {}
-        self._note(f"store: pod {ref}", f"{inject_keys.INJECT}={annotations.get(inject_keys.INJECT, '(absent)')}")
-        self._note(f"store: namespace {meta['namespace']}",
-                   f"{inject_keys.INJECT}={ns_annotations.get(inject_keys.INJECT, '(absent)')}")
-        if facts.meshed(pod):
-            self._note(f"store: pod {ref}", "has the linkerd-proxy container")
-            return
-        from tether.injector.config import DEFAULT_PROXY_IMAGE  # only for an unmeshed pod (a class-heavy module)
-
-        decision = decide(pod_template(copy.deepcopy(dict(pod)), KINDS["Pod"]), ns_annotations, Origin.WEBHOOK,
-                          proxy_image=DEFAULT_PROXY_IMAGE)
-        why = decision.reasons[0].value if decision.reasons else "it was started before injection was enabled"
-        raise Failure(
-            f"the {side} pod {ref} is not meshed: {why}",
-            f"annotate the namespace or the pod template with {inject_keys.INJECT}: enabled "
-            "and restart the workload (its Deployment makes new pods)")
+        self._inject_notes(pod, str(ref), ns_annotations, "store")
+        if not facts.meshed(pod):
+            raise self._unmeshed(pod, str(ref), side, ns_annotations)
+        self._note(f"store: pod {ref}", "has the linkerd-proxy container")
 
     def _redirection(self, pod: Mapping[str, Any], side: str, port: int | None, inbound: bool) -> None:
         ref = facts.ref(pod)
@@ -252,17 +157,8 @@ class LocalDiagnosis:
             raise Failure(f"the {side} pod {ref}'s traffic does not go through its proxy: {problem}",
                           f"restart the pod so its init step installs the rules again (`tether delete pod "
                           f"{ref.name} -n {ref.namespace}`)")
-        if port is None:
-            return
-        key = inject_keys.CONFIG + ("skip-inbound-ports" if inbound else "skip-outbound-ports")
-        text = (pod["metadata"].get("annotations") or {}).get(key, "")
-        skipped, _ = parse_port_set(text)
-        if port in skipped:
-            self._note(f"store: pod {ref}", f"{key}={text}")
-            raise Failure(
-                f"port {port} is in the {side} pod's {key} ({text}): its traffic bypasses the proxy, so it is "
-                "neither mTLS nor seen by the mesh",
-                f"remove {port} from {key} unless skipping the proxy is what you meant")
+        self._skip_ports(pod, str(ref), side, port, inbound, "store",
+                         f"then `tether delete pod {ref.name} -n {ref.namespace}`")
 
     def _identity(self, pod: Mapping[str, Any], side: str) -> None:
         ref = facts.ref(pod)
@@ -327,48 +223,13 @@ class LocalDiagnosis:
         pki_dir = self.config.layout.pki  # with the platform's client certificate: the destination requires one
         return ClientTls(roots=pki_dir / "ca.crt", server_name=name, cert=pki_dir / "cli.crt", key=pki_dir / "cli.key")
 
-    async def _ask_destination(self, authority: Authority, namespace: str) -> tuple[dict | None, dict | None, str]:
-        from tether.destination.client import (
-            DestinationError,
-            open_channel,
-            profile_dict,
-            stream_endpoints,
-            stream_profile,
-            update_dict,
-        )
-
-        channel = open_channel(self.config.address(self.config.ports.destination), self._destination_tls())
-        token = json.dumps({"ns": namespace})
-        try:
-            endpoints = profile = None
-            try:
-                async for update in stream_endpoints(channel, authority.fqdn, token, PROBE_TIMEOUT_S):
-                    endpoints = update_dict(update)
-                    break
-                async for message in stream_profile(channel, authority.fqdn, token, PROBE_TIMEOUT_S):
-                    profile = profile_dict(message)
-                    break
-            except DestinationError as exc:
-                return endpoints, profile, f"{exc.code.name}: {exc.details}"
-            except TimeoutError:
-                return endpoints, profile, f"no answer within {PROBE_TIMEOUT_S:g}s"
-            return endpoints, profile, ""
-        finally:
-            await channel.close()
-
     def _discovery(self, authority: Authority, source_ns: str) -> tuple[dict[str, Any], dict[str, Any], dict | None]:
         service = self._service(authority)
-        if service is None:
-            raise Failure(f"service {authority.service} does not exist in namespace {authority.namespace}",
-                          "check the name in --to, or `tether get svc -A`")
-        svc_port = self._service_port(service, authority.port)
-        declared = ", ".join(str(p.get("port")) for p in (service.get("spec") or {}).get("ports") or ())
-        self._note(f"store: service {authority.namespace}/{authority.service}", f"ports {declared or '(none)'}")
-        if svc_port is None:
-            raise Failure(f"service {authority.namespace}/{authority.service} does not declare port {authority.port}",
-                          "use one of the service's ports, or add the port to the Service")
+        svc_port = self._judge_service(authority, service, "store", "tether get svc -A")
+        assert service is not None
         try:
-            endpoints, profile, error = asyncio.run(self._ask_destination(authority, source_ns))
+            endpoints, profile, error = asyncio.run(ask_destination(
+                self.config.address(self.config.ports.destination), self._destination_tls(), authority, source_ns))
         except OSError as exc:  # the platform's client certificate (pki/cli.crt) is missing or unreadable
             raise Failure(f"cannot ask the destination: {exc.filename}: {exc.strerror}",
                           "run `tether up`: it issues the platform's client certificate") from None
@@ -378,38 +239,10 @@ class LocalDiagnosis:
             self._note("component destination", f"{status.state}, ready={'yes' if status.ready else 'no'}")
             raise Failure(f"the destination does not resolve {authority.fqdn}: {error}",
                           "`tether status`; `tether logs destination`")
-        assert endpoints is not None
-        if "no_endpoints" in endpoints or not endpoints.get("add", {}).get("addrs"):
-            pods = self._endpoint_pods(service)
-            self._note(f"destination Get {authority.fqdn}", "no endpoints")
-            self._note(f"store: service {authority.namespace}/{authority.service}",
-                       f"selector {json.dumps((service.get('spec') or {}).get('selector') or {})} matches "
-                       f"{len(pods)} running pod(s), {sum(1 for p in pods if facts.ready(p))} ready")
-            raise Failure(f"{authority.fqdn} has no ready endpoints",
-                          "check the Service's selector against the pods' labels, and the pods' readiness "
-                          "(`tether get pods -n " + authority.namespace + "`)")
-        addrs = endpoints["add"]["addrs"]
-        for addr in addrs:
-            self._note(f"destination Get {authority.fqdn}",
-                       f"{addr['addr']} pod={addr['metric_labels'].get('pod', '-')} identity="
-                       f"{addr.get('tls_identity', '-')} hint={addr.get('protocol_hint', '-')}")
-        if profile is not None:
-            ref = profile.get("profile_ref") or {}
-            found = f"{ref.get('namespace')}/{ref.get('name')}" if ref.get("name") else "none"
-            self._note(f"destination GetProfile {authority.fqdn}",
-                       f"opaque_protocol={profile['opaque_protocol']} service profile={found}")
+        pods = self._endpoint_pods(service)
+        self._judge_endpoints(authority, service, endpoints, profile, pods, sum(1 for p in pods if facts.ready(p)),
+                              "store", f"tether get pods -n {authority.namespace}")
         return service, svc_port, profile
-
-    async def _ask_policy(self, target: Mapping[str, Any], port: int) -> dict[str, Any]:
-        from tether.policy.client import inbound_policy
-        from tether.serving.channel import open_channel
-
-        channel = open_channel(self.config.address(self.config.ports.policy), self._destination_tls())
-        try:
-            meta = target["metadata"]
-            return await inbound_policy(channel, meta["namespace"], meta["name"], port, PROBE_TIMEOUT_S)
-        finally:
-            await channel.close()
 
     def _controller_policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
         """The policy controller's answer for the target's port, judged for the source's identity and address."""
@@ -418,27 +251,16 @@ class LocalDiagnosis:
 
         client_id, client_ip = proxies.identity_of(source) or "", proxies.pod_ip(source) or "0.0.0.0"
         try:
-            server = asyncio.run(self._ask_policy(target, port))
+            meta = target["metadata"]
+            server = asyncio.run(ask_policy(self.config.address(self.config.ports.policy), self._destination_tls(),
+                                            meta["namespace"], meta["name"], port))
         except (PolicyError, TimeoutError) as exc:
             raise Failure(f"the policy controller has no answer for {ref}:{port}: {exc or 'timed out'}",
                           "`tether status`; `tether logs policy`") from None
         except OSError as exc:
             raise Failure(f"cannot ask the policy controller: {exc.filename}: {exc.strerror}",
                           "run `tether up`: it issues the platform's client certificate") from None
-        labels = server.get("labels") or {}
-        self._note(f"policy GetPort {ref}:{port}",
-                   f"server {labels.get('kind', '?')}/{labels.get('name', '?')}, protocol {server.get('protocol')}")
-        for authz in server.get("authorizations", ()):
-            self._note(f"policy GetPort {ref}:{port}", f"authorization {authz['ref']}: {authz['authentication']} "
-                       f"{' '.join(authz.get('identities', []) + authz.get('suffixes', []))} from "
-                       f"{', '.join(authz.get('networks', []))}".replace("  ", " "))
-        allowed = allowing(server, client_id, client_ip)
-        if not allowed:
-            raise Failure(f"no authorization of {labels.get('kind', 'server')}/{labels.get('name', '?')} on "
-                          f"{ref}:{port} admits {client_id or 'an unmeshed client'} from {client_ip}",
-                          "add an AuthorizationPolicy (or ServerAuthorization) naming the client's identity "
-                          "(a MeshTLSAuthentication) for that Server")
-        self._note(f"policy GetPort {ref}:{port}", f"{client_id} is admitted by {', '.join(allowed)}")
+        self._judge_server(server, str(ref), port, client_id, client_ip)
 
     def _policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
         ref = facts.ref(target)
@@ -576,7 +398,7 @@ class LocalDiagnosis:
                               f"target's proxy answered {probe.status} ({probe.proxy_error})",
                               f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
             raise Failure(f"the proxies failed the call: {probe.status} l5d-proxy-error: {probe.proxy_error}"
-                          + _proxy_error_meaning(probe.proxy_error),
+                          + proxy_error_meaning(probe.proxy_error),
                           f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
         if not probe.connected or probe.error:
             if refused is not None:
@@ -595,15 +417,8 @@ class LocalDiagnosis:
 
     # -- the walk ------------------------------------------------------------------------------
 
-    def _layer(self, name: str) -> None:
-        self._current = name
-
-    def _pass(self) -> None:
-        assert self.result is not None
-        self.result.passed.append(self._current)
-
     def run(self, target: str, namespace: str, to: str | None) -> Diagnosis:
-        self.result = Diagnosis(target=target, to=to)
+        self._start(target, to)
         try:
             sources = self._pods_of(target, namespace)
             authority = parse_authority(to, self.config.cluster_domain) if to else None
@@ -613,21 +428,13 @@ class LocalDiagnosis:
         if not facts.running(source):
             raise DiagnoseError(f"pod {facts.ref(source)} is not running "
                                 f"({(source.get('status') or {}).get('phase', 'no status')})")
-        self._current = "injection"
         try:
             self._walk(source, authority)
         except Failure as failure:
-            self.result.layer = self._current
-            self.result.reason = failure.reason
-            self.result.next = failure.next_step
-            return self.result
-        self.result.ok = True
-        self.result.layer = None
-        return self.result
+            return self._failed(failure)
+        return self._ok(authority)
 
     def _walk(self, source: dict[str, Any], authority: Authority | None) -> None:
-        result = self.result
-        assert result is not None
         service = svc_port = profile = None
         targets: list[dict[str, Any]] = []
         if authority is not None:
@@ -644,7 +451,7 @@ class LocalDiagnosis:
         self._layer("redirection")
         target_port = None
         if service is not None and target is not None:
-            sp = self._service_port(service, authority.port) if authority else None
+            sp = service_port(service, authority.port) if authority else None
             target_port = facts.target_port(sp, target) if sp else None
         self._redirection(source, "source", authority.port if authority else None, inbound=False)
         if target is not None:
@@ -669,9 +476,6 @@ class LocalDiagnosis:
             if ready is None or ready.status != 200:
                 raise Failure(f"the proxy of {facts.ref(source)} is not ready", "see `tether logs POD -c proxy`")
             self._pass()
-            result.reason = f"{result.target} is meshed, its traffic is redirected and its proxy holds a valid " \
-                            "certificate; name a service with --to to diagnose a call"
-            result.next = "tether diagnose " + result.target + " --to SVC.NS:PORT"
             return
 
         self._layer("discovery")
@@ -693,6 +497,3 @@ class LocalDiagnosis:
         self._pass()
         self._layer("application")
         self._pass()
-        result.reason = (f"{result.target} reaches {authority.fqdn}: both sides are meshed, the connection between "
-                         "their proxies is mTLS and the call succeeds")
-        result.next = "nothing to do"

@@ -7,12 +7,17 @@ the ``tests/up`` fixtures, which also tear everything down and check the host.
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import subprocess
+import time
 
 from up import uplab
-from up.uplab import client, ready, wait_for, web_server
+from up.uplab import TETHER, client, ready, wait_for, web_server
 from viz.promlab import free_port
 
-from tether.viz.prometheus import Prometheus
+from tether.viz.prometheus import Prometheus, PrometheusError
 
 NS = "vizns"
 NAMESPACE = f"""
@@ -27,6 +32,30 @@ def _json(p: uplab.Platform, *args: str) -> object:
     return json.loads(p.tether(*args, "-o", "json").stdout)
 
 
+def _tap_lines(p: uplab.Platform, *args: str, want: int, timeout: float = 60) -> list[str]:
+    """The first ``want`` lines ``tether viz tap ARGS`` streams (it runs until interrupted, as a user's would)."""
+    proc = subprocess.Popen([TETHER, "viz", "tap", *args], env=p.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while len(lines) < want:
+            readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            assert readable, f"viz tap {' '.join(args)}: {len(lines)} lines after {timeout:.0f}s: {lines}"
+            line = proc.stdout.readline()
+            assert line, f"viz tap {' '.join(args)} ended: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return lines
+
+
 def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new_platform) -> None:
     p = new_platform()
     p.tether("up", *p.up_args, "--restart-backoff", "0.5")
@@ -37,10 +66,11 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     p.apply(NAMESPACE)
     p.apply(web_server("web", NS, 1))
     p.apply(client("client", NS, f"http://web.{NS}.svc.cluster.local/"))
+    p.apply(web_server("quiet", NS, 1, annotations='viz.linkerd.io/disable-tap: "true"'))
 
     def pods_ready() -> list[dict] | None:
         pods = p.pods(NS)
-        return pods if len(pods) == 2 and all(ready(x) for x in pods) else None
+        return pods if len(pods) == 3 and all(ready(x) for x in pods) else None
 
     pods = wait_for("web and client ready", pods_ready, timeout=90)
     caller = next(x["metadata"]["name"] for x in pods if x["metadata"]["name"].startswith("client-"))
@@ -79,10 +109,33 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
 
     assert "√ Prometheus scrapes" in p.tether("viz", "check").stdout
 
-    # Tap: the platform's proxies have no tap service yet, so the tap server names each pod and why.
-    web = next(x["metadata"]["name"] for x in pods if x["metadata"]["name"].startswith("web-"))
-    refused = p.tether("viz", "tap", "deploy/web", "-n", NS, ok=False)
-    assert f"{web}: tap not enabled (its proxy has no LINKERD2_PROXY_TAP_SVC_NAME)" in refused.stderr
+    # Tap: pods created while viz is installed got the tap injector's env (not the one that disables it), so
+    # their proxies serve Observe to the tap server, which streams each request's three events.
+    by_app = {x["metadata"]["labels"]["app"]: x for x in pods}
+    assert by_app["web"]["metadata"]["annotations"]["viz.linkerd.io/tap-enabled"] == "true"
+    assert "viz.linkerd.io/tap-enabled" not in by_app["quiet"]["metadata"].get("annotations", {})
+    lines = _tap_lines(p, "deploy/web", "-n", NS, "--path", "/", want=6)
+    req = next(line for line in lines if line.startswith("req "))
+    assert "proxy=in" in req and "tls=true" in req and ":method=GET" in req and ":path=/" in req, lines
+    assert f":authority=web.{NS}.svc.cluster.local" in req, lines
+    assert any(line.startswith("rsp ") and ":status=200" in line for line in lines), lines
+    assert any(line.startswith("end ") for line in lines), lines
+    out = _tap_lines(p, "deploy/client", "-n", NS, "--to", "deploy/web", want=3)
+    assert out[0].startswith("req ") and "proxy=out" in out[0] and "tls=true" in out[0], out
+    quiet = by_app["quiet"]["metadata"]["name"]
+    refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)
+    assert f"{quiet}: tap disabled (viz.linkerd.io/disable-tap)" in refused.stderr
+
+    # `tether down` stops viz with the mesh; `tether up` starts it again, installed, with its saved settings.
+    p.tether("down")
+    try:
+        prom.query("up")
+        raise AssertionError("Prometheus still answers after `tether down`")
+    except PrometheusError:
+        pass
+    restarted = p.tether("up", *p.up_args, "--restart-backoff", "0.5", "--viz").stdout
+    assert "prometheus" in restarted and "Prometheus is up at " + prom.url in restarted, restarted
+    wait_for("Prometheus answering again", lambda: prom.query("up"), timeout=30)
 
     # Uninstalled, Prometheus is gone: a clear error naming its URL.
     p.tether("viz", "uninstall", "--purge")

@@ -56,3 +56,43 @@ def test_disabled_or_unmeshed_pods_are_left_alone_with_a_reason() -> None:
     assert decide(pod, {}).reason == f"the pod is annotated {DISABLE_TAP}"
     plain = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "app"}]}}
     assert not decide(plain, {}).inject and "not meshed" in decide(plain, {}).reason
+
+
+# -- the local platform's injection: the proxy injector, then the tap injector while viz is installed ---------
+
+
+def test_the_local_platform_s_pods_get_tap_while_viz_is_installed(tmp_path) -> None:  # noqa: ANN001
+    from ipaddress import IPv4Network
+
+    from injector.helpers import ANCHOR_FILE
+    from tether.injector.local_platform import LocalMesher, mesh_config
+    from tether.platform.local import deployments
+    from tether.platform.local.config import LocalPlatformConfig
+    from tether.viz import local
+
+    config = LocalPlatformConfig(state_dir=tmp_path, prefix="tx1", bridge="tx1br", pod_cidr=IPv4Network("10.9.0.0/24"),
+                                 service_cidr=IPv4Network("10.9.1.0/24"), trust_domain="example.org")
+    mesher = LocalMesher(mesh_config(config, ANCHOR_FILE.read_text(), "0.1.0"), later=[local.tap_admission(config)])
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "web", "namespace": "apps", "uid": "u-1"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                           "template": {"metadata": {"labels": {"app": "web"}},
+                                        "spec": {"containers": [{"name": "web", "image": "web"}]}}}}
+    pod = deployments.new_pod(deployment, "h", "web-h-abcde", "local")
+    inject = {"linkerd.io/inject": "enabled"}
+
+    def tap_env(meshed: Any) -> list[str]:
+        proxy = next(c for c in meshed.obj["spec"]["initContainers"] if c["name"] == "linkerd-proxy")
+        return [e["value"] for e in proxy["env"] if e["name"] == TAP_ENV]
+
+    before = mesher(pod, inject)
+    assert before.meshed and tap_env(before) == [] and TAP_ENABLED not in before.obj["metadata"].get("annotations", {})
+    local.layout(config).root.mkdir(parents=True)
+    local.layout(config).settings.write_text("{}")  # viz installed
+    meshed = mesher(pod, inject)
+    assert tap_env(meshed) == ["tap.linkerd-viz.serviceaccount.identity.linkerd.example.org"]
+    assert meshed.obj["metadata"]["annotations"][TAP_ENABLED] == "true"
+    disabled = mesher(pod, {**inject, DISABLE_TAP: "true"})
+    assert disabled.meshed and tap_env(disabled) == []
+    unmeshed = mesher(pod, {})
+    assert not unmeshed.meshed and unmeshed.obj == pod  # nothing for the tap injector to do either

@@ -243,9 +243,13 @@ def _cidr(ctx: click.Context, param: click.Parameter, value: str | None) -> IPv4
 @click.option("--restart-backoff", type=click.FloatRange(min=0.1), help="First crash-restart delay in seconds [default: 1].")
 @click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True,
               help="Seconds to wait for each component to become ready.")
+@click.option("--viz", is_flag=True, help="Also install and start viz (Prometheus, discovery, tap) with its "
+              "defaults, as `tether viz install` does. Once installed, viz starts with every `tether up` until "
+              "`tether viz uninstall`; `tether down` stops it with the rest.")
 def up(prefix: str | None, bridge: str | None, pod_cidr: IPv4Network | None, service_cidr: IPv4Network | None,
-       proxy_log_level: str | None, restart_backoff: float | None, timeout: float) -> None:
-    """Start the local control plane: identity, destination, policy and the pod controller."""
+       proxy_log_level: str | None, restart_backoff: float | None, timeout: float, viz: bool) -> None:
+    """Start the local control plane: identity, destination, policy and the pod controller (and viz, when asked
+    with --viz or installed before)."""
     if os.geteuid() != 0:
         raise CliError("tether up needs root: pods are network namespaces with iptables rules")
     state = home.state_dir()
@@ -294,8 +298,23 @@ def up(prefix: str | None, bridge: str | None, pod_cidr: IPv4Network | None, ser
     if failed:
         raise CliError(f"{', '.join(failed)} did not become ready; it is restarted with backoff (`tether status` "
                        "shows its restarts): fix it and run `tether up` again, or `tether down` to stop everything")
+    _start_viz(config, asked=viz, timeout=timeout)
     click.echo("the control plane is up: deploy with `tether apply -f FILE`, watch with `tether get pods`, "
                "stop with `tether down`")
+
+
+def _start_viz(config: LocalPlatformConfig, *, asked: bool, timeout: float) -> None:
+    """Viz with the mesh: its saved settings when it is installed, its defaults when ``--viz`` installs it."""
+    from tether.cli import viz
+    from tether.viz import local
+
+    try:
+        settings = local.load_settings(config)
+    except local.VizError as exc:
+        raise CliError(str(exc)) from None
+    if settings is None and not asked:
+        return
+    viz.start_local(config, settings or local.VizSettings(), timeout)
 
 
 # -- down ----------------------------------------------------------------------------------------
@@ -548,7 +567,10 @@ def platform_run(state_dir: Path, log_level: str) -> None:
             path += ":" + extra
     from tether.injector.local_platform import LocalMesher, mesh_config
 
-    mesher = LocalMesher(mesh_config(config, anchors, __version__))  # the webhook's patch, for local pods
+    from tether.viz.local import tap_admission
+
+    # The webhooks' patches, for local pods: the proxy injector, then viz's tap injector (while viz is installed).
+    mesher = LocalMesher(mesh_config(config, anchors, __version__), later=[tap_admission(config)])
     controller = PodController(config, store, signer=signer, mesh=mesher, version=__version__,
                                base_env={"PATH": path})
     admin = AdminServer(lambda: controller.metrics_text().encode(), controller.ready.is_set, "the store has not been read yet")

@@ -196,8 +196,6 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
             tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
     """Start Prometheus (Linkerd's scrape configuration), its pod discovery and the tap server on the local
     platform; or, with --platform kubernetes, print the manifests of Prometheus and the tap injector."""
-    from tether.cli.up import tether_argv
-
     try:
         api.window_seconds(scrape_interval)
     except ValueError as err:
@@ -225,6 +223,14 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
     settings = local.VizSettings(prometheus_port=prometheus_port, discovery_port=discovery_port,
                                  scrape_interval=scrape_interval, prometheus_url=prometheus_url, tap_port=tap_port,
                                  tap_admin_port=tap_admin_port)
+    start_local(config, settings, timeout)
+
+
+def start_local(config: LocalPlatformConfig, settings: local.VizSettings, timeout: float) -> None:
+    """Install (settings, configuration, the tap certificate) and start viz on the local platform, waiting for each
+    component; ``viz install`` and ``tether up`` (``--viz``, or viz installed before) call it."""
+    from tether.cli.up import tether_argv
+
     try:
         _ensure_tap_cert(config)
         launcher, specs = local.install(config, settings, tether_argv())
@@ -243,8 +249,8 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
     outcomes = launcher.wait_ready([s.name for s in specs], timeout, progress)
     if any(o.problem for o in outcomes):
         raise CliError("viz did not start; see above (`tether viz uninstall` stops what did)")
-    if prometheus_url:
-        click.echo(f"viz uses your Prometheus at {prometheus_url}: give it the jobs of "
+    if settings.prometheus_url:
+        click.echo(f"viz uses your Prometheus at {settings.prometheus_url}: give it the jobs of "
                    f"{local.layout(config).prometheus_yml} (file discovery under {local.layout(config).sd})")
     else:
         click.echo(f"Prometheus is up at {settings.url} (loopback only); try `tether viz stat deploy -A`")
@@ -290,7 +296,7 @@ def _print_manifests(namespace: str, image: str | None, scrape_interval: str, ou
 
 
 def _tap_identity(config: LocalPlatformConfig) -> WorkloadIdentity:
-    return WorkloadIdentity(*local.TAP_SERVICE_ACCOUNT, config.control_plane_ns, config.trust_domain)
+    return local.tap_workload(config)
 
 
 def _ensure_tap_cert(config: LocalPlatformConfig) -> None:

@@ -15,15 +15,20 @@ where things are, given in `MeshConfig` by `mesh_config`:
   ``iptables`` (legacy or nft, whichever it is);
 - the proxy's log level is the platform's, without Linkerd's span filters (Tether's proxy
   refuses them), and its readiness is probed every second.
+
+Other mutating webhooks a cluster would run after the proxy injector (viz's tap injector) are
+passed in as `LaterAdmission`s: each sees the meshed pod and answers JSON-patch operations,
+applied in order, as the API server applies a webhook chain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tether.injector.config import HOST_IPTABLES, Commands, MeshConfig, Placement, ProbeTiming, ProxyInit
 from tether.injector.decision import Origin
+from tether.injector.jsonpatch import JsonPatchError, apply
 from tether.injector.patch import inject
 from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.meshing import Meshed
@@ -56,15 +61,27 @@ def mesh_config(config: LocalPlatformConfig, trust_anchors_pem: str, version: st
     )
 
 
-class LocalMesher:
-    """The pod controller's `Mesher`: `inject` with origin WEBHOOK under the local mesh configuration."""
+# A later mutating webhook: (pod after the injector, its namespace's annotations) -> RFC 6902 operations.
+LaterAdmission = Callable[[Mapping[str, Any], Mapping[str, str]], list[dict[str, Any]]]
 
-    def __init__(self, config: MeshConfig) -> None:
+
+class LocalMesher:
+    """The pod controller's `Mesher`: `inject` with origin WEBHOOK under the local mesh configuration,
+    then the ``later`` webhooks in order (each given the pod as the one before left it)."""
+
+    def __init__(self, config: MeshConfig, later: Sequence[LaterAdmission] = ()) -> None:
         self._config = config
+        self._later = tuple(later)
 
     def __call__(self, pod: Mapping[str, Any], namespace_annotations: Mapping[str, str]) -> Meshed:
         result = inject(pod, namespace_annotations, self._config, origin=Origin.WEBHOOK)
         report = result.report
         meshed = report.action == "injected"
         reason = "" if meshed else ", ".join(r.value for r in report.skip_reasons)
-        return Meshed(result.obj, meshed, reason, report.warnings)
+        obj, warnings = result.obj, report.warnings
+        for admit in self._later:
+            try:
+                obj = apply(obj, admit(obj, namespace_annotations))
+            except JsonPatchError as err:  # as failurePolicy Ignore: the pod runs without that webhook's change
+                warnings = (*warnings, f"a later admission's patch did not apply: {err}")
+        return Meshed(obj, meshed, reason, warnings)

@@ -23,7 +23,14 @@ With ``--prometheus-url`` nothing is started: the URL is saved, and viz
 queries that Prometheus (which must scrape the proxies with the configuration
 install writes out).
 
-Callers: the ``tether viz`` CLI.
+``tap_admission`` is viz's tap injector as the local platform's injection runs
+it (after the proxy injector, as the cluster's webhook chain does): while viz
+is installed, a meshed pod's proxy gets ``LINKERD2_PROXY_TAP_SVC_NAME`` (and
+the pod ``viz.linkerd.io/tap-enabled``) unless ``viz.linkerd.io/disable-tap``
+says no.  Pods created before ``viz install`` keep running without tap until
+they are recreated, as on Kubernetes.
+
+Callers: the ``tether viz`` CLI, and ``tether platform run`` (``tap_admission``).
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -45,7 +54,8 @@ from tether.platform.local.config import LocalPlatformConfig
 from tether.platform.local.launcher import ComponentSpec, Launcher
 from tether.store import Store
 from tether.store.errors import Gone
-from tether.viz import scrape_config
+from tether.naming import WorkloadIdentity
+from tether.viz import scrape_config, tap_injector
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +129,24 @@ def load_settings(config: LocalPlatformConfig) -> VizSettings | None:
         return VizSettings(**data)
     except (OSError, ValueError, TypeError) as err:
         raise VizError(f"{path}: unreadable viz settings ({err}); run `tether viz uninstall` and install again") from None
+
+
+def tap_workload(config: LocalPlatformConfig) -> WorkloadIdentity:
+    """The tap server's identity on this platform: ``tap.linkerd-viz.serviceaccount.identity.<cp-ns>.<td>``."""
+    return WorkloadIdentity(*TAP_SERVICE_ACCOUNT, config.control_plane_ns, config.trust_domain)
+
+
+def tap_admission(config: LocalPlatformConfig) -> Callable[[Mapping[str, Any], Mapping[str, str]], list[dict[str, Any]]]:
+    """The tap injector for the platform's pods: its patch while viz is installed (``viz.json`` exists), else none."""
+    identity = tap_workload(config).dns_name
+    settings = layout(config).settings
+
+    def admit(pod: Mapping[str, Any], namespace_annotations: Mapping[str, str]) -> list[dict[str, Any]]:
+        if not settings.exists():
+            return []
+        return tap_injector.patch(pod, namespace_annotations, identity)
+
+    return admit
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> bool:

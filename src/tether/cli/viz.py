@@ -23,7 +23,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -772,12 +772,14 @@ def _tap_address(tap_server: str | None) -> str:
 @viz.command()
 @_tap_options
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@platform_option
 def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
         scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
-        output: str) -> None:
-    """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`)."""
+        output: str, kube: KubeTarget | None) -> None:
+    """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`). On Kubernetes
+    (--platform kubernetes) through the API server's tap APIService, as your kubeconfig's user."""
     request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
-    address = _tap_address(tap_server)
+    source = _tap_source(tap_server, kube)
 
     def show(event: Any) -> None:
         from google.protobuf.json_format import MessageToDict
@@ -785,7 +787,7 @@ def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str 
         click.echo(json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event))
 
     try:
-        asyncio.run(_stream_tap(address, request, show))
+        asyncio.run(source(request, show))
     except KeyboardInterrupt:
         pass
 
@@ -794,10 +796,12 @@ def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str 
 @_tap_options
 @click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True,
               help="Seconds between two redraws.")
+@platform_option
 def top(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
         scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
-        interval: float) -> None:
-    """The busiest request paths of RESOURCE, live from tap, until Ctrl-C (`linkerd viz top`)."""
+        interval: float, kube: KubeTarget | None) -> None:
+    """The busiest request paths of RESOURCE, live from tap, until Ctrl-C (`linkerd viz top`); on Kubernetes
+    through the tap APIService."""
     import time
 
     from rich.console import Console
@@ -807,7 +811,7 @@ def top(resource: str, namespace: str | None, to: str | None, to_namespace: str 
     from tether.viz.top import COLUMNS, Top
 
     request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
-    address = _tap_address(tap_server)
+    source = _tap_source(tap_server, kube)
     console = Console()
     state = Top()
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
@@ -831,7 +835,7 @@ def top(resource: str, namespace: str | None, to: str | None, to_namespace: str 
     try:
         if live is not None:
             live.start()
-        asyncio.run(_stream_tap(address, request, show))
+        asyncio.run(source(request, show))
     except KeyboardInterrupt:
         pass
     finally:
@@ -855,8 +859,9 @@ class _Enough(Exception):
 @click.option("--cluster-domain", default="cluster.local", show_default=True)
 @click.option("--tap-server", help="The tap server, host:port [default: the one `tether viz install` started].")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@platform_option
 def profile(service: str, tap_resource: str, namespace: str, tap_duration: str, tap_route_limit: int,
-            cluster_domain: str, tap_server: str | None, output: str) -> None:
+            cluster_domain: str, tap_server: str | None, output: str, kube: KubeTarget | None) -> None:
     """A ServiceProfile for SERVICE with a route per request tapped from --tap (`linkerd viz profile --tap`)."""
     import yaml
 
@@ -869,7 +874,7 @@ def profile(service: str, tap_resource: str, namespace: str, tap_duration: str, 
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--tap-duration") from None
     request = _tap_request(tap_resource, namespace, None, None, None, None, None, None, DEFAULT_MAX_RPS)
-    address = _tap_address(tap_server)
+    source = _tap_source(tap_server, kube)
     seen = TappedRoutes(tap_route_limit)
 
     def take(event: Any) -> None:
@@ -879,7 +884,7 @@ def profile(service: str, tap_resource: str, namespace: str, tap_duration: str, 
     async def collect() -> None:
         try:
             async with asyncio.timeout(seconds):
-                await _stream_tap(address, request, take)
+                await source(request, take)
         except (TimeoutError, _Enough):
             pass
 
@@ -894,11 +899,33 @@ def profile(service: str, tap_resource: str, namespace: str, tap_duration: str, 
 @viz.command("list")
 @click.option("-n", "--namespace", help="The namespace (default: default).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Every namespace.")
-def list_(namespace: str | None, all_namespaces: bool) -> None:
-    """The pods tap can watch, and why the others cannot."""
+@platform_option
+def list_(namespace: str | None, all_namespaces: bool, kube: KubeTarget | None) -> None:
+    """The pods tap can watch, and why the others cannot (on Kubernetes, the pods the API server lists)."""
     from tether.viz.tap import why_not_tappable
 
     ns = _namespace(namespace, all_namespaces)
+    if kube is not None:
+        from tether.platform.kubernetes.client import ClientSettings
+        from tether.viz.kube_objects import KubeObjects, ObjectsUnavailable
+
+        try:
+            pods = KubeObjects(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context)).list("Pod", ns)
+        except ObjectsUnavailable as err:
+            raise CliError(str(err)) from None
+    else:
+        pods = _store_pods(ns)
+    grid = [["NAMESPACE", "NAME", "TAP"]]
+    for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
+        reason = why_not_tappable(pod)
+        grid.append([pod["metadata"].get("namespace", ""), pod["metadata"]["name"], reason or "enabled"])
+    if len(grid) == 1:
+        click.echo(f"No pods found in {ns} namespace." if ns else "No pods found.", err=True)
+        return
+    click.echo(tables.plain(grid))
+
+
+def _store_pods(ns: str | None) -> list[dict[str, Any]]:
     state = home.state_dir()
     try:
         config = platform_config.load(state) or LocalPlatformConfig(state_dir=state)
@@ -909,17 +936,33 @@ def list_(namespace: str | None, all_namespaces: bool) -> None:
         raise CliError(f"{path.parent}: no store here; start the platform with `tether up` (or set TETHER_HOME)")
     try:
         with Store(path) as store:
-            pods = StoreObjects(store).list("Pod", ns)
+            return StoreObjects(store).list("Pod", ns)
     except StoreError as err:
         raise CliError(str(err)) from None
-    grid = [["NAMESPACE", "NAME", "TAP"]]
-    for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
-        reason = why_not_tappable(pod)
-        grid.append([pod["metadata"].get("namespace", ""), pod["metadata"]["name"], reason or "enabled"])
-    if len(grid) == 1:
-        click.echo(f"No pods found in {ns} namespace." if ns else "No pods found.", err=True)
-        return
-    click.echo(tables.plain(grid))
+
+
+TapSource = Callable[[Any, Callable[[Any], None]], Awaitable[None]]
+
+
+def _tap_source(tap_server: str | None, kube: KubeTarget | None) -> TapSource:
+    """Where a tap goes: the local tap server (gRPC), or on Kubernetes the API server's tap APIService."""
+    if kube is None:
+        address = _tap_address(tap_server)
+        return lambda request, show: _stream_tap(address, request, show)
+    if tap_server is not None:
+        raise click.UsageError("--tap-server: not used with --platform kubernetes (tap goes through the API server)")
+    from tether.platform.kubernetes.client import ClientSettings
+    from tether.viz import tap_apiclient
+
+    settings = ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context)
+
+    async def through_the_api(request: Any, show: Callable[[Any], None]) -> None:
+        try:
+            await tap_apiclient.stream(settings, request, show)
+        except tap_apiclient.TapApiError as err:
+            raise CliError(str(err)) from None
+
+    return through_the_api
 
 
 async def _stream_tap(address: str, request: Any, show: Callable[[Any], None]) -> None:

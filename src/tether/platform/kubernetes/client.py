@@ -82,6 +82,25 @@ class ResourceGone(ApiError):
     """410 Gone: the resource version asked for is older than the server's history (or a continue token expired)."""
 
 
+class StreamRefused(ApiError):
+    """A streaming POST answered with an error status; ``headers`` and ``body`` are kept whole, since an aggregated
+    API (the tap APIService) says why in its own format. ``reason`` and ``message`` are a Kubernetes ``Status``'s,
+    when the body is one."""
+
+    def __init__(self, status: int, reason: str, headers: Mapping[str, str], body: bytes) -> None:
+        message = ""
+        try:
+            doc = json.loads(body)
+            if isinstance(doc, dict) and doc.get("kind") == "Status":
+                message = str(doc.get("message") or "")
+                reason = str(doc.get("reason") or reason)
+        except ValueError:
+            pass
+        super().__init__(status, reason, message)
+        self.headers = headers
+        self.body = body
+
+
 async def load_configuration(settings: ClientSettings) -> k8s_client.Configuration:
     """The ``kubernetes_asyncio`` configuration ``settings`` select; ``ConfigError`` when there is none."""
     configuration = k8s_client.Configuration()
@@ -191,6 +210,31 @@ class KubeClient:
                     raise ApiUnreachable(f"watch {path}: not a JSON line: {line[:80]!r}") from None
                 if isinstance(event, dict):
                     yield event
+        finally:
+            response.close()  # an unfinished stream cannot go back to the pool
+
+    async def post_stream(self, path: str, body: bytes, *, content_type: str) -> AsyncIterator[bytes]:
+        """The answer to a POST of ``body``, chunk by chunk as it arrives, until the server ends it (an aggregated
+        API's stream, e.g. the tap APIService's frames). An error status raises ``StreamRefused``."""
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.settings.connect_timeout,
+                                        sock_connect=self.settings.connect_timeout)
+        response = await self._request("POST", path, None, body, timeout, accept=content_type,
+                                       content_type=content_type)
+        try:
+            if not 200 <= response.status < 300:
+                try:
+                    data = await response.read()
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    data = b""
+                raise StreamRefused(response.status, response.reason or "", dict(response.headers), data)
+            while True:
+                try:
+                    chunk = await response.content.readany()
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    raise ApiUnreachable(f"POST {path}: {_describe(exc)}") from None
+                if not chunk:
+                    return
+                yield chunk
         finally:
             response.close()  # an unfinished stream cannot go back to the pool
 

@@ -5,6 +5,7 @@
     tether check --pre                # can a platform be started here?
     tether check -o json
     tether check --platform kubernetes [--kubeconfig FILE] [--crds | --pre | --proxy]
+    tether check --platform kubernetes --linkerd-cni-enabled --expected-version 0.1.0
 
 Prints each category as Linkerd does (``√``, ``‼`` for a warning, ``×`` with the
 error and a hint), then ``Status check results are √`` (or ``×``); exits 0 only
@@ -66,9 +67,17 @@ def _install_objects() -> Any:
 @click.option("--wait", default="5m", show_default=True, callback=_seconds,
               help="How long to retry checks that may pass by waiting (0: no retries).")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "short"]), default="table", show_default=True)
+@click.option("--linkerd-cni-enabled", is_flag=True,
+              help="Kubernetes: the Linkerd CNI plugin is used (also read from linkerd-config's cniEnabled): "
+                   "run the linkerd-cni-plugin checks.")
+@click.option("--cni-namespace", default="linkerd-cni", show_default=True,
+              help="Kubernetes: the namespace of the Linkerd CNI plugin.")
+@click.option("--expected-version", metavar="VERSION",
+              help="Kubernetes: the latest version, to check that the cli and control plane are up-to-date "
+                   "(Tether has no release channel to ask; without it those checks warn).")
 @platform_options
 def check(pre: bool, proxy: bool, crds: bool, namespace: str | None, wait: float, output: str,
-          platform: Platform) -> None:
+          linkerd_cni_enabled: bool, cni_namespace: str, expected_version: str | None, platform: Platform) -> None:
     """Check the mesh's health, with Linkerd's categories and wording."""
     if pre and proxy:
         raise click.UsageError("--pre and --proxy cannot be used together")
@@ -76,12 +85,16 @@ def check(pre: bool, proxy: bool, crds: bool, namespace: str | None, wait: float
         raise click.UsageError("-n/--namespace selects the data plane: give --proxy too")
     kube = None
     if platform.kubernetes:
-        from tether.diagnose.kube import KubeChecks
+        from tether.diagnose.kube import KubeChecks, Options
 
-        kube = KubeChecks(platform.client_settings(), __version__, namespace, _install_objects())
+        options = Options(linkerd_cni_enabled, cni_namespace, expected_version)
+        kube = KubeChecks(platform.client_settings(), __version__, namespace, _install_objects(), options=options)
         categories = kube.categories(pre=pre, crds=crds, proxy=proxy)
     elif crds:
         raise click.UsageError("--crds checks a Kubernetes cluster: give --platform kubernetes")
+    elif linkerd_cni_enabled or cni_namespace != "linkerd-cni" or expected_version is not None:
+        raise click.UsageError("--linkerd-cni-enabled, --cni-namespace and --expected-version check a Kubernetes "
+                               "cluster: give --platform kubernetes")
     else:
         categories = LocalChecks(home.state_dir(), component_specs, __version__, namespace).categories(
             proxy=proxy, pre=pre)

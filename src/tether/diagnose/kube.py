@@ -3,11 +3,18 @@
 ``kubernetes-api`` (fatal), ``kubernetes-version``, ``linkerd-existence`` (fatal:
 what ``tether install`` makes — namespace, ClusterRoles, ClusterRoleBindings,
 ServiceAccounts, CRDs, the injector's MutatingWebhookConfiguration),
-``linkerd-config``, ``linkerd-identity`` (the ``linkerd-identity-trust-roots``
-ConfigMap and the ``linkerd-identity-issuer`` Secret), ``linkerd-webhooks-and-apisvc-tls``,
-``control-plane-version``, ``linkerd-ha-checks`` (when ``highAvailability``),
-and with ``--proxy`` the data plane categories; ``--pre`` and ``--crds`` run only
-their own category.  Every answer is read with ``KubeClient`` (GETs only).
+``linkerd-config``, ``linkerd-cni-plugin`` (when the CNI is enabled, by flag or
+``cniEnabled``), ``linkerd-identity`` (the ``linkerd-identity-trust-roots``
+ConfigMap and the ``linkerd-identity-issuer`` Secret, the issuer's name under the
+trust domain ``linkerd-config`` holds), ``linkerd-webhooks-and-apisvc-tls``,
+``linkerd-version`` and ``control-plane-version`` (the version ``linkerd-config``
+records), ``linkerd-control-plane-proxy`` (when control-plane pods carry
+proxies), ``linkerd-ha-checks`` (when ``highAvailability``), with ``--proxy`` the
+data plane categories, then ``linkerd-extension-checks`` and the checks of each
+extension found (``linkerd-viz``); ``--pre`` runs ``pre-kubernetes-setup`` (the
+user's permissions asked with SelfSubjectAccessReviews, the front-proxy CA, the
+nodes' clocks) and ``--crds`` only its own category.  Every answer is read with
+``KubeClient``: GETs, and SelfSubjectAccessReviews (which change nothing).
 
 The objects to expect come from the caller (``tether.cli.check`` renders what
 ``tether install`` prints), so this module does not import the CLI.  Caller:
@@ -21,7 +28,7 @@ import base64
 import re
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import yaml
@@ -29,13 +36,13 @@ import yaml
 from tether.diagnose.certs import EXPIRY_WARNING, Credentials, IdentityHints, identity_checks, validity_problem
 from tether.diagnose.checks import Category, Check, Problem
 from tether.diagnose.local import opaque_port_problems
-from tether.identity import pem
+from tether.identity import pem, pki
 from tether.injector.annotations import PROXY_VERSION, TRUST_ROOT_SHA256, trust_root_sha256
+from tether.naming import issuer_name
 from tether.platform.kubernetes.client import ApiError, ClientSettings, KubeClient, KubeError
 
 MINIMUM_VERSION = (1, 31)
 COMPONENT_LABEL = "linkerd.io/control-plane-component"
-VERSION_LABEL = "app.kubernetes.io/version"
 PROXY_CONTAINER = "linkerd-proxy"
 _PATHS = {
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}",
@@ -54,6 +61,42 @@ _EXISTENCE = [
     ("ValidatingWebhookConfiguration", "control plane ValidatingWebhookConfigurations exist", "l5d-existence-vwc"),
 ]
 INSTALL_HINT = "apply what `tether install` prints (`tether install --crds` first)"
+EXTENSION_LABEL = "linkerd.io/extension"
+CNI_NAME = "linkerd-cni"
+CNI_CONFIG_MAP = "linkerd-cni-config"
+# Linkerd's allowance: five minutes plus the issuer's clock-skew allowance (10 s) between a node's last
+# heartbeat and this machine's clock.
+ALLOWED_CLOCK_SKEW = timedelta(minutes=5, seconds=10)
+# kind -> (API group, resource) of what `tether install` makes outside any namespace, for the access reviews.
+_CLUSTER_SCOPED = {
+    "Namespace": ("", "namespaces"),
+    "ClusterRole": ("rbac.authorization.k8s.io", "clusterroles"),
+    "ClusterRoleBinding": ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    "CustomResourceDefinition": ("apiextensions.k8s.io", "customresourcedefinitions"),
+    "MutatingWebhookConfiguration": ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    "APIService": ("apiregistration.k8s.io", "apiservices"),
+}
+# (description, verb, API group, resource) asked in the control plane's namespace, in Linkerd's order.
+_NAMESPACED_ACCESS = [
+    ("can create ServiceAccounts", "create", "", "serviceaccounts"),
+    ("can create Services", "create", "", "services"),
+    ("can create Deployments", "create", "apps", "deployments"),
+    ("can create CronJobs", "create", "batch", "cronjobs"),
+    ("can create ConfigMaps", "create", "", "configmaps"),
+    ("can create Secrets", "create", "", "secrets"),
+    ("can read Secrets", "get", "", "secrets"),
+]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The flags that add or change categories: ``--linkerd-cni-enabled``, ``--cni-namespace``,
+    ``--expected-version`` (the latest version to compare with; Tether has no release channel to ask)."""
+
+    cni_enabled: bool = False
+    cni_namespace: str = CNI_NAME
+    expected_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +118,31 @@ def _proxy_of(pod: dict[str, Any]) -> dict[str, Any] | None:
                  if c.get("name") == PROXY_CONTAINER), None)
 
 
+def mesh_domains(values: dict[str, Any]) -> tuple[str, str]:
+    """The cluster domain and identity trust domain ``linkerd-config``'s values hold (an empty trust domain
+    is the cluster domain, as `tether install` renders it)."""
+    cluster_domain = str(values.get("clusterDomain") or "cluster.local")
+    return cluster_domain, str(values.get("identityTrustDomain") or cluster_domain)
+
+
+def _unready_proxies(pods: Sequence[dict[str, Any]]) -> list[str]:
+    unready = []
+    for pod in pods:
+        statuses = [*((pod.get("status") or {}).get("initContainerStatuses") or ()),
+                    *((pod.get("status") or {}).get("containerStatuses") or ())]
+        proxy = next((s for s in statuses if s.get("name") == PROXY_CONTAINER), None)
+        if proxy is None or not proxy.get("ready"):
+            unready.append(f"* {pod['metadata']['namespace']}/{pod['metadata']['name']}: the linkerd-proxy container "
+                           "is not ready")
+    return unready
+
+
+def _other_proxy_versions(pods: Sequence[dict[str, Any]], version: str) -> list[str]:
+    return [f"* {p['metadata']['namespace']}/{p['metadata']['name']} runs proxy "
+            f"{(p['metadata'].get('annotations') or {}).get(PROXY_VERSION, 'unknown')}"
+            for p in pods if (p["metadata"].get("annotations") or {}).get(PROXY_VERSION) != version]
+
+
 def _version(text: str) -> tuple[int, int] | None:
     match = re.match(r"^v?(\d+)\.(\d+)", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
@@ -82,8 +150,9 @@ def _version(text: str) -> tuple[int, int] | None:
 
 class KubeChecks:
     def __init__(self, settings: ClientSettings, cli_version: str, namespace: str | None, expected: Expected,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC), options: Options = Options()) -> None:
         self.settings = settings
+        self.options = options
         self.cli_version = cli_version
         self.namespace = namespace
         self.expected = expected
@@ -177,11 +246,106 @@ class KubeChecks:
         if self._cp in {n["metadata"]["name"] for n in self._list("/api/v1/namespaces")}:
             raise Problem(f'The "{self._cp}" namespace already exists')
 
+    def _allowed(self, verb: str, group: str, resource: str, namespace: str = "") -> str | None:
+        """None when the kubeconfig's user may ``verb`` ``resource``, else why not (a SelfSubjectAccessReview)."""
+        attributes = {"verb": verb, "group": group, "resource": resource, **({"namespace": namespace} if namespace
+                                                                              else {})}
+        review = self._run(self._client.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes}}))
+        status = review.get("status") or {}
+        if status.get("allowed"):
+            return None
+        what = resource + (f".{group}" if group else "") + (f" in namespace {namespace}" if namespace else "")
+        why = status.get("reason") or status.get("evaluationError") or ""
+        return f"not authorized to {verb} {what}" + (f": {why}" if why else "")
+
+    def _can_create_cluster_objects(self) -> None:
+        kinds = sorted({kind for kind, _ in self.expected.objects if kind in _CLUSTER_SCOPED})
+        problems = [problem for kind in kinds if (problem := self._allowed("create", *_CLUSTER_SCOPED[kind]))]
+        if problems:
+            raise Problem("\n".join(problems))
+
+    def _can(self, verb: str, group: str, resource: str) -> None:
+        problem = self._allowed(verb, group, resource, self._cp)
+        if problem:
+            raise Problem(problem)
+
+    def _front_proxy_ca(self) -> None:
+        found = self._get("/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication")
+        if found is None:
+            raise Problem("the kube-system/extension-apiserver-authentication ConfigMap does not exist")
+        if not (found.get("data") or {}).get("requestheader-client-ca-file"):
+            raise Problem("--requestheader-client-ca-file is not configured")
+
+    def _clock_skew(self) -> None:
+        now = self.now()
+        skewed = []
+        for node in self._list("/api/v1/nodes"):
+            for condition in (node.get("status") or {}).get("conditions") or ():
+                if condition.get("type") != "Ready" or condition.get("status") != "True":
+                    continue
+                try:
+                    beat = datetime.fromisoformat(str(condition.get("lastHeartbeatTime")).replace("Z", "+00:00"))
+                except ValueError:
+                    continue  # no heartbeat time to compare
+                if abs(now - beat) > ALLOWED_CLOCK_SKEW:
+                    skewed.append(node["metadata"]["name"])
+        if skewed:
+            raise Problem(f"clock skew detected for node(s): {', '.join(skewed)}")
+
     def pre_category(self) -> Category:
+        rbac = "the kubeconfig's user needs this permission to install the control plane (`kubectl auth can-i`)"
         return Category("pre-kubernetes-setup", [
             Check("control plane namespace does not already exist", self._namespace_free,
                   "uninstall first (`tether uninstall | kubectl delete -f -`), or use another namespace"),
+            Check("can create non-namespaced resources", self._can_create_cluster_objects, rbac),
+            *(Check(description, lambda v=verb, g=group, r=resource: self._can(v, g, r), rbac)
+              for description, verb, group, resource in _NAMESPACED_ACCESS),
+            Check("can read extension-apiserver-authentication configmap", self._front_proxy_ca,
+                  "the API server needs a front-proxy CA (--requestheader-client-ca-file) and the user must read "
+                  "kube-system/extension-apiserver-authentication"),
+            Check("no clock skew detected", self._clock_skew,
+                  "synchronize the nodes' clocks and this machine's (NTP): certificates are judged by them",
+                  warning=True),
         ])
+
+    # -- linkerd-cni-plugin -----------------------------------------------------------------------------
+
+    def _cni_object(self, what: str, path: str) -> dict[str, Any]:
+        found = self._get(path)
+        if found is None:
+            raise Problem(f"missing {what}")
+        return found
+
+    def _cni_ready(self) -> None:
+        daemon_set = self._cni_object(f"DaemonSet: {CNI_NAME}",
+                                      f"/apis/apps/v1/namespaces/{self.options.cni_namespace}/daemonsets/{CNI_NAME}")
+        status = daemon_set.get("status") or {}
+        scheduled, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
+        if scheduled != ready:
+            raise Problem(f"number ready: {ready}, number scheduled: {scheduled}")
+
+    def cni_category(self) -> Category | None:
+        """Linkerd's CNI checks, when the CNI plugin is enabled (``--linkerd-cni-enabled`` or ``cniEnabled``)."""
+        if not (self.options.cni_enabled or (getattr(self, "_values", None) or {}).get("cniEnabled")):
+            return None
+        ns = self.options.cni_namespace
+        hint = "install the Linkerd CNI plugin (`linkerd install-cni | kubectl apply -f -`) in " + ns
+        objects = [
+            ("ConfigMap", f"ConfigMap: {CNI_CONFIG_MAP}", f"/api/v1/namespaces/{ns}/configmaps/{CNI_CONFIG_MAP}"),
+            ("ClusterRole", f"ClusterRole: {CNI_NAME}", _PATHS["ClusterRole"].format(name=CNI_NAME)),
+            ("ClusterRoleBinding", f"ClusterRoleBinding: {CNI_NAME}",
+             _PATHS["ClusterRoleBinding"].format(name=CNI_NAME)),
+            ("ServiceAccount", f"ServiceAccount: {CNI_NAME}", _PATHS["ServiceAccount"].format(ns=ns, name=CNI_NAME)),
+            ("DaemonSet", f"DaemonSet: {CNI_NAME}", f"/apis/apps/v1/namespaces/{ns}/daemonsets/{CNI_NAME}"),
+        ]
+        return Category("linkerd-cni-plugin", [
+            *(Check(f"cni plugin {kind} exists", lambda w=what, p=path: self._cni_object(w, p) and None, hint)
+              for kind, what, path in objects),
+            Check("cni plugin pod is running on all nodes", self._cni_ready,
+                  f"kubectl -n {ns} get pods -o wide; kubectl -n {ns} logs ds/{CNI_NAME}", retry=True),
+        ], fatal=True)
 
     # -- linkerd-config ------------------------------------------------------------------------------
 
@@ -239,6 +403,15 @@ class KubeChecks:
                                             "linkerd-identity-issuer")[0]
         except pem.PemError as exc:
             raise Problem(str(exc)) from None
+        values = getattr(self, "_values", None)
+        if values is None:
+            raise Problem("the trust domain is unknown: the linkerd-config ConfigMap could not be read")
+        # The identity service refuses an issuer not named for the trust domain it serves (Linkerd's too).
+        expected = issuer_name(self._cp, mesh_domains(values)[1])
+        names = {pki.subject_cn(issuer), *(str(n.value) for n in pki.sans(issuer))}
+        if expected not in names:
+            raise Problem(f"the issuer certificate is for {', '.join(sorted(names))}, not {expected} (the trust "
+                          "domain linkerd-config holds)")
         return Credentials(anchors, issuer)
 
     def identity_category(self) -> Category:
@@ -278,23 +451,75 @@ class KubeChecks:
 
     # -- versions and HA -------------------------------------------------------------------------------
 
-    def _cp_versions(self) -> dict[str, str]:
-        pods = self._control_pods()
-        if not pods:
-            raise Problem(f"no control plane pods in {self._cp}")
-        return {p["metadata"]["name"]: p["metadata"]["labels"].get(VERSION_LABEL, "unknown") for p in pods}
+    def _latest(self) -> str:
+        if self.options.expected_version is None:
+            raise Problem("Tether has no release channel to ask: give --expected-version VERSION to compare with")
+        return self.options.expected_version
+
+    def _cli_up_to_date(self) -> None:
+        latest = self._latest()
+        if latest != self.cli_version:
+            raise Problem(f"is running version {self.cli_version} but the latest version is {latest}")
+
+    def linkerd_version_category(self) -> Category:
+        return Category("linkerd-version", [
+            Check("can determine the latest version", lambda: self._latest() and None,
+                  "pass --expected-version with the version you mean to run", warning=True),
+            Check("cli is up-to-date", self._cli_up_to_date, "install the latest tether", warning=True),
+        ])
+
+    def _server_version(self) -> str:
+        """The control plane's version as ``linkerd-config`` records it (``linkerdVersion``), as Linkerd reads it."""
+        values = getattr(self, "_values", None)
+        if values is None:
+            raise Problem("the linkerd-config ConfigMap could not be read")
+        version = values.get("linkerdVersion")
+        if not version:
+            raise Problem("linkerd-config records no linkerdVersion")
+        return str(version)
+
+    def _cp_up_to_date(self) -> None:
+        latest, server = self._latest(), self._server_version()
+        if latest != server:
+            raise Problem(f"is running version {server} but the latest version is {latest}")
 
     def _versions_match(self) -> None:
-        other = sorted({v for v in self._cp_versions().values() if v != self.cli_version})
-        if other:
-            raise Problem(f"control plane running {', '.join(other)} but cli running {self.cli_version}")
+        server = self._server_version()
+        if server != self.cli_version:
+            raise Problem(f"control plane running {server} but cli running {self.cli_version}")
 
     def version_category(self) -> Category:
+        upgrade = "upgrade the control plane (`tether upgrade`) or use the matching cli"
         return Category("control-plane-version", [
-            Check("can retrieve the control plane version", lambda: self._cp_versions() and None, INSTALL_HINT),
-            Check("control plane and cli versions match", self._versions_match,
-                  "upgrade the control plane (`tether upgrade`) or use the matching cli", warning=True),
+            Check("can retrieve the control plane version", lambda: self._server_version() and None, INSTALL_HINT),
+            Check("control plane is up-to-date", self._cp_up_to_date, upgrade, warning=True),
+            Check("control plane and cli versions match", self._versions_match, upgrade, warning=True),
         ])
+
+    def _control_plane_proxies(self) -> list[dict[str, Any]]:
+        return [p for p in self._control_pods() if _proxy_of(p) is not None]
+
+    def _cp_proxies_healthy(self) -> None:
+        unready = _unready_proxies(self._control_plane_proxies())
+        if unready:
+            raise Problem("\n".join(unready))
+
+    def _cp_proxy_versions(self) -> None:
+        other = _other_proxy_versions(self._control_plane_proxies(), self.cli_version)
+        if other:
+            raise Problem("\n".join([f"some proxies are not running {self.cli_version}:", *other]))
+
+    def control_plane_proxy_category(self) -> Category | None:
+        """Linkerd's checks of the control plane's proxies, when its pods carry any (`tether install`'s run
+        without: the components serve TLS themselves, ``linkerd.io/inject: disabled``)."""
+        if not self._control_plane_proxies():
+            return None
+        return Category("linkerd-control-plane-proxy", [
+            Check("control plane proxies are healthy", self._cp_proxies_healthy,
+                  f"kubectl -n {self._cp} logs POD -c {PROXY_CONTAINER}", retry=True),
+            Check("control plane proxies and cli versions match", self._cp_proxy_versions,
+                  "restart the control plane pods", warning=True),
+        ], fatal=True)
 
     def _replicas(self) -> None:
         counts: dict[str, int] = {}
@@ -328,15 +553,9 @@ class KubeChecks:
         pods = self._data_pods()
         if not pods:
             raise Problem('No "linkerd-proxy" containers found')
-        unready = []
-        for pod in pods:
-            statuses = [*((pod.get("status") or {}).get("initContainerStatuses") or ()),
-                        *((pod.get("status") or {}).get("containerStatuses") or ())]
-            proxy = next((s for s in statuses if s.get("name") == PROXY_CONTAINER), None)
-            if proxy is None or not proxy.get("ready"):
-                unready.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        unready = _unready_proxies(pods)
         if unready:
-            raise Problem("\n".join(f"* {p}: the linkerd-proxy container is not ready" for p in unready))
+            raise Problem("\n".join(unready))
 
     def _trust_roots(self) -> None:
         current = trust_root_sha256(self._anchors_pem())
@@ -347,10 +566,7 @@ class KubeChecks:
                                      *stale]))
 
     def _proxy_versions(self) -> None:
-        other = [f"* {p['metadata']['namespace']}/{p['metadata']['name']} runs proxy "
-                 f"{(p['metadata'].get('annotations') or {}).get(PROXY_VERSION, 'unknown')}"
-                 for p in self._data_pods()
-                 if (p["metadata"].get("annotations") or {}).get(PROXY_VERSION) != self.cli_version]
+        other = _other_proxy_versions(self._data_pods(), self.cli_version)
         if other:
             raise Problem("\n".join([f"some proxies are not running {self.cli_version}:", *other]))
 
@@ -379,6 +595,82 @@ class KubeChecks:
             ]),
         ]
 
+    # -- extensions -------------------------------------------------------------------------------------
+
+    def _extension_namespaces(self) -> dict[str, list[str]]:
+        """Extension name -> the namespaces labelled ``linkerd.io/extension`` with it."""
+        found: dict[str, list[str]] = {}
+        for ns in self._list("/api/v1/namespaces"):
+            extension = ((ns.get("metadata") or {}).get("labels") or {}).get(EXTENSION_LABEL)
+            if extension:
+                found.setdefault(extension, []).append(ns["metadata"]["name"])
+        return found
+
+    def _extension_labels(self) -> None:
+        doubled = [f"* label \"{EXTENSION_LABEL}={ext}\" is present on more than one namespace:\n"
+                   + "\n".join(f"    * {ns}" for ns in sorted(namespaces))
+                   for ext, namespaces in sorted(self._extension_namespaces().items()) if len(namespaces) > 1]
+        if doubled:
+            raise Problem("some extensions have invalid configuration\n" + "\n".join(doubled))
+
+    def _no_checks_for(self, extension: str) -> None:
+        raise Problem(f"Tether runs the checks of the viz extension only; `linkerd-{extension} check` is not run")
+
+    def extension_categories(self) -> Iterator[Category]:
+        """``linkerd-extension-checks``, then the categories of each extension installed (viz's)."""
+        try:
+            found = self._extension_namespaces()
+        except Problem:
+            found = {}
+        yield Category("linkerd-extension-checks", [
+            Check("namespace configuration for extensions", self._extension_labels,
+                  f"keep one namespace per {EXTENSION_LABEL} value", warning=True),
+            *(Check(f"Linkerd extension command linkerd-{ext} exists", lambda e=ext: self._no_checks_for(e),
+                    "run that extension's own check", warning=True)
+              for ext in sorted(found) if ext != "viz"),
+        ])
+        if "viz" in found:
+            yield from self._viz_categories(sorted(found["viz"])[0])
+
+    def _viz_expected(self, namespace: str) -> list[tuple[str, str]]:
+        from tether.viz.manifests import WebhookTls, render
+
+        objects = render(tap_injector_tls=WebhookTls("", "", ""), namespace=namespace, control_plane_ns=self._cp)
+        return [(o["kind"], o["metadata"]["name"]) for o in objects]
+
+    def _viz_missing(self, namespace: str, kind: str) -> None:
+        missing = [name for k, name in self._viz_expected(namespace) if k == kind
+                   if self._get(_PATHS[kind].format(ns=namespace, name=name)) is None]
+        if missing:
+            raise Problem(f"missing {kind}s: {', '.join(missing)}")
+
+    def _viz_pods(self, namespace: str) -> None:
+        pods = self._list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{EXTENSION_LABEL}=viz")
+        components = {((p["metadata"].get("labels") or {}).get("component")) for p in pods}
+        wanted = {name for kind, name in self._viz_expected(namespace) if kind == "Deployment"}
+        missing = sorted(wanted - components)
+        unready = sorted(p["metadata"]["name"] for p in pods if not _pod_ready(p))
+        if missing or unready:
+            raise Problem("; ".join(([f"no running pods for {', '.join(missing)}"] if missing else [])
+                                    + ([f"not ready: {', '.join(unready)}"] if unready else [])))
+
+    def _prometheus(self, namespace: str) -> None:
+        for what, path in (("ConfigMap prometheus-config", f"/api/v1/namespaces/{namespace}/configmaps/prometheus-config"),
+                           ("Service prometheus", f"/api/v1/namespaces/{namespace}/services/prometheus")):
+            if self._get(path) is None:
+                raise Problem(f"{what} does not exist in {namespace}")
+
+    def _viz_categories(self, namespace: str) -> Iterator[Category]:
+        hint = "apply what `tether viz install --platform kubernetes` prints"
+        yield Category("linkerd-viz", [
+            Check("linkerd-viz ClusterRoles exist", lambda: self._viz_missing(namespace, "ClusterRole"), hint),
+            Check("linkerd-viz ClusterRoleBindings exist", lambda: self._viz_missing(namespace, "ClusterRoleBinding"),
+                  hint),
+            Check("viz extension pods are running", lambda: self._viz_pods(namespace),
+                  f"kubectl -n {namespace} get pods; kubectl -n {namespace} describe pods", retry=True),
+            Check("prometheus is installed and configured correctly", lambda: self._prometheus(namespace), hint),
+        ])
+
     # -- all -------------------------------------------------------------------------------------
 
     def categories(self, *, pre: bool, crds: bool, proxy: bool) -> Iterator[Category]:
@@ -386,14 +678,20 @@ class KubeChecks:
         yield from self.api_categories()
         if pre:
             yield self.pre_category()
+            cni = self.cni_category()
+            if cni is not None:
+                yield cni
             return
         if crds:
             yield self.crd_category()
             return
-        yield from (self.existence_category(), self.config_category(), self.identity_category(),
-                    self.webhook_category(), self.version_category())
-        ha = self.ha_category()
-        if ha is not None:
-            yield ha
+        yield from (self.existence_category(), self.config_category())
+        for optional in (self.cni_category, self.identity_category, self.webhook_category,
+                         self.linkerd_version_category, self.version_category, self.control_plane_proxy_category,
+                         self.ha_category):
+            category = optional()  # each decided once the categories before it have run (linkerd-config read)
+            if category is not None:
+                yield category
         if proxy:
             yield from self.data_plane_categories()
+        yield from self.extension_categories()

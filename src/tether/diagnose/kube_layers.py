@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from tether.diagnose import facts, kube_reach, proxies
+from tether.diagnose.kube import mesh_domains
 from tether.diagnose.kube_metrics import TargetNotFound, workload_pods
 from tether.diagnose.walk import (
     Authority,
@@ -133,8 +134,7 @@ class KubeDiagnosis(Walk):
             raise DiagnoseError(f"ConfigMap {self.cp}/{CONFIG_MAP}: values is not YAML: {exc}") from None
         if not isinstance(values, dict):
             raise DiagnoseError(f"ConfigMap {self.cp}/{CONFIG_MAP}: values is not a mapping")
-        cluster_domain = str(values.get("clusterDomain") or "cluster.local")
-        return cluster_domain, str(values.get("identityTrustDomain") or cluster_domain)
+        return mesh_domains(values)
 
     async def _namespace_annotations(self, namespace: str) -> dict[str, str]:
         found = next((n for n in await self._list("/api/v1/namespaces") if n["metadata"]["name"] == namespace), None)

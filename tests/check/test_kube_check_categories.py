@@ -1,0 +1,219 @@
+"""More of ``tether check --platform kubernetes`` against kmock (a mock API server, as tests/k8s use).
+
+``--pre``'s permissions (SelfSubjectAccessReviews answered as an authorizer would, from a set of refusals),
+the front-proxy CA and the nodes' clocks; ``linkerd-cni-plugin``; ``linkerd-version`` and
+``control-plane-version`` against ``--expected-version`` and ``linkerd-config``; the issuer judged under the
+trust domain ``linkerd-config`` holds; ``linkerd-control-plane-proxy``; extension checks and ``linkerd-viz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kmock
+import yaml
+from aiohttp import web
+
+from k8s.kube_helpers import Emulator, emulated_api, write_kubeconfig
+from tether import __version__
+from tether.viz.manifests import WebhookTls, render
+
+from .test_kube_check import _COLLECTIONS, _install, _pod, tether
+
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+class Authorizer:
+    """Answers SelfSubjectAccessReviews: allowed unless ``(verb, resource)`` is refused."""
+
+    def __init__(self, refused: set[tuple[str, str]]) -> None:
+        self.refused = refused
+        self.asked: list[dict[str, Any]] = []
+
+    def __call__(self, review: dict[str, Any]) -> dict[str, Any]:
+        attributes = review["spec"]["resourceAttributes"]
+        self.asked.append(attributes)
+        allowed = (attributes["verb"], attributes["resource"]) not in self.refused
+        return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": review["spec"],
+                "status": {"allowed": allowed, **({} if allowed else {"reason": "RBAC: no rule allows it"})}}
+
+
+class ReviewingApi(Emulator):
+    """kube_helpers' emulator, answering SelfSubjectAccessReviews with ``authorizer`` (kmock's emulator would
+    store each review as an object, and a second nameless one conflicts with the first)."""
+
+    authorizer: Authorizer
+
+    async def __call__(self, raw_request: Any) -> Any:
+        if raw_request.method == "POST" and raw_request.path == SSAR_PATH:
+            return web.json_response(self.authorizer(await raw_request.json()))
+        return await super().__call__(raw_request)
+
+
+def results(out: str) -> dict[str, dict[str, Any]]:
+    return {c["description"]: c for cat in json.loads(out)["categories"] for c in cat["checks"]}
+
+
+def node(name: str, heartbeat: datetime) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                       "lastHeartbeatTime": heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ")}]}}
+
+
+async def test_pre_asks_for_each_permission_and_reads_the_nodes_clocks(tmp_path: Path) -> None:
+    api = ReviewingApi()
+    api.namespaces, api.namespace_requests, api.namespace_watches, api.namespace_version = [], [], [], 1
+    api.namespace_gate = asyncio.Event()
+    api.namespace_gate.set()
+    authorizer = api.authorizer = Authorizer({("create", "clusterroles"), ("get", "secrets")})
+    async with api, kmock.Server(api) as server:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(server.url))
+        api["get /version"] << {"major": "1", "minor": "35"}
+        for resource in ("v1/nodes", "v1/configmaps"):
+            api.resources[resource] = {}
+        now = datetime.now(UTC)
+        await api.post("/api/v1/nodes", json=node("node-a", now))
+        await api.post("/api/v1/nodes", json=node("node-b", now - timedelta(minutes=7)))
+        base = ["check", "--pre", "--platform", "kubernetes", "--kubeconfig", str(kubeconfig), "--wait", "0"]
+
+        code, out, _ = await tether(*base, "-o", "json")
+        assert code == 1
+        found = results(out)
+        assert found["control plane namespace does not already exist"]["result"] == "success"
+        cluster = found["can create non-namespaced resources"]
+        assert cluster["result"] == "error"
+        assert cluster["error"] == "not authorized to create clusterroles.rbac.authorization.k8s.io: RBAC: no rule allows it"
+        assert found["can create Deployments"]["result"] == "success"
+        assert found["can read Secrets"]["error"].startswith("not authorized to get secrets in namespace linkerd")
+        assert found["can read extension-apiserver-authentication configmap"]["result"] == "error"
+        skew = found["no clock skew detected"]
+        assert skew["result"] == "warning" and skew["error"] == "clock skew detected for node(s): node-b"
+        assert {"verb": "create", "group": "batch", "resource": "cronjobs", "namespace": "linkerd"} in authorizer.asked
+        assert {"verb": "create", "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions"} \
+            in authorizer.asked
+
+        authorizer.refused.clear()
+        await api.post("/api/v1/namespaces/kube-system/configmaps", json={
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+            "data": {"requestheader-client-ca-file": "-----BEGIN CERTIFICATE-----\n..."}})
+        code, out, _ = await tether(*base)
+        assert code == 0, out
+        assert "\u221a can create non-namespaced resources" in out
+        assert "\u221a can read extension-apiserver-authentication configmap" in out
+        assert "\u203c no clock skew detected" in out and "node-b" in out
+
+
+async def _cluster(api: Any, **install: Any) -> None:
+    api["get /version"] << {"major": "1", "minor": "35"}
+    await _install(api, **install)
+
+
+async def test_cni_versions_and_control_plane_proxies(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        api.resources.setdefault("apps/v1/daemonsets", {})
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 0 and "cni plugin ConfigMap exists" not in found  # not enabled: not checked
+        assert "control plane proxies are healthy" not in found  # tether's control plane runs without proxies
+        assert found["can determine the latest version"]["result"] == "warning"
+        assert found["control plane and cli versions match"]["result"] == "success"
+
+        code, out, _ = await tether(*base, "--expected-version", "99.0.0")
+        found = results(out)
+        assert code == 0
+        assert found["cli is up-to-date"]["error"] == f"is running version {__version__} but the latest version is 99.0.0"
+        assert found["control plane is up-to-date"]["result"] == "warning"
+        code, out, _ = await tether(*base, "--expected-version", __version__)
+        assert all(c["result"] == "success" for c in results(out).values()), out
+
+        # The CNI plugin: its objects, then its DaemonSet's readiness; fatal, so nothing runs after it.
+        code, out, _ = await tether(*base, "--linkerd-cni-enabled")
+        found = results(out)
+        assert code == 1 and found["cni plugin ConfigMap exists"]["error"] == "missing ConfigMap: linkerd-cni-config"
+        assert "certificate config is valid" not in found
+        meta = {"namespace": "linkerd-cni"}
+        await api.post(_COLLECTIONS["ConfigMap"].format(ns="linkerd-cni"), json={
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "linkerd-cni-config", **meta}})
+        for kind in ("ClusterRole", "ClusterRoleBinding", "ServiceAccount"):
+            await api.post(_COLLECTIONS[kind].format(ns="linkerd-cni"), json={
+                "apiVersion": "v1", "kind": kind, "metadata": {"name": "linkerd-cni", **meta}})
+        await api.post("/apis/apps/v1/namespaces/linkerd-cni/daemonsets", json={
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "linkerd-cni", **meta},
+            "status": {"desiredNumberScheduled": 3, "numberReady": 2}})
+        code, out, _ = await tether(*base, "--linkerd-cni-enabled")
+        found = results(out)
+        assert code == 1 and found["cni plugin DaemonSet exists"]["result"] == "success"
+        assert found["cni plugin pod is running on all nodes"]["error"] == "number ready: 2, number scheduled: 3"
+
+        # A control-plane pod carrying a proxy that is not ready.
+        await api.post(_COLLECTIONS["Pod"].format(ns="linkerd"), json=_pod(
+            "linkerd-destination-2", "linkerd", {"linkerd.io/control-plane-component": "destination"},
+            proxy=True, ready=False, annotations={"linkerd.io/proxy-version": __version__}))
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 1
+        assert "linkerd/linkerd-destination-2: the linkerd-proxy container is not ready" in \
+            found["control plane proxies are healthy"]["error"]
+
+
+async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        path = "/api/v1/namespaces/linkerd/configmaps/linkerd-config"
+        values = {"identityTrustDomain": "example.org", "clusterDomain": "cluster.local",
+                  "linkerdVersion": __version__}
+        await api.delete(path)
+        await api.post("/api/v1/namespaces/linkerd/configmaps", json={
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "linkerd-config", "namespace": "linkerd"},
+            "data": {"values": yaml.safe_dump(values)}})
+        code, out, _ = await tether("check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig),
+                                    "--wait", "0", "-o", "json")
+        found = results(out)
+        assert code == 1
+        assert found["certificate config is valid"]["error"] == (
+            "the issuer certificate is for identity.linkerd.cluster.local, not identity.linkerd.example.org "
+            "(the trust domain linkerd-config holds)")
+
+
+async def test_extensions_and_viz(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 0 and found["namespace configuration for extensions"]["result"] == "success"
+        assert "viz extension pods are running" not in found  # viz is not installed
+
+        for obj in render(tap_injector_tls=WebhookTls("", "", "")):
+            kind, ns = obj["kind"], obj["metadata"].get("namespace", "")
+            if kind == "Namespace":
+                api.namespaces.append(obj)
+            elif kind in _COLLECTIONS:
+                await api.post(_COLLECTIONS[kind].format(ns=ns), json=obj)
+            if kind == "Deployment":
+                labels = obj["spec"]["template"]["metadata"]["labels"]
+                await api.post(_COLLECTIONS["Pod"].format(ns=ns), json=_pod(
+                    f"{obj['metadata']['name']}-1", ns, labels, ready=obj["metadata"]["name"] != "tap-injector"))
+        api.namespaces.append({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "other-viz", "labels": {"linkerd.io/extension": "viz"}}})
+        api.namespaces.append({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "foo", "labels": {"linkerd.io/extension": "foo"}}})
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 1
+        labels = found["namespace configuration for extensions"]
+        assert labels["result"] == "warning" and "other-viz" in labels["error"] and "linkerd-viz" in labels["error"]
+        assert found["Linkerd extension command linkerd-foo exists"]["result"] == "warning"
+        assert found["linkerd-viz ClusterRoles exist"]["result"] == "success"
+        assert found["prometheus is installed and configured correctly"]["result"] == "success"
+        assert "not ready: tap-injector-1" in found["viz extension pods are running"]["error"]

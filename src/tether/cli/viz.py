@@ -33,7 +33,7 @@ import click
 from tether.cli import home
 from tether.cli.errors import CliError
 from tether.identity import pem, pki
-from tether.naming import WorkloadIdentity
+from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local import config as platform_config
 from tether.platform.local.config import LocalPlatformConfig, PlatformConfigError
 from tether.store import Store
@@ -662,14 +662,122 @@ async def _serve_tap(objects: StoreObjects, mesh: api.Mesh, credentials: Any, se
         await admin.stop()
 
 
+def _in_cluster_server(what: str, addr: str) -> Callable[[Callable], Callable]:
+    """The options viz's servers in the cluster share: their serving TLS, address and the mesh's names."""
+
+    def decorate(f: Callable) -> Callable:
+        for option in reversed([
+            click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), required=True,
+                         help=f"The {what}'s serving certificate (PEM)."),
+            click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), required=True,
+                         help="Its key (PEM)."),
+            click.option("--addr", default=addr, show_default=True, help=f"host:port of the {what}."),
+            click.option("--viz-namespace", default="linkerd-viz", show_default=True,
+                         help="The viz namespace (tap's identity)."),
+            click.option("--control-plane-ns", default="linkerd", show_default=True,
+                         help="The control plane's namespace."),
+            click.option("--trust-domain", default="cluster.local", show_default=True,
+                         help="The mesh's trust domain."),
+        ]):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+@viz.command("tap-apiserver", hidden=True)
+@_in_cluster_server("tap APIService", "0.0.0.0:8089")
+@click.option("--cluster-domain", default="cluster.local", show_default=True, help="The cluster's DNS domain.")
+@click.option("--identity-addr", help="identity's host:port [default: linkerd-identity-headless.<cp-ns>.svc."
+              "<cluster-domain>.:8080].")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              default="/var/run/secrets/tokens/linkerd-identity-token", show_default=True,
+              help="The service-account token (audience identity.l5d.io) identity certifies the tap identity with.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+              help="kubeconfig file [default: in-cluster, $KUBECONFIG, ~/.kube/config].")
+def tap_apiserver(tls_cert: Path, tls_key: Path, addr: str, viz_namespace: str, control_plane_ns: str,
+                  trust_domain: str, cluster_domain: str, identity_addr: str | None, token_file: Path,
+                  kubeconfig: Path | None) -> None:
+    """The tap APIService's server on Kubernetes (Linkerd viz's tap): user taps proxied by the API server,
+    authorized with SubjectAccessReviews, fanned out to the pods' proxies as the tap identity."""
+    from tether.platform.kubernetes.client import ClientSettings
+    from tether.viz.tap_identity import IdentitySource
+    from tether.viz.tap_injector import tap_identity
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{addr!r} is not host:port", param_hint="--addr")
+    source = IdentitySource(
+        addr=identity_addr or f"linkerd-identity-headless.{control_plane_ns}.svc.{cluster_domain}.:8080",
+        server_name=control_plane_identity("identity", control_plane_ns, trust_domain).dns_name,
+        anchors_pem=b"",  # read from the cluster at start
+        token_file=token_file, name=tap_identity(viz_namespace, control_plane_ns, trust_domain))
+    mesh = api.Mesh(control_plane_ns, trust_domain, cluster_domain)
+    settings = ClientSettings(kubeconfig=kubeconfig)
+    try:
+        asyncio.run(_serve_tap_apiservice(settings, source, mesh, tls_cert, tls_key, host, int(port)))
+    except KeyboardInterrupt:
+        pass
+
+
+async def _serve_tap_apiservice(settings: Any, source: Any, mesh: api.Mesh, tls_cert: Path, tls_key: Path,
+                                host: str, port: int, listening: asyncio.Event | None = None) -> None:
+    import dataclasses
+    import signal
+
+    from tether.cli.install_cmd import TRUST_ROOTS
+    from tether.platform.kubernetes.client import KubeClient, KubeError
+    from tether.viz import tap_apiservice_server as server
+    from tether.viz.kube_objects import KubeObjects
+    from tether.viz.tap import TapController
+    from tether.viz.tap_identity import IdentityRenewer
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    kube = KubeClient(settings)
+    roots = f"/api/v1/namespaces/{mesh.control_plane_ns}/configmaps/{TRUST_ROOTS}"
+    try:
+        anchors = ((await kube.get(roots)).get("data") or {}).get("ca-bundle.crt")
+        auth = await server.load_auth(kube)
+    except (KubeError, ValueError) as err:
+        await kube.close()
+        raise CliError(f"cannot start the tap APIService: {err}") from None
+    if not anchors:
+        await kube.close()
+        raise CliError(f"{roots}: no ca-bundle.crt (the mesh's trust anchors)")
+    source = dataclasses.replace(source, anchors_pem=anchors.encode())
+    controllers: list[TapController] = []
+
+    def install(credentials: Any) -> None:
+        for controller in controllers:
+            controller.credentials = credentials  # new Observe calls present the renewed certificate
+
+    renewer = IdentityRenewer(source, install)
+    renewing = asyncio.create_task(renewer.run())
+    runner = None
+    try:
+        await renewer.ready.wait()
+        assert renewer.current is not None
+        controller = TapController(KubeObjects(settings), mesh, renewer.current)
+        controllers.append(controller)
+        tls = server.tls_context(tls_cert, tls_key, auth.client_ca_pem)
+        runner = await server.serve(server.TapApiService(kube, auth, controller), tls, host, port)
+        click.echo(f"tap-apiserver: on {host}:{port} as {source.name}")
+        if listening is not None:
+            listening.set()
+        await stop.wait()
+    finally:
+        renewing.cancel()
+        if runner is not None:
+            await runner.cleanup()
+        await kube.close()
+
+
 @viz.command("tap-injector", hidden=True)
-@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The webhook's serving certificate (PEM).")
-@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Its key (PEM).")
-@click.option("--addr", default="0.0.0.0:8443", show_default=True, help="host:port of the webhook.")
-@click.option("--viz-namespace", default="linkerd-viz", show_default=True, help="The viz namespace (tap's identity).")
-@click.option("--control-plane-ns", default="linkerd", show_default=True, help="The control plane's namespace.")
-@click.option("--trust-domain", default="cluster.local", show_default=True, help="The mesh's trust domain.")
+@_in_cluster_server("webhook", "0.0.0.0:8443")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
               help="kubeconfig file [default: in-cluster, $KUBECONFIG, ~/.kube/config].")
 def tap_injector(tls_cert: Path, tls_key: Path, addr: str, viz_namespace: str, control_plane_ns: str,

@@ -26,6 +26,8 @@ from tether.proxy.core.client_policy_translation import invalid_policy, translat
 from tether.proxy.core.endpoint import Endpoint  # noqa: E402
 from tether.proxy.core.errors import ErrorKind, ProxyError, grpc_status, response  # noqa: E402
 from tether.proxy.core.http import Pick  # noqa: E402
+from tether.proxy.core.metrics import Registry  # noqa: E402
+from tether.proxy.core.policy_metrics import PolicyMetrics  # noqa: E402
 from tether.proxy.core.policy_routes import Decision, PolicyRoute, decide  # noqa: E402
 from tether.proxy.core.policy_translation import InvalidPolicy  # noqa: E402
 from tether.proxy.core.profiles import Method, Profile, Route, Split  # noqa: E402
@@ -112,6 +114,43 @@ def test_egress_fallback_forwards_to_the_original_destination() -> None:
     decision = decide(policy, get("/"), False, draws(0.0))
     assert isinstance(decision, Decision)
     assert decision.backend.endpoint is not None and str(decision.backend.endpoint.addr) == "93.184.216.34:80"
+    assert decision.backend.authority == ""  # no service: the request metrics name no authority
+
+
+def test_the_outbound_layer_refuses_denied_egress_and_forwards_allowed_egress() -> None:
+    from layer_helpers import drive, kinds, replies
+
+    from tether.proxy.codec import detect
+    from tether.proxy.core.outbound import OutboundSettings, outbound
+
+    target = SocketAddr(parse_ip("8.8.8.8"), 443)
+    denied = translate(served(controller(egress_network("deny-all", "Deny")), "8.8.8.8", 443), Balancers())
+    allowed = translate(served(controller(egress_network("allow-all", "Allow")), "8.8.8.8", 443), Balancers())
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 0.0)
+    metrics = PolicyMetrics(registry)
+
+    def settings(policy: ClientPolicy) -> OutboundSettings:
+        return OutboundSettings(detect_timeout=10.0, connect_timeout=1.0, failfast=3.0, profile_networks=(),
+                                local_ips=frozenset(), own_addrs=frozenset(), refuse_loopback=True,
+                                client_policies=lambda addr: PolicyWatch(policy),  # type: ignore[arg-type,return-value]
+                                policy_metrics=metrics)
+
+    seen = drive(outbound(target, settings(denied), None), replies({cmd.Detect: detect.Opaque()}))
+    assert kinds(seen) == ["SetLabels", "Detect", "Refuse"] and seen[-1] == cmd.Refuse("forbidden")
+    seen = drive(outbound(target, settings(allowed), None),
+                 replies({cmd.Detect: detect.Opaque(), cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}))
+    connect = next(c for c in seen if isinstance(c, cmd.Connect))
+    assert connect.addr == target and kinds(seen)[-1] == "Forward"
+    # Metered under the EgressNetwork's name.
+    text = registry.render()
+    deny = ('parent_group="policy.linkerd.io",parent_kind="EgressNetwork",parent_namespace="linkerd-egress",'
+            'parent_name="deny-all"')
+    allow = deny.replace("deny-all", "allow-all")
+    assert any(line.startswith("outbound_tcp_route_close_total{" + deny) and 'route_name="tcp-egress-deny"' in line
+               and 'error="forbidden"' in line and line.endswith(" 1") for line in text.splitlines()), text
+    assert any(line.startswith("outbound_tcp_route_close_total{" + allow) and 'target_ip="8.8.8.8"' in line
+               and 'error=""' in line for line in text.splitlines()), text
 
 
 @pytest.mark.parametrize("mutate, field", [
@@ -343,7 +382,7 @@ def test_a_policy_error_carries_the_requests_route() -> None:
 # -- in the HTTP/1 layer: the layer applies what the decision says -----------------------------------------
 
 
-def playbook(policy_objs: list[dict[str, Any]]) -> Any:
+def playbook(policy_objs: list[dict[str, Any]], metrics: PolicyMetrics | None = None) -> Any:
     from playbook import Playbook  # tests/proxy's playbook harness
 
     from tether.proxy.core.http import HttpSettings
@@ -351,7 +390,8 @@ def playbook(policy_objs: list[dict[str, Any]]) -> Any:
     balancers = Balancers({WEB: "10.0.0.7", API: "10.0.0.7", API_V2: "10.0.0.7"})
     policy = policy_of(*policy_objs, balancers=balancers)
     r = outbound_router(ORIG, Resolution(authority=WEB), local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
-                        loop_addrs=frozenset(), draw=lambda: 0.0, policies=PolicyWatch(policy))
+                        loop_addrs=frozenset(), draw=lambda: 0.0, policies=PolicyWatch(policy),
+                        policy_metrics=metrics)
     return Playbook(r, HttpSettings("outbound", lambda: 100.0, None, strip_proxy_errors=True))
 
 
@@ -387,3 +427,67 @@ def test_the_http1_layer_answers_a_redirect_itself() -> None:
                         b"http://new.example.com/a?b=1\r\nlocation: http://new.example.com/a?b=1\r\n"
                         b"connection: close\r\n\r\n")
             << Close())
+
+
+PARENT = ('parent_group="core",parent_kind="Service",parent_namespace="emojivoto",parent_name="web",'
+          'parent_port="80",parent_section_name=""')
+ROUTE = 'route_group="policy.linkerd.io",route_kind="HTTPRoute",route_namespace="emojivoto",route_name="r"'
+
+
+def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
+    from playbook import Checkin, Checkout, Connected, DownData, SendDown, SendUp, UpData
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
+    metrics = PolicyMetrics(registry)
+    route = http_route("r", "web", [{"backendRefs": [backend("api")]}],
+                       annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
+    get_ = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert (playbook([route], metrics)
+            >> DownData(get_)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, get_)
+            >> UpData(0, b"HTTP/1.1 503 Flaky\r\nContent-Length: 0\r\n\r\n")
+            << Checkin(0, reuse=False)
+            << Checkout(UP)  # the rule's one retry
+            >> Connected()
+            << SendUp(1, get_)
+            >> UpData(1, ok)
+            << SendDown(ok)
+            << Checkin(1, reuse=True))
+    text = registry.render()
+    backend_ = ('backend_group="core",backend_kind="Service",backend_namespace="emojivoto",backend_name="api",'
+                'backend_port="80",backend_section_name=""')
+    assert f"outbound_http_route_backend_requests_total{{{PARENT},{ROUTE},{backend_}}} 2" in text
+    assert f'outbound_http_route_retry_requests_total{{{PARENT},{ROUTE},hostname=""}} 1' in text
+    assert f'outbound_http_route_retry_successes_total{{{PARENT},{ROUTE},hostname=""}} 1' in text
+    assert f'outbound_http_route_request_statuses_total{{{PARENT},{ROUTE},hostname="",http_status="200",error=""}} 1' \
+        in text
+    assert f'outbound_http_route_request_duration_seconds_count{{{PARENT},{ROUTE},hostname=""}} 1' in text
+
+
+def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
+    from playbook import Checkin, Checkout, Connected, DownData, SendDown, SendUp, UpData
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
+    route = http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
+    get_ = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    fail = b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"
+    assert (playbook([route], PolicyMetrics(registry))
+            >> DownData(get_)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, get_)
+            >> UpData(0, fail)
+            << Checkin(0, reuse=False)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(1, get_)
+            >> UpData(1, fail)
+            << SendDown(fail)
+            << Checkin(1, reuse=True))
+    text = registry.render()
+    assert f'outbound_http_route_retry_limit_exceeded_total{{{PARENT},{ROUTE},hostname=""}} 1' in text
+    assert f'http_status="500",error=""}} 1' in text
+    assert "outbound_http_route_retry_successes_total{" not in text

@@ -43,6 +43,7 @@ from tether.proxy.io.policy_client import PolicyClient
 from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
+from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
@@ -222,7 +223,9 @@ class Proxy:
                               observer=self.tap.outbound if self.tap else None),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
             client_policies=self.discovery.client_policy,
+            policy_metrics=PolicyMetrics(self.metrics),
         )
+        self.metrics.add_collector(self.discovery.collect_balancers)
         self.discovery.enable_client_policy(config.policy_workload, lambda: self.policies.channel)
         self.policies.start(in_cfg.ports)
         self.identity.add_listener(self._rotated)

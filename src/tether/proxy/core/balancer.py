@@ -7,6 +7,11 @@ and decays towards zero when read. ``pick`` draws two distinct endpoints at
 random and takes the less loaded one (endpoints in connect backoff only when
 nothing else is left).
 
+Failure accrual (``configure_accrual``, from the client policy): each
+endpoint's ``core.breaker.Breaker`` hears every attempt's outcome
+(``outcome``, ``failed``); ``pick`` passes over endpoints it has shut, and
+answers None when it has shut them all.
+
 Failfast: once the set has been empty for ``failfast`` seconds, waiting for an
 endpoint (``io.discovery.WaitingBalancer.wait``) answers None at once, until an
 endpoint appears again. This module is the arithmetic only (pure, no asyncio).
@@ -22,6 +27,8 @@ import random
 from collections.abc import Callable, Iterable
 
 from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.core.breaker import Breaker
+from tether.proxy.core.client_policy import ConsecutiveFailures
 from tether.proxy.core.endpoint import Endpoint
 
 DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
@@ -55,7 +62,7 @@ class PeakEwma:
 class Slot:
     """An endpoint in a balancer: its metadata, latency estimate, connections in flight and backoff."""
 
-    __slots__ = ("endpoint", "ewma", "in_flight", "failures", "retry_at")
+    __slots__ = ("endpoint", "ewma", "in_flight", "failures", "retry_at", "breaker")
 
     def __init__(self, endpoint: Endpoint, now: float) -> None:
         self.endpoint = endpoint
@@ -63,6 +70,7 @@ class Slot:
         self.in_flight = 0
         self.failures = 0
         self.retry_at = 0.0
+        self.breaker: Breaker | None = None  # failure accrual, when the client policy configures it
 
     def load(self, now: float) -> float:
         return self.ewma.read(now) * (self.in_flight + 1)
@@ -87,6 +95,7 @@ class Balancer:
         self._list: list[Slot] = []
         self._empty_since: float | None = clock()
         self.updates = {"Reset": 0, "Add": 0, "Remove": 0}  # balancer_p2c_updates_total{op}
+        self.accrual: ConsecutiveFailures | None = None  # failure accrual per endpoint (``configure_accrual``)
 
     # -- updates from discovery -------------------------------------------------------------------------
 
@@ -147,16 +156,25 @@ class Balancer:
         return bool(self._list)
 
     def pick(self) -> Slot | None:
-        """P2C among the endpoints not in backoff (all of them if every one is); None if there are none."""
+        """P2C among the endpoints not in backoff (all of them if every one is); None if there are none, or
+        if failure accrual has shut every one (the caller fails fast)."""
         slots = self._list
         if not slots:
             return None
         now = self._clock()
+        if self.accrual is not None:
+            slots = [s for s in slots if s.breaker is None or s.breaker.admits(now)]
+            if not slots:
+                return None
         ready = [s for s in slots if s.retry_at <= now] or slots
         if len(ready) == 1:
-            return ready[0]
-        a, b = self._rng.sample(ready, 2)
-        return a if a.load(now) <= b.load(now) else b
+            chosen = ready[0]
+        else:
+            a, b = self._rng.sample(ready, 2)
+            chosen = a if a.load(now) <= b.load(now) else b
+        if chosen.breaker is not None:
+            chosen.breaker.admitted()
+        return chosen
 
     async def wait(self, timeout: float) -> Slot | None:
         """An endpoint, waiting up to ``timeout`` for one (``commands.Wait``). Waiting is I/O: the balancers
@@ -176,3 +194,32 @@ class Balancer:
     def failed(self, slot: Slot) -> None:
         slot.failures += 1
         slot.retry_at = self._clock() + self._backoff(slot.failures)
+        self.outcome(slot, False)
+
+    def endpoint_states(self) -> tuple[int, int]:
+        """(ready, pending) endpoints, for ``outbound_http_balancer_endpoints``: pending ones are in connect
+        backoff or shut by their breaker. Reading changes nothing."""
+        now = self._clock()
+        ready = sum(1 for s in self._list if s.retry_at <= now and (s.breaker is None or s.breaker.ready(now)))
+        return ready, len(self._list) - ready
+
+    # -- failure accrual (proxy.md §7.4) ---------------------------------------------------------------------
+
+    def configure_accrual(self, accrual: ConsecutiveFailures | None) -> None:
+        """Each endpoint gets a breaker (``core.breaker``) from now on; None: no failure accrual."""
+        if accrual == self.accrual:
+            return
+        self.accrual = accrual
+        for slot in self._slots.values():
+            slot.breaker = None
+
+    def outcome(self, slot: Slot, success: bool) -> None:
+        """An attempt on ``slot``'s endpoint ended: a response classified as Linkerd classifies it (HTTP 5xx,
+        gRPC error codes, transport errors: failures), for its breaker."""
+        accrual = self.accrual
+        if accrual is None:
+            return
+        breaker = slot.breaker
+        if breaker is None:
+            breaker = slot.breaker = Breaker(accrual, self._rng.random)
+        breaker.record(success, self._clock())

@@ -156,6 +156,11 @@ class RouteBackend:
     endpoint: Endpoint | None = None
     filters: tuple[RequestFilter, ...] = ()
     request_timeout: float | None = None
+    labels: str = ""  # backend_* labels, rendered once
+
+    def __post_init__(self) -> None:
+        if not self.labels:
+            object.__setattr__(self, "labels", self.meta.labels("backend"))
 
     @property
     def ready(self) -> bool:
@@ -266,6 +271,12 @@ class ClientPolicy:
     def __post_init__(self) -> None:
         if not self.parent_labels:
             object.__setattr__(self, "parent_labels", self.parent.labels("parent"))
+
+    def backends(self) -> list[RouteBackend]:
+        """Every backend of every route (HTTP, gRPC and opaque)."""
+        out = [b for route in (*self.http1, *self.http2) for rule in route.rules for b in rule.backends]
+        out.extend(b for route in self.opaque for b in route.backends)
+        return out
 
     def routes(self, h2: bool) -> tuple[OutboundRoute, ...]:
         return self.http2 if h2 else self.http1

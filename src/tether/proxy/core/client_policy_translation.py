@@ -58,8 +58,6 @@ _GRPC_CODES = {"cancelled": 1, "deadine_exceeded": 4, "resource_exhausted": 8, "
 def translate(message: pb.OutboundPolicy, balancer_for: BalancerFor) -> ClientPolicy:
     t = _Translator(balancer_for)
     policy = _policy(message, t)
-    if policy.accrual is not None:
-        t.note("failure_accrual", "failure accrual")
     return replace(policy, unapplied=tuple(t.unapplied)) if t.unapplied else policy
 
 
@@ -78,18 +76,18 @@ def _policy(message: pb.OutboundPolicy, t: _Translator) -> ClientPolicy:
                             http2=t.http_routes(d.http2.routes, "protocol.detect.http2.routes"),
                             opaque=t.opaque_routes(d.opaque.routes, "protocol.detect.opaque.routes"),
                             detect_timeout=_seconds(d.timeout) if d.HasField("timeout") else None,
-                            accrual=_accrual(d.http1.failure_accrual, "protocol.detect.http1.failure_accrual")
+                            accrual=_accrual(d.http1.failure_accrual, "protocol.detect.http1.failure_accrual", t)
                             if d.http1.HasField("failure_accrual") else None)
     if kind in ("http1", "http2"):
         block = getattr(protocol, kind)
         routes = t.http_routes(block.routes, f"protocol.{kind}.routes")
-        accrual = _accrual(block.failure_accrual, f"protocol.{kind}.failure_accrual") \
+        accrual = _accrual(block.failure_accrual, f"protocol.{kind}.failure_accrual", t) \
             if block.HasField("failure_accrual") else None
         return ClientPolicy(parent, Protocol(kind), http1=routes, http2=routes, accrual=accrual)
     if kind == "grpc":
         block = protocol.grpc
         routes = t.grpc_routes(block.routes, "protocol.grpc.routes")
-        accrual = _accrual(block.failure_accrual, "protocol.grpc.failure_accrual") \
+        accrual = _accrual(block.failure_accrual, "protocol.grpc.failure_accrual", t) \
             if block.HasField("failure_accrual") else None
         return ClientPolicy(parent, Protocol.GRPC, http1=routes, http2=routes, accrual=accrual)
     if kind == "opaque":
@@ -198,7 +196,7 @@ class _Translator:
                 endpoint = Endpoint.from_proto(backend.forward)
             except (InvalidAddress, ValueError) as exc:
                 raise InvalidPolicy(f"{where}.backend.forward: {exc}") from None
-            return RouteBackend(meta, weight, str(endpoint.addr), None, endpoint, filters, timeout)
+            return RouteBackend(meta, weight, "", None, endpoint, filters, timeout)  # no service: no authority
         return RouteBackend(meta, weight, filters=filters, request_timeout=timeout)  # no dispatcher: 502
 
     def opaque_routes(self, routes: Iterable[Any], where: str) -> tuple[OpaqueRoute, ...]:
@@ -326,7 +324,9 @@ def _retry(rule: pb.HttpRoute.Rule | pb.GrpcRoute.Rule, where: str, grpc: bool) 
     return Retry(r.max_retries, r.max_request_bytes, tuple(ranges), frozenset(), timeout, backoff)
 
 
-def _accrual(message: pb.FailureAccrual, where: str) -> ConsecutiveFailures | None:
+def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> ConsecutiveFailures | None:
+    if message.HasField("ejection") and message.ejection.min_ready_endpoints:
+        t.note(f"{where}.ejection", "minimum ready endpoints")
     kind = message.WhichOneof("kind")
     if kind is None:
         return None
@@ -335,8 +335,10 @@ def _accrual(message: pb.FailureAccrual, where: str) -> ConsecutiveFailures | No
         b = c.backoff
         return ConsecutiveFailures(c.max_failures, _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio)
     u = message.unified
+    if u.success_rate_threshold > 0:
+        t.note(f"{where}.unified.success_rate_threshold", "the success-rate breaker")
     if u.max_consecutive_failures == 0:
-        return None  # the success-rate breaker alone: not applied by this proxy (the caller logs it)
+        return None
     b = u.backoff
     return ConsecutiveFailures(u.max_consecutive_failures, _seconds(b.min_backoff), _seconds(b.max_backoff),
                                b.jitter_ratio)

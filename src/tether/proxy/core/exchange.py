@@ -30,6 +30,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import HttpSettings
+from tether.proxy.core.policy_routes import PolicyRoute
 from tether.proxy.core.retries import Settled, settle
 
 if TYPE_CHECKING:
@@ -94,10 +95,17 @@ def record(settings: HttpSettings, labels: str, status: int, success: bool, star
                          grpc_status=grpc_status)
 
 
+# The legacy route error labels as Linkerd 2.20's route metrics name them (proxy.md §9.5).
+_POLICY_ERRORS = {"timeout": "REQUEST_TIMEOUT", "unclassified": "UNKNOWN"}
+
+
 def record_route(settings: HttpSettings, route_labels: str, status: int, success: bool, start: float,
-                 error: str = "", grpc_status: int | None = None) -> None:
+                 error: str = "", grpc_status: int | None = None, route: Route | None = None) -> None:
     """``route_response_total`` and its latency for the exchange as the client saw it (a timeout is not an
-    actual response)."""
+    actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics."""
+    if isinstance(route, PolicyRoute):
+        route.finished(settings.clock() - start, status, grpc_status, _POLICY_ERRORS.get(error, "UNKNOWN")
+                       if error else "")
     metrics = settings.metrics
     if metrics is not None and route_labels:
         metrics.routes.response(route_labels, status, success, int((settings.clock() - start) * 1000), error,

@@ -47,6 +47,10 @@ def _nothing() -> None:
     """A ``Pick`` with nothing to tell."""
 
 
+def _no_outcome(success: bool) -> None:
+    """A ``Pick`` whose endpoint has no breaker to tell."""
+
+
 @dataclass(slots=True)
 class Pick:
     """Where one request goes: the upstream connection to use and what to tell the balancer."""
@@ -58,6 +62,7 @@ class Pick:
     observe: Callable[[float], None] = _no_sample  # a latency sample for the endpoint
     failed: Callable[[], None] = _nothing  # the endpoint could not be reached
     release: Callable[[], None] = _nothing  # the request is over (in-flight count)
+    outcome: Callable[[bool], None] = _no_outcome  # an attempt's response: success? (failure accrual)
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.

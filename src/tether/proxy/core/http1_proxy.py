@@ -468,6 +468,8 @@ class Http1Proxy:
         failure (by the route's classes) may be retried within the budget (Linkerd's profile stack)."""
         route = ex.route
         pick = ex.pick
+        if pick is not None:  # the endpoint's breaker hears it (failure accrual): a 5xx or an error fails
+            pick.outcome(head is not None and head.status < 500)
         if route is None:
             if error is not None:
                 self._answer(ex, error, pick)
@@ -679,7 +681,7 @@ class Http1Proxy:
         exchange.record(self.settings, labels, status, success, start, error)
 
     def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "") -> None:
-        exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error)
+        exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error, route=ex.route)
 
     def _end(self, ex: _Exchange, told: bool = False) -> None:
         """The exchange is over (however it ended): its timer, endpoint and in-flight count let go."""

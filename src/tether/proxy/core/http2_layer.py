@@ -1076,6 +1076,8 @@ class _Http2:
         if pair.recorded:
             return
         pair.recorded = True
+        if pair.pick is not None:
+            pair.pick.outcome(success)  # failure accrual (core.breaker)
         metrics = self.settings.metrics
         labels = pair.pick.labels if pair.pick is not None else self.settings.error_labels
         if metrics is not None and labels:

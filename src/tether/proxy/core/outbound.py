@@ -32,6 +32,7 @@ from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router
 from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.resolution import FORWARD, DiscoverySource, PolicySource, ProfileSource, Resolution
 from tether.proxy.core.server_policy import Protocol
 from tether.proxy.core.endpoint import Endpoint, plan
@@ -60,6 +61,7 @@ class OutboundSettings:
     named_profiles: Callable[[str, int], ProfileSource] | None = None
     # OutboundPolicies.Watch (a lease on the client policy watch of ip:port); None: no policy controller.
     client_policies: Callable[[SocketAddr], PolicySource] | None = None
+    policy_metrics: PolicyMetrics | None = None  # outbound_{http,grpc}_route_* (proxy.md §9.5)
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: DiscoverySource | None) -> Layer:
@@ -71,8 +73,9 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
     watch = policy = None
     if discovery is not None and any(orig_dst.ip in net for net in settings.profile_networks):
         watch = discovery.profile(orig_dst)
-        if settings.client_policies is not None:  # asked beside the profile (proxy.md §7.1)
-            policy = settings.client_policies(orig_dst)
+    if settings.client_policies is not None:
+        # Asked for every target beside the profile (proxy.md §7.1): outside the cluster, EgressNetworks decide.
+        policy = settings.client_policies(orig_dst)
     try:
         resolution: Resolution = FORWARD
         if watch is not None:
@@ -94,10 +97,10 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
                 return
             if isinstance(verdict, detect.ReadTimeout):
                 verdict = detect.Opaque()  # Linkerd: "Continuing after timeout", as opaque
-        if isinstance(verdict, detect.Opaque) and _forbidden(current):
-            yield Refuse("forbidden")  # the policy's opaque route forbids it (outbound_tcp_route_close_total)
-            return
         carry = PROTOCOL_LAYERS[type(verdict)]
+        if isinstance(verdict, detect.Opaque) and current is not None and current.opaque:
+            yield from _opaque_route(current, orig_dst, resolution, settings, carry)
+            return
         yield from carry(orig_dst, resolution, settings)
     finally:
         if watch is not None:
@@ -106,10 +109,39 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
             policy.release()
 
 
-def _forbidden(policy: ClientPolicy | None) -> bool:
-    """The policy refuses opaque connections: its opaque route forbids them (an undefined port, a denied
-    egress network, an invalid policy)."""
-    return policy is not None and bool(policy.opaque) and policy.opaque[0].forbidden
+def _opaque_route(policy: ClientPolicy, orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings,
+                  carry: Callable[[SocketAddr, Resolution, OutboundSettings], Layer]) -> Layer:
+    """An opaque connection under the policy's opaque route: refused when the route forbids it (an undefined
+    port, a denied EgressNetwork, the invalid policy), else carried; counted in ``outbound_tcp_route_*``
+    under the parent's and route's names."""
+    route = policy.opaque[0]
+    metrics = settings.policy_metrics
+    route_labels = labels.join(policy.parent_labels, route.meta.route_labels(),
+                               labels.render(("target_ip", str(orig_dst.ip)), ("target_port", str(orig_dst.port))))
+    if metrics is not None:
+        metrics.tcp_opened(route_labels)
+    if route.forbidden:
+        if metrics is not None:
+            invalid = policy.parent.is_default and policy.parent.name == "invalid"
+            metrics.tcp_closed(route_labels, "invalid_policy" if invalid else "forbidden")
+        yield Refuse("forbidden")
+        return
+    error = ""
+    inner = carry(orig_dst, resolution, settings)
+    reply: Any = None
+    try:
+        while True:
+            try:
+                command = inner.send(reply)
+            except StopIteration:
+                break
+            if isinstance(command, Refuse):
+                error = "unexpected"
+            reply = yield command
+    finally:
+        inner.close()
+        if metrics is not None:
+            metrics.tcp_closed(route_labels, error)
 
 
 def tcp_forward(session: SessionProtocol | None) -> Callable[[SocketAddr, Resolution, OutboundSettings], Layer]:
@@ -210,7 +242,8 @@ def _per_request(layer: Callable[[Router, HttpSettings], Layer], orig_dst: Socke
     router = outbound_router(orig_dst, resolution, local_ips=settings.local_ips,
                              connect_timeout=settings.connect_timeout, failfast=settings.failfast,
                              loop_addrs=settings.own_addrs | settings.direct_addrs, protocol=protocol,
-                             named=lease if named is not None else None, policies=resolution.policy)
+                             named=lease if named is not None else None, policies=resolution.policy,
+                             policy_metrics=settings.policy_metrics)
     error_labels = labels.join('direction="outbound"', labels.render(("authority", resolution.authority))
                                if resolution.authority else "", labels.target(orig_dst))
     try:

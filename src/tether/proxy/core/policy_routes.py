@@ -39,6 +39,7 @@ from tether.proxy.core.client_policy import (
     RouteBackend,
 )
 from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.profiles import MATCH_ALL, Route, request_path
 from tether.proxy.core.server_policy import PathKind, select_route
 
@@ -46,21 +47,45 @@ Rewrite = Callable[[Headers], Headers]
 
 
 class Attempts:
-    """A request's retries under a policy rule: ``limit`` withdrawals, then none (``retries.Budget``)."""
+    """A request's retries under a policy rule: ``limit`` withdrawals, then none (``retries.Budget``);
+    ``report`` hears each retry and each refusal (``outbound_*_route_retry_*``)."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "retried", "report")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, report: RouteReport | None = None) -> None:
         self.left = limit
+        self.retried = False
+        self.report = report
 
     def deposit(self) -> None:
         """A request that ends without a retry earns nothing (no shared budget)."""
 
     def withdraw(self) -> bool:
+        report = self.report
         if self.left <= 0:
+            if report is not None:
+                report.retry("limit_exceeded")
             return False
         self.left -= 1
+        self.retried = True
+        if report is not None:
+            report.retry("requests")
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class RouteReport:
+    """Where a policy route's request is counted: the metrics, the protocol and the parent and route labels."""
+
+    metrics: PolicyMetrics
+    grpc: bool
+    labels: str
+
+    def retry(self, what: str) -> None:
+        self.metrics.retry(self.grpc, self.labels, what)
+
+    def backend(self, backend: RouteBackend) -> None:
+        self.metrics.backend_request(self.grpc, self.labels, backend.labels)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -69,6 +94,18 @@ class PolicyRoute(Route):
 
     retry: Retry | None = None
     route: OutboundRoute | None = None
+    report: RouteReport | None = None
+
+    def finished(self, seconds: float, status: int, grpc_status: int | None, error: str) -> None:
+        """The request is over (called by ``core.exchange.record_route``): its route metrics."""
+        report = self.report
+        if report is None:
+            return
+        report.metrics.finished(report.grpc, report.labels, seconds, status, grpc_status, error)
+        budget = self.budget
+        if isinstance(budget, Attempts) and budget.retried and not self.is_failure(status, grpc_status) \
+                and not error:
+            report.retry("successes")
 
     def is_failure(self, status: int, grpc_status: int | None = None) -> bool:
         if self.retry is not None:
@@ -88,13 +125,16 @@ class Decision:
     respond: Rewrite | None = None
 
 
-def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[[], float]) -> Decision | ProxyError:
+def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[[], float],
+           metrics: PolicyMetrics | None = None) -> Decision | ProxyError:
     chosen = select_route(policy.routes(h2), request)
     if chosen is None:
         return errors.no_route()
     route, rule = chosen
     assert isinstance(rule, OutboundRule)
-    request_route = _request_route(route, rule)
+    report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
+        else None
+    request_route = _request_route(route, rule, report)
     modifiers: list[HeaderModifier] = []
     refused = _filters(rule.filters, rule, request, modifiers, draw)
     if refused is not None:
@@ -105,17 +145,20 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     refused = _filters(backend.filters, rule, request, modifiers, draw)
     if refused is not None:
         return _with(refused, request_route)
+    if report is not None:
+        report.backend(backend)
     if backend.balancer is None and backend.endpoint is None:
         return _with(errors.no_backend(backend.meta.name), request_route)
     return Decision(route, rule, backend, request_route, _chain(modifiers), _chain(rule.response_filters))
 
 
-def _request_route(route: OutboundRoute, rule: OutboundRule) -> PolicyRoute:
+def _request_route(route: OutboundRoute, rule: OutboundRule, report: RouteReport | None) -> PolicyRoute:
     t = rule.timeouts
     limits = [s for s in (t.request, t.response) if s]
     retry = rule.retry
-    budget = Attempts(retry.limit) if retry is not None and retry.limit > 0 else None
-    return PolicyRoute(MATCH_ALL, timeout=min(limits) if limits else None, budget=budget, retry=retry, route=route)
+    budget = Attempts(retry.limit, report) if retry is not None and retry.limit > 0 else None
+    return PolicyRoute(MATCH_ALL, timeout=min(limits) if limits else None, budget=budget, retry=retry, route=route,
+                       report=report)
 
 
 def _with(error: ProxyError, route: PolicyRoute) -> ProxyError:

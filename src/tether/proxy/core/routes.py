@@ -41,6 +41,7 @@ from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.policy_routes import decide
 from tether.proxy.core.resolution import PolicySource, ProfileSource, Resolution
 from tether.proxy.core.endpoint import Endpoint, Plan, plan
@@ -65,12 +66,13 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
                     draw: Callable[[], float] = random.random,
                     protocol: SessionProtocol = SessionProtocol.HTTP1,
                     named: Callable[[str, int], ProfileSource] | None = None,
-                    policies: PolicySource | None = None) -> Router:
+                    policies: PolicySource | None = None, policy_metrics: PolicyMetrics | None = None) -> Router:
     """``draw``: uniform in [0, 1), for the traffic split's weighted choice; ``protocol``: the session protocol
     new connections announce in the transport header (``HTTP2`` for the HTTP/2 layer's connections);
     ``named``: ingress mode, a lease on the profile watch of a ``name:port`` (the caller releases its leases
     when the connection ends); ``policies``: the target's client policy watch (``core.policy_routes``
-    decides each request under its latest policy, unless a ServiceProfile with routes applies)."""
+    decides each request under its latest policy, unless a ServiceProfile with routes applies), counted in
+    ``policy_metrics``."""
     watch = resolution.watch
     h2 = protocol is SessionProtocol.HTTP2
 
@@ -107,6 +109,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
 
         picked.observe = lambda rtt: balancer.connected(slot, rtt)
         picked.failed = lambda: balancer.failed(slot)
+        picked.outcome = lambda success: balancer.outcome(slot, success)
         picked.release = release
         return picked
 
@@ -137,7 +140,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
 
     def policied(policy: ClientPolicy, request: RequestHead, host: bytes) -> Generator[Command, Any,
                                                                                        Pick | ProxyError]:
-        decision = decide(policy, request, h2, draw)
+        decision = decide(policy, request, h2, draw, policy_metrics)
         if isinstance(decision, ProxyError):
             return decision
         backend, route = decision.backend, decision.request_route

@@ -39,6 +39,7 @@ from tether.api.addresses import InvalidAddress, from_tcp_address, to_tcp_addres
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.commands import Failed
 from tether.proxy.core.config import Backoff
+from tether.proxy.core.metrics import samples
 from tether.proxy.core.profiles import Profile
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.endpoint import Endpoint
@@ -421,6 +422,9 @@ class PolicyWatch(_Watch):
             policy = invalid_policy()
         if policy.unapplied:
             log.warning("client policy: %s: not applied by this proxy: %s", self.key, ", ".join(policy.unapplied))
+        for backend in policy.backends():
+            if backend.balancer is not None:
+                backend.balancer.configure_accrual(policy.accrual)
         self._hold(held)
         self.policy = policy
         self._updated_now()
@@ -536,6 +540,24 @@ class Discovery:
             watch = self.policies[key] = PolicyWatch(self, key, addr)
         watch.acquire()
         return watch
+
+    def collect_balancers(self, out: list[str]) -> None:
+        """``outbound_http_balancer_endpoints{parent_*,backend_*,state}`` for the backends of the client
+        policies watched now (proxy.md §9.5)."""
+        values: dict[str, int] = {}
+        for watch in self.policies.values():
+            policy = watch.policy
+            if policy is None:
+                continue
+            for backend in policy.backends():
+                if backend.balancer is None:
+                    continue
+                ready, pending = backend.balancer.endpoint_states()
+                key = f"{policy.parent_labels},{backend.labels}"
+                values[f'{key},state="ready"'] = ready
+                values[f'{key},state="pending"'] = pending
+        samples(out, "outbound_http_balancer_endpoints", "gauge", "The number of endpoints of a backend balancer.",
+                values.items())
 
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)

@@ -1,0 +1,106 @@
+"""Failure accrual on one endpoint: Linkerd's consecutive-failures breaker (proxy.md §7.4).
+
+A ``Breaker`` is **open** (the endpoint takes requests) until ``max_failures``
+responses in a row are failures; then it is **shut** for a backoff (the
+minimum, doubled on each shutting in a row, capped at the maximum, plus up to
+``jitter`` of itself at random). When the backoff has passed it admits
+exactly **one** probe request (**probation**): a success opens it again and
+forgets the backoff, a failure shuts it for the next, longer backoff.
+Responses that arrive while it is shut are ignored (they were sent before).
+
+The balancer (``core.balancer``) skips endpoints whose breaker does not admit
+a request, so a failing endpoint is taken out and tried again; with every
+endpoint shut, the balancer has nothing to offer and requests fail fast
+(504), as in Linkerd.
+
+Pure: the caller passes the time and the random draw.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from tether.proxy.core.client_policy import ConsecutiveFailures
+
+
+class State(enum.Enum):
+    OPEN = "open"
+    SHUT = "shut"
+    PROBATION = "probation"
+
+
+class Breaker:
+    __slots__ = ("config", "state", "failures", "shut_count", "until", "probing", "_draw")
+
+    def __init__(self, config: ConsecutiveFailures, draw: Callable[[], float]) -> None:
+        self.config = config
+        self.state = State.OPEN
+        self.failures = 0  # consecutive, while open
+        self.shut_count = 0  # times shut in a row (the backoff's exponent)
+        self.until = 0.0  # shut until then
+        self.probing = False  # in probation, the probe is out
+        self._draw = draw
+
+    def admits(self, now: float) -> bool:
+        """Whether the endpoint may take a request now (moving a shut breaker past its backoff to probation)."""
+        if self.state is State.OPEN:
+            return True
+        if self.state is State.SHUT:
+            if now < self.until:
+                return False
+            self.state = State.PROBATION
+            self.probing = False
+        return not self.probing
+
+    def ready(self, now: float) -> bool:
+        """Whether ``admits`` would say yes, without moving the state (for metrics)."""
+        if self.state is State.OPEN:
+            return True
+        if self.state is State.SHUT:
+            return now >= self.until
+        return not self.probing
+
+    def admitted(self) -> None:
+        """A request was sent to the endpoint: in probation, it is the probe (no other until it answers)."""
+        if self.state is State.PROBATION:
+            self.probing = True
+
+    def record(self, success: bool, now: float) -> None:
+        """A response (or a transport error: a failure) from the endpoint."""
+        state = self.state
+        if state is State.SHUT:
+            return
+        if state is State.PROBATION:
+            if not self.probing:
+                return  # an answer to a request sent before the breaker shut
+            if success:
+                self._open()
+            else:
+                self._shut(now)
+            return
+        if success:
+            self.failures = 0
+            return
+        self.failures += 1
+        if self.failures >= max(self.config.max_failures, 1):
+            self._shut(now)
+
+    def backoff(self) -> float:
+        """The backoff of the next shutting: min x 2^(shut in a row), capped at max, plus jitter."""
+        c = self.config
+        base = min(c.min_backoff * (1 << min(self.shut_count, 32)), c.max_backoff)
+        return base + base * c.jitter * self._draw()
+
+    def _open(self) -> None:
+        self.state = State.OPEN
+        self.failures = 0
+        self.shut_count = 0
+        self.probing = False
+
+    def _shut(self, now: float) -> None:
+        self.until = now + self.backoff()
+        self.shut_count += 1
+        self.state = State.SHUT
+        self.probing = False
+        self.failures = 0

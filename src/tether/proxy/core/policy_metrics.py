@@ -1,0 +1,145 @@
+"""Linkerd 2.20's outbound route metrics (proxy.md §9.5), for requests routed by client policy.
+
+- ``outbound_{http,grpc}_route_request_duration_seconds`` (histogram, buckets
+  0.05, 0.5, 1, 10) and ``..._request_statuses_total`` (``http_status`` or
+  ``grpc_status``, and ``error``): one per request, as the client saw it;
+- ``outbound_{http,grpc}_route_backend_requests_total``: one per attempt, under
+  the backend the route drew;
+- ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total``;
+- ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
+  ``error`` on close): opaque connections under a policy's opaque route, an
+  EgressNetwork's among them.
+
+Labels: ``parent_*`` (group, kind, namespace, name, port, section_name: the
+Service port or EgressNetwork), ``route_*`` (group, kind, namespace, name),
+``backend_*`` (as the parent's) and ``hostname`` (empty, as Linkerd leaves it
+unless ``OUTBOUND_METRICS_HOSTNAME_LABELS``). Series are bounded and expire as
+the proxy's other families do (``core.metrics.Counter``).
+
+Pure: the callers pass durations. Callers: ``core.routes`` (backend requests),
+``core.policy_routes`` (``RouteReport``: statuses, durations, retries),
+``tether.proxy.app`` (rendering, through its registry).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+from tether.proxy.core import labels
+from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry
+
+DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
+GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+              "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+              "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+_RETRY = ("requests", "successes", "limit_exceeded", "overflow")
+
+
+class _Histogram:
+    """Seconds in ``DURATION_BUCKETS`` per label set: bucket counts (+Inf last), then sum and count."""
+
+    def __init__(self, name: str, help_: str, clock: Callable[[], float], retain_idle: float) -> None:
+        self.name = name
+        self.help = help_
+        self._clock = clock
+        self._retain_idle = retain_idle
+        self.series: dict[str, list[float]] = {}
+        self._touched: dict[str, float] = {}
+
+    def observe(self, labels_: str, seconds: float) -> None:
+        series = self.series.get(labels_)
+        if series is None:
+            if len(self.series) >= MAX_SERIES:
+                self._expire(force=True)
+            series = self.series[labels_] = [0.0] * (len(DURATION_BUCKETS) + 3)
+        series[bisect_left(DURATION_BUCKETS, seconds)] += 1
+        series[-2] += seconds
+        series[-1] += 1
+        self._touched[labels_] = self._clock()
+
+    def render(self, out: list[str]) -> None:
+        self._expire(force=False)
+        out.append(f"# HELP {self.name} {self.help}")
+        out.append(f"# TYPE {self.name} histogram")
+        for key, series in self.series.items():
+            total = 0.0
+            for i, le in enumerate(DURATION_BUCKETS):
+                total += series[i]
+                out.append(f'{self.name}_bucket{{{key},le="{le}"}} {int(total)}')
+            total += series[len(DURATION_BUCKETS)]
+            out.append(f'{self.name}_bucket{{{key},le="+Inf"}} {int(total)}')
+            out.append(f"{self.name}_sum{{{key}}} {series[-2]!r}")
+            out.append(f"{self.name}_count{{{key}}} {int(series[-1])}")
+
+    def _expire(self, *, force: bool) -> None:
+        now = self._clock()
+        stale = [k for k, t in self._touched.items() if now - t > self._retain_idle]
+        if force and not stale:
+            stale = [k for _, k in sorted((t, k) for k, t in self._touched.items())[: max(1, MAX_SERIES // 10)]]
+        for key in stale:
+            self.series.pop(key, None)
+            self._touched.pop(key, None)
+
+
+class _Family:
+    """The metrics of one protocol (``http`` or ``grpc``)."""
+
+    def __init__(self, registry: Registry, proto: str) -> None:
+        prefix = f"outbound_{proto}_route"
+        self.duration = _Histogram(f"{prefix}_request_duration_seconds",
+                                   f"The time between request initialization and response completion ({proto}).",
+                                   registry.clock, registry.retain_idle)
+        self.statuses = registry.counter(f"{prefix}_request_statuses_total", "Completed request-response streams.")
+        self.backend_requests = registry.counter(f"{prefix}_backend_requests_total",
+                                                 "The total number of requests dispatched to a backend.")
+        self.retry: dict[str, Counter] = {
+            what: registry.counter(f"{prefix}_retry_{what}_total", f"Retry {what.replace('_', ' ')}.")
+            for what in _RETRY}
+
+
+class PolicyMetrics:
+    """The outbound route families, registered in the proxy's registry (``render`` is the registry's)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.http = _Family(registry, "http")
+        self.grpc = _Family(registry, "grpc")
+        self.tcp_open = registry.counter("outbound_tcp_route_open_total", "The number of connections opened.")
+        self.tcp_close = registry.counter("outbound_tcp_route_close_total", "The number of connections closed.")
+        registry.add_collector(self._render_histograms)
+
+    def family(self, grpc: bool) -> _Family:
+        return self.grpc if grpc else self.http
+
+    def backend_request(self, grpc: bool, route_labels: str, backend_labels: str) -> None:
+        self.family(grpc).backend_requests.inc(f"{route_labels},{backend_labels}")
+
+    def retry(self, grpc: bool, route_labels: str, what: str) -> None:
+        self.family(grpc).retry[what].inc(f'{route_labels},hostname=""')
+
+    def finished(self, grpc: bool, route_labels: str, seconds: float, status: int, grpc_status: int | None,
+                 error: str) -> None:
+        """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
+        ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came)."""
+        family = self.family(grpc)
+        key = f'{route_labels},hostname=""'
+        family.duration.observe(key, seconds)
+        if grpc:
+            code = "" if grpc_status is None else GRPC_CODES[grpc_status] if 0 <= grpc_status < len(GRPC_CODES) \
+                else str(grpc_status)
+            outcome = labels.render(("grpc_status", code), ("error", error))
+        else:
+            outcome = labels.render(("http_status", str(status) if status else ""), ("error", error))
+        family.statuses.inc(f"{key},{outcome}")
+
+    def tcp_opened(self, route_labels: str) -> None:
+        """An opaque connection on a policy's opaque route (``route_labels``: parent, route and target)."""
+        self.tcp_open.inc(route_labels)
+
+    def tcp_closed(self, route_labels: str, error: str) -> None:
+        """``error``: ``forbidden``, ``invalid_policy``, ``unexpected`` or "" (Linkerd's values)."""
+        self.tcp_close.inc(f"{route_labels},{labels.render(('error', error))}")
+
+    def _render_histograms(self, out: list[str]) -> None:
+        self.http.duration.render(out)
+        self.grpc.duration.render(out)

@@ -1,0 +1,120 @@
+"""Failure accrual (core.breaker, core.balancer): the consecutive-failures breaker as a state machine under a fake
+clock, and the balancer taking a failing endpoint out and back (proxy.md §7.4). No sockets, no sleeps."""
+
+from __future__ import annotations
+
+import random
+
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.balancer import Balancer
+from tether.proxy.core.breaker import Breaker, State
+from tether.proxy.core.client_policy import ConsecutiveFailures
+from tether.proxy.core.endpoint import Endpoint
+
+CONFIG = ConsecutiveFailures(max_failures=3, min_backoff=1.0, max_backoff=4.0, jitter=0.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_it_shuts_after_max_consecutive_failures_and_a_success_resets_the_count() -> None:
+    b = Breaker(CONFIG, lambda: 0.0)
+    for success in (False, False, True, False, False):
+        assert b.admits(0.0)
+        b.record(success, 0.0)
+    assert b.state is State.OPEN  # two in a row since the success
+    b.record(False, 0.0)
+    assert b.state is State.SHUT and not b.admits(0.5)
+
+
+def test_after_the_backoff_one_probe_then_open_or_a_longer_backoff() -> None:
+    b = Breaker(CONFIG, lambda: 0.0)
+    for _ in range(3):
+        b.record(False, 10.0)
+    assert not b.admits(10.9)
+    assert b.admits(11.0) and b.state is State.PROBATION
+    b.admitted()  # the probe goes out
+    assert not b.admits(11.0)  # exactly one
+    b.record(False, 11.2)  # the probe failed: shut for twice as long
+    assert b.state is State.SHUT and b.until == 13.2
+    assert b.admits(13.2)
+    b.admitted()
+    b.record(False, 13.3)
+    assert b.until == 17.3  # 4 s: the maximum
+    assert b.admits(17.3)
+    b.admitted()
+    b.record(False, 17.3)
+    assert b.until == 21.3  # capped
+    assert b.admits(21.3)
+    b.admitted()
+    b.record(True, 21.4)  # the probe succeeded: open, and the backoff starts over
+    assert b.state is State.OPEN and b.shut_count == 0
+    for _ in range(3):
+        b.record(False, 30.0)
+    assert b.until == 31.0
+
+
+def test_answers_while_shut_and_stale_answers_in_probation_are_ignored() -> None:
+    b = Breaker(CONFIG, lambda: 0.0)
+    for _ in range(3):
+        b.record(False, 0.0)
+    b.record(True, 0.5)  # sent before it shut
+    assert b.state is State.SHUT
+    assert b.admits(1.0)
+    b.record(True, 1.0)  # not the probe (none sent yet)
+    assert b.state is State.PROBATION
+
+
+def test_jitter_adds_up_to_its_share_of_the_backoff() -> None:
+    b = Breaker(ConsecutiveFailures(1, 2.0, 60.0, 0.5), lambda: 1.0)
+    b.record(False, 0.0)
+    assert b.until == 3.0  # 2 s + 50 % of it
+
+
+def endpoint(last: int) -> Endpoint:
+    return Endpoint(SocketAddr(parse_ip(f"10.1.0.{last}"), 8080))
+
+
+def test_the_balancer_takes_a_failing_endpoint_out_and_back() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock, rng=random.Random(7))
+    balancer.reset([endpoint(1), endpoint(2)])
+    balancer.configure_accrual(CONFIG)
+    bad = SocketAddr(parse_ip("10.1.0.1"), 8080)
+
+    def send(failing: bool) -> SocketAddr:
+        slot = balancer.pick()
+        assert slot is not None
+        balancer.outcome(slot, not (failing and slot.endpoint.addr == bad))
+        return slot.endpoint.addr
+
+    seen = [send(True) for _ in range(40)]
+    first_out = [i for i in range(len(seen)) if seen[i:].count(bad) == 0][0]
+    assert seen[:first_out].count(bad) == 3  # three failures in a row, then out
+    assert seen[first_out:] == [SocketAddr(parse_ip("10.1.0.2"), 8080)] * (40 - first_out)
+    clock.now = 1.0  # the backoff passed: one probe, which fails: out again
+    probes = [send(True) for _ in range(20)].count(bad)
+    assert probes == 1
+    clock.now = 3.0  # the next backoff (2 s) passed: the endpoint has recovered, the probe succeeds
+    back = [send(False) for _ in range(40)]
+    assert back.count(bad) > 1  # open again: it takes its share
+
+
+def test_with_every_endpoint_shut_the_balancer_has_nothing_to_offer() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock)
+    balancer.reset([endpoint(1)])
+    balancer.configure_accrual(ConsecutiveFailures(1, 1.0, 1.0))
+    slot = balancer.pick()
+    assert slot is not None
+    balancer.failed(slot)  # a transport error is a failure too
+    assert balancer.pick() is None and balancer.has_endpoints
+    clock.now = 1.0
+    assert balancer.pick() is slot
+    balancer.configure_accrual(None)  # the policy no longer asks for it: every endpoint takes requests
+    assert balancer.pick() is slot and balancer.pick() is slot

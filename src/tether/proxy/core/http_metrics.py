@@ -18,10 +18,10 @@ Callers: ``tether.proxy.core.http1_proxy`` and ``core.http2_layer`` (recording),
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from tether.proxy.core.metrics import MAX_SERIES
+from tether.proxy.core.metrics import MAX_SERIES, number
 
 # response_latency_ms buckets (ms), Linkerd's; +Inf follows.
 BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 100, 200, 300, 400, 500, 1000, 2000, 3000, 4000,
@@ -250,13 +250,15 @@ class RouteMetrics(_Store["_RouteSeries"]):
 
 
 
-def render_histogram(out: list[str], name: str, labels: str, hist: list[int]) -> None:
-    """A latency histogram's cumulative buckets (Linkerd's boundaries, then +Inf), sum and count."""
+def render_histogram(out: list[str], name: str, labels: str, hist: Sequence[float],
+                     buckets: Sequence[float] = BUCKETS) -> None:
+    """A histogram's cumulative ``buckets`` (by default Linkerd's latency boundaries), then +Inf, sum and
+    count; ``hist``: the count per bucket (+Inf last), then the sum and the count."""
     total = 0
-    for i, le in enumerate(BUCKETS):
-        total += hist[i]
+    for i, le in enumerate(buckets):
+        total += int(hist[i])
         out.append(f'{name}_bucket{{{labels},le="{le}"}} {total}')
-    total += hist[len(BUCKETS)]
+    total += int(hist[len(buckets)])
     out.append(f'{name}_bucket{{{labels},le="+Inf"}} {total}')
-    out.append(f"{name}_sum{{{labels}}} {hist[-2]}")
-    out.append(f"{name}_count{{{labels}}} {hist[-1]}")
+    out.append(f"{name}_sum{{{labels}}} {number(hist[-2])}")
+    out.append(f"{name}_count{{{labels}}} {int(hist[-1])}")

@@ -159,15 +159,21 @@ class Counter:
         self._expire(self._clock(), force=False)
         _header(out, self.name, self.kind, self.help)
         for labels, value in self.values.items():
-            out.append(f"{self.name}{{{labels}}} {_num(value)}" if labels else f"{self.name} {_num(value)}")
+            out.append(f"{self.name}{{{labels}}} {number(value)}" if labels else f"{self.name} {number(value)}")
 
     def _expire(self, now: float, *, force: bool) -> None:
-        stale = [k for k, t in self._touched.items() if now - t > self._retain_idle]
-        if force and not stale:
-            stale = [k for _, k in sorted((t, k) for k, t in self._touched.items())[: max(1, MAX_SERIES // 10)]]
-        for key in stale:
+        for key in stale_series(self._touched, now, self._retain_idle, force=force):
             self.values.pop(key, None)
             self._touched.pop(key, None)
+
+
+def stale_series(touched: dict[str, float], now: float, retain_idle: float, *, force: bool) -> list[str]:
+    """The label sets to drop: those untouched for ``retain_idle``; with ``force`` (a family at ``MAX_SERIES``)
+    and none idle that long, the least recently touched tenth."""
+    stale = [k for k, t in touched.items() if now - t > retain_idle]
+    if force and not stale:
+        stale = [k for _, k in sorted((t, k) for k, t in touched.items())[: max(1, MAX_SERIES // 10)]]
+    return stale
 
 
 Collector = Callable[[list[str]], None]
@@ -211,7 +217,7 @@ def _header(out: list[str], name: str, kind: str, help_: str) -> None:
     out.append(f"# TYPE {name} {kind}")
 
 
-def _num(value: float) -> str:
+def number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
@@ -219,12 +225,12 @@ def gauge(out: list[str], name: str, help_: str, value: float | None, labels: st
     """One gauge line (nothing but the header when ``value`` is None)."""
     _header(out, name, "gauge", help_)
     if value is not None:
-        out.append(f"{name}{{{labels}}} {_num(value)}" if labels else f"{name} {_num(value)}")
+        out.append(f"{name}{{{labels}}} {number(value)}" if labels else f"{name} {number(value)}")
 
 
 def samples(out: list[str], name: str, kind: str, help_: str, values: Iterable[tuple[str, float]]) -> None:
     _header(out, name, kind, help_)
-    out.extend(f"{name}{{{labels}}} {_num(v)}" if labels else f"{name} {_num(v)}" for labels, v in values)
+    out.extend(f"{name}{{{labels}}} {number(v)}" if labels else f"{name} {number(v)}" for labels, v in values)
 
 
 # -- process metrics, from /proc ------------------------------------------------------------------------------

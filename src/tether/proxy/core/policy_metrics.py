@@ -27,7 +27,8 @@ from bisect import bisect_left
 from collections.abc import Callable
 
 from tether.proxy.core import labels
-from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry
+from tether.proxy.core.http_metrics import render_histogram
+from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_series
 
 DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -63,21 +64,10 @@ class _Histogram:
         out.append(f"# HELP {self.name} {self.help}")
         out.append(f"# TYPE {self.name} histogram")
         for key, series in self.series.items():
-            total = 0.0
-            for i, le in enumerate(DURATION_BUCKETS):
-                total += series[i]
-                out.append(f'{self.name}_bucket{{{key},le="{le}"}} {int(total)}')
-            total += series[len(DURATION_BUCKETS)]
-            out.append(f'{self.name}_bucket{{{key},le="+Inf"}} {int(total)}')
-            out.append(f"{self.name}_sum{{{key}}} {series[-2]!r}")
-            out.append(f"{self.name}_count{{{key}}} {int(series[-1])}")
+            render_histogram(out, self.name, key, series, DURATION_BUCKETS)
 
     def _expire(self, *, force: bool) -> None:
-        now = self._clock()
-        stale = [k for k, t in self._touched.items() if now - t > self._retain_idle]
-        if force and not stale:
-            stale = [k for _, k in sorted((t, k) for k, t in self._touched.items())[: max(1, MAX_SERIES // 10)]]
-        for key in stale:
+        for key in stale_series(self._touched, self._clock(), self._retain_idle, force=force):
             self.series.pop(key, None)
             self._touched.pop(key, None)
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tether.diagnose import proxies
 from tether.identity import pem, pki
 from up import uplab
 from up.uplab import PYTHON, client, ready, wait_for, web_server
@@ -76,7 +77,21 @@ MANIFESTS = [
     web_server("refusing", NS, 1).replace("targetPort: http", "targetPort: 9090"),
     f"apiVersion: v1\nkind: Service\nmetadata: {{name: nobody, namespace: {NS}}}\n"
     "spec: {selector: {app: nobody}, ports: [{port: 80, targetPort: 8080}]}\n",
+    # web under another name, called by nobody before the discovery fault below (so no proxy has resolved it)
+    f"apiVersion: v1\nkind: Service\nmetadata: {{name: alias, namespace: {NS}}}\n"
+    "spec: {selector: {app: web}, ports: [{port: 80, targetPort: http}]}\n",
 ]
+
+CALL = """
+import http.client, json, sys
+conn = http.client.HTTPConnection(sys.argv[1], 80, timeout=20)
+try:
+    conn.request("GET", "/")
+    answer = conn.getresponse()
+    print(json.dumps({"status": answer.status, "headers": {k.lower(): v for k, v in answer.getheaders()}}))
+except OSError as exc:
+    print(json.dumps({"status": None, "error": str(exc)}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +204,51 @@ def test_later_layers(mesh: uplab.Platform, authority: str, layer: str, reason: 
     assert reason in doc["reason"] and evidence in details(doc)
     if layer == "proxy":
         assert "config.linkerd.io/opaque-ports" in doc["next"]
+
+
+def pod_of(mesh: uplab.Platform, deployment: str) -> dict:
+    (pod,) = [p for p in mesh.pods(NS) if p["metadata"]["name"].startswith(f"{deployment}-")]
+    return pod
+
+
+def call_from(mesh: uplab.Platform, pod: dict, host: str) -> dict:
+    """One GET from inside ``pod``'s network namespace, as its app makes it (through its proxy)."""
+    proc = subprocess.run(["ip", "netns", "exec", mesh.netns_of(pod), PYTHON, "-c", CALL, host],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(proc.stdout)
+
+
+def test_no_endpoints_the_proxy_fails_fast_and_diagnose_names_discovery(mesh: uplab.Platform) -> None:
+    answer = call_from(mesh, pod_of(mesh, "client"), f"nobody.{NS}.svc.cluster.local")
+    # Linkerd's answer for a balancer in fail-fast (proxy.md §7.9): 504, the error in l5d-proxy-error.
+    assert answer["status"] == 504, answer
+    assert answer["headers"]["l5d-proxy-error"] == \
+        f"logical service nobody.{NS}.svc.cluster.local:80: service in fail-fast"
+    doc = diagnose(mesh, "deploy/client", f"nobody.{NS}:80")
+    assert doc["layer"] == "discovery" and "has no ready endpoints" in doc["reason"], doc
+    assert 'outbound_http_errors_total{error="failfast"}' in details(doc)
+
+
+def test_discovery_unreachable_from_the_client_proxy_is_named_at_the_proxy_layer(mesh: uplab.Platform) -> None:
+    """The destination answers (diagnose asks it from the host), but the client pod cannot reach it."""
+    pod = pod_of(mesh, "client")
+    port = proxies.proxy_env(pod, "LINKERD2_PROXY_DESTINATION_SVC_ADDR").rsplit(":", 1)[1]
+    iptables = ["ip", "netns", "exec", mesh.netns_of(pod), "iptables"]
+    rule = ["OUTPUT", "-p", "tcp", "--dport", port, "-j", "REJECT", "--reject-with", "tcp-reset"]
+    subprocess.run([*iptables, "-I", *rule[:1], "1", *rule[1:]], check=True, capture_output=True)
+    try:
+        doc = diagnose(mesh, "deploy/client", f"alias.{NS}:80")
+    finally:
+        subprocess.run([*iptables, "-D", *rule], check=True, capture_output=True)
+    assert doc["layer"] == "proxy", doc
+    assert 'error="discovery unavailable"' in doc["reason"] and "own path to it is broken" in doc["reason"]
+    evidence = details(doc)
+    assert "destination Get alias.dg.svc.cluster.local:80" in evidence  # diagnose's own answer: endpoints
+    assert 'outbound_tcp_errors_total{error="discovery unavailable"' in evidence
+    assert "during diagnose's call" in evidence
+    assert "discovery: stream" in evidence and "cannot connect" in evidence  # the client proxy's log
+    wait_for("the client's proxy to reach the destination again",
+             lambda: diagnose(mesh, "deploy/client", f"alias.{NS}:80")["ok"], timeout=60)
 
 
 def test_bad_questions_are_errors_not_diagnoses(mesh: uplab.Platform) -> None:

@@ -51,6 +51,11 @@ from tether.store import Store, StoreError
 from tether.viz.exposition import Exposition, parse
 
 BANNER_WAIT_S = 0.3
+# How long the call waits for its answer: past the proxies' 3 s HTTP fail-fast timeout, so their answer (a 504
+# with l5d-proxy-error, or a reset), not ours, ends a call that cannot be routed.
+CALL_TIMEOUT_S = 5.0
+_OUTBOUND_ERRORS = ("outbound_http_errors_total", "outbound_tcp_errors_total")
+_DISCOVERY_LOG = re.compile(r"(?i)discovery|destination|fail-?fast")
 LOG_LINES = 400
 _DENY = "deny"
 
@@ -115,6 +120,26 @@ class LocalDiagnosis(Walk):
         if not path.exists():
             return []
         return [line for line in tail(path, LOG_LINES).splitlines() if pattern.search(line)][-limit:]
+
+    def _error_counts(self, pod: Mapping[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """The pod proxy's outbound error counters now, by name and labels."""
+        return {(name, tuple(labels.items())): value for name in _OUTBOUND_ERRORS
+                for labels, value in self._samples(pod, name, fresh=True)}
+
+    def _note_proxy_errors(self, source: Mapping[str, Any], since: Mapping[Any, float] | None = None,
+                           when: str = "since the proxy started") -> list[tuple[str, dict[str, str]]]:
+        """Note the source proxy's outbound errors (those counted after ``since``, when given) and its log lines
+        about discovery; returns the errors as (metric name, labels)."""
+        found = []
+        for (name, labels), value in self._error_counts(source).items():
+            count = value - (since or {}).get((name, labels), 0.0)
+            if count > 0:
+                self._sample_note(str(facts.ref(source)), name, dict(labels), count, when)
+                found.append((name, dict(labels)))
+        if found:
+            for line in self._log_lines(source, _DISCOVERY_LOG):
+                self._note(f"log {facts.ref(source)} linkerd-proxy", line)
+        return found
 
     # -- targets -------------------------------------------------------------------------------
 
@@ -223,13 +248,15 @@ class LocalDiagnosis(Walk):
         pki_dir = self.config.layout.pki  # with the platform's client certificate: the destination requires one
         return ClientTls(roots=pki_dir / "ca.crt", server_name=name, cert=pki_dir / "cli.crt", key=pki_dir / "cli.key")
 
-    def _discovery(self, authority: Authority, source_ns: str) -> tuple[dict[str, Any], dict[str, Any], dict | None]:
+    def _discovery(self, authority: Authority, source: Mapping[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict | None]:
         service = self._service(authority)
         svc_port = self._judge_service(authority, service, "store", "tether get svc -A")
         assert service is not None
         try:
             endpoints, profile, error = asyncio.run(ask_destination(
-                self.config.address(self.config.ports.destination), self._destination_tls(), authority, source_ns))
+                self.config.address(self.config.ports.destination), self._destination_tls(), authority,
+                source["metadata"]["namespace"]))
         except OSError as exc:  # the platform's client certificate (pki/cli.crt) is missing or unreadable
             raise Failure(f"cannot ask the destination: {exc.filename}: {exc.strerror}",
                           "run `tether up`: it issues the platform's client certificate") from None
@@ -237,11 +264,18 @@ class LocalDiagnosis(Walk):
         if error:
             status = launcher.status("destination")
             self._note("component destination", f"{status.state}, ready={'yes' if status.ready else 'no'}")
+            self._note_proxy_errors(source)
             raise Failure(f"the destination does not resolve {authority.fqdn}: {error}",
                           "`tether status`; `tether logs destination`")
         pods = self._endpoint_pods(service)
-        self._judge_endpoints(authority, service, endpoints, profile, pods, sum(1 for p in pods if facts.ready(p)),
-                              "store", f"tether get pods -n {authority.namespace}")
+        try:
+            self._judge_endpoints(authority, service, endpoints, profile, pods, sum(1 for p in pods if facts.ready(p)),
+                                  "store", f"tether get pods -n {authority.namespace}")
+        except Failure:
+            # What the workload's own calls met: its proxy fails them fast (504, l5d-proxy-error) while no
+            # endpoint is ready.
+            self._note_proxy_errors(source)
+            raise
         return service, svc_port, profile
 
     def _controller_policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any]) -> None:
@@ -332,6 +366,7 @@ class LocalDiagnosis(Walk):
                 return Probe(False, error=exc.strerror or str(exc))
             if not http:
                 return Probe(True)
+            sock.settimeout(CALL_TIMEOUT_S)
             try:
                 sock.sendall(f"GET / HTTP/1.1\r\nHost: {authority.fqdn}\r\nUser-Agent: tether-diagnose\r\n"
                              "Connection: close\r\n\r\n".encode())
@@ -374,14 +409,12 @@ class LocalDiagnosis(Walk):
                 "connects",
                 f"mark the port opaque: {inject_keys.OPAQUE_PORTS}: \"{target_port}\" on the pods and "
                 f"\"{authority.port}\" on the Service")
+        before = self._error_counts(source)
         probe = self._probe(source, service, authority, http=not opaque)
         self._note(f"call from {facts.ref(source)} to {authority.fqdn}",
                    probe.head or ("connected" if probe.connected and not probe.error else probe.error or "connected"))
         source_id = proxies.identity_of(source) or ""
-        errors = [(n, labels, v) for n in ("outbound_tcp_errors_total", "outbound_http_errors_total")
-                  for labels, v in self._samples(source, n, fresh=True) if v > 0]
-        for name, labels, value in errors:
-            self._metric_note(source, name, labels, value)
+        errors = self._note_proxy_errors(source, before, "during diagnose's call")
         tls_opens = [(labels, v) for labels, v in self._samples(target, "tcp_open_total", fresh=True,
                                                                 direction="inbound", peer="src",
                                                                 target_port=str(target_port))
@@ -398,13 +431,19 @@ class LocalDiagnosis(Walk):
                               f"target's proxy answered {probe.status} ({probe.proxy_error})",
                               f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
             raise Failure(f"the proxies failed the call: {probe.status} l5d-proxy-error: {probe.proxy_error}"
-                          + proxy_error_meaning(probe.proxy_error),
+                          + proxy_error_meaning(probe.proxy_error) + self._discovery_hint(errors),
                           f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
         if not probe.connected or probe.error:
             if refused is not None:
                 self._layer("application")
                 raise Failure(f"the app in {ref} refuses connections on port {target_port} ({refused})",
                               f"is the app listening on {target_port}? `tether logs {ref.name} -n {ref.namespace}`")
+            if errors:
+                name, labels = errors[0]
+                error = labels.get("error", "")
+                raise Failure(f"the client's proxy failed the call ({probe.error or 'not connected'}): "
+                              f"{name}{{error=\"{error}\"}}{proxy_error_meaning(error)}" + self._discovery_hint(errors),
+                              f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
             raise Failure(f"the call failed: {probe.error or 'not connected'}",
                           f"see `tether logs {facts.ref(source).name} -n {facts.ref(source).namespace} -c proxy`")
         if not any(labels.get("tls") == "true" for labels, _ in tls_opens):
@@ -414,6 +453,13 @@ class LocalDiagnosis(Walk):
             raise Failure(f"the app in {ref} answered {probe.status}" if refused is None else
                           f"the app in {ref} refuses connections on port {target_port} ({refused})",
                           f"see the app's log: `tether logs {ref.name} -n {ref.namespace}`")
+
+    @staticmethod
+    def _discovery_hint(errors: list[tuple[str, dict[str, str]]]) -> str:
+        if any("discovery" in labels.get("error", "") for _, labels in errors):
+            return ("; the destination answers diagnose (discovery passed), so the client's proxy's own path to "
+                    "it is broken")
+        return ""
 
     # -- the walk ------------------------------------------------------------------------------
 
@@ -479,7 +525,7 @@ class LocalDiagnosis(Walk):
             return
 
         self._layer("discovery")
-        service, svc_port, profile = self._discovery(authority, source["metadata"]["namespace"])
+        service, svc_port, profile = self._discovery(authority, source)
         # Endpoints exist now: pick the one the destination knows (ready) for the remaining layers.
         targets = self._endpoint_pods(service)
         target = next((t for t in targets if facts.ready(t)), None)

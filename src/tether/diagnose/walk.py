@@ -96,6 +96,8 @@ def parse_authority(text: str, cluster_domain: str) -> Authority:
 # What Linkerd's synthesized errors (l5d-proxy-error) and the proxies' error labels
 # (<direction>_http_errors_total{error}) say about where a call broke.
 _PROXY_ERRORS = (
+    ("discovery unavailable", "the client's proxy gets no answer from the destination, so it cannot resolve the "
+                              "service and drops the call"),
     ("fail-fast", "the client's proxy found no ready endpoint for the service in time (fail-fast)"),
     ("failfast", "the client's proxy found no ready endpoint for the service in time (fail-fast)"),
     ("load", "the proxy shed load: more requests were in flight than it admits"),
@@ -132,9 +134,9 @@ class Walk:
     def _note(self, source: str, detail: str) -> None:
         self.result.evidence.append(Evidence(source, detail))
 
-    def _sample_note(self, where: str, name: str, labels: Mapping[str, str], value: float) -> None:
+    def _sample_note(self, where: str, name: str, labels: Mapping[str, str], value: float, when: str = "") -> None:
         shown = ",".join(f'{k}="{v}"' for k, v in labels.items() if v)
-        self._note(f"proxy metrics {where}", f"{name}{{{shown}}} {value:g}")
+        self._note(f"proxy metrics {where}", f"{name}{{{shown}}} {value:g}" + (f" ({when})" if when else ""))
 
     def _layer(self, name: str) -> None:
         self._current = name

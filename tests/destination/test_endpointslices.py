@@ -16,6 +16,7 @@ import grpc
 
 from destination_helpers import NS, Harness, Pki, addrs, authority, by_addr, namespace, pod, service
 
+from tether.cli.printing import render
 from tether.platform.local.endpointslices import MANAGED_BY
 from tether.resources.discovery import MANAGED_BY_LABEL
 
@@ -171,6 +172,15 @@ async def test_bad_entries_are_reported_and_skipped_and_the_watch_goes_on(workdi
         stream = h.get(authority("db"))
         assert addrs(await stream.next()) == ["10.9.0.1:5432"]
         assert h.metric("endpointslice_invalid_entries_total", {"namespace": NS}) == 2
+        # The local platform's ExternalWorkload controller recorded a Warning Event on the slice (its first
+        # pass was awaited by the harness), naming the fields; `tether get events` shows it.
+        [event] = h.store.list("Event", NS).items
+        assert (event["type"], event["reason"], event["involvedObject"]["name"]) == ("Warning", "InvalidEndpoints", "db-1")
+        assert "endpoints[1].addresses[0]: 'fd00::9'" in event["message"]
+        assert "endpoints[2].addresses[0]: 'not-an-ip'" in event["message"]
+        table = render([event], None, single=False, all_namespaces=False)
+        assert table.split("\n")[0].split() == ["NAME", "TYPE", "REASON", "OBJECT", "MESSAGE", "AGE"]
+        assert "Warning   InvalidEndpoints   endpointslice/db-1   skipping entries: endpoints[1]" in table
         h.apply(endpoint_slice("db-2", "db", [{"addresses": ["10.9.0.2"]}]))  # later changes still arrive
         assert addrs(await stream.next()) == ["10.9.0.2:5432"]
 

@@ -116,3 +116,56 @@ async def test_the_controller_writes_only_while_leading(tmp_path: Path) -> None:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def _events(api: Any) -> list[dict[str, Any]]:
+    return [r.data for r in api["post"] if r.url.path == f"/api/v1/namespaces/{NS}/events"]
+
+
+async def test_a_bad_workload_or_slice_gets_a_warning_event_naming_the_field(tmp_path: Path) -> None:
+    """A workload with a bad IP is left out (the controller keeps running and serves the good one), and
+    the leader records a Warning Event on it and on a hand-written slice with a bad address, once each."""
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _seed(api)
+        bad = workload(ready=True)
+        bad["metadata"] = {**bad["metadata"], "name": "vm-bad", "uid": "bad-uid"}
+        bad["spec"] = {**bad["spec"], "workloadIPs": [{"ip": "192.168.50.300"}]}
+        await api.post(WORKLOADS, json=bad)
+        await api.post(SLICES, json={
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "manual", "namespace": NS, "labels": {"kubernetes.io/service-name": "manual"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["fe80::1"]}],
+            "ports": [{"port": 80}]})
+        controller = external_workload_controller(KubernetesResourceWatcher(settings))
+        task = asyncio.create_task(controller.run())
+        try:
+            await _until(api, lambda s: len(s) == 2, "the good workload's slice beside the manual one")
+            [ours] = [s for s in await _slices(api) if s["metadata"]["name"].startswith("linkerd-")]
+            assert [e["targetRef"]["name"] for e in ours["endpoints"]] == ["vm-1"]
+            async with asyncio.timeout(20):
+                while len(await _events(api)) < 2:
+                    await asyncio.sleep(0.05)  # kmock offers no notification of writes: poll its state
+            events = {e["involvedObject"]["kind"]: e for e in await _events(api)}
+            workload_event, slice_event = events["ExternalWorkload"], events["EndpointSlice"]
+            assert workload_event["type"] == "Warning" and workload_event["reason"] == "InvalidExternalWorkload"
+            assert workload_event["involvedObject"]["name"] == "vm-bad"
+            assert workload_event["involvedObject"]["uid"] == "bad-uid"
+            assert "spec.workloadIPs[0].ip: '192.168.50.300' must be an IP address" in workload_event["message"]
+            assert slice_event["reason"] == "InvalidEndpoints" and slice_event["involvedObject"]["name"] == "manual"
+            assert "endpoints[1].addresses[0]" in slice_event["message"]
+            assert workload_event["source"]["component"] == "linkerd-destination"
+
+            # Another pass (the good workload changes) reports nothing again.
+            await api.patch(f"{WORKLOADS}/vm-1", json={"status": workload(ready=False)["status"]})
+            await _until(api, lambda s: any(x["endpoints"] and x["endpoints"][0]["conditions"]["ready"] is False
+                                            for x in s if x["metadata"]["name"].startswith("linkerd-")), "not ready")
+            passes = controller.passes
+            await api.patch(f"{WORKLOADS}/vm-bad", json={"metadata": {"labels": {"app": "billing", "v": "2"}}})
+            async with asyncio.timeout(20):
+                while controller.passes == passes:
+                    await controller.reconciled.wait()
+                    controller.reconciled.clear()
+            assert len(await _events(api)) == 2, "the same problems are reported once"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

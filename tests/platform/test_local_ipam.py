@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tether.platform.local.ipam import DEFAULT_POD_CIDR, Ipam, IpamConfig, IpamError, PoolExhausted
+from tether.platform.local.ipam import (
+    DEFAULT_POD_CIDR,
+    AddressTaken,
+    Ipam,
+    IpamConfig,
+    IpamError,
+    PoolExhausted,
+    workload_owner,
+)
 
 
 def _ipam(path: Path, cidr: str = "10.9.0.0/29") -> Ipam:
@@ -53,6 +61,36 @@ def test_release_frees_and_reuse_is_round_robin(tmp_path: Path) -> None:
         "d": "10.9.0.5/29",
         "e": "10.9.0.6/29",
     }
+
+
+def test_a_reserved_address_is_never_handed_to_a_pod(tmp_path: Path) -> None:
+    ipam = _ipam(tmp_path)  # /29: pods get .2 to .6
+    vm = workload_owner("billing", "vm-1")
+    assert ipam.reserve(vm, "10.9.0.3") is True
+    assert ipam.reserve(vm, "10.9.0.3") is True  # again: unchanged
+    assert _ips(ipam, "a", "b", "c", "d") == ["10.9.0.2/29", "10.9.0.4/29", "10.9.0.5/29", "10.9.0.6/29"]
+    with pytest.raises(PoolExhausted):
+        ipam.allocate("e")
+    assert ipam.reserve(vm, "192.168.50.10") is False  # outside the range: nothing to hold ...
+    assert str(ipam.allocations()[vm]) == "10.9.0.3/29"  # ... and the held one is the caller's to release
+    ipam.release(vm)
+    assert str(ipam.allocate("e")) == "10.9.0.3/29"
+
+
+def test_a_reservation_moves_and_a_taken_address_is_refused_by_its_holder(tmp_path: Path) -> None:
+    ipam = _ipam(tmp_path)
+    vm, other = workload_owner("billing", "vm-1"), workload_owner("billing", "vm-2")
+    assert _ips(ipam, "web/web-0") == ["10.9.0.2/29"]
+    with pytest.raises(AddressTaken, match=r"^10\.9\.0\.2 is the address of pod web/web-0$") as taken:
+        ipam.reserve(vm, "10.9.0.2")
+    assert taken.value.holder == "web/web-0"
+    with pytest.raises(AddressTaken, match=r"10\.9\.0\.1 is the address of the platform's gateway"):
+        ipam.reserve(vm, "10.9.0.1")
+    ipam.reserve(vm, "10.9.0.5")
+    ipam.reserve(vm, "10.9.0.6")  # moved: .5 is free again
+    with pytest.raises(AddressTaken, match=r"10\.9\.0\.6 is the address of ExternalWorkload billing/vm-1"):
+        ipam.reserve(other, "10.9.0.6")
+    assert {o: str(a.ip) for o, a in ipam.allocations().items()} == {"web/web-0": "10.9.0.2", vm: "10.9.0.6"}
 
 
 def test_state_survives_a_new_instance(tmp_path: Path) -> None:

@@ -454,6 +454,7 @@ class Renderer:
                  "verbs": [*watch, "create", "update", "patch", "delete"]},  # the ExternalWorkload controller
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],  # its writer's Lease
                  "verbs": ["get", "create", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # on objects it cannot use
                 {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": watch},
                 {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": watch},
                 {"apiGroups": ["linkerd.io"], "resources": ["serviceprofiles"], "verbs": watch},

@@ -73,6 +73,12 @@ def _slice_endpoints(eps: dict) -> str:
     return shown + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
 
 
+def _involved(event: dict) -> str:
+    """``kind/name`` of what an Event is about, as kubectl's OBJECT column shows it."""
+    involved = event.get("involvedObject") or {}
+    return f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}"
+
+
 def _status(path: Sequence[str], default: str = "<none>") -> Callable[[dict], str]:
     def get(obj: dict) -> str:
         cur: Any = obj
@@ -101,6 +107,11 @@ _COLUMNS: dict[str, tuple[list[Column], list[Column]]] = {
     "EndpointSlice.discovery.k8s.io": (
         [("ADDRESSTYPE", _status(("addressType",))), ("PORTS", _slice_ports), ("ENDPOINTS", _slice_endpoints)],
         [("SERVICE", _status(("metadata", "labels", "kubernetes.io/service-name")))],
+    ),
+    "Event": (
+        [("TYPE", _status(("type",), "Normal")), ("REASON", _status(("reason",))), ("OBJECT", _involved),
+         ("MESSAGE", _status(("message",)))],
+        [("COUNT", _status(("count",), "1"))],
     ),
     "Server.policy.linkerd.io": (
         [("PORT", _status(("spec", "port"))), ("PROTOCOL", _status(("spec", "proxyProtocol"), "unknown"))],

@@ -593,7 +593,7 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
 
     # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select.
     slices = [asyncio.create_task(EndpointSliceController(controller.store).run()),
-              asyncio.create_task(external_workload_controller(controller.store).run())]
+              asyncio.create_task(external_workload_controller(controller.store, controller.ipam).run())]
     try:
         await controller.run(stop)
     finally:

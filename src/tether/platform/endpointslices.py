@@ -12,7 +12,11 @@ on both). They share what is here:
 * `SliceController`: watches Services, the members and EndpointSlices through a platform
   watch (``tether.platform.watch``), and after every change writes the slices that differ and
   deletes the ones it manages that no Service wants, through a `SliceWriter` (the store, or the
-  API server). A failed write is tried again a second later.
+  API server). A failed write is tried again a second later. With a `ProblemReporter`
+  (``tether.platform.problems``) it also checks its members and every EndpointSlice as they
+  arrive: a member the resource model refuses is left out (never taking the loop down), and
+  each pass records a Warning Event on what is newly wrong. An `Admit` hook sees each pass's
+  members first (the local platform reserves ExternalWorkloads' addresses there).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tether.platform.problems import ProblemReporter
 from tether.platform.watch import ResourceWatcher
 from tether.resources.discovery import MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from tether.resources.kinds import ENDPOINT_SLICE, SERVICE
@@ -120,6 +125,9 @@ def _content(obj: Mapping[str, Any]) -> str:
 
 
 Desired = Callable[[Mapping[str, Any], list[Obj]], list[Obj]]
+# Each pass's members go through it: those it admits, and whether to look again later (a refusal may pass then).
+Admit = Callable[[list[Obj]], tuple[list[Obj], bool]]
+ADMIT_RETRY_S = 5.0
 
 
 class WriteFailed(Exception):
@@ -140,8 +148,12 @@ class SliceController:
     """Keeps the EndpointSlices labelled ``managed_by`` in step with Services and their members; `run` until cancelled."""
 
     def __init__(self, watcher: ResourceWatcher, writer: SliceWriter, *, source: str, managed_by: str,
-                 desired: Desired, leading: asyncio.Event | None = None) -> None:
-        """``leading``, when given, gates the writes: the controller writes only while it is set (a Lease held)."""
+                 desired: Desired, leading: asyncio.Event | None = None,
+                 reporter: ProblemReporter | None = None, admit: Admit | None = None) -> None:
+        """``leading``, when given, gates the writes (and the Events): only while it is set (a Lease held)."""
+        self._reporter = reporter
+        self._admit = admit
+        self._retry: asyncio.TimerHandle | None = None  # one pending look again at refused members
         self._leading = leading
         self._watcher = watcher
         self._writer = writer
@@ -176,28 +188,46 @@ class SliceController:
                     asyncio.get_running_loop().call_later(RETRY_S, self._dirty.set)
                 if writes or deletes:
                     log.debug("EndpointSlices (%s): wrote %d, deleted %d", self._managed_by, len(writes), len(deletes))
+                if self._reporter is not None:
+                    await self._reporter.flush()
                 self.passes += 1
                 self.reconciled.set()
         finally:
+            if self._retry is not None:
+                self._retry.cancel()
             for task in feeds:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*feeds, return_exceptions=True)
 
     async def _feed(self, kind: str) -> None:
+        reporter = self._reporter if kind != SERVICE.key else None  # members and slices are checked
         async for event in self._watcher.watch(kind):
             if event.type == "SYNCED":
                 self._synced.add(kind)
             elif event.type == "DELETED":
                 self._objects[kind].pop(event.key, None)
+                if reporter is not None:
+                    reporter.check(kind, event.key, None)
             else:
                 assert event.object is not None
-                self._objects[kind][event.key] = dict(event.object)
+                if reporter is None or reporter.check(kind, event.key, event.object):
+                    self._objects[kind][event.key] = dict(event.object)
+                else:
+                    self._objects[kind].pop(event.key, None)
             self._dirty.set()
+
+    def _look_again(self) -> None:
+        self._retry = None
+        self._dirty.set()
 
     def plan(self) -> tuple[list[tuple[Obj, Obj | None]], list[Obj]]:
         """The slices to write (with what they replace) and the managed ones no Service wants."""
         members = list(self._objects[self._source].values())
+        if self._admit is not None:
+            members, again = self._admit(members)
+            if again and self._retry is None:
+                self._retry = asyncio.get_running_loop().call_later(ADMIT_RETRY_S, self._look_again)
         stored = {k: s for k, s in self._objects[ENDPOINT_SLICE.key].items()
                   if (s["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == self._managed_by}
         wanted: dict[Key, Obj] = {}

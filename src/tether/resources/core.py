@@ -1,8 +1,10 @@
-"""Typed specs of the core kinds that are not workloads: Namespace, ServiceAccount, Service.
+"""Typed specs of the core kinds that are not workloads: Namespace, ServiceAccount, Service, Event.
 
 `model.parse` calls the ``parse_*`` functions; the destination reads
 `ServiceSpec` (ports, target ports, selector, cluster IP) and the injector and
-identity read namespaces and service accounts.
+identity read namespaces and service accounts.  Events are what the local
+platform's controllers record about an object they cannot use
+(``tether.platform.problems``), shown by ``tether get events``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,41 @@ class ServiceSpec:
 
     def port_by_number(self, port: int) -> ServicePort | None:
         return next((p for p in self.ports if p.port == port), None)
+
+
+EVENT_TYPES = ("Normal", "Warning")
+
+
+@dataclass(frozen=True, slots=True)
+class InvolvedObject:
+    kind: str
+    name: str
+    namespace: str | None = None
+    api_version: str | None = None
+    uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """A core/v1 Event has no ``spec``: this holds its top-level fields."""
+
+    involved_object: InvolvedObject
+    reason: str
+    message: str = ""
+    type: str = "Normal"
+    count: int = 1
+
+
+def parse_event(doc: Fields, meta: ObjectMeta) -> tuple[EventSpec, None]:
+    involved = doc.child("involvedObject")
+    return EventSpec(
+        InvolvedObject(involved.string("kind"), involved.string("name"), involved.string("namespace", None),
+                       involved.string("apiVersion", None), involved.string("uid", None)),
+        reason=doc.string("reason"),
+        message=doc.string("message", ""),
+        type=doc.choice("type", EVENT_TYPES, "Normal"),
+        count=doc.integer("count", 1, minimum=1),
+    ), None
 
 
 def parse_namespace(doc: Fields, meta: ObjectMeta) -> tuple[NamespaceSpec, None]:

@@ -86,6 +86,7 @@ HTTP_LOCAL_RATE_LIMIT_POLICY = ResourceType(
 EGRESS_NETWORK = ResourceType("policy.linkerd.io", "EgressNetwork", ("v1alpha1",), "egressnetworks")
 EXTERNAL_WORKLOAD = ResourceType("workload.linkerd.io", "ExternalWorkload", ("v1beta1",), "externalworkloads")
 ENDPOINT_SLICE = ResourceType("discovery.k8s.io", "EndpointSlice", ("v1",), "endpointslices")
+EVENT = ResourceType("", "Event", ("v1",), "events", ("ev",))
 
 # Order matters only where a bare name matches several groups: the earlier entry
 # wins.  For ``httproute`` kubectl's answer depends on API discovery order; with
@@ -111,6 +112,7 @@ REGISTRY: tuple[ResourceType, ...] = (
     EGRESS_NETWORK,
     EXTERNAL_WORKLOAD,
     ENDPOINT_SLICE,
+    EVENT,
 )
 
 

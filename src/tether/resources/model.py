@@ -43,6 +43,7 @@ Spec = (
     | routes.HTTPRouteSpec
     | routes.GRPCRouteSpec
     | discovery.EndpointSliceSpec
+    | core.EventSpec
 )
 Status = workloads.PodStatus | workloads.DeploymentStatus | routes.RouteStatus | ConditionsStatus
 
@@ -68,6 +69,7 @@ PARSERS: dict[ResourceType, KindParser] = {
     kinds.EGRESS_NETWORK: policy.parse_egress_network,
     kinds.EXTERNAL_WORKLOAD: workloads.parse_external_workload,
     kinds.ENDPOINT_SLICE: discovery.parse_endpoint_slice,
+    kinds.EVENT: core.parse_event,
 }
 
 

@@ -9,7 +9,9 @@ replaced whole) carrying the ``resourceVersion`` it was read at, so a concurrent
 change is never lost (the conflict is retried from the watch's newer copy), and one no
 Service wants deleted (a slice already gone counts as deleted). Linkerd also elects one writer among the destination replicas
 with the Lease ``linkerd-destination-endpoint-write``; `external_workload_controller` takes the
-``leading`` event of a ``lease.LeaseElector`` for the same.
+``leading`` event of a ``lease.LeaseElector`` for the same. The leader also records a Warning
+Event (component ``linkerd-destination``) on an ExternalWorkload or EndpointSlice it cannot use,
+naming the field (``tether.platform.problems``; RBAC: create ``events``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from urllib.parse import quote
 from tether.platform.endpointslices import Obj, SliceController, WriteFailed
 from tether.platform.external_workloads import MANAGED_BY, external_workload_slices
 from tether.platform.kubernetes.client import ApiError, KubeClient, KubeError
+from tether.platform.kubernetes.objects import WarningEvents
 from tether.platform.kubernetes.resources import api_resource
 from tether.platform.kubernetes.watch import KubernetesResourceWatcher
+from tether.platform.problems import ProblemReporter
 from tether.resources.kinds import ENDPOINT_SLICE, EXTERNAL_WORKLOAD
 
 _SLICES = api_resource(ENDPOINT_SLICE.key)
@@ -63,12 +67,16 @@ class ApiSliceWriter:
 
 
 LEASE_NAME = "linkerd-destination-endpoint-write"
+EVENT_COMPONENT = "linkerd-destination"
 
 
 def external_workload_controller(
     watcher: KubernetesResourceWatcher, leading: asyncio.Event | None = None
 ) -> SliceController:
     """Linkerd's ExternalWorkload endpoints controller over the API server (``.run()`` until cancelled);
-    it writes only while ``leading`` is set, when given."""
+    it writes only while ``leading`` is set, when given, and records Warning Events on ExternalWorkloads
+    and EndpointSlices it cannot use (``tether.platform.problems``)."""
+    events = WarningEvents(watcher.client, component=EVENT_COMPONENT)
     return SliceController(watcher, ApiSliceWriter(watcher.client), source=EXTERNAL_WORKLOAD.key,
-                           managed_by=MANAGED_BY, desired=external_workload_slices, leading=leading)
+                           managed_by=MANAGED_BY, desired=external_workload_slices, leading=leading,
+                           reporter=ProblemReporter(events))

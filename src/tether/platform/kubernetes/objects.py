@@ -10,6 +10,8 @@ while the API client lives on the event loop (``client.KubeClient``). `OwnerRead
   ``involved`` (an object with ``api_version``, ``kind``, ``namespace``, ``name``, ``uid``),
   named ``<name>.<hex nanoseconds>`` as client-go names them; it returns at once, and a failure
   is logged, never raised (Events are advice).
+- `WarningEvents.warn(involved, reason, message)` creates a Warning Event and returns when it is
+  written: the EndpointSlice controllers' ``tether.platform.problems.EventSink``.
 """
 
 from __future__ import annotations
@@ -88,24 +90,41 @@ class EventWriter:
         task.add_done_callback(self._tasks.discard)
 
     async def create(self, involved: Involved, reason: str, message: str, event_type: str = "Normal") -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{involved.name}.{time.time_ns():x}", "namespace": involved.namespace},
-            "involvedObject": {"apiVersion": involved.api_version, "kind": involved.kind, "name": involved.name,
-                               "namespace": involved.namespace, "uid": involved.uid},
-            "reason": reason,
-            "message": message,
-            "type": event_type,
-            "source": {"component": self._component},
-            "reportingComponent": self._component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self._client.post(EVENT.collection_path(involved.namespace), body)
-        except KubeError as exc:
-            log.warning("cannot record event %s on %s %s/%s: %s", reason, involved.kind, involved.namespace,
-                        involved.name, exc)
+        await create_event(self._client, self._component, involved, reason, message, event_type)
+
+
+class WarningEvents:
+    """The Kubernetes `tether.platform.problems.EventSink`: Warning Events created over the API."""
+
+    def __init__(self, client: KubeClient, *, component: str) -> None:
+        self._client = client
+        self._component = component
+
+    async def warn(self, involved: Involved, reason: str, message: str) -> None:
+        await create_event(self._client, self._component, involved, reason, message, "Warning")
+
+
+async def create_event(client: KubeClient, component: str, involved: Involved, reason: str, message: str,
+                       event_type: str) -> None:
+    """Create a core/v1 Event about ``involved``; a failure is logged, never raised (Events are advice)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved.name}.{time.time_ns():x}", "namespace": involved.namespace},
+        "involvedObject": {"apiVersion": involved.api_version, "kind": involved.kind, "name": involved.name,
+                           "namespace": involved.namespace, "uid": involved.uid},
+        "reason": reason,
+        "message": message,
+        "type": event_type,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        await client.post(EVENT.collection_path(involved.namespace), body)
+    except KubeError as exc:
+        log.warning("cannot record event %s on %s %s/%s: %s", reason, involved.kind, involved.namespace,
+                    involved.name, exc)

@@ -44,7 +44,6 @@ class ApiResource:
 
 ENDPOINTS = ApiResource("", "v1", "endpoints", "Endpoints")
 NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False)
-EVENT = ApiResource("", "v1", "events", "Event")
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 # The kinds a pod's owner reference may name (the injector looks them up for its labels and Events).
 OWNER_KINDS = (
@@ -56,7 +55,7 @@ OWNER_KINDS = (
     ApiResource("", "v1", "replicationcontrollers", "ReplicationController"),
 )
 
-_EXTRA = (ENDPOINTS, NODE, EVENT, *OWNER_KINDS)
+_EXTRA = (ENDPOINTS, NODE, *OWNER_KINDS)
 
 
 def _from_model(rtype: kinds.ResourceType) -> ApiResource:
@@ -64,6 +63,7 @@ def _from_model(rtype: kinds.ResourceType) -> ApiResource:
 
 
 API_RESOURCES: dict[str, ApiResource] = {r.key: r for r in (*map(_from_model, kinds.REGISTRY), *_EXTRA)}
+EVENT = API_RESOURCES[kinds.EVENT.key]
 
 
 class UnknownResourceType(KeyError):

@@ -27,18 +27,34 @@ runs the shared loop over the store.  Caller: ``tether platform run`` (``tether.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tether.platform.endpointslices import Desired, Member, Obj, SliceController, WriteFailed, selected, selects, slices_for
+from tether.platform.endpointslices import (
+    Admit,
+    Desired,
+    Member,
+    Obj,
+    SliceController,
+    WriteFailed,
+    selected,
+    selects,
+    slices_for,
+)
 from tether.platform.external_workloads import MANAGED_BY as EW_MANAGED_BY
 from tether.platform.external_workloads import external_workload_slices
+from tether.platform.local.events import StoreEvents
 from tether.platform.local.watch import LocalResourceWatcher
+from tether.platform.local.ipam import AddressTaken, Ipam, IpamError, is_workload_owner, workload_owner
+from tether.platform.problems import ADDRESS_IN_USE, ProblemReporter
 from tether.resources.kinds import ENDPOINT_SLICE, EXTERNAL_WORKLOAD, POD
 from tether.store import Store, StoreError
 
+log = logging.getLogger(__name__)
+
 __all__ = ["MANAGED_BY", "EndpointSliceController", "StoreWriter", "desired_slices", "external_workload_controller",
-           "selects"]
+           "selects", "WorkloadAddresses"]
 
 MANAGED_BY = "endpointslice-controller.local.tether.io"
 _FINISHED = ("Succeeded", "Failed")
@@ -108,12 +124,62 @@ class EndpointSliceController(SliceController):
     """The shared loop over the store: pods by default (`desired_slices`), or ``source``/``desired`` given."""
 
     def __init__(self, store: Store, *, source: str = POD.key, managed_by: str = MANAGED_BY,
-                 desired: Desired | None = None) -> None:
+                 desired: Desired | None = None, reporter: ProblemReporter | None = None,
+                 admit: Admit | None = None) -> None:
         super().__init__(LocalResourceWatcher(store), StoreWriter(store), source=source, managed_by=managed_by,
-                         desired=desired or desired_slices)
+                         desired=desired or desired_slices, reporter=reporter, admit=admit)
 
 
-def external_workload_controller(store: Store) -> EndpointSliceController:
-    """The ExternalWorkload controller over the store (``tether.platform.external_workloads``)."""
+class WorkloadAddresses:
+    """The ExternalWorkload controller's `Admit` on the local platform: each workload's IP, when it is in the
+    pod range, is reserved in the pod IPAM (``tether.platform.local.ipam``), so no pod is handed it; a
+    workload whose IP a pod (or another workload, or the gateway) holds is left out of the endpoints and
+    gets a Warning Event ``AddressInUse`` naming the holder, and is tried again every few seconds.
+    Reservations of workloads that are gone, or moved, are released."""
+
+    def __init__(self, ipam: Ipam, reporter: ProblemReporter) -> None:
+        self._ipam = ipam
+        self._reporter = reporter
+        self._held: dict[str, str] | None = None  # owner -> address; None until the first pass
+
+    def __call__(self, workloads: list[Obj]) -> tuple[list[Obj], bool]:
+        if self._held is None:  # reservations a previous run left are known from the IPAM itself
+            self._held = {o: str(a.ip) for o, a in self._ipam.allocations().items() if is_workload_owner(o)}
+        admitted, wanted, refused = [], set(), False
+        for workload in workloads:
+            meta = workload["metadata"]
+            ips = [e.get("ip") for e in (workload.get("spec") or {}).get("workloadIPs") or ()]
+            problems: tuple[str, ...] = ()
+            if ips:
+                owner = workload_owner(meta["namespace"], meta["name"])
+                try:
+                    if self._held.get(owner) == ips[0] or self._ipam.reserve(owner, ips[0]):
+                        self._held[owner] = ips[0]
+                        wanted.add(owner)  # (an address outside the range needs no reservation)
+                except AddressTaken as exc:
+                    problems = (f"spec.workloadIPs[0].ip: {exc}",)
+                except IpamError as exc:
+                    log.warning("ExternalWorkload %s/%s: cannot reserve %s: %s", meta["namespace"], meta["name"],
+                                ips[0], exc)
+            self._reporter.note(ADDRESS_IN_USE, (meta["namespace"], meta["name"]), workload,
+                                "left out of its Services' endpoints", problems)
+            refused = refused or bool(problems)
+            if not problems:
+                admitted.append(workload)
+        for owner in [o for o in self._held if o not in wanted]:
+            try:
+                self._ipam.release(owner)
+                del self._held[owner]
+            except IpamError as exc:
+                log.warning("cannot release %s: %s", owner, exc)
+        return admitted, refused
+
+
+def external_workload_controller(store: Store, ipam: Ipam | None = None) -> EndpointSliceController:
+    """The ExternalWorkload controller over the store (``tether.platform.external_workloads``); it also
+    records Warning Events on ExternalWorkloads and EndpointSlices it cannot use (``tether.platform.problems``)
+    and, given the platform's pod ``ipam``, reserves the workloads' addresses there (`WorkloadAddresses`)."""
+    reporter = ProblemReporter(StoreEvents(store))
     return EndpointSliceController(store, source=EXTERNAL_WORKLOAD.key, managed_by=EW_MANAGED_BY,
-                                   desired=external_workload_slices)
+                                   desired=external_workload_slices, reporter=reporter,
+                                   admit=WorkloadAddresses(ipam, reporter) if ipam is not None else None)

@@ -8,9 +8,15 @@ it, releasing frees it.  Addresses go round-robin after the last one handed out,
 address is not reused at once (a stale endpoint does not reach the next pod) - the same
 sequence of calls always yields the same addresses.
 
+An ExternalWorkload (a VM on the platform's bridge) brings its own address: `reserve` holds a
+given address of the range for it (owner `workload_owner`), so no pod is ever handed it, and
+refuses (`AddressTaken`, naming the holder) an address a pod, another workload or the gateway
+holds.  Addresses outside the range need no reservation (pods never get them).
+
 State is a SQLite file (``ipam.db``) in the state directory; every change is one
 ``BEGIN IMMEDIATE`` transaction, so processes sharing the directory never hand out the same
-address.  Callers: the local pod runner (allocate on create, release on delete) and tests.
+address.  Callers: the local pod runner (allocate on create, release on delete), the
+ExternalWorkload controller's reservations (``tether.platform.local.endpointslices``) and tests.
 """
 
 from __future__ import annotations
@@ -45,6 +51,36 @@ class IpamError(RuntimeError):
 
 class PoolExhausted(IpamError):
     """Every pod address in the range is in use."""
+
+
+class AddressTaken(IpamError):
+    """The address asked for is held by someone else (``holder``: a pod ``ns/name``, a workload, the gateway)."""
+
+    def __init__(self, address: str, holder: str) -> None:
+        super().__init__(f"{address} is the address of {describe_owner(holder)}")
+        self.address = address
+        self.holder = holder
+
+
+_WORKLOAD = "externalworkload:"
+_GATEWAY = "gateway:"
+
+
+def workload_owner(namespace: str, name: str) -> str:
+    """The owner an ExternalWorkload's reservation is held under (pods are ``<ns>/<name>``)."""
+    return f"{_WORKLOAD}{namespace}/{name}"
+
+
+def is_workload_owner(owner: str) -> bool:
+    return owner.startswith(_WORKLOAD)
+
+
+def describe_owner(owner: str) -> str:
+    if is_workload_owner(owner):
+        return f"ExternalWorkload {owner[len(_WORKLOAD):]}"
+    if owner.startswith(_GATEWAY):
+        return "the platform's gateway (its bridge)"
+    return f"pod {owner}"
 
 
 @dataclass(frozen=True)
@@ -102,6 +138,22 @@ class Ipam:
                     db.execute("UPDATE pool SET last = ?", (address,))
                     return self._interface(address)
         raise PoolExhausted(f"pod range {self._cidr} is exhausted: all {self._last - self._first + 1} pod addresses are in use")
+
+    def reserve(self, owner: str, address: str) -> bool:
+        """Hold ``address`` for ``owner`` (moving a reservation it held elsewhere); False when the address is
+        outside the pod range (nothing to hold). Raises `AddressTaken` when someone else holds it."""
+        value = int(ipaddress.IPv4Address(address))
+        if value == self._first - 1:
+            raise AddressTaken(address, _GATEWAY)
+        if not self._first <= value <= self._last:
+            return False
+        with self._transaction() as db:
+            holder = db.execute("SELECT owner FROM allocation WHERE address = ?", (value,)).fetchone()
+            if holder is not None and holder[0] != owner:
+                raise AddressTaken(address, holder[0])
+            db.execute("DELETE FROM allocation WHERE owner = ?", (owner,))
+            db.execute("INSERT INTO allocation VALUES (?, ?)", (value, owner))
+        return True
 
     def release(self, owner: str) -> ipaddress.IPv4Interface | None:
         """Free the owner's address; returns it, or None when the owner held none."""

@@ -37,7 +37,7 @@ from typing import Any
 from tether.platform.local import deployments, probes, services
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, netns_etc_dir
 from tether.platform.local.containers import Backoff
-from tether.platform.local.ipam import Ipam, IpamConfig
+from tether.platform.local.ipam import Ipam, IpamConfig, is_workload_owner
 from tether.platform.local.meshing import Mesher
 from tether.platform.local.netns import HostNet, LocalNetError
 from tether.platform.local.sandbox import ProbeJob, Sandbox, SandboxContext, now_text
@@ -234,7 +234,7 @@ class PodController:
         pods = self.index.snapshot()[POD]
         owners = {f"{ns}/{name}" for ns, name in pods}
         for owner in self.ipam.allocations():
-            if owner not in owners:
+            if owner not in owners and not is_workload_owner(owner):  # workloads' are the workload controller's
                 self.ipam.release(owner)
 
     # -- one pass ----------------------------------------------------------------------------

@@ -39,6 +39,15 @@ class InvalidName(ValueError):
     """A name does not follow the mesh's naming rules."""
 
 
+# A SPIFFE ID as Linkerd's policy admission accepts one: ``spiffe://<trust domain>[/<path>]``, trust-domain
+# characters ``[a-z0-9-._]``, path segments ``[A-Za-z0-9-._]``, none empty, ``.`` or ``..``, no trailing slash.
+_SPIFFE_ID = re.compile(r"spiffe://[a-z0-9\-._]+(/[A-Za-z0-9\-._]+)*")
+
+
+def is_spiffe_id(value: str) -> bool:
+    return _SPIFFE_ID.fullmatch(value) is not None and not any(seg in (".", "..") for seg in value.split("/")[3:])
+
+
 def check_label(what: str, value: str) -> str:
     """Return ``value`` if it is a DNS-1123 label (as namespaces are), else raise ``InvalidName`` naming ``what``."""
     if not is_dns1123_label(value):

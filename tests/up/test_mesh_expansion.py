@@ -1,8 +1,9 @@
 """Mesh expansion on the local platform: a "VM" joins the mesh as an ExternalWorkload.
 
 The VM is a network namespace this test makes itself on the platform's bridge (not a pod: the
-pod controller knows nothing of it), with the last address of the pod range, which the IPAM
-hands out only after every other (this test makes a few pods).  On
+pod controller knows nothing of it), with the last address of the pod range, which the
+ExternalWorkload controller reserves in the pod IPAM once the workload is applied (no pod is
+handed it after that).  On
 it run, as on a VM outside a cluster: ``tether init`` (its own iptables redirection), ``tether
 proxy`` as uid 2102 configured by the ``LINKERD2_PROXY_*`` environment, with the identity the
 local platform offers when there is no SPIRE (``tether platform token``: a token for a service
@@ -31,6 +32,7 @@ from up import uplab
 from up.uplab import PYTHON, TETHER, client, wait_for, web_server
 
 from tether.platform.local import config as platform_config
+from tether.platform.local.ipam import Ipam, IpamConfig, workload_owner
 
 from .test_meshed import NAMESPACE, _capture_on, _ready_pods
 
@@ -74,7 +76,7 @@ class Vm:
         self.link = f"{p.prefix}vmh"
         self.bridge = p.bridge
         network = ipaddress.ip_network(p.pod_cidr)
-        self.ip = str(network.broadcast_address - 1)  # the IPAM reaches it last
+        self.ip = str(network.broadcast_address - 1)  # reserved for the workload once it is applied
         self.prefixlen = network.prefixlen
         self.dir = workdir
         self.procs: list[subprocess.Popen] = []
@@ -180,6 +182,10 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
         os.chown(path, PROXY_UID, PROXY_UID)
 
     p.apply(BILLING.replace("{ip}", vm.ip))
+    ipam = Ipam(IpamConfig(state_dir=vm.config.state_dir, pod_cidr=vm.config.pod_cidr))
+    owner = workload_owner(VM_NS, VM_NAME)
+    wait_for("the VM's address is reserved in the pod IPAM",
+             lambda: (held := ipam.allocations().get(owner)) is not None and str(held.ip) == vm.ip, timeout=30)
     subprocess.run([TETHER, "init", "--netns", vm.netns, "--proxy-uid", str(PROXY_UID),
                     "--inbound-ports-to-ignore", "4190,4191", "--ipv6=false"], check=True, capture_output=True)
     vm.run("proxy", [TETHER, "proxy"], uid=PROXY_UID, env=vm.proxy_env(token_file, identity_dir))

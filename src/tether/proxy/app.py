@@ -28,11 +28,12 @@ from pathlib import Path
 
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
-from tether.proxy.core.config import ControlAddr, KeepAlive, OrigDstFallback, ProxyConfig
+from tether.proxy.core.config import ControlAddr, KeepAlive, OrigDstFallback, ProxyConfig, SpireIdentityConfig
 from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
+from tether.proxy.io.spire_client import SpireClient
 from tether.proxy.core.inbound import InboundSettings, inbound
 from tether.proxy.io.listeners import Listener, bind, local_addr, original_dst, peer_addr
 from tether.proxy.core.logs import LogFilter
@@ -71,16 +72,20 @@ class Proxy:
         self.log_filter = log_filter or LogFilter(config.log_filter, apply=False)
         self.metrics = Registry(retain_idle=config.metrics_retain_idle.total_seconds())
         ident = config.identity
-        self.identity = IdentityClient(
-            IdentityClientConfig(
-                local_name=ident.local_name,
-                trust_anchors_pem=ident.trust_anchors_pem.encode(),
-                token_path=Path(ident.token_file),
-                svc_addr=_target(ident.svc.addr),
-                svc_name=ident.svc.identity,
-                refresh=certs.RefreshPolicy(min_refresh=ident.min_refresh, max_refresh=ident.max_refresh),
+        self.identity: IdentityClient | SpireClient
+        if isinstance(ident, SpireIdentityConfig):
+            self.identity = SpireClient(ident)  # a SPIRE agent's Workload API (io.spire_client)
+        else:
+            self.identity = IdentityClient(
+                IdentityClientConfig(
+                    local_name=ident.local_name,
+                    trust_anchors_pem=ident.trust_anchors_pem.encode(),
+                    token_path=Path(ident.token_file),
+                    svc_addr=_target(ident.svc.addr),
+                    svc_name=ident.svc.identity,
+                    refresh=certs.RefreshPolicy(min_refresh=ident.min_refresh, max_refresh=ident.max_refresh),
+                )
             )
-        )
         self.tls = TlsState(self.identity.contexts_for)
         source = None
         if config.orig_dst_fallback is OrigDstFallback.LOCAL_ADDR and config.inbound.ips:
@@ -192,7 +197,9 @@ class Proxy:
                                                        *main_outbound))
         in_cfg, out_cfg = config.inbound, config.outbound
         self._inbound_settings = InboundSettings(
-            local_name=config.identity.local_name,
+            # The SNI it terminates: with SPIRE the server name, not the SPIFFE ID.
+            local_name=(config.identity.server_name if isinstance(config.identity, SpireIdentityConfig)
+                        else config.identity.local_name),
             inbound_port=self.inbound_addr.port,
             detect_timeout=in_cfg.detect_timeout.total_seconds(),
             connect_timeout=in_cfg.connect_timeout.total_seconds(),
@@ -239,7 +246,7 @@ class Proxy:
                 done, _ = await asyncio.wait({ready}, timeout=NOT_READY_WARNING_INTERVAL)
                 if done:
                     break
-                log.warning("waiting for an identity certificate from %s", self.config.identity.svc.addr)
+                log.warning("waiting for an identity certificate from %s", self.identity.source)
         finally:
             ready.cancel()
         if self.tap is not None:

@@ -12,7 +12,13 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from tether.naming import DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1123_label, is_dns1123_subdomain
+from tether.naming import (
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN_MAX,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_spiffe_id,
+)
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
@@ -21,7 +27,6 @@ _HAS_LETTER = re.compile(r"[a-z]")
 
 # Proxy identities as Linkerd accepts them: DNS-like (optionally ``*.``-prefixed) or SPIFFE IDs.
 _DNS_LIKE_IDENTITY = re.compile(r"(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_SPIFFE_ID = re.compile(r"spiffe://[a-z0-9\-._]+(/[A-Za-z0-9\-._]+)*")
 
 LABEL_MAX = DNS1123_LABEL_MAX
 SUBDOMAIN_MAX = DNS1123_SUBDOMAIN_MAX
@@ -128,6 +133,6 @@ def proxy_identity(value: str) -> str | None:
     """A client identity in MeshTLSAuthentication or ServerAuthorization."""
     if _DNS_LIKE_IDENTITY.fullmatch(value):
         return None
-    if _SPIFFE_ID.fullmatch(value) and not any(seg in (".", "..") for seg in value.split("/")[3:]):
+    if is_spiffe_id(value):
         return None
     return "must be a DNS-like identity (optionally starting with '*.'), '*', or a spiffe:// ID"

@@ -1,7 +1,8 @@
-"""Pure X.509 rules of the proxy's identity: key and CSR, checking a Certify answer, refresh timing.
+"""Pure X.509 rules of the proxy's identity: key and CSR, checking a Certify answer or a SPIRE
+X.509-SVID, refresh timing.
 
-Used by ``tether.proxy.io.identity_client`` (and its tests); the proxy's TLS layer uses
-``identities`` to read a peer's mesh identity.  Nothing here does I/O.
+Used by ``tether.proxy.io.identity_client`` and ``io.spire_client`` (and their tests); the proxy's
+TLS layer uses ``identities`` to read a peer's mesh identity.  Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from datetime import datetime, timedelta
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.hazmat.primitives.serialization import Encoding, load_der_private_key
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 REFRESH_FRACTION = 0.7  # renew at 70 % of the remaining lifetime, as linkerd2-proxy
@@ -89,6 +91,53 @@ def check_certified(
     except VerificationError as exc:
         raise CertError(f"leaf does not verify for {name!r} against the trust anchors: {exc}") from None
     return Certified(leaf, intermediates, valid_until)
+
+
+def split_der_certificates(data: bytes) -> list[bytes]:
+    """The DER certificates concatenated in ``data`` (the Workload API's ``x509_svid`` and ``bundle``)."""
+    out, at = [], 0
+    while at < len(data):
+        if data[at] != 0x30 or at + 2 > len(data):
+            raise CertError(f"not a DER certificate at byte {at}")
+        length, head = data[at + 1], 2
+        if length & 0x80:  # long form: the next (length & 0x7f) bytes hold the length
+            count = length & 0x7F
+            if not 1 <= count <= 4 or at + 2 + count > len(data):
+                raise CertError(f"bad DER length at byte {at}")
+            length, head = int.from_bytes(data[at + 2:at + 2 + count], "big"), 2 + count
+        end = at + head + length
+        if end > len(data):
+            raise CertError(f"truncated DER certificate at byte {at}")
+        out.append(data[at:end])
+        at = end
+    return out
+
+
+def check_svid(chain_der: bytes, key_der: bytes, *, spiffe_id: str, anchors: Sequence[x509.Certificate],
+               now: datetime) -> tuple[Certified, PrivateKeyTypes]:
+    """Accept a SPIRE X.509-SVID (``x509_svid``: leaf then intermediates; ``x509_svid_key``: PKCS#8) only if
+    its key matches, it is current, chains to the trust anchors and its URI SAN is ``spiffe_id``."""
+    blocks = split_der_certificates(chain_der)
+    if not blocks:
+        raise CertError("the SVID has no certificate")
+    if not key_der:
+        raise CertError("the SVID has no private key")
+    try:
+        leaf, *intermediates = (x509.load_der_x509_certificate(b) for b in blocks)
+        key = load_der_private_key(key_der, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CertError(f"the SVID does not parse: {exc}") from None
+    if leaf.public_key() != key.public_key():
+        raise CertError("the SVID's private key is not its certificate's")
+    verifier = PolicyBuilder().store(Store(list(anchors))).time(now).build_client_verifier()
+    try:
+        verified = verifier.verify(leaf, intermediates)
+    except VerificationError as exc:
+        raise CertError(f"the SVID does not verify against the trust anchors: {exc}") from None
+    uris = [n.value for n in verified.subjects or () if isinstance(n, x509.UniformResourceIdentifier)]
+    if spiffe_id not in uris:
+        raise CertError(f"the SVID names {', '.join(uris) or 'no URI'}, not {spiffe_id}")
+    return Certified(leaf, tuple(intermediates), leaf.not_valid_after_utc), key
 
 
 def identities(cert_der: bytes) -> tuple[str, ...]:

@@ -8,9 +8,9 @@ linkerd2-proxy does. Every other part of the proxy is handed the frozen
 Read here: the variables of proxy.md §2 that a transparent mTLS proxy with
 Linkerd identity uses, with Linkerd's defaults; each field names its variable.
 Value formats live in one place each: ``durations``, ``ports``, ``addrs``.
-Variables for features Tether lacks are not read, except the SPIRE identity
-variables, which are refused so that a pod asking for SPIRE does not silently
-get Linkerd identity instead. Three ``TETHER_PROXY_*`` variables are Tether's own,
+Identity comes from Linkerd's identity service (`IdentityConfig`) or, with
+``LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS``, from a SPIRE agent
+(`SpireIdentityConfig`). Variables for features Tether lacks are not read. Three ``TETHER_PROXY_*`` variables are Tether's own,
 for running without iptables (``OrigDstFallback``, ``extra_listen_addrs``), and
 ``TETHER_PROXY_CONTROL_LOOPBACK_TLS`` (``ControlAddr``).
 """
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
+from tether.naming import is_spiffe_id
 from tether.ports import PortSet
 from tether.proxy.core import certs
 from tether.proxy.codec.addrs import (
@@ -103,6 +104,11 @@ class Backoff:
     max: timedelta
     jitter: float
 
+    def delay(self, failures: int, random_fraction: float) -> float:
+        """Seconds to wait after ``failures`` consecutive failures (1 for the first); ``random_fraction`` in [0, 1)."""
+        base: float = min(self.min.total_seconds() * 2 ** min(failures - 1, 32), self.max.total_seconds())
+        return min(base + base * self.jitter * random_fraction, self.max.total_seconds())
+
 
 @dataclass(frozen=True, slots=True)
 class ControlStreamLimits:
@@ -124,6 +130,18 @@ class IdentityConfig:
     svc: ControlAddr  # LINKERD2_PROXY_IDENTITY_SVC_ADDR / _NAME
     min_refresh: timedelta  # LINKERD2_PROXY_IDENTITY_MIN_REFRESH, default 10s
     max_refresh: timedelta  # LINKERD2_PROXY_IDENTITY_MAX_REFRESH, default 24h
+
+
+@dataclass(frozen=True, slots=True)
+class SpireIdentityConfig:
+    """Identity from a SPIRE agent: X.509-SVIDs from its SPIFFE Workload API (``io.spire_client``)."""
+
+    # LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS (deprecated: _SPIRE_SOCKET): unix:/path
+    workload_api_addr: str
+    local_name: str  # LINKERD2_PROXY_IDENTITY_SERVER_ID (or _LOCAL_NAME): a spiffe:// ID, the SVID to use
+    server_name: str  # LINKERD2_PROXY_IDENTITY_SERVER_NAME (or _LOCAL_NAME): the SNI it answers to, a DNS name
+    trust_anchors_pem: str  # LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS: inline PEM, ≥ 1 certificate
+    backoff: Backoff  # LINKERD2_PROXY_IDENTITY_SPIRE_EXP_BACKOFF_{MIN,MAX,JITTER}, default 100ms, 1s, 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +235,7 @@ class ProxyConfig:
     policy_workload: str  # LINKERD2_PROXY_POLICY_WORKLOAD: sent as is
     cluster_networks: tuple[IpNetwork, ...]  # LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS
     control_streams: ControlStreamLimits
-    identity: IdentityConfig
+    identity: IdentityConfig | SpireIdentityConfig
     log_filter: str  # LINKERD2_PROXY_LOG, default warn,linkerd=info,hickory=error
     log_format: LogFormat  # LINKERD2_PROXY_LOG_FORMAT, default PLAIN
     shutdown_grace_period: timedelta  # LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD, default 2m
@@ -375,11 +393,11 @@ def _control_streams(e: _Env) -> ControlStreamLimits:
     return ControlStreamLimits(*values)
 
 
-def _identity(e: _Env) -> IdentityConfig:
-    no_spire = _refuse_non_empty("SPIRE identity is not supported by Tether; use Linkerd identity")
-    e.optional("LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS", no_spire)
-    e.optional("LINKERD2_PROXY_IDENTITY_SPIRE_SOCKET", no_spire)
+def _identity(e: _Env) -> IdentityConfig | SpireIdentityConfig:
     e.optional("LINKERD2_PROXY_IDENTITY_DISABLED", _refuse_non_empty("identity cannot be disabled"))
+    spire = _spire_identity(e)
+    if spire is not None:
+        return spire
     min_var, max_var = "LINKERD2_PROXY_IDENTITY_MIN_REFRESH", "LINKERD2_PROXY_IDENTITY_MAX_REFRESH"
     min_refresh = e.get(min_var, parse_duration, "10s")
     max_refresh = e.get(max_var, parse_duration, "24h")
@@ -396,6 +414,45 @@ def _identity(e: _Env) -> IdentityConfig:
         min_refresh=min_refresh,
         max_refresh=max_refresh,
     )
+
+
+SPIRE_ADDR = "LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS"
+SPIRE_SOCKET = "LINKERD2_PROXY_IDENTITY_SPIRE_SOCKET"  # the deprecated spelling
+
+
+def _spire_identity(e: _Env) -> SpireIdentityConfig | None:
+    """SPIRE's identity when its address is set (as linkerd2-proxy: the id must be a spiffe:// URI)."""
+    addr = e.optional(SPIRE_ADDR, _parse_unix_target)
+    if addr is None:
+        addr = e.optional(SPIRE_SOCKET, _parse_unix_target)
+    if addr is None:
+        return None
+    local = e.optional("LINKERD2_PROXY_IDENTITY_LOCAL_NAME", str)
+    id_var, name_var = (("LINKERD2_PROXY_IDENTITY_LOCAL_NAME",) * 2 if local is not None else
+                        ("LINKERD2_PROXY_IDENTITY_SERVER_ID", "LINKERD2_PROXY_IDENTITY_SERVER_NAME"))
+    server_id = e.required(id_var, _parse_spiffe_id)
+    return SpireIdentityConfig(
+        workload_api_addr=addr,
+        local_name=server_id,
+        server_name=e.required(name_var, parse_dns_name),
+        trust_anchors_pem=e.required("LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS", _parse_trust_anchors),
+        backoff=_backoff(e, "LINKERD2_PROXY_IDENTITY_SPIRE_EXP_BACKOFF", ("100ms", "1s", 0.1)),
+    )
+
+
+def _parse_unix_target(text: str) -> str:
+    """A Workload API address: ``unix:/path`` or ``unix:///path`` (a bare absolute path is taken as one)."""
+    path = text[len("unix://"):] if text.startswith("unix://") else text[len("unix:"):] if text.startswith(
+        "unix:") else text
+    if not path.startswith("/"):
+        raise ValueError("must be unix:///absolute/path (the SPIRE agent's Workload API socket)")
+    return f"unix://{path}"
+
+
+def _parse_spiffe_id(text: str) -> str:
+    if not is_spiffe_id(text):
+        raise ValueError("must be a spiffe:// ID (SPIRE identity requires a SPIFFE TLS id)")
+    return text
 
 
 def _local_name(e: _Env) -> str:

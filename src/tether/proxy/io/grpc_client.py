@@ -8,7 +8,8 @@ over HTTP/2 protocol itself, on the ``h2`` state machine the data path
 already loads:
 
 - ``Channel(target, ssl_context=..., server_name=...)``: one HTTP/2
-  connection to ``host:port``, opened on the first call, shared by every call
+  connection to ``host:port`` (or a Unix socket, ``unix:/path``: a SPIRE
+  agent's Workload API), opened on the first call, shared by every call
   on the channel (one stream each), opened again after it is lost or the
   server sent GOAWAY. With ``ssl_context`` it is TLS: the context carries
   the trust anchors and, for mTLS, the proxy's own certificate (and must
@@ -403,11 +404,18 @@ class Channel:
         connect_timeout: float = 10.0,
         max_message: int = MAX_MESSAGE,
     ) -> None:
-        host, sep, port = target.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"gRPC target {target!r} is not host:port")
-        self.host = host.strip("[]")
-        self.port = int(port)
+        self.path: str | None = None  # a Unix socket (``unix:/path`` or ``unix:///path``), as gRPC names them
+        if target.startswith("unix:"):
+            self.path = target[len("unix://"):] if target.startswith("unix://") else target[len("unix:"):]
+            if not self.path.startswith("/"):
+                raise ValueError(f"gRPC target {target!r} is not unix:/absolute/path")
+            self.host, self.port = "localhost", 0
+        else:
+            host, sep, port = target.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ValueError(f"gRPC target {target!r} is not host:port or unix:/path")
+            self.host = host.strip("[]")
+            self.port = int(port)
         self.target = target
         self.ssl_context = ssl_context
         self.server_name = server_name
@@ -438,7 +446,7 @@ class Channel:
         body = request.SerializeToString()
         frame = b"\x00" + len(body).to_bytes(4, "big") + body
         headers = [(":method", "POST"), (":scheme", "https" if self.ssl_context else "http"),
-                   (":path", method), (":authority", self.server_name or self.target),
+                   (":path", method), (":authority", self.server_name or (self.host if self.path else self.target)),
                    ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "tether-proxy")]
         if timeout is not None:
             headers.append(("grpc-timeout", grpc_timeout(timeout)))
@@ -483,9 +491,14 @@ class Channel:
         conn = _Connection(self.max_message)
         try:
             async with asyncio.timeout(self.connect_timeout):
-                transport, _ = await loop.create_connection(
-                    lambda: conn, self.host, self.port, ssl=self.ssl_context,
-                    server_hostname=(self.server_name or self.host) if self.ssl_context else None)
+                if self.path is not None:
+                    transport, _ = await loop.create_unix_connection(
+                        lambda: conn, self.path, ssl=self.ssl_context,
+                        server_hostname=(self.server_name or self.host) if self.ssl_context else None)
+                else:
+                    transport, _ = await loop.create_connection(
+                        lambda: conn, self.host, self.port, ssl=self.ssl_context,
+                        server_hostname=(self.server_name or self.host) if self.ssl_context else None)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise RpcError(Code.UNAVAILABLE, f"cannot connect to {self.target}: {exc}") from None
         if self.ssl_context is not None:

@@ -2,7 +2,9 @@
 
 The proxy makes one ``IdentityClient`` at start (from ``LINKERD2_PROXY_IDENTITY_*``), runs
 ``run()`` as a task, waits for ``ready()`` before opening its listeners, and reads ``material``
-(or registers a listener) for the TLS contexts of its inbound and outbound connections.
+(or registers a listener) for the TLS contexts of its inbound and outbound connections. What
+does not depend on where certificates come from is `Credentials`, which a SPIRE agent's
+client (``io.spire_client``) shares.
 
 The P-256 private key is generated here and never written to disk: the ``ssl`` module only loads
 keys from paths, so it is handed over through an anonymous in-memory file (memfd), encrypted
@@ -25,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from tether.api import identity_pb2
 from tether.proxy.core import certs
@@ -52,12 +54,13 @@ class IdentityClientConfig:
 
 @dataclass(frozen=True, slots=True)
 class TlsMaterial:
-    """One issued certificate and the contexts that present it. Replaced whole on rotation."""
+    """One issued certificate, its key and the contexts that present it. Replaced whole on rotation."""
 
     name: str
     certified: Certified
     server_context: ssl.SSLContext  # TLS 1.3; asks for, but does not require, a client certificate
     client_context: ssl.SSLContext  # TLS 1.3; verifies the chain, the caller checks the peer's name
+    key: PrivateKeyTypes = field(repr=False)  # stays in this process (contexts get it through a memfd)
 
     @property
     def expires_at(self) -> datetime:
@@ -71,32 +74,23 @@ class IdentityUnavailable(Exception):
     """One Certify attempt failed; the current material (if any) stays in use."""
 
 
-class IdentityClient:
-    def __init__(
-        self,
-        config: IdentityClientConfig,
-        *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        random_fraction: Callable[[], float] = random.random,
-    ) -> None:
-        self._config = config
-        self._anchors = certs.parse_anchors(config.trust_anchors_pem)
-        self._clock = clock
-        self._sleep = sleep
-        self._random = random_fraction
-        self._key = certs.new_key()
-        self._csr = certs.csr_der(self._key, config.local_name)
+class Credentials:
+    """The current certificate and the TLS contexts built on it, whichever source issued it: Linkerd's identity
+    service (`IdentityClient`) or a SPIRE agent (``io.spire_client.SpireClient``). The proxy waits for
+    ``ready()``, reads ``material`` and hears of rotations through listeners."""
+
+    def __init__(self, name: str, trust_anchors_pem: bytes) -> None:
+        self.name = name  # the identity held: a DNS-like name, or a SPIFFE ID
+        self._anchors_pem = trust_anchors_pem
         self._material: TlsMaterial | None = None
         self._ready = asyncio.Event()
         self._listeners: list[RotationListener] = []
-        self._failures = 0
         self.refreshes = {"ok": 0, "error": 0}  # control_identity_cert_refreshes_total{result}
         self.last_refresh: datetime | None = None  # control_identity_cert_refresh_timestamp_seconds
 
     @property
     def material(self) -> TlsMaterial | None:
-        """The current certificate and contexts; ``None`` until the first Certify succeeds."""
+        """The current certificate and contexts; ``None`` until the first one is in."""
         return self._material
 
     async def ready(self) -> TlsMaterial:
@@ -111,6 +105,73 @@ class IdentityClient:
 
     def remove_listener(self, listener: RotationListener) -> None:
         self._listeners.remove(listener)
+
+    def install(self, certified: Certified, key: PrivateKeyTypes) -> TlsMaterial:
+        """Make ``certified`` (over ``key``) the current material and tell the listeners."""
+        chain = certified.chain_pem()
+        anchors = self._anchors_pem.decode()
+        material = TlsMaterial(self.name, certified, _server_context(chain, key, anchors),
+                               _client_context(chain, key, anchors), key)
+        self._material = material  # the swap: connections already set up keep the contexts they used
+        self._ready.set()
+        log.info("identity: certified as %s until %s", material.name, material.expires_at.isoformat())
+        for listener in list(self._listeners):
+            try:
+                listener(material)
+            except Exception:  # a broken listener must not stop rotation for the others
+                log.exception("identity: rotation listener %r failed", listener)
+        return material
+
+    # --- contexts for the data path and the control plane with the same certificate: the key stays here. ---
+
+    def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
+        chain = material.certified.chain_pem()
+        anchors = self._anchors_pem.decode()
+        server = _server_context(chain, material.key, anchors)
+        client = _client_context(chain, material.key, anchors)
+        for ctx in (server, client):
+            ctx.set_alpn_protocols(list(alpn))
+        return server, client
+
+    def control_context(self, material: TlsMaterial) -> ssl.SSLContext:
+        """A client context for a control-plane channel (``io.grpc_client``): ``material`` as the client
+        certificate, the trust anchors, ALPN ``h2``; the channel checks the server's name."""
+        return self.contexts_for(material, ["h2"])[1]
+
+    def serving_pems(self, material: TlsMaterial) -> tuple[bytes, bytes, bytes]:
+        """(key, chain, trust anchors) as PEM, for a TLS stack that takes keys only as bytes (the tap server's
+        grpcio): handed over in memory, like ``_load_chain``'s memfd, never written to a file."""
+        key_pem = material.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption())
+        return key_pem, material.certified.chain_pem(), self._anchors_pem
+
+
+class IdentityClient(Credentials):
+    """Certificates from Linkerd's identity service: ``Certify`` with a CSR for a key made here, on schedule."""
+
+    def __init__(
+        self,
+        config: IdentityClientConfig,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        random_fraction: Callable[[], float] = random.random,
+    ) -> None:
+        super().__init__(config.local_name, config.trust_anchors_pem)
+        self._config = config
+        self._anchors = certs.parse_anchors(config.trust_anchors_pem)
+        self._clock = clock
+        self._sleep = sleep
+        self._random = random_fraction
+        self._key = certs.new_key()
+        self._csr = certs.csr_der(self._key, config.local_name)
+        self._failures = 0
+
+    @property
+    def source(self) -> str:
+        """Where certificates come from, for logs."""
+        return f"identity at {self._config.svc_addr}"
 
     async def run(self) -> None:
         """Certify now, then again on schedule, until cancelled."""
@@ -132,7 +193,7 @@ class IdentityClient:
         self._failures = 0
         self.refreshes["ok"] += 1
         self.last_refresh = self._clock()
-        self._install(certified)
+        self.install(certified, self._key)
         return self._config.refresh.after_success(certified.valid_until, self._clock())
 
     async def _certify(self) -> Certified:
@@ -174,50 +235,7 @@ class IdentityClient:
         ctx.set_alpn_protocols(["h2"])
         return Channel(config.svc_addr, ssl_context=ctx, server_name=config.svc_name)
 
-    def _install(self, certified: Certified) -> None:
-        chain = certified.chain_pem()
-        anchors = self._config.trust_anchors_pem.decode()
-        material = TlsMaterial(
-            self._config.local_name,
-            certified,
-            _server_context(chain, self._key, anchors),
-            _client_context(chain, self._key, anchors),
-        )
-        self._material = material  # the swap: connections already set up keep the contexts they used
-        self._ready.set()
-        log.info("identity: certified as %s until %s", material.name, material.expires_at.isoformat())
-        for listener in list(self._listeners):
-            try:
-                listener(material)
-            except Exception:  # a broken listener must not stop rotation for the others
-                log.exception("identity: rotation listener %r failed", listener)
-
-    # --- Addition for the proxy's transport (``tether.proxy.io.tls``), kept apart from the code above: ----------
-    # --- contexts for the data path and the control plane with the same certificate: the key stays here. ---
-
-    def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-        """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
-        chain = material.certified.chain_pem()
-        anchors = self._config.trust_anchors_pem.decode()
-        server, client = _server_context(chain, self._key, anchors), _client_context(chain, self._key, anchors)
-        for ctx in (server, client):
-            ctx.set_alpn_protocols(list(alpn))
-        return server, client
-
-    def control_context(self, material: TlsMaterial) -> ssl.SSLContext:
-        """A client context for a control-plane channel (``io.grpc_client``): ``material`` as the client
-        certificate, the trust anchors, ALPN ``h2``; the channel checks the server's name."""
-        return self.contexts_for(material, ["h2"])[1]
-
-    def serving_pems(self, material: TlsMaterial) -> tuple[bytes, bytes, bytes]:
-        """(key, chain, trust anchors) as PEM, for a TLS stack that takes keys only as bytes (the tap server's
-        grpcio): handed over in memory, like ``_load_chain``'s memfd, never written to a file."""
-        key_pem = self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption())
-        return key_pem, material.certified.chain_pem(), self._config.trust_anchors_pem
-
-
-def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:
+def _server_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     # Request a client certificate and verify it if sent, but let unauthenticated clients in:
@@ -228,7 +246,7 @@ def _server_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_p
     return ctx
 
 
-def _client_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_pem: str) -> ssl.SSLContext:
+def _client_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     # Chain and time are verified here; the name is not the SNI's business: the caller checks
@@ -240,7 +258,7 @@ def _client_context(chain_pem: bytes, key: ec.EllipticCurvePrivateKey, anchors_p
     return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: ec.EllipticCurvePrivateKey) -> None:
+def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKeyTypes) -> None:
     """Load certificate chain and key without the key touching any filesystem."""
     password = secrets.token_bytes(32)
     key_pem = key.private_bytes(

@@ -194,7 +194,7 @@ async def test_extensions_and_viz(tmp_path: Path) -> None:
         assert code == 0 and found["namespace configuration for extensions"]["result"] == "success"
         assert "viz extension pods are running" not in found  # viz is not installed
 
-        for obj in render(tap_injector_tls=WebhookTls("", "", "")):
+        for obj in render(tap_injector_tls=WebhookTls("", "", ""), tap_tls=WebhookTls("", "", "")):
             kind, ns = obj["kind"], obj["metadata"].get("namespace", "")
             if kind == "Namespace":
                 api.namespaces.append(obj)

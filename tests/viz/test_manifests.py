@@ -38,7 +38,10 @@ def test_every_object_validates_against_kubernetes_1_35() -> None:
     assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                          "ConfigMap", "Service", "Deployment",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "Service",
-                                         "Deployment", "MutatingWebhookConfiguration"]
+                                         "Deployment", "MutatingWebhookConfiguration",
+                                         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole",
+                                         "ClusterRoleBinding", "RoleBinding", "Role", "RoleBinding", "Secret", "Service",
+                                         "Deployment", "APIService"]
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     deployment = docs[6]
@@ -71,7 +74,7 @@ def test_the_tap_injector_s_webhook_reaches_its_service_with_its_ca() -> None:
 
 
 def test_the_cluster_config_is_linkerd_s_with_kubernetes_discovery() -> None:
-    config = yaml.safe_load(next(d for d in manifests.render(tap_injector_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"])
+    config = yaml.safe_load(next(d for d in manifests.render(tap_injector_tls=TLS, tap_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"])
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert jobs["linkerd-proxy"]["kubernetes_sd_configs"] == [{"role": "pod"}]
     assert jobs["linkerd-proxy"]["relabel_configs"] == scrape_config.proxy_relabel_configs("linkerd")
@@ -89,7 +92,7 @@ def test_local_only_flags_are_refused_for_kubernetes() -> None:
 @pytest.mark.parametrize("where", ["kubernetes", "local"])
 def test_promtool_accepts_the_configuration(where: str, tmp_path: Path) -> None:
     if where == "kubernetes":
-        text = next(d for d in manifests.render(tap_injector_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"]
+        text = next(d for d in manifests.render(tap_injector_tls=TLS, tap_tls=TLS) if d["kind"] == "ConfigMap")["data"]["prometheus.yml"]
     else:
         (tmp_path / "sd").mkdir()
         text = yaml.safe_dump(scrape_config.prometheus_config(str(tmp_path / "sd"), "127.0.0.1:9090",
@@ -100,3 +103,35 @@ def test_promtool_accepts_the_configuration(where: str, tmp_path: Path) -> None:
     if where == "kubernetes" and "field kubernetes_sd_configs not found" in result.stdout + result.stderr:
         pytest.skip("this promtool is built without Kubernetes discovery (Debian's is)")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tap_is_served_behind_its_apiservice_with_its_ca_and_the_identity_token() -> None:
+    docs = _objects("--viz-namespace", "viz")
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    service = by_kind["APIService", "v1alpha1.tap.linkerd.io"]["spec"]
+    assert service["group"] == "tap.linkerd.io" and service["version"] == "v1alpha1"
+    assert service["service"] == {"name": "tap", "namespace": "viz"}
+    ca = x509.load_pem_x509_certificate(base64.b64decode(service["caBundle"]))
+    crt = x509.load_pem_x509_certificate(base64.b64decode(by_kind["Secret", "tap-k8s-tls"]["data"]["tls.crt"]))
+    ca.public_key().verify(crt.signature, crt.tbs_certificate_bytes, ec.ECDSA(crt.signature_hash_algorithm))
+    names = crt.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "tap.viz.svc" in names
+    assert by_kind["Service", "tap"]["spec"]["ports"] == [{"name": "apiserver", "port": 443, "targetPort": "apiserver"}]
+    pod = by_kind["Deployment", "tap"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["args"][:2] == ["viz", "tap-apiserver"] and "--viz-namespace=viz" in container["args"]
+    token = next(v for v in pod["spec"]["volumes"] if v["name"] == "linkerd-identity-token")
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "identity.l5d.io"
+    assert "--token-file=/var/run/secrets/tokens/linkerd-identity-token" in container["args"]
+    assert pod["spec"]["serviceAccountName"] == "tap" and pod["metadata"]["annotations"]["linkerd.io/inject"] == "disabled"
+    # Its RBAC: reviews of users' taps, the workloads it resolves, the front-proxy settings, the trust roots.
+    rules = by_kind["ClusterRole", "linkerd-viz-tap"]["rules"]
+    assert {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]} in rules
+    reader = by_kind["RoleBinding", "linkerd-viz-tap-auth-reader"]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    roots = by_kind["Role", "linkerd-viz-tap-trust-roots"]
+    assert roots["metadata"]["namespace"] == "linkerd" and roots["rules"][0]["resourceNames"] == [
+        "linkerd-identity-trust-roots"]
+    assert by_kind["ClusterRole", "linkerd-viz-tap-admin"]["rules"] == [
+        {"apiGroups": ["tap.linkerd.io"], "resources": ["*"], "verbs": ["watch"]}]

@@ -195,7 +195,8 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
             prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
             tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
     """Start Prometheus (Linkerd's scrape configuration), its pod discovery and the tap server on the local
-    platform; or, with --platform kubernetes, print the manifests of Prometheus and the tap injector."""
+    platform; or, with --platform kubernetes, print the manifests of Prometheus, the tap injector and tap (its
+    APIService)."""
     try:
         api.window_seconds(scrape_interval)
     except ValueError as err:
@@ -284,9 +285,10 @@ def _print_manifests(namespace: str, image: str | None, scrape_interval: str, ou
 
     from tether.cli.install_cmd import webhook_certificate
 
-    tls = manifests.WebhookTls(*webhook_certificate(f"tap-injector.{namespace}.svc", "cluster.local",
-                                                    datetime.now(UTC)))
-    docs = manifests.render(tap_injector_tls=tls, namespace=namespace,
+    now = datetime.now(UTC)
+    tls = manifests.WebhookTls(*webhook_certificate(f"tap-injector.{namespace}.svc", "cluster.local", now))
+    tap_tls = manifests.WebhookTls(*webhook_certificate(f"tap.{namespace}.svc", "cluster.local", now))
+    docs = manifests.render(tap_injector_tls=tls, tap_tls=tap_tls, namespace=namespace,
                             prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
                             scrape_interval=scrape_interval, version=__version__)
     if output == "json":
@@ -726,8 +728,8 @@ async def _serve_tap_apiservice(settings: Any, source: Any, mesh: api.Mesh, tls_
     import dataclasses
     import signal
 
-    from tether.cli.install_cmd import TRUST_ROOTS
     from tether.platform.kubernetes.client import KubeClient, KubeError
+    from tether.viz import manifests
     from tether.viz import tap_apiservice_server as server
     from tether.viz.kube_objects import KubeObjects
     from tether.viz.tap import TapController
@@ -738,7 +740,7 @@ async def _serve_tap_apiservice(settings: Any, source: Any, mesh: api.Mesh, tls_
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     kube = KubeClient(settings)
-    roots = f"/api/v1/namespaces/{mesh.control_plane_ns}/configmaps/{TRUST_ROOTS}"
+    roots = f"/api/v1/namespaces/{mesh.control_plane_ns}/configmaps/{manifests.TRUST_ROOTS}"
     try:
         anchors = ((await kube.get(roots)).get("data") or {}).get("ca-bundle.crt")
         auth = await server.load_auth(kube)

@@ -635,7 +635,8 @@ class KubeChecks:
     def _viz_expected(self, namespace: str) -> list[tuple[str, str]]:
         from tether.viz.manifests import WebhookTls, render
 
-        objects = render(tap_injector_tls=WebhookTls("", "", ""), namespace=namespace, control_plane_ns=self._cp)
+        objects = render(tap_injector_tls=WebhookTls("", "", ""), tap_tls=WebhookTls("", "", ""), namespace=namespace,
+                         control_plane_ns=self._cp)
         return [(o["kind"], o["metadata"]["name"]) for o in objects]
 
     def _viz_missing(self, namespace: str, kind: str) -> None:

@@ -8,11 +8,18 @@ for its data -- and the tap injector (``tether viz tap-injector``, Tether's
 image): its ServiceAccount, which may only read namespaces, its TLS Secret,
 Service (443 -> 8443), Deployment and the ``linkerd-tap-injector-webhook-config``
 MutatingWebhookConfiguration (pod CREATE, failure policy Ignore, reinvoked
-after the proxy injector), all in the viz namespace, labelled
-``linkerd.io/extension: viz``.  The viz commands read Prometheus with
-``--prometheus-url`` (for example through ``kubectl port-forward``).  The tap
-server, its APIService, and the dashboard's Deployment are not part of these
-manifests yet: they read the local store.
+after the proxy injector) -- and tap (``tether viz tap-apiserver``, Tether's
+image): its ServiceAccount and RBAC (read the workloads tap resolves, create
+SubjectAccessReviews, delegate authentication, read the front-proxy
+settings in kube-system and the trust roots in the control plane's
+namespace), its TLS Secret, Service (443 -> 8089), Deployment (with the
+projected token identity certifies the tap identity with) and the
+``v1alpha1.tap.linkerd.io`` APIService with the CA as ``caBundle``; plus the
+``linkerd-<ns>-tap-admin`` ClusterRole to bind users to.  All in the viz
+namespace, labelled ``linkerd.io/extension: viz``.  The viz commands read
+Prometheus with ``--prometheus-url`` (for example through ``kubectl
+port-forward``) and tap through the API server.  The dashboard's Deployment is
+not part of these manifests yet.
 
 Pure (objects out; the webhook's certificates come in).  Callers:
 ``tether.cli.viz``; tests validate every object against Kubernetes 1.35.
@@ -54,13 +61,15 @@ def _labels(component: str, namespace: str) -> dict[str, str]:
     return {"linkerd.io/extension": "viz", "component": component, "namespace": namespace}
 
 
-def render(*, tap_injector_tls: WebhookTls, namespace: str = DEFAULT_NAMESPACE, control_plane_ns: str = "linkerd",
-           trust_domain: str = "cluster.local", prometheus_image: str = DEFAULT_PROMETHEUS_IMAGE,
+def render(*, tap_injector_tls: WebhookTls, tap_tls: WebhookTls, namespace: str = DEFAULT_NAMESPACE,
+           control_plane_ns: str = "linkerd", trust_domain: str = "cluster.local",
+           cluster_domain: str = "cluster.local", prometheus_image: str = DEFAULT_PROMETHEUS_IMAGE,
            tether_image: str = "", scrape_interval: str = "10s", version: str = "") -> list[dict[str, Any]]:
     """Every object, in apply order (``tether_image`` default: Tether's, tagged ``version``)."""
+    image = tether_image or f"{DEFAULT_TETHER_IMAGE}:{version or 'latest'}"
     return [*_prometheus(namespace, control_plane_ns, prometheus_image, scrape_interval, version),
-            *_tap_injector(namespace, control_plane_ns, trust_domain,
-                           tether_image or f"{DEFAULT_TETHER_IMAGE}:{version or 'latest'}", tap_injector_tls, version)]
+            *_tap_injector(namespace, control_plane_ns, trust_domain, image, tap_injector_tls, version),
+            *_tap(namespace, control_plane_ns, trust_domain, cluster_domain, image, tap_tls, version)]
 
 
 def _prometheus(namespace: str, control_plane_ns: str, prometheus_image: str, scrape_interval: str,
@@ -152,33 +161,12 @@ def _tap_injector(namespace: str, control_plane_ns: str, trust_domain: str, imag
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tap-injector", **meta},
          "spec": {"type": "ClusterIP", "selector": {"linkerd.io/extension": "viz", "component": "tap-injector"},
                   "ports": [{"name": "tap-injector", "port": 443, "targetPort": "tap-injector"}]}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "tap-injector", **meta},
-         "spec": {
-             "replicas": 1,
-             "selector": {"matchLabels": labels},
-             "template": {
-                 "metadata": {"labels": labels, "annotations": {**annotations, "linkerd.io/inject": "enabled"}},
-                 "spec": {
-                     "serviceAccountName": "tap-injector",
-                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [{
-                         "name": "tap-injector",
-                         "image": image,
-                         "command": ["tether"],
-                         "args": ["viz", "tap-injector", f"--tls-cert={_TLS_DIR}/tls.crt",
-                                  f"--tls-key={_TLS_DIR}/tls.key", f"--addr=0.0.0.0:{TAP_INJECTOR_PORT}",
-                                  f"--viz-namespace={namespace}", f"--control-plane-ns={control_plane_ns}",
-                                  f"--trust-domain={trust_domain}"],
-                         "ports": [{"name": "tap-injector", "containerPort": TAP_INJECTOR_PORT}],
-                         "livenessProbe": probe,
-                         "readinessProbe": probe,
-                         "securityContext": _RESTRICTED,
-                         "volumeMounts": [{"name": "tls", "mountPath": _TLS_DIR, "readOnly": True}],
-                     }],
-                     "volumes": [{"name": "tls", "secret": {"secretName": "tap-injector-k8s-tls"}}],
-                 },
-             },
-         }},
+        _tether_deployment("tap-injector", meta, image, inject="enabled", args=[
+            "viz", "tap-injector", f"--tls-cert={_TLS_DIR}/tls.crt", f"--tls-key={_TLS_DIR}/tls.key",
+            f"--addr=0.0.0.0:{TAP_INJECTOR_PORT}", f"--viz-namespace={namespace}",
+            f"--control-plane-ns={control_plane_ns}", f"--trust-domain={trust_domain}"],
+            port=TAP_INJECTOR_PORT, probe=probe,
+            volumes=[{"name": "tls", "secret": {"secretName": "tap-injector-k8s-tls"}}]),
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
          "metadata": {"name": TAP_INJECTOR_WEBHOOK, **cluster_meta},
          "webhooks": [{
@@ -199,3 +187,110 @@ def _tap_injector(namespace: str, control_plane_ns: str, trust_domain: str, imag
                         "scope": "Namespaced"}],
          }]},
     ]
+
+
+TAP_PORT = 8089
+TAP_API_GROUP = "tap.linkerd.io"
+TRUST_ROOTS = "linkerd-identity-trust-roots"  # the control plane's ConfigMap (as tether.cli.install_cmd names it)
+_TOKEN_DIR = "/var/run/secrets/tokens"
+_TOKEN = "linkerd-identity-token"
+
+
+def _tap(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domain: str, image: str,
+         tls: WebhookTls, version: str) -> list[dict[str, Any]]:
+    labels = _labels("tap", namespace)
+    annotations = {"linkerd.io/created-by": f"tether/cli {version}".strip()}
+    meta = {"namespace": namespace, "labels": labels, "annotations": annotations}
+    cluster_meta = {"labels": labels, "annotations": annotations}
+    role = f"linkerd-{namespace}-tap"
+    sa = [{"kind": "ServiceAccount", "name": "tap", "namespace": namespace}]
+    rbac = "rbac.authorization.k8s.io"
+    # TCP: every HTTPS request must carry the aggregator's front-proxy certificate, which the kubelet has not.
+    probe = {"tcpSocket": {"port": TAP_PORT}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tap", **meta}},
+        # What tap resolves a resource to pods with, and the review of each user's tap.
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": role, **cluster_meta},
+         "rules": [
+             {"apiGroups": [""], "resources": ["pods", "services", "replicationcontrollers", "namespaces"],
+              "verbs": ["list", "get", "watch"]},
+             {"apiGroups": ["apps"], "resources": ["deployments", "replicasets", "daemonsets", "statefulsets"],
+              "verbs": ["list", "get", "watch"]},
+             {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "get", "watch"]},
+             {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role, **cluster_meta},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role}, "subjects": sa},
+        # For users: bind it to let them tap (`linkerd viz tap` needs watch on <type>s/tap).
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": f"{role}-admin", **cluster_meta},
+         "rules": [{"apiGroups": [TAP_API_GROUP], "resources": ["*"], "verbs": ["watch"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{role}-auth-delegator", **cluster_meta},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "system:auth-delegator"}, "subjects": sa},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{role}-auth-reader", "namespace": "kube-system", **cluster_meta},
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "extension-apiserver-authentication-reader"},
+         "subjects": sa},
+        # The mesh's trust anchors, to check identity's certificate and the proxies'.
+        {"apiVersion": f"{rbac}/v1", "kind": "Role",
+         "metadata": {"name": f"{role}-trust-roots", "namespace": control_plane_ns, **cluster_meta},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRUST_ROOTS],
+                    "verbs": ["get"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{role}-trust-roots", "namespace": control_plane_ns, **cluster_meta},
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": f"{role}-trust-roots"}, "subjects": sa},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "tap-k8s-tls", **meta},
+         "data": {"tls.crt": _b64(tls.crt), "tls.key": _b64(tls.key)}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tap", **meta},
+         "spec": {"type": "ClusterIP", "selector": {"linkerd.io/extension": "viz", "component": "tap"},
+                  "ports": [{"name": "apiserver", "port": 443, "targetPort": "apiserver"}]}},
+        # Not meshed: it presents the tap identity to the proxies itself (a proxy of its own would wrap that
+        # mTLS again); it gets the identity from identity's Certify with the projected token.
+        _tether_deployment("tap", meta, image, inject="disabled", args=[
+            "viz", "tap-apiserver", f"--tls-cert={_TLS_DIR}/tls.crt", f"--tls-key={_TLS_DIR}/tls.key",
+            f"--addr=0.0.0.0:{TAP_PORT}", f"--viz-namespace={namespace}", f"--control-plane-ns={control_plane_ns}",
+            f"--trust-domain={trust_domain}", f"--cluster-domain={cluster_domain}",
+            f"--token-file={_TOKEN_DIR}/{_TOKEN}"], port=TAP_PORT, port_name="apiserver", probe=probe,
+            volumes=[{"name": "tls", "secret": {"secretName": "tap-k8s-tls"}},
+                     {"name": _TOKEN, "projected": {"sources": [{"serviceAccountToken": {
+                         "path": _TOKEN, "expirationSeconds": 86400, "audience": "identity.l5d.io"}}]}}],
+            mounts=({"name": _TOKEN, "mountPath": _TOKEN_DIR, "readOnly": True},)),
+        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+         "metadata": {"name": f"v1alpha1.{TAP_API_GROUP}", **cluster_meta},
+         "spec": {"group": TAP_API_GROUP, "version": "v1alpha1", "groupPriorityMinimum": 1000,
+                  "versionPriority": 100, "service": {"name": "tap", "namespace": namespace},
+                  "caBundle": _b64(tls.ca)}},
+    ]
+
+
+def _tether_deployment(name: str, meta: dict[str, Any], image: str, *, inject: str, args: list[str], port: int,
+                       probe: dict[str, Any], volumes: list[dict[str, Any]], port_name: str = "",
+                       mounts: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    """A Deployment of one viz server in Tether's image: its own service account, non-root and read-only, its TLS
+    Secret (the first volume) mounted at ``_TLS_DIR``."""
+    labels = meta["labels"]
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, **meta},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {**meta["annotations"], "linkerd.io/inject": inject}},
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": name,
+                        "image": image,
+                        "command": ["tether"],
+                        "args": args,
+                        "ports": [{"name": port_name or name, "containerPort": port}],
+                        "livenessProbe": probe,
+                        "readinessProbe": probe,
+                        "securityContext": _RESTRICTED,
+                        "volumeMounts": [{"name": "tls", "mountPath": _TLS_DIR, "readOnly": True}, *mounts],
+                    }],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

@@ -42,6 +42,7 @@ def test_local_pods_get_the_webhooks_patch_placed_for_the_local_platform(tmp_pat
     pod = deployments.new_pod(_deployment(), "h", "web-h-abcde", "local")
     meshed = mesher(pod, {"linkerd.io/inject": "enabled", "config.linkerd.io/skip-outbound-ports": "443"})
     assert meshed.meshed and meshed.reason == ""
+    assert meshed.event == ("Injected", "Linkerd sidecar proxy injected")  # recorded on the Deployment
     init, proxy = meshed.obj["spec"]["initContainers"]
     assert init["command"] == ["tether", "init"] and init["securityContext"]["runAsUser"] == 0
     assert "--firewall-bin-path" not in init["args"]  # the host's own iptables, as the platform's rules use
@@ -67,6 +68,8 @@ def test_pods_not_asked_for_are_skipped_with_the_webhooks_reason(tmp_path: Path)
     pod = deployments.new_pod(_deployment(), "h", "web-h-abcde", "local")
     skipped = mesher(pod, {})
     assert not skipped.meshed and skipped.reason == "injection_enable_annotation_absent"
+    reason, message = skipped.event or ("", "")
+    assert reason == "InjectionSkipped" and message.startswith("Linkerd sidecar proxy injection skipped: ")
     assert "initContainers" not in skipped.obj["spec"]
     assert skipped.obj["metadata"]["annotations"]["config.linkerd.io/opaque-ports"] == "6379"
     assert mesher(pod, {"linkerd.io/inject": "bogus"}).reason == "invalid_inject_annotation_at_ns"

@@ -165,6 +165,9 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
     p.apply(NAMESPACE)
     p.apply(web_server("web", "meshed", 1))
     _ready_pods(p, "meshed", "web-", 1)
+    # The pod controller meshed it through the injector, which records its Event on the owner, as on Kubernetes.
+    events = p.tether("get", "events", "-n", "meshed").stdout
+    assert any("Injected" in line and "deployment/web" in line for line in events.splitlines()), events
     with p.store() as store:
         web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
 

@@ -34,7 +34,7 @@ from tether.injector.config import MeshConfig
 from tether.injector.decision import Origin
 from tether.injector.metrics import InjectorMetrics
 from tether.injector.namespaces import NamespaceAnnotations
-from tether.injector.owners import INJECTED, INJECTED_MESSAGE, SKIPPED, SKIPPED_MESSAGE, EventRecorder, OwnerLookup, resolve
+from tether.injector.owners import EventRecorder, OwnerLookup, event_for, resolve
 from tether.injector.patch import inject
 from tether.resources.errors import ValidationError
 from tether.serving.admission_review import MalformedReview, Reply, Review, answer, malformed, parse_review
@@ -116,10 +116,7 @@ class Admission:
             f": {'; '.join(report.reasons)}" if report.reasons else "",
         )  # fmt: skip
         if resolved.parent is not None and self._events is not None:
-            if report.action == "injected":
-                self._events.record(resolved.parent, INJECTED, INJECTED_MESSAGE)
-            else:
-                self._events.record(resolved.parent, SKIPPED, SKIPPED_MESSAGE.format(reasons=", ".join(report.reasons)))
+            self._events.record(resolved.parent, *event_for(report.action == "injected", report.reasons))
         response: dict[str, Any] = {"allowed": True}
         if ops:
             response["patchType"] = "JSONPatch"

@@ -28,6 +28,7 @@ from typing import Any
 
 from tether.injector.config import HOST_IPTABLES, Commands, MeshConfig, Placement, ProbeTiming, ProxyInit
 from tether.injector.decision import Origin
+from tether.injector.owners import event_for
 from tether.injector.jsonpatch import JsonPatchError, apply
 from tether.injector.patch import inject
 from tether.platform.local.config import LocalPlatformConfig
@@ -84,4 +85,4 @@ class LocalMesher:
                 obj = apply(obj, admit(obj, namespace_annotations))
             except JsonPatchError as err:  # as failurePolicy Ignore: the pod runs without that webhook's change
                 warnings = (*warnings, f"a later admission's patch did not apply: {err}")
-        return Meshed(obj, meshed, reason, warnings)
+        return Meshed(obj, meshed, reason, warnings, event_for(meshed, report.reasons))

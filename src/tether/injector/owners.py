@@ -31,6 +31,11 @@ SKIPPED = "InjectionSkipped"
 INJECTED_MESSAGE = "Linkerd sidecar proxy injected"
 SKIPPED_MESSAGE = "Linkerd sidecar proxy injection skipped: {reasons}"
 
+def event_for(injected: bool, reasons: tuple[str, ...]) -> tuple[str, str]:
+    """The (reason, message) of the Event on the pod's parent, as Linkerd's webhook records it."""
+    return (INJECTED, INJECTED_MESSAGE) if injected else (SKIPPED, SKIPPED_MESSAGE.format(reasons=", ".join(reasons)))
+
+
 # The owner kinds whose own owner names the workload (Linkerd's GetOwnerKindAndName).
 _COLLAPSED = ("ReplicaSet", "Job")
 _OWNER_LABELS = {k.kind: k.owner_label for k in KINDS.values() if k.owner_label}

@@ -1,7 +1,9 @@
 """Events on the local platform: core/v1 Event objects in the store, as the API server keeps them.
 
-`StoreEvents` is the local `tether.platform.problems.EventSink`: each Warning is an ``Event``
-in the object's namespace, named ``<object>.<digest of reason and message>`` so that the same
+`StoreEvents` is the local `tether.platform.problems.EventSink`, and records the injector's
+``Injected``/``InjectionSkipped`` on a Deployment whose pod the pod controller meshed (or not), as
+the webhook records them on a pod's owner on Kubernetes. Each is an ``Event`` in the object's
+namespace, named ``<object>.<digest of reason and message>`` so that the same
 problem reported again (after a restart of ``tether platform run``) counts up ``count`` and
 ``lastTimestamp`` on one Event, as Kubernetes aggregates repeats, instead of adding another.
 ``tether get events -n <ns>`` lists them (TYPE, REASON, OBJECT, MESSAGE).
@@ -29,9 +31,10 @@ class StoreEvents:
         self._store = store
 
     async def warn(self, involved: Involved, reason: str, message: str) -> None:
-        await asyncio.to_thread(self._record, involved, reason, message, "Warning")
+        await asyncio.to_thread(self.record, involved, reason, message, "Warning")
 
-    def _record(self, involved: Involved, reason: str, message: str, event_type: str) -> None:
+    def record(self, involved: Involved, reason: str, message: str, event_type: str = "Normal") -> None:
+        """Write the Event (or count a repeat of it) now; a failure is logged, never raised."""
         digest = hashlib.sha256(f"{involved.kind}\0{reason}\0{message}".encode()).hexdigest()[:10]
         name = f"{involved.name}.{digest}"
         now = now_text()

@@ -16,12 +16,14 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True, slots=True)
 class Meshed:
-    """The pod as it will run; ``meshed`` when the proxy was added, else ``reason`` says why not."""
+    """The pod as it will run; ``meshed`` when the proxy was added, else ``reason`` says why not; ``event``
+    the (reason, message) of the Event the webhook records on the pod's owner (``Injected``...)."""
 
     obj: dict[str, Any]
     meshed: bool
     reason: str = ""
     warnings: tuple[str, ...] = ()
+    event: tuple[str, str] | None = None
 
 
 class Mesher(Protocol):

@@ -37,12 +37,14 @@ from typing import Any
 from tether.platform.local import deployments, probes, services
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, netns_etc_dir
 from tether.platform.local.containers import Backoff
+from tether.platform.local.events import StoreEvents
 from tether.platform.local.ipam import Ipam, IpamConfig, is_workload_owner
 from tether.platform.local.meshing import Mesher
 from tether.platform.local.netns import HostNet, LocalNetError
 from tether.platform.local.sandbox import ProbeJob, Sandbox, SandboxContext, now_text
 from tether.platform.local.tokens import LocalTokenSigner
 from tether.platform.local.watch import LocalResourceWatcher
+from tether.platform.problems import Involved
 from tether.store import Conflict, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -139,6 +141,7 @@ class PodController:
         self.store = store
         self.version = version
         self.mesh = mesh
+        self.events = StoreEvents(self.store)
         layout = config.layout
         self.net = HostNet(config.netns)
         self.ipam = Ipam(IpamConfig(state_dir=config.state_dir, pod_cidr=config.pod_cidr))
@@ -289,6 +292,8 @@ class PodController:
                     log.warning("pod %s/%s: %s", pod["metadata"]["namespace"], name, warning)
                 log.info("deployment %s/%s: creating pod %s (%s)", *_key(deployment), name,
                          "meshed" if meshed.meshed else f"not meshed: {meshed.reason}")
+                if meshed.event is not None:  # on the pod's owner, as the webhook records it
+                    self.events.record(Involved.of(deployment), *meshed.event)
                 self._apply(POD, meshed.obj)
             remaining = [p for p in self.index.snapshot()[POD].values() if deployments.belongs_to(p, deployment)]
             status = deployments.status(deployment, remaining, now_text())

@@ -183,8 +183,11 @@ def test_header_modifiers_cannot_forge_l5d_headers_or_reframe_the_message(name: 
 
 def test_what_the_proxy_does_not_apply_is_named() -> None:
     policy = policy_of(http_route("r", "web", [{"timeouts": {"request": "10s"}}],
-                                  annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/timeout": "1s"}))
-    assert any("retry.timeout" in note for note in policy.unapplied)
+                                  annotations={"timeout.linkerd.io/idle": "1m"}))
+    assert any("timeouts.idle" in note for note in policy.unapplied), policy.unapplied
+    applied = policy_of(http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx",
+                                                                   "retry.linkerd.io/timeout": "1s"}))
+    assert applied.unapplied == ()
 
 
 # -- each request's decision -------------------------------------------------------------------------------
@@ -435,7 +438,7 @@ ROUTE = 'route_group="policy.linkerd.io",route_kind="HTTPRoute",route_namespace=
 
 
 def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
-    from playbook import Checkin, Checkout, Connected, DownData, SendDown, SendUp, UpData
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
 
     registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
     metrics = PolicyMetrics(registry)
@@ -450,6 +453,8 @@ def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
             << SendUp(0, get_)
             >> UpData(0, b"HTTP/1.1 503 Flaky\r\nContent-Length: 0\r\n\r\n")
             << Checkin(0, reuse=False)
+            << CallLater(0.025)  # the backoff
+            >> Fire()
             << Checkout(UP)  # the rule's one retry
             >> Connected()
             << SendUp(1, get_)
@@ -468,7 +473,7 @@ def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
 
 
 def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
-    from playbook import Checkin, Checkout, Connected, DownData, SendDown, SendUp, UpData
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
 
     registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
     route = http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
@@ -481,6 +486,8 @@ def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
             << SendUp(0, get_)
             >> UpData(0, fail)
             << Checkin(0, reuse=False)
+            << CallLater(0.025)
+            >> Fire()
             << Checkout(UP)
             >> Connected()
             << SendUp(1, get_)
@@ -491,3 +498,40 @@ def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
     assert f'outbound_http_route_retry_limit_exceeded_total{{{PARENT},{ROUTE},hostname=""}} 1' in text
     assert f'http_status="500",error=""}} 1' in text
     assert "outbound_http_route_retry_successes_total{" not in text
+
+
+def test_a_per_attempt_timeout_drops_the_attempt_and_retries_after_the_backoff() -> None:
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
+
+    annotations = {"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1", "retry.linkerd.io/timeout": "300ms"}
+    route = http_route("r", "web", [{}], annotations=annotations)
+    get_ = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    assert (playbook([route])
+            >> DownData(get_)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, get_)
+            << CallLater(0.3)  # the per-attempt timeout
+            >> Fire()
+            << Checkin(0, reuse=False)  # the slow attempt is dropped
+            << CallLater(0.025)  # the backoff (25 ms, draw 0: no jitter)
+            >> Fire()
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(1, get_)  # the last attempt has no per-attempt timeout (Linkerd removes it)
+            >> UpData(1, ok)
+            << SendDown(ok)
+            << Checkin(1, reuse=True))
+
+
+def test_without_retries_left_a_per_attempt_timeout_is_not_armed() -> None:
+    policy = policy_of(http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx",
+                                                                  "retry.linkerd.io/limit": "1",
+                                                                  "retry.linkerd.io/timeout": "1s"}))
+    decision = decide(policy, get("/"), False, lambda: 0.5)
+    assert isinstance(decision, Decision)
+    route = decision.request_route
+    assert route.attempt_timeout() == 1.0
+    assert route.budget is not None and route.budget.withdraw()
+    assert route.attempt_timeout() is None and route.retry_delay() == pytest.approx(0.0375)  # 25 ms + half (jitter)

@@ -142,8 +142,6 @@ class _Translator:
             distribution, backends = self._distribution(rule.backends, f"{here}.backends", grpc)
             if rule.timeouts.HasField("idle"):
                 self.note(f"{here}.timeouts.idle", "idle timeout")
-            if rule.HasField("retry") and rule.retry.HasField("timeout"):
-                self.note(f"{here}.retry.timeout", "per-attempt timeout")
             if rule.allow_l5d_request_headers:
                 self.note(f"{here}.allow_l5d_request_headers", "l5d-retry-*/l5d-timeout request headers")
             rules.append(OutboundRule(Rule(matches), tuple(filters), tuple(responses), distribution, backends,

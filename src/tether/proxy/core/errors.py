@@ -56,6 +56,8 @@ class ErrorKind(enum.Enum):
     BAD_OVERRIDE = (400, GRPC_INTERNAL, "", False, "l5d-dst-override is not host[:port]")
     LOAD_SHED = (503, GRPC_UNAVAILABLE, "load shed", False, "too many requests in flight")
     RESPONSE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False, "a route's timeout passed")
+    ATTEMPT_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", True,
+                       "a policy rule's per-attempt timeout passed (retried while retries are left)")
     # A request the codec refuses (smuggling, a bad head...): Linkerd's catch-all label, so they leave a trace.
     BAD_REQUEST = (400, GRPC_INTERNAL, "unexpected", False, "a malformed request")
     HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "unexpected", False, "a request head over the size limit")
@@ -135,6 +137,11 @@ def load_shed() -> ProxyError:
 def response_timeout(timeout: float) -> ProxyError:
     """A ServiceProfile route's timeout passed before the response head (proxy.md §7.6): 504, connection closed."""
     return ProxyError(ErrorKind.RESPONSE_TIMEOUT, f"HTTP response timeout after {rust_duration(timeout)}")
+
+
+def attempt_timeout(timeout: float) -> ProxyError:
+    """A client policy rule's per-attempt timeout (``retry.linkerd.io/timeout``) before the response head."""
+    return ProxyError(ErrorKind.ATTEMPT_TIMEOUT, f"HTTP response headers timeout after {rust_duration(timeout)}")
 
 
 def bad_request(status: int, reason: str) -> ProxyError:

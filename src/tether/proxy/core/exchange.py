@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
-from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.errors import ErrorKind, ProxyError
 from tether.proxy.core.http import HttpSettings
 from tether.proxy.core.policy_routes import PolicyRoute
 from tether.proxy.core.retries import Settled, settle
@@ -76,7 +76,8 @@ def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, star
     """An attempt on ``route`` ended with ``status`` (``grpc_status`` for gRPC; ``error`` if the proxy answers
     for the endpoint): RETRY it (a failure by the route's classes, the request ``replayable``, an endpoint
     error of a retryable kind, the budget allows), FINAL, or EXPIRED (the route's timeout passed meanwhile)."""
-    failure = route.is_failure(status, grpc_status)
+    # A per-attempt timeout is retried whatever the conditions say (Linkerd's response-headers timeout).
+    failure = route.is_failure(status, grpc_status) or error is not None and error.kind is ErrorKind.ATTEMPT_TIMEOUT
     retryable = failure and replayable and (error is None or error.kind.retryable)
     budget = route.budget
     expired = (retryable and budget is not None and route.timeout is not None
@@ -84,6 +85,16 @@ def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, star
     metrics = settings.metrics
     routes = metrics.routes if metrics is not None and route_labels else None
     return settle(budget, retryable, expired, routes, route_labels, status, grpc_status)
+
+
+def attempt_timeout(route: Route | None) -> float | None:
+    """The per-attempt timeout of the attempt about to go out on ``route`` (a client policy rule's), if any."""
+    return route.attempt_timeout() if isinstance(route, PolicyRoute) else None
+
+
+def retry_delay(route: Route) -> float:
+    """Seconds before the retry ``settle_attempt`` just allowed (a client policy rule's backoff; else none)."""
+    return route.retry_delay() if isinstance(route, PolicyRoute) else 0.0
 
 
 def record(settings: HttpSettings, labels: str, status: int, success: bool, start: float, error: str = "",

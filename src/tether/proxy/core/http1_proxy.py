@@ -25,11 +25,13 @@ connection in the server role, kept for the connection's life):
 3. the upstream connection goes back to the pool when both ends allow
    keep-alive, and the next request (maybe already read: pipelining) begins.
 
-A request on a ServiceProfile route (``Pick.route``) also gets the route's
+A request on a ServiceProfile or client policy route (``Pick.route``) also gets the route's
 timeout (a timer from the request head to the response head, over every
-attempt: 504), retries of failures while the profile's budget allows (the
-body kept up to 64 KiB, ``MAX_REPLAY``), and the ``route_*`` metrics
-(proxy.md §7.5, §7.6, §9.2). An idle pooled connection that turns out closed
+attempt: 504), retries of failures while the profile's budget (or the policy
+rule's limit) allows (the body kept up to 64 KiB, ``MAX_REPLAY``), and the
+route metrics (proxy.md §7.5, §7.6, §9.2, §9.5); a policy rule's retries may
+also have a per-attempt timeout (``ex.attempt``: the attempt is dropped and
+retried) and a backoff before each retry (the same timer). An idle pooled connection that turns out closed
 is tried once more on a new one when what was sent can be sent again.
 
 Errors are answered as Linkerd answers them (``core.errors``: 502/503/504
@@ -163,7 +165,7 @@ class _Replay:
 class _Exchange:
     """One request and its response, across its attempts."""
 
-    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "replay", "unsent", "held",
+    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "attempt", "replay", "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
                  "chunked", "in_flight")
 
@@ -174,6 +176,7 @@ class _Exchange:
         self.route: Any = None  # core.profiles.Route, once the first pick named one
         self.route_labels = ""  # the route metrics' series ("" : not counted)
         self.timer: Timer | None = None  # the route's timeout
+        self.attempt: Timer | None = None  # a client policy rule's per-attempt timeout, or its retry backoff
         self.replay = _Replay(0)
         self.unsent: list[Body | EndOfMessage] = []  # body events not yet written to the upstream in hand
         self.held = 0  # bytes in ``unsent``
@@ -377,6 +380,10 @@ class Http1Proxy:
         ex.held = 0
         ex.phase = Phase.WAITING
         self.sink.send_up(up, out)
+        attempt = exchange.attempt_timeout(ex.route)
+        if attempt is not None:
+            self._cancel_attempt(ex)
+            ex.attempt = self.sink.call_later(attempt, lambda: self._attempt_timed_out(ex, up, attempt))
         if self.paused and self.server.buffered <= HOLD_LIMIT:
             self._resume()
 
@@ -466,6 +473,7 @@ class Http1Proxy:
     def _outcome(self, ex: _Exchange, head: ResponseHead | None, error: ProxyError | None) -> None:
         """An attempt's end: a final response head, or an error the proxy answers for. On a profile route, a
         failure (by the route's classes) may be retried within the budget (Linkerd's profile stack)."""
+        self._cancel_attempt(ex)
         route = ex.route
         pick = ex.pick
         if pick is not None:  # the endpoint's breaker hears it (failure accrual): a 5xx or an error fails
@@ -494,6 +502,11 @@ class Http1Proxy:
                 ex.connects = 0
                 ex.unsent = list(ex.replay.events)
                 ex.held = 0
+                delay = exchange.retry_delay(route)
+                if delay > 0:  # a client policy rule's backoff
+                    ex.phase = Phase.ROUTING
+                    ex.attempt = self.sink.call_later(delay, lambda: self._retry_now(ex))
+                    return
                 self._route(ex)
                 return
             # The timeout wraps the retries: it has passed, so the request ends here.
@@ -506,6 +519,26 @@ class Http1Proxy:
             return
         assert head is not None
         self._relay(ex, head, not failure)
+
+    def _attempt_timed_out(self, ex: _Exchange, up: Upstream, timeout: float) -> None:
+        """A client policy rule's per-attempt timeout passed before the response head: the attempt is
+        abandoned, and retried while the rule allows (else 504)."""
+        ex.attempt = None
+        if self.ex is not ex or ex.up is not up or ex.phase is not Phase.WAITING:
+            return
+        self.sink.checkin(up, reuse=False)
+        ex.up = None
+        self._outcome(ex, None, errors.attempt_timeout(timeout))
+
+    def _retry_now(self, ex: _Exchange) -> None:
+        ex.attempt = None
+        if self.ex is ex and ex.phase is Phase.ROUTING:
+            self._route(ex)
+
+    def _cancel_attempt(self, ex: _Exchange) -> None:
+        if ex.attempt is not None:
+            ex.attempt.cancel()
+            ex.attempt = None
 
     def _timed_out(self, ex: _Exchange) -> None:
         """The route's timeout passed before the final response head: 504, the connection closed."""
@@ -691,6 +724,7 @@ class Http1Proxy:
         if ex.timer is not None:
             ex.timer.cancel()
             ex.timer = None
+        self._cancel_attempt(ex)
         if ex.pick is not None:
             ex.pick.release()
             ex.pick = None

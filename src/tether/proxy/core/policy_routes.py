@@ -12,8 +12,9 @@ the response header rewrite, and the request's ``PolicyRoute``.
 (``core.profiles.Route``): ``timeout`` (the rule's request timeout, or its
 response timeout when shorter: a 504 before the response head, across every
 attempt), ``budget`` (the rule's retry limit, counted down per request:
-``Attempts``) and ``is_failure`` (the rule's retry conditions: HTTP status
-ranges or gRPC codes). It has no ``metric_labels``: the ServiceProfile
+``Attempts``, with the rule's backoff before each retry: ``retry_delay``),
+``attempt_timeout`` (the rule's per-attempt timeout: a retryable 504) and
+``is_failure`` (the rule's retry conditions: HTTP status ranges or gRPC codes). It has no ``metric_labels``: the ServiceProfile
 ``route_*`` series are not for policy routes.
 
 Pure: ``draw`` is a uniform random in [0, 1). Callers: ``core.routes``.
@@ -50,12 +51,25 @@ class Attempts:
     """A request's retries under a policy rule: ``limit`` withdrawals, then none (``retries.Budget``);
     ``report`` hears each retry and each refusal (``outbound_*_route_retry_*``)."""
 
-    __slots__ = ("left", "retried", "report")
+    __slots__ = ("left", "retried", "report", "backoff", "draw", "done")
 
-    def __init__(self, limit: int, report: RouteReport | None = None) -> None:
+    def __init__(self, limit: int, report: RouteReport | None = None, backoff: tuple[float, float] | None = None,
+                 draw: Callable[[], float] = lambda: 0.0) -> None:
         self.left = limit
         self.retried = False
         self.report = report
+        self.backoff = backoff  # (min, max) seconds before each retry; jitter: up to as much again
+        self.draw = draw
+        self.done = 0  # retries sent
+
+    def delay(self) -> float:
+        """Seconds to wait before the retry just withdrawn: min x 2^(retries before it), capped at max, with
+        Linkerd's full jitter (the controller sends a ratio of 1)."""
+        if self.backoff is None:
+            return 0.0
+        low, high = self.backoff
+        base = min(low * (1 << min(self.done - 1, 32)), high)
+        return min(base + base * self.draw(), high)
 
     def deposit(self) -> None:
         """A request that ends without a retry earns nothing (no shared budget)."""
@@ -67,6 +81,7 @@ class Attempts:
                 report.retry("limit_exceeded")
             return False
         self.left -= 1
+        self.done += 1
         self.retried = True
         if report is not None:
             report.retry("requests")
@@ -107,6 +122,19 @@ class PolicyRoute(Route):
                 and not error:
             report.retry("successes")
 
+    def attempt_timeout(self) -> float | None:
+        """The per-attempt timeout of the attempt about to be sent: none on the last one Linkerd would send
+        (no retry left), as Linkerd removes it there."""
+        retry = self.retry
+        budget = self.budget
+        if retry is None or retry.timeout is None or not isinstance(budget, Attempts) or budget.left <= 0:
+            return None
+        return retry.timeout
+
+    def retry_delay(self) -> float:
+        budget = self.budget
+        return budget.delay() if isinstance(budget, Attempts) else 0.0
+
     def is_failure(self, status: int, grpc_status: int | None = None) -> bool:
         if self.retry is not None:
             return self.retry.retryable(status, grpc_status)
@@ -134,7 +162,7 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     assert isinstance(rule, OutboundRule)
     report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
         else None
-    request_route = _request_route(route, rule, report)
+    request_route = _request_route(route, rule, report, draw)
     modifiers: list[HeaderModifier] = []
     refused = _filters(rule.filters, rule, request, modifiers, draw)
     if refused is not None:
@@ -152,11 +180,12 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     return Decision(route, rule, backend, request_route, _chain(modifiers), _chain(rule.response_filters))
 
 
-def _request_route(route: OutboundRoute, rule: OutboundRule, report: RouteReport | None) -> PolicyRoute:
+def _request_route(route: OutboundRoute, rule: OutboundRule, report: RouteReport | None,
+                   draw: Callable[[], float]) -> PolicyRoute:
     t = rule.timeouts
     limits = [s for s in (t.request, t.response) if s]
     retry = rule.retry
-    budget = Attempts(retry.limit, report) if retry is not None and retry.limit > 0 else None
+    budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
     return PolicyRoute(MATCH_ALL, timeout=min(limits) if limits else None, budget=budget, retry=retry, route=route,
                        report=report)
 

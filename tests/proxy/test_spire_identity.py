@@ -23,7 +23,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from proxy_harness import Ca, EchoServer, Mesh, connection, run
+from proxy_harness import Ca, EchoServer, Mesh, connection, run, samples, scrape
 
 from tether.api import workload_pb2, workload_pb2_grpc
 from tether.identity import pki
@@ -188,6 +188,10 @@ def test_a_meshed_pod_calls_the_spire_proxy_over_mtls_and_a_rotated_svid_takes_o
                             writer.write(b"again")
                             assert await reader.readexactly(8) == b"vm\nagain"
                         assert agent.calls == 1, "one stream carried both SVIDs"
+                        metrics = await scrape(proxy)
+                        assert samples(metrics, "control_identity_cert_refreshes_total", result="ok")[0][1] == 2
+                        [(_, expiry)] = samples(metrics, "control_identity_cert_expiration_timestamp_seconds")
+                        assert expiry == second_leaf.not_valid_after_utc.timestamp()
                 finally:
                     slices.cancel()
                     await asyncio.gather(slices, return_exceptions=True)

@@ -24,13 +24,22 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from up import uplab
 from up.uplab import PYTHON, TETHER, client, wait_for, web_server
 
+from tether.api import workload_pb2, workload_pb2_grpc
+from tether.identity import pki
 from tether.platform.local import config as platform_config
 from tether.platform.local.ipam import Ipam, IpamConfig, workload_owner
 
@@ -216,3 +225,130 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
     assert not any(b"Python-urllib" in f for f in vm_frames)  # and no request (their User-Agent) was readable
     caller_proxy = p.tether("logs", "-n", "meshed", name, "-c", "proxy").stdout
     assert "Traceback" not in vm.log("proxy") and "Traceback" not in caller_proxy
+
+
+# -- a VM with its identity from a SPIRE agent ------------------------------------------------------------------
+
+LEDGER, LEDGER_ID, LEDGER_SNI = "ledger", "spiffe://cluster.local/vm/ledger", "ledger.vm.cluster.local"
+
+LEDGER_OBJECTS = f"""
+apiVersion: workload.linkerd.io/v1beta1
+kind: ExternalWorkload
+metadata: {{name: {LEDGER}, namespace: {VM_NS}, labels: {{app: {LEDGER}}}}}
+spec:
+  meshTLS: {{identity: "{LEDGER_ID}", serverName: "{LEDGER_SNI}"}}
+  ports: [{{name: http, port: 8080}}]
+  workloadIPs: [{{ip: "{{ip}}"}}]
+status:
+  conditions: [{{type: Ready, status: "True"}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {LEDGER}, namespace: {VM_NS}}}
+spec:
+  selector: {{app: {LEDGER}}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+"""
+
+
+class SpireAgent(workload_pb2_grpc.SpiffeWorkloadAPIServicer):
+    """A SPIRE agent's Workload API on a Unix socket (grpcio): one X.509-SVID for the ledger, signed by the
+    platform's issuer, as SPIRE's agent would issue it under an UpstreamAuthority of the mesh's issuer."""
+
+    def __init__(self, pki_dir: Path, socket_path: Path) -> None:
+        issuer = x509.load_pem_x509_certificate((pki_dir / "issuer.crt").read_bytes())
+        issuer_key = serialization.load_pem_private_key((pki_dir / "issuer.key").read_bytes(), password=None)
+        key = ec.generate_private_key(ec.SECP256R1())
+        start = datetime.now(UTC) - timedelta(minutes=1)
+        leaf = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.ORGANIZATION_NAME, "SPIRE")]))
+                .issuer_name(issuer.subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(start + timedelta(hours=1))
+                .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(LEDGER_ID)]), critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      x509.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .add_extension(pki.authority_key_id(issuer), critical=False)
+                .sign(issuer_key, hashes.SHA256()))  # type: ignore[arg-type]
+        der = serialization.Encoding.DER
+        self.response = workload_pb2.X509SVIDResponse(svids=[workload_pb2.X509SVID(
+            spiffe_id=LEDGER_ID, x509_svid=leaf.public_bytes(der) + issuer.public_bytes(der),
+            x509_svid_key=key.private_bytes(der, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+            bundle=issuer.public_bytes(der))])
+        self.calls = 0
+        self._stop = threading.Event()
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        workload_pb2_grpc.add_SpiffeWorkloadAPIServicer_to_server(self, self._server)
+        assert self._server.add_insecure_port(f"unix:{socket_path}")
+        self._server.start()
+        socket_path.chmod(0o666)  # the proxy's uid connects (SPIRE's agent socket is world-writable too)
+
+    def FetchX509SVID(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        if dict(context.invocation_metadata()).get("workload.spiffe.io") != "true":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "security header missing from request")
+        self.calls += 1
+        yield self.response
+        self._stop.wait()  # the stream stays open, as the agent's does, for rotations
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._server.stop(None)
+
+
+@pytest.fixture
+def spire_vm(running: uplab.Platform, tmp_path: Path) -> Iterator[Vm]:
+    machine = Vm(running, tmp_path)
+    machine.ip = str(ipaddress.ip_network(running.pod_cidr).broadcast_address - 2)  # beside the first VM's
+    try:
+        machine.start()
+        yield machine
+    finally:
+        machine.stop()
+
+
+def test_a_vm_with_a_spire_svid_joins_the_mesh(running: uplab.Platform, spire_vm: Vm, tmp_path: Path) -> None:
+    """The VM's ``tether proxy`` takes its identity from a SPIRE agent's Workload API socket (no token, no
+    identity service): a meshed pod calls it through its Service over mTLS to the SVID's SPIFFE ID, and it
+    calls a meshed pod's Service presenting the SVID."""
+    p, vm = running, spire_vm
+    p.apply(NAMESPACE)
+    p.apply(web_server("web", "meshed", 1))
+    _ready_pods(p, "meshed", "web-", 1)
+    with p.store() as store:
+        web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
+    p.apply(BILLING.split("---")[0])  # the namespace
+    p.apply(LEDGER_OBJECTS.replace("{ip}", vm.ip))
+
+    vm_dir = vm.config.layout.run_dir / "vm-spire"
+    vm_dir.mkdir(mode=0o755)
+    socket_path = vm_dir / "agent.sock"
+    agent = SpireAgent(vm.config.layout.pki, socket_path)
+    try:
+        subprocess.run([TETHER, "init", "--netns", vm.netns, "--proxy-uid", str(PROXY_UID),
+                        "--inbound-ports-to-ignore", "4190,4191", "--ipv6=false"], check=True, capture_output=True)
+        env = {k: v for k, v in vm.proxy_env(Path("unused"), Path("unused")).items()
+               if not k.startswith("LINKERD2_PROXY_IDENTITY_") or k.endswith("TRUST_ANCHORS")}
+        env.update({
+            "LINKERD2_PROXY_IDENTITY_SPIRE_WORKLOAD_API_ADDRESS": f"unix://{socket_path}",
+            "LINKERD2_PROXY_IDENTITY_SERVER_ID": LEDGER_ID,
+            "LINKERD2_PROXY_IDENTITY_SERVER_NAME": LEDGER_SNI,
+            "LINKERD2_PROXY_POLICY_WORKLOAD": json.dumps({"ns": VM_NS, "external_workload": LEDGER}),
+            "LINKERD2_PROXY_DESTINATION_CONTEXT": json.dumps({"ns": VM_NS, "nodeName": "vm-2",
+                                                              "external_workload": LEDGER}),
+        })
+        vm.run("proxy", [TETHER, "proxy"], uid=PROXY_UID, env=env)
+        vm.run("app", [PYTHON, "-u", "-m", "http.server", "8080", "--bind", "0.0.0.0"], uid=APP_UID)
+        wait_for("the VM's proxy holds the SVID", lambda: "certified as " + LEDGER_ID in vm.log("proxy"), timeout=60)
+
+        vm.run("client", [PYTHON, "-u", "-c", uplab.CLIENT_SCRIPT, f"http://{web_ip}/"], uid=APP_UID)
+        p.apply(client("ledger-caller", "meshed", f"http://{LEDGER}.{VM_NS}.svc.cluster.local/"))
+        (caller,) = _ready_pods(p, "meshed", "ledger-caller-", 1)
+        name = caller["metadata"]["name"]
+        wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
+        wait_for("the meshed pod gets answers from the VM",
+                 lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=60)
+        assert agent.calls == 1  # one Workload API stream, held open
+        assert "Traceback" not in vm.log("proxy")
+    finally:
+        agent.stop()

@@ -265,7 +265,7 @@ def test_header_modifiers_rewrite_request_and_response() -> None:
     decision = decide(policy, get("/"), False, draws(0.0))
     assert isinstance(decision, Decision) and decision.rewrite is not None and decision.respond is not None
     headers = decision.rewrite(((b"x-set", b"old"), (b"x-gone", b"1"), (b"x-add", b"first")))
-    assert headers == ((b"x-add", b"first"), (b"x-set", b"s"), (b"x-add", b"a"))
+    assert headers == ((b"x-add", b"first"), (b"x-add", b"a"), (b"x-set", b"s"))  # add, then set, then remove
     assert decision.respond(((b"x-resp", b"upstream"),)) == ((b"x-resp", b"r"),)
 
 

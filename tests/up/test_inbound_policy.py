@@ -234,3 +234,122 @@ def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: 
                   if line.startswith("inbound_tcp_authz_terminate_total{")]
     assert any('srv_name="echo-tcp"' in line and f'client_id="{HOLDER_ID}"' in line and line.endswith(" 1")
                for line in terminated), terminated
+
+
+# -- route filters on the server side (proxy.md §8.3) ---------------------------------------------------------
+
+FILTER_NS = "filters"
+ECHO_HEADERS_SCRIPT = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = "".join(f"{k.lower()}: {v}\\n" for k, v in self.headers.items()).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+HTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+
+# Each path once a second, without following redirects: the status, the Location and the echoed headers.
+FILTER_CLIENT_SCRIPT = """
+import http.client, sys, time
+while True:
+    for path in ("/old/page?q=1", "/hdr"):
+        try:
+            c = http.client.HTTPConnection(sys.argv[1], 80, timeout=5)
+            c.request("GET", path, headers={"x-debug": "1", "x-env": "dev"})
+            r = c.getresponse()
+            body = r.read().decode().replace("\\n", "|")
+            print(path, r.status, r.getheader("location"), body, flush=True)
+            c.close()
+        except Exception as e:
+            print(path, "error", e, flush=True)
+    time.sleep(1)
+"""
+
+FILTER_POLICY = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {FILTER_NS}, annotations: {{linkerd.io/inject: enabled}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: {FILTER_NS}}}
+spec:
+  selector: {{app: echo}}
+  ports: [{{name: http, port: 80, targetPort: tcp}}]
+---
+apiVersion: policy.linkerd.io/v1beta3
+kind: Server
+metadata: {{name: echo-http, namespace: {FILTER_NS}}}
+spec:
+  podSelector: {{matchLabels: {{app: echo}}}}
+  port: tcp
+  proxyProtocol: HTTP/1
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: MeshTLSAuthentication
+metadata: {{name: meshed, namespace: {FILTER_NS}}}
+spec:
+  identities: ["*"]
+---
+apiVersion: policy.linkerd.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {{name: echo-meshed, namespace: {FILTER_NS}}}
+spec:
+  targetRef: {{group: policy.linkerd.io, kind: Server, name: echo-http}}
+  requiredAuthenticationRefs:
+  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: meshed}}
+---
+apiVersion: policy.linkerd.io/v1beta3
+kind: HTTPRoute
+metadata: {{name: echo-routes, namespace: {FILTER_NS}}}
+spec:
+  parentRefs: [{{group: policy.linkerd.io, kind: Server, name: echo-http}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /old}}}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect:
+        hostname: moved.example.com
+        path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}
+        statusCode: 302
+  - matches: [{{path: {{type: PathPrefix, value: /hdr}}}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{{name: x-env, value: prod}}, {{name: l5d-client-id, value: admin.forged}}]
+        add: [{{name: x-route, value: hdr}}]
+        remove: [x-debug]
+"""
+
+
+def test_route_filters_redirect_and_edit_headers_but_never_l5d_ones(running: uplab.Platform) -> None:
+    p = running
+    forged = "{name: l5d-client-id, value: admin.forged}"
+    p.apply(FILTER_POLICY)  # a modifier naming l5d-client-id: the proxy refuses the whole policy
+    p.apply(_python_deployment("echo", FILTER_NS, ECHO_HEADERS_SCRIPT, port="8080"))
+    wait_for("the echo pod ready", lambda: [x for x in p.pods(FILTER_NS)
+                                            if x["metadata"]["name"].startswith("echo-") and ready(x)], timeout=60)
+    p.apply(_python_deployment("caller", FILTER_NS, FILTER_CLIENT_SCRIPT, f"echo.{FILTER_NS}.svc.cluster.local",
+                               service_account="caller"))
+    (caller_pod,) = wait_for("the caller pod", lambda: [x for x in p.pods(FILTER_NS)
+                                                        if x["metadata"]["name"].startswith("caller-") and ready(x)],
+                             timeout=60)
+
+    def lines(path: str) -> list[str]:
+        out = str(p.tether("logs", "-n", FILTER_NS, caller_pod["metadata"]["name"]).stdout)
+        return [line for line in out.splitlines() if line.startswith(path + " ")]
+
+    # Linkerd's invalid policy: every request 403, so the forged identity never reaches the app.
+    wait_for("the invalid policy's 403", lambda: [x for x in lines("/hdr") if " 403 " in x], timeout=60)
+    assert not [x for x in lines("/hdr") if " 200 " in x or "admin.forged" in x]
+
+    assert forged in FILTER_POLICY
+    p.apply(FILTER_POLICY.replace(f", {forged}", ""))
+    redirected = wait_for("a redirect", lambda: [x for x in lines("/old/page?q=1") if " 302 " in x], timeout=60)
+    assert "http://moved.example.com/new/page?q=1" in redirected[0], redirected
+    edited = wait_for("an edited request", lambda: [x for x in lines("/hdr") if " 200 " in x], timeout=60)
+    echoed = edited[0]
+    assert "x-env: prod" in echoed and "x-route: hdr" in echoed and "x-debug" not in echoed, echoed
+    caller_id = f"caller.{FILTER_NS}.serviceaccount.identity.linkerd.cluster.local"
+    assert f"l5d-client-id: {caller_id}" in echoed, echoed

@@ -8,11 +8,10 @@ no protobuf is touched per request.
 - ``OutboundRoute`` / ``OutboundRule``: Gateway API routes; a request's route
   and rule are chosen as the inbound side chooses them
   (``server_policy.select_route``: hosts, then the best match).
-- Filters: ``HeaderModifier`` (request or response; ``l5d-*`` names are never
-  touched, so a route cannot forge ``l5d-client-id`` or strip what the proxies
-  tell each other), ``Redirect`` (a 3xx the proxy answers), ``FailureInjector``
-  (a share of requests failed with its status or gRPC code) and ``Invalid``
-  (500: what the controller could not express).
+- Filters: ``core.route_filters``'s (shared with inbound routes): ``HeaderModifier``
+  (request or response; never ``l5d-*`` names), ``Redirect`` (a 3xx the proxy
+  answers), ``FailureInjector`` (a share of requests failed with its status or
+  gRPC code) and ``Invalid`` (500: what the controller could not express).
 - ``RouteBackend``: a balancer (a Service's endpoints, leased by the watch),
   a forward endpoint (an egress or fallback target), or nothing (502); drawn
   per request by weight (``choose``), one not ready giving its share to the
@@ -26,16 +25,14 @@ Pure. Callers: ``core.client_policy_translation``, ``core.policy_routes``, ``io.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.proxy.codec.http1 import Headers
 from tether.proxy.core import labels
 from tether.proxy.core.endpoint import Endpoint
+from tether.proxy.core.route_filters import HeaderModifier, RequestFilter
 from tether.proxy.core.server_policy import HostMatch, Protocol, Rule
 
-L5D_PREFIX = b"l5d-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,71 +65,6 @@ class PolicyRef:
         """A route's labels: group, kind, namespace and name."""
         return labels.render(("route_group", self.group), ("route_kind", self.kind),
                              ("route_namespace", self.namespace), ("route_name", self.name))
-
-
-# -- filters ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderModifier:
-    """Gateway API's header modifier: ``set`` replaces, ``add`` appends, ``remove`` drops (names lower-case)."""
-
-    add: Headers = ()
-    set: Headers = ()
-    remove: frozenset[bytes] = frozenset()
-
-    def apply(self, headers: Headers) -> Headers:
-        replaced = {name for name, _ in self.set} | self.remove
-        kept = tuple((n, v) for n, v in headers if n.lower() not in replaced)
-        return kept + self.set + self.add
-
-
-@dataclass(frozen=True, slots=True)
-class Redirect:
-    """``RequestRedirect``: the proxy answers ``status`` with a ``Location`` built from the request."""
-
-    status: int
-    scheme: str | None = None
-    host: str | None = None
-    port: int | None = None
-    full_path: str | None = None
-    prefix: str | None = None  # replaces the matched path prefix (``matched``)
-
-    def location(self, scheme: str, host: str, path: str, query: str, matched: str | None) -> str:
-        scheme = self.scheme or scheme
-        host = self.host or host
-        if self.full_path is not None:
-            path = self.full_path
-        elif self.prefix is not None and matched is not None:
-            rest = path[len(matched.rstrip("/")):]
-            path = self.prefix.rstrip("/") + rest if rest else self.prefix or "/"
-        port = self.port
-        authority = host if port is None or (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
-        return f"{scheme}://{authority}{path}{'?' + query if query else ''}"
-
-
-@dataclass(frozen=True, slots=True)
-class FailureInjector:
-    """Fails ``numerator``/``denominator`` of the requests with ``status`` (HTTP) or ``grpc_code``."""
-
-    status: int
-    message: str
-    numerator: int = 1
-    denominator: int = 1
-    grpc_code: int | None = None
-
-    def hits(self, draw: float) -> bool:
-        return draw * self.denominator < self.numerator
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """What the controller could not express (a missing backend, an unsupported filter): 500."""
-
-    message: str
-
-
-RequestFilter = HeaderModifier | Redirect | FailureInjector | Invalid
 
 
 # -- backends, rules, routes --------------------------------------------------------------------------------
@@ -286,9 +218,3 @@ class ClientPolicy:
         route): then a ServiceProfile's routes apply (Linkerd 2.20's fallback)."""
         routes = self.routes(h2)
         return all(r.meta.is_default and r.meta.name in ("http", "grpc") for r in routes)
-
-
-def refuse_l5d(names: Sequence[bytes]) -> list[bytes]:
-    """The ``l5d-*`` names among ``names``: a header modifier never touches them."""
-    return [n for n in names if n.lower().startswith(L5D_PREFIX)]
-

@@ -26,27 +26,21 @@ from google.protobuf.duration_pb2 import Duration
 from tether.api import http_route_pb2, meta_pb2
 from tether.api import outbound_pb2 as pb
 from tether.api.addresses import InvalidAddress
-from tether.proxy.codec.http1 import HOP_BY_HOP
 from tether.proxy.core.client_policy import (
     ClientPolicy,
     ConsecutiveFailures,
     Distribution,
-    FailureInjector,
-    HeaderModifier,
-    Invalid,
     OpaqueRoute,
     OutboundRoute,
     OutboundRule,
     PolicyRef,
-    Redirect,
-    RequestFilter,
     Retry,
     RouteBackend,
     Timeouts,
-    refuse_l5d,
 )
+from tether.proxy.core import route_filters
 from tether.proxy.core.endpoint import Endpoint
-from tether.proxy.core.errors import GRPC_INTERNAL
+from tether.proxy.core.route_filters import HeaderModifier, Invalid, RequestFilter
 from tether.proxy.core.policy_translation import InvalidPolicy, grpc_match, host_matches, http_match
 from tether.proxy.core.server_policy import Protocol, Rule
 
@@ -134,7 +128,7 @@ class _Translator:
             filters: list[RequestFilter] = []
             responses: list[HeaderModifier] = []
             for j, f in enumerate(rule.filters):
-                translated = _filter(f, f"{here}.filters[{j}]", grpc)
+                translated = _filter(f, f"{here}.filters[{j}]")
                 if isinstance(translated, tuple):
                     responses.append(translated[0])
                 else:
@@ -175,7 +169,7 @@ class _Translator:
             if any(f.WhichOneof("kind") in ("forbidden", "invalid") for f in message.filters):
                 filters = (Invalid("forbidden"),)
         else:
-            filters = tuple(_request_only(_filter(f, f"{where}.filters[{i}]", grpc), f"{where}.filters[{i}]")
+            filters = tuple(_request_only(_filter(f, f"{where}.filters[{i}]"), f"{where}.filters[{i}]")
                             for i, f in enumerate(message.filters))
             timeout = _seconds(message.requestTimeout) if message.HasField("requestTimeout") else None
             if timeout is not None:
@@ -227,25 +221,19 @@ def _seconds(d: Duration) -> float:
     return float(d.ToNanoseconds()) / 1e9
 
 
-def _filter(message: Any, where: str, grpc: bool) -> RequestFilter | tuple[HeaderModifier]:
+def _filter(message: Any, where: str) -> RequestFilter | tuple[HeaderModifier]:
     """A request filter, or a response header modifier (as a 1-tuple)."""
     kind = message.WhichOneof("kind")
     if kind == "request_header_modifier":
-        return _modifier(message.request_header_modifier, f"{where}.request_header_modifier")
+        return route_filters.header_modifier_from_proto(message.request_header_modifier,
+                                                        f"{where}.request_header_modifier")
     if kind == "response_header_modifier":
-        return (_modifier(message.response_header_modifier, f"{where}.response_header_modifier"),)
+        return (route_filters.header_modifier_from_proto(message.response_header_modifier,
+                                                         f"{where}.response_header_modifier"),)
     if kind == "redirect":
-        return _redirect(message.redirect, f"{where}.redirect")
+        return route_filters.redirect_from_proto(message.redirect, f"{where}.redirect")
     if kind == "failure_injector":
-        f = message.failure_injector
-        numerator, denominator = (f.ratio.numerator, f.ratio.denominator) if f.HasField("ratio") else (1, 1)
-        if denominator == 0:
-            raise InvalidPolicy(f"{where}.failure_injector.ratio.denominator: 0")
-        if grpc:
-            code = f.code if 0 < f.code <= 16 else GRPC_INTERNAL  # Linkerd's controller sends 500 for "internal"
-            return FailureInjector(200, f.message or "gRPC request failed", numerator, denominator, code)
-        status = f.status if 100 <= f.status <= 599 else 500
-        return FailureInjector(status, f.message or "HTTP request failed", numerator, denominator)
+        return route_filters.failure_from_proto(message.failure_injector, f"{where}.failure_injector")
     raise InvalidPolicy(f"{where}: unknown filter")
 
 
@@ -253,45 +241,6 @@ def _request_only(f: RequestFilter | tuple[HeaderModifier], where: str) -> Reque
     if isinstance(f, tuple):
         raise InvalidPolicy(f"{where}: a response filter on a backend")
     return f
-
-
-def _modifier(message: http_route_pb2.RequestHeaderModifier | http_route_pb2.ResponseHeaderModifier,
-              where: str) -> HeaderModifier:
-    add = tuple((h.name.lower().encode("latin-1"), bytes(h.value)) for h in message.add.headers)
-    set_ = tuple((h.name.lower().encode("latin-1"), bytes(h.value)) for h in message.set.headers)
-    remove = frozenset(n.lower().encode("latin-1") for n in message.remove)
-    names = [n for n, _ in add] + [n for n, _ in set_] + sorted(remove)
-    forged = refuse_l5d(names)
-    if forged:
-        raise InvalidPolicy(f"{where}: {forged[0].decode('latin-1')} is the proxies' own header")
-    for name in names:
-        if not name or name.startswith(b":") or any(c in name for c in b" \t\r\n:"):
-            raise InvalidPolicy(f"{where}: {name!r} is not a header name")
-        if name in HOP_BY_HOP or name == b"content-length":
-            raise InvalidPolicy(f"{where}: {name.decode('latin-1')} frames the message; it cannot be modified")
-    for _, value in (*add, *set_):
-        if b"\r" in value or b"\n" in value:
-            raise InvalidPolicy(f"{where}: a header value with a line break")
-    return HeaderModifier(add, set_, remove)
-
-
-def _redirect(message: http_route_pb2.RequestRedirect, where: str) -> Redirect:
-    scheme = None
-    if message.HasField("scheme"):
-        which = message.scheme.WhichOneof("type")
-        scheme = ("http", "https")[message.scheme.registered] if which == "registered" \
-            else message.scheme.unregistered.lower()
-    status = message.status or 302
-    if not 300 <= status <= 399:
-        raise InvalidPolicy(f"{where}.status: {status} is not a redirection")
-    full = prefix = None
-    if message.HasField("path"):
-        which = message.path.WhichOneof("replace")
-        if which == "full":
-            full = message.path.full
-        elif which == "prefix":
-            prefix = message.path.prefix
-    return Redirect(status, scheme, message.host or None, message.port or None, full, prefix)
 
 
 def _timeouts(rule: pb.HttpRoute.Rule | pb.GrpcRoute.Rule) -> Timeouts:

@@ -196,12 +196,16 @@ def rust_duration(seconds: float) -> str:
 
 
 
-def response(error: ProxyError, *, meshed_client: bool) -> ResponseHead:
-    headers = [(b"content-length", b"0"), (b"l5d-proxy-error", error.message.encode("latin-1", "replace")),
-               *error.headers]
+def response(error: ProxyError, *, meshed_client: bool, informational: bool = True) -> ResponseHead:
+    """``informational``: ``l5d-proxy-error`` and ``l5d-proxy-connection`` may be sent (inbound: to meshed clients
+    only, proxy.md §8.4)."""
+    headers = [(b"content-length", b"0")]
+    if informational:
+        headers.append((b"l5d-proxy-error", error.message.encode("latin-1", "replace")))
+    headers.extend(error.headers)
     if error.close:
         headers.append((b"connection", b"close"))
-        if meshed_client:
+        if meshed_client and informational:
             headers.append((b"l5d-proxy-connection", b"close"))
     return ResponseHead(error.status, tuple(headers), REASONS.get(error.status, b""))
 
@@ -217,8 +221,12 @@ def grpc_message(text: str) -> bytes:
     return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in text.encode())
 
 
-def grpc_headers(error: ProxyError) -> tuple[tuple[bytes, bytes], ...]:
-    """The headers (after ``:status: 200``) of a trailers-only gRPC answer for ``error``."""
-    return ((b"content-length", b"0"), (b"content-type", b"application/grpc"),
-            (b"grpc-status", str(grpc_status(error)).encode()), (b"grpc-message", grpc_message(error.message)),
+def grpc_headers(error: ProxyError, *, informational: bool = True) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers (after ``:status: 200``) of a trailers-only gRPC answer for ``error``; ``grpc-message`` and
+    ``l5d-proxy-error`` only when ``informational``."""
+    status = ((b"content-length", b"0"), (b"content-type", b"application/grpc"),
+              (b"grpc-status", str(grpc_status(error)).encode()))
+    if not informational:
+        return status
+    return (*status, (b"grpc-message", grpc_message(error.message)),
             (b"l5d-proxy-error", error.message.encode("latin-1", "replace")))

@@ -7,7 +7,8 @@ calls these for the decisions and the accounting they share:
 
 - ``admit``: the direction's in-flight limit (``*_MAX_IN_FLIGHT``, load
   shedding: 503) and the per-request policy hook (``HttpSettings.policy``:
-  inbound authorization and rate limits), before the request is routed;
+  inbound authorization, route filters and rate limits), before the request
+  is routed (the edit a route's header modifier makes is the core's to apply);
   ``leave`` gives the in-flight place back;
 - ``route_begun``: the exchange's first pick named a ServiceProfile route:
   ``route_request_total``, and whether its body is to be kept for a retry;
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ErrorKind, ProxyError
-from tether.proxy.core.http import HttpSettings
+from tether.proxy.core.http import HeaderEdit, HttpSettings
 from tether.proxy.core.policy_routes import PolicyRoute
 from tether.proxy.core.retries import Settled, settle
 
@@ -37,22 +38,25 @@ if TYPE_CHECKING:
     from tether.proxy.core.profiles import Route
 
 
-def admit(settings: HttpSettings, request: RequestHead) -> tuple[bool, ProxyError | None]:
-    """(whether the exchange took an in-flight place, the answer if it is refused). A shed request takes no
-    place; a request the policy refuses has taken one (``leave`` it when it ends)."""
+def admit(settings: HttpSettings, request: RequestHead) -> tuple[bool, ProxyError | None, HeaderEdit | None]:
+    """(whether the exchange took an in-flight place, the answer if it is refused, the edit the policy makes
+    to the request's headers). A shed request takes no place; a request the policy refuses has taken one
+    (``leave`` it when it ends)."""
     in_flight = settings.in_flight
     placed = False
     if in_flight is not None:
         if in_flight.count >= in_flight.limit:
-            return False, errors.load_shed()
+            return False, errors.load_shed(), None
         in_flight.count += 1
         placed = True
     policy = settings.policy
     if policy is not None:
-        refusal = policy.check(request)
-        if refusal is not None:
-            return placed, refusal
-    return placed, None
+        answer = policy.check(request)
+        if answer is not None:
+            if isinstance(answer, ProxyError):
+                return placed, answer, None
+            return placed, None, answer
+    return placed, None, None
 
 
 def leave(settings: HttpSettings) -> None:

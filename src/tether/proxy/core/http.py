@@ -66,8 +66,8 @@ class Pick:
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.
-    rewrite: Callable[[Headers], Headers] | None = None
-    respond: Callable[[Headers], Headers] | None = None
+    rewrite: HeaderEdit | None = None
+    respond: HeaderEdit | None = None
 
 
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]
@@ -87,16 +87,23 @@ class InFlight:
         self.count = 0
 
 
+HeaderList = list[tuple[bytes, bytes]]
+# A change of a message's headers, in any HTTP version: its headers in, the new ones out (a route's header
+# modifier: an inbound request policy's edit, a client policy route's ``Pick.rewrite``/``respond``).
+HeaderEdit = Callable[[Headers], Headers]
+
+
 class RequestPolicy(Protocol):
-    """Per-request policy, asked once per request head before it is routed (issue #15: inbound
-    authorization per route and rate limits). An answer other than None is what the proxy answers
-    instead (a ``ProxyError``: 403, 429...); the request is then not routed.
+    """Per-request policy, asked once per request head before it is routed (inbound authorization per
+    route, route filters and rate limits: ``core.inbound_authz``). A ``ProxyError`` is what the proxy
+    answers instead (403, 429, a redirect...); the request is then not routed. A ``HeaderEdit`` is applied
+    to the request's headers before it is routed (a route's ``RequestHeaderModifier``); None: as it is.
 
     Outbound HTTPRoute client policy (#15) is routing, not a check: it plugs in as the ``Router``
     (``core.routes``), which already answers per request with a ``Pick`` carrying its route.
     """
 
-    def check(self, request: RequestHead) -> ProxyError | None: ...
+    def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None: ...
 
 
 class StreamObserver(Protocol):
@@ -121,6 +128,9 @@ class HttpSettings:
     metrics: HttpMetrics | None = None
     strip_proxy_errors: bool = False  # outbound: l5d-proxy-error from the remote proxy is not for the app
     meshed_client: bool = False  # inbound: the client is a proxy (gets l5d-proxy-connection)
+    # l5d-proxy-error, l5d-proxy-connection and grpc-message on the proxy's own answers: outbound always;
+    # inbound to meshed clients only (proxy.md §8.4).
+    informational: bool = True
     client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
     max_head_size: int = MAX_HEAD_SIZE
     error_labels: str = field(default="")  # labels of requests that got no endpoint
@@ -130,9 +140,6 @@ class HttpSettings:
     # HTTP/2 server keep-alive (interval, timeout) in seconds: a PING after ``interval`` without a byte from the
     # client, the connection ended when no answer came within ``timeout``. None: no PINGs.
     h2_keep_alive: tuple[float, float] | None = None
-
-
-HeaderList = list[tuple[bytes, bytes]]
 
 
 def mesh_request_headers(headers: HeaderList, pick: Pick, settings: HttpSettings) -> HeaderList:

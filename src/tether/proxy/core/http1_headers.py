@@ -8,6 +8,9 @@ acted on it. Down: hop-by-hop dropped, outbound ``l5d-proxy-error`` and
 ``l5d-proxy-connection`` from the remote proxy dropped, and the response
 re-framed for this client (chunked when the upstream gave no length).
 
+A route's ``RequestHeaderModifier`` (inbound policy) edits a head's end-to-end
+headers only (``edited``); the edited head is serialised anew.
+
 The codec marks heads with nothing to rewrite (``rewrite`` False: no
 hop-by-hop, no ``l5d-*`` header) and keeps their bytes (``raw``): such a head
 goes on as it came, with only the lines the proxy adds appended to its bytes.
@@ -31,6 +34,7 @@ from tether.proxy.codec.http1 import (
 from tether.proxy.core.http import (
     L5D_CLIENT_ID,
     L5D_DST_CANONICAL,
+    HeaderEdit,
     HttpSettings,
     Pick,
     mesh_request_headers,
@@ -54,6 +58,18 @@ def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE) -> Headers:
     listed = _connection_tokens(headers) - keep
     return tuple([(n, v) for n, v in headers
                   if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed)])
+
+
+_CONNECTION_OWNED = HOP_BY_HOP | {b"content-length"}
+
+
+def edited(request: RequestHead, edit: HeaderEdit) -> RequestHead:
+    """``request`` with a route's header edit applied (``core.http.RequestPolicy``). Its framing and
+    hop-by-hop headers belong to the connection, not to the route: kept as they came, whatever the edit says."""
+    owned = [(n, v) for n, v in request.headers if n.lower() in _CONNECTION_OWNED]
+    changed = edit(tuple([(n, v) for n, v in request.headers if n.lower() not in _CONNECTION_OWNED]))
+    headers = [(n, v) for n, v in changed if n.lower() not in _CONNECTION_OWNED] + owned
+    return RequestHead(request.method, request.target, tuple(headers), request.version)
 
 
 def _appended(head: RequestHead, extra: Headers) -> RequestHead:

@@ -74,7 +74,7 @@ from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick, Router
-from tether.proxy.core.http1_headers import downstream_response, informational, upstream_request
+from tether.proxy.core.http1_headers import downstream_response, edited, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
 from tether.proxy.core.retries import Settled
 
@@ -276,10 +276,12 @@ class Http1Proxy:
     def _begin(self, request: RequestHead) -> None:
         settings = self.settings
         ex = self.ex = _Exchange(request, settings.clock())
-        ex.in_flight, refusal = exchange.admit(settings, request)
+        ex.in_flight, refusal, edit = exchange.admit(settings, request)
         if refusal is not None:
             self._answer(ex, refusal, None)
             return
+        if edit is not None:
+            ex.request = edited(request, edit)
         self._route(ex)
 
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
@@ -640,7 +642,7 @@ class Http1Proxy:
             settings.metrics.request(labels)
         server = self.server
         if server.our_state is State.IDLE:
-            head = errors.response(error, meshed_client=settings.meshed_client)
+            head = errors.response(error, meshed_client=settings.meshed_client, informational=settings.informational)
             self.sink.send_down(server.send_head(head) + server.send_end())
             if labels and not recorded:
                 self._record(labels, error.status, False, ex.start)
@@ -672,7 +674,7 @@ class Http1Proxy:
                 settings.metrics.response(labels, error.status, False, 0, error.metric)
             exchange.count_error(settings, error, self.sink.count)
             _REFUSALS.note(settings.clock(), settings.direction, error)
-            head = errors.response(error, meshed_client=False)
+            head = errors.response(error, meshed_client=False, informational=settings.informational)
             self.sink.send_down(self.server.send_head(head) + self.server.send_end())
         self._close()
 

@@ -385,10 +385,12 @@ class _Http2:
             pair.in_flight = True
         policy = self.settings.policy
         if policy is not None:  # the hook for per-request policy (core.http.RequestPolicy, #15)
-            refusal = policy.check(pair.route_head())
-            if refusal is not None:
-                self._fail(pair, refusal)
+            answer = policy.check(pair.route_head())
+            if isinstance(answer, ProxyError):
+                self._fail(pair, answer)
                 return
+            if answer is not None:  # a route's header modifier
+                pair.headers = list(answer(tuple(pair.headers)))
         self._route(pair, None)
 
     def _request_data(self, event: h2e.DataReceived) -> None:
@@ -929,12 +931,14 @@ class _Http2:
             return
         if pair.grpc:
             status = 200
-            headers: Headers = [(b":status", b"200"), *errors.grpc_headers(error)]
+            headers: Headers = [(b":status", b"200"),
+                                *errors.grpc_headers(error, informational=self.settings.informational)]
             pair.grpc_status = errors.grpc_status(error)
         else:
             status = error.status
             # l5d-proxy-connection only for a downgraded request: the HTTP/2 connection itself stays open.
-            head = errors.response(error, meshed_client=pair.orig_proto is not None and self.settings.meshed_client)
+            head = errors.response(error, meshed_client=pair.orig_proto is not None and self.settings.meshed_client,
+                                   informational=self.settings.informational)
             headers = [(b":status", str(status).encode())]
             headers += [(n.lower(), v) for n, v in head.headers if n.lower() not in HOP_BY_HOP]
             if pair.orig_proto is not None:

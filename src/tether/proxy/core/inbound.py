@@ -55,7 +55,13 @@ from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.authz import Meta, authorize
-from tether.proxy.core.inbound_authz import InboundRequestPolicy, PolicyChanges, TcpAuthzWatch, server_labels
+from tether.proxy.core.inbound_authz import (
+    InboundRequestPolicy,
+    PolicyChanges,
+    TcpAuthzWatch,
+    log_connection,
+    server_labels,
+)
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
@@ -213,6 +219,7 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
         yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
         return
     server = server_labels(policy, port)
+    log_connection(policy, decision.meta if decision else None, client.ip, session.client_id)
     if decision is None:
         yield Count("inbound_tcp_authz_deny_total", labels.join(labels.target(session.target), server,
                                                                 session.tls_labels))
@@ -273,7 +280,9 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
                                 server_labels(settings.policy(target.port), target.port),
                                 Meta.default("default").labels("route"),
                                 session.authz.labels("authz") if session.authz else labels.authz_labels(""))
-    http = replace(http, meshed_client=session.mesh_tls and session.client_id is not None,
+    meshed = session.mesh_tls and session.client_id is not None
+    # Informational headers (l5d-proxy-error...) only to meshed clients, as linkerd2-proxy's inbound does.
+    http = replace(http, meshed_client=meshed, informational=meshed,
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels,
                    policy=session.policy)
     return inbound_router(target, settings.connect_timeout, metric_labels), http

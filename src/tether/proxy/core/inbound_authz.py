@@ -6,7 +6,16 @@ request, so a policy change applies to the next request): the best route
 route's authorizations (none admits the client: 403 / gRPC
 ``PERMISSION_DENIED``, ``inbound_http_authz_deny_total``; else
 ``inbound_http_authz_allow_total``). Labels are Linkerd's: ``target_*``,
-``srv_*``, ``route_*``, ``authz_*``, ``tls`` and ``client_id``. Then the
+``srv_*``, ``route_*``, ``authz_*``, ``tls`` and ``client_id``. A denial is
+logged; so is each request the ``audit`` authorization (the ``audit`` default
+policy, a Server's ``accessPolicy: audit``) allows -- it would otherwise have
+been denied -- counted as allowed under ``authz_kind="default",authz_name="audit"``
+as linkerd2-proxy does. Then the rule's filters (``core.route_filters``), in
+order: a failure injector that fires answers 500 ``unexpected error`` (gRPC
+``INTERNAL``: linkerd2-proxy's inbound has no case for it), a redirect its
+3xx with ``Location`` (gRPC ``NOT_FOUND``; one that cannot be made: 500), the
+invalid policy's filter 500; header modifiers become one edit of the request's
+headers, which ``check`` returns for the HTTP core to apply. Then the
 server's local rate limit (``core.ratelimit``): 429 / gRPC
 ``RESOURCE_EXHAUSTED``, ``inbound_http_local_ratelimit_total{ratelimit_scope}``.
 
@@ -23,7 +32,9 @@ one ``TcpAuthzWatch`` per forwarded connection).
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
+from functools import partial
 
 from tether.proxy.codec.addrs import IpAddress
 from tether.proxy.codec.http1 import RequestHead
@@ -31,7 +42,10 @@ from tether.proxy.core import errors
 from tether.proxy.core.authz import Meta, authorize
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.metrics import Registry
-from tether.proxy.core.server_policy import ServerPolicy
+from tether.proxy.codec.http1 import Headers
+from tether.proxy.core.http import HeaderEdit
+from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect
+from tether.proxy.core.server_policy import HttpRoute, Rule, ServerPolicy, select_route
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +71,11 @@ class InboundRequestPolicy:
     """Route and authorization of each request on one inbound connection."""
 
     __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
-                 "_registry", "_clock")
+                 "_registry", "_clock", "_draw")
 
     def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
                  client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], draw: Callable[[], float] = random.random) -> None:
         self._policy = policy
         self._port = port
         self._client_ip = client_ip
@@ -71,21 +85,35 @@ class InboundRequestPolicy:
         self._tls_labels = tls_labels
         self._registry = registry
         self._clock = clock
+        self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
 
-    def check(self, request: RequestHead) -> ProxyError | None:
+    def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None:
         policy = self._policy()
         server = f"{self._target_labels},{server_labels(policy, self._port)}"
-        route = policy.route(request)
-        if route is None:
+        selected = select_route(policy.http_routes, request)
+        if selected is None:
             self._count("inbound_http_route_not_found_total", f"{server},{self._tls_labels}")
             return errors.route_not_found()
+        route, rule = selected
         server_route = f"{server},{route.meta.labels('route')}"
         authz = authorize(route.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
                           client_id=self._client_id)
         if authz is None:
+            log.info("inbound: request denied: server %s, route %s, client %s (%s)", _name(policy.meta),
+                     _name(route.meta), self._client_ip, self._client_id or "no identity")
             self._count("inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}")
             return errors.unauthorized()
+        if authz.meta == AUDIT:
+            log.info("inbound: request allowed: server %s, route %s, client %s (%s), authorization %s",
+                     _name(policy.meta), _name(route.meta), self._client_ip, self._client_id or "no identity",
+                     _name(authz.meta))
         self._count("inbound_http_authz_allow_total", f"{server_route},{authz.meta.labels('authz')},{self._tls_labels}")
+        edit = None
+        if rule.filters:
+            outcome = self._filter(route, rule, request)
+            if isinstance(outcome, ProxyError):
+                return outcome
+            edit = outcome
         limit = policy.ratelimit
         if limit is not None:
             scope = limit.check(self._client_id if self._mesh_tls else None, self._clock())
@@ -93,7 +121,35 @@ class InboundRequestPolicy:
                 self._count("inbound_http_local_ratelimit_total",
                             f'{server_route},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
                 return errors.rate_limited(scope)
-        return None
+        return edit
+
+    def _filter(self, route: HttpRoute, rule: Rule, request: RequestHead) -> ProxyError | HeaderEdit | None:
+        """The rule's filters in order, as linkerd2-proxy applies them: the first failure or redirect answers;
+        header modifiers add up to one edit of the request's headers."""
+        modifiers: list[HeaderModifier] = []
+        for f in rule.filters:
+            if isinstance(f, HeaderModifier):
+                modifiers.append(f)
+            elif isinstance(f, FailureInjector):
+                if f.hits(self._draw()):
+                    log.warning("inbound: unexpected error: route %s: injected failure %d: %s",
+                                _name(route.meta), f.grpc_code if f.grpc_code is not None else f.status, f.message)
+                    return UNEXPECTED
+            elif isinstance(f, Redirect):
+                try:
+                    location = f.location_of(request, rule.matched_prefix(request))
+                except InvalidRedirect as exc:
+                    log.warning("inbound: route %s: invalid redirect: %s", _name(route.meta), exc)
+                    return UNEXPECTED
+                if location is not None:
+                    return errors.redirect(f.status, location)
+            else:
+                return errors.invalid_policy(f"invalid server policy: {f.message}")
+        if not modifiers:
+            return None
+        if len(modifiers) == 1:
+            return modifiers[0].apply
+        return partial(_apply_all, tuple(modifiers))
 
     def _count(self, name: str, labels: str) -> None:
         if self._registry is not None:
@@ -147,3 +203,30 @@ class TcpAuthzWatch:
             self._registry.counter(name, HELP[name]).inc(
                 f"{self._target_labels},{server_labels(policy, self._port)},{self._tls_labels}")
         revoke()
+
+
+# linkerd2-proxy's inbound error mapper has no case for an injected failure nor an invalid redirect: both are
+# answered as any unexpected error, whatever status the filter says.
+UNEXPECTED = errors.injected(500, errors.GRPC_INTERNAL, "unexpected error")
+AUDIT = Meta.default("audit")  # the authorization of the ``audit`` policy: allows, and each request is logged
+
+
+def log_connection(policy: ServerPolicy, authz: Meta | None, client_ip: IpAddress, client_id: str | None) -> None:
+    """linkerd2-proxy's log lines for a connection authorized once: denied, or allowed by ``audit``."""
+    if authz is None:
+        log.info("inbound: connection denied: server %s, client %s (%s)", _name(policy.meta), client_ip,
+                 client_id or "no identity")
+    elif authz == AUDIT:
+        log.info("inbound: request allowed: server %s, client %s (%s), authorization %s", _name(policy.meta),
+                 client_ip, client_id or "no identity", _name(authz))
+
+
+def _name(meta: Meta) -> str:
+    return f"{meta.group}/{meta.kind}/{meta.name}" if meta.group else f"{meta.kind}:{meta.name}"
+
+
+def _apply_all(modifiers: tuple[HeaderModifier, ...], headers: Headers) -> Headers:
+    for modifier in modifiers:
+        headers = modifier.apply(headers)
+    return headers
+

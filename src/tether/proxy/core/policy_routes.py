@@ -27,22 +27,19 @@ from dataclasses import dataclass, replace
 
 from tether.proxy.codec.http1 import Headers, RequestHead
 from tether.proxy.core import errors
-from tether.proxy.core.client_policy import (
-    ClientPolicy,
+from tether.proxy.core.client_policy import ClientPolicy, OutboundRoute, OutboundRule, Retry, RouteBackend
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.route_filters import (
     FailureInjector,
     HeaderModifier,
     Invalid,
-    OutboundRoute,
-    OutboundRule,
+    InvalidRedirect,
     Redirect,
     RequestFilter,
-    Retry,
-    RouteBackend,
 )
-from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.policy_metrics import PolicyMetrics
-from tether.proxy.core.profiles import MATCH_ALL, Route, request_path
-from tether.proxy.core.server_policy import PathKind, select_route
+from tether.proxy.core.profiles import MATCH_ALL, Route
+from tether.proxy.core.server_policy import select_route
 
 Rewrite = Callable[[Headers], Headers]
 
@@ -200,7 +197,12 @@ def _filters(filters: tuple[RequestFilter, ...], rule: OutboundRule, request: Re
         if isinstance(f, HeaderModifier):
             modifiers.append(f)
         elif isinstance(f, Redirect):
-            return errors.redirect(f.status, _location(f, rule, request))
+            try:
+                location = f.location_of(request, rule.match.matched_prefix(request))
+            except InvalidRedirect as exc:
+                return errors.invalid_policy(f"invalid redirect: {exc}")
+            if location is not None:  # else the request is where the redirect would send it: no redirect
+                return errors.redirect(f.status, location)
         elif isinstance(f, FailureInjector):
             if f.hits(draw()):
                 return errors.injected(f.status, f.grpc_code, f.message)
@@ -222,21 +224,3 @@ def _chain(modifiers: tuple[HeaderModifier, ...] | list[HeaderModifier]) -> Rewr
         return headers
 
     return apply
-
-
-def _location(redirect: Redirect, rule: OutboundRule, request: RequestHead) -> str:
-    target = request.target.decode("latin-1")
-    query = target.partition("?")[2]
-    path = request_path(request.target) or "/"
-    host = next((v for n, v in request.headers if n.lower() in (b"host", b":authority")), b"").decode("latin-1")
-    name, sep, port = host.rpartition(":")
-    if sep and port.isdigit() and (name.endswith("]") or ":" not in name):
-        host = name  # the redirect's port (or the scheme's default) replaces the request's
-    matched = None
-    if redirect.prefix is not None:
-        # The prefix the request matched: the longest PathPrefix of the rule that holds.
-        prefixes = [m.path.value for m in rule.match.matches
-                    if m.path is not None and m.path.kind is PathKind.PREFIX and m.path.matches(path)]
-        matched = max(prefixes, key=len) if prefixes else "/"
-    scheme = "https" if target.startswith("https://") else "http"
-    return redirect.location(scheme, host, path, query, matched)

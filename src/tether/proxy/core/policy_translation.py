@@ -2,7 +2,8 @@
 
 ``translate`` raises ``InvalidPolicy`` (naming the field) for a message the
 proxy cannot use -- no protocol, an authorization without authentication, a
-route without rules, a bad network or regex; the caller then uses Linkerd's
+route without rules, a bad network or regex, a filter ``core.route_filters``
+refuses; the caller then uses Linkerd's
 built-in invalid policy (proxy.md §8.1). Every discovered policy gets the
 implicit ``default:localhost`` authorization; a request on a route is
 authorized by the server's authorizations and the route's own (linkerd2-proxy
@@ -23,8 +24,10 @@ from tether.api import grpc_route_pb2, http_route_pb2, meta_pb2, net_pb2
 from tether.api.addresses import InvalidAddress, from_ip_address
 from tether.proxy.core.authz import Authn, Authorization, Meta, Network
 from tether.proxy.core.ratelimit import RateLimit
+from tether.proxy.core import route_filters
+from tether.proxy.core.route_filters import InvalidPolicy as InvalidPolicy  # where the translators raise it
+from tether.proxy.core.route_filters import RequestFilter
 from tether.proxy.core.server_policy import (
-    Filter,
     HostMatch,
     HttpRoute,
     PathKind,
@@ -39,10 +42,6 @@ from tether.proxy.core.server_policy import (
 
 _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "HEAD", "TRACE")
 _DEFAULT_ROUTE = Meta.default("default")
-
-
-class InvalidPolicy(ValueError):
-    """A ``Server`` message the proxy cannot use; the text names the field."""
 
 
 def translate(message: pb.Server) -> ServerPolicy:
@@ -136,7 +135,7 @@ def _http_route(message: pb.HttpRoute, where: str, server: tuple[Authorization, 
     rules = []
     for i, rule in enumerate(message.rules):
         matches = tuple(http_match(m, f"{where}.rules[{i}].matches[{j}]") for j, m in enumerate(rule.matches))
-        filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
+        filters = tuple(_filter(f, f"{where}.rules[{i}].filters[{j}]") for j, f in enumerate(rule.filters))
         rules.append(Rule(matches, filters))
     return HttpRoute(_meta(message.metadata, where), host_matches(message.hosts), tuple(rules),
                      (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
@@ -148,7 +147,7 @@ def _grpc_route(message: pb.GrpcRoute, where: str, server: tuple[Authorization, 
     rules = []
     for i, rule in enumerate(message.rules):
         matches = [grpc_match(m, f"{where}.rules[{i}].matches") for m in rule.matches]
-        filters = tuple(_filter(f.WhichOneof("kind"), f"{where}.rules[{i}].filters") for f in rule.filters)
+        filters = tuple(_filter(f, f"{where}.rules[{i}].filters[{j}]") for j, f in enumerate(rule.filters))
         rules.append(Rule(tuple(matches), filters))
     return HttpRoute(_meta(message.metadata, where), host_matches(message.hosts), tuple(rules),
                      (*server, *(_authz(a, f"{where}.authorizations[{i}]") for i, a in enumerate(message.authorizations))))
@@ -218,11 +217,14 @@ def _regex(text: str, where: str) -> re.Pattern[str]:
         raise InvalidPolicy(f"{where}: {exc}") from None
 
 
-def _filter(kind: str | None, where: str) -> Filter:
+def _filter(message: pb.HttpRoute.Filter | pb.GrpcRoute.Filter, where: str) -> RequestFilter:
+    """An inbound HTTP or gRPC route's filter (a gRPC route has no redirect)."""
+    kind = message.WhichOneof("kind")
     if kind == "failure_injector":
-        return Filter.FAILURE_INJECTOR
+        return route_filters.failure_from_proto(message.failure_injector, f"{where}.failure_injector")
     if kind == "request_header_modifier":
-        return Filter.REQUEST_HEADER_MODIFIER
-    if kind == "redirect":
-        return Filter.REDIRECT
+        return route_filters.header_modifier_from_proto(message.request_header_modifier,
+                                                        f"{where}.request_header_modifier")
+    if kind == "redirect" and isinstance(message, pb.HttpRoute.Filter):
+        return route_filters.redirect_from_proto(message.redirect, f"{where}.redirect")
     raise InvalidPolicy(f"{where}: unknown filter")

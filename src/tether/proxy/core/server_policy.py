@@ -35,6 +35,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.authz import ALL_NETWORKS, LOCALHOST, Authn, Authorization, Meta, Network
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.ratelimit import RateLimit
+from tether.proxy.core.route_filters import Invalid, RequestFilter
 
 
 class Protocol(enum.Enum):
@@ -123,25 +124,26 @@ class HostMatch:
         return (1, len(self.suffix)) if host.endswith("." + tail) else None
 
 
-class Filter(enum.Enum):
-    """Route filters the inbound proxy knows; applying them is not implemented yet (issue #15)."""
-
-    FAILURE_INJECTOR = "failure-injector"
-    REQUEST_HEADER_MODIFIER = "request-header-modifier"
-    REDIRECT = "redirect"
-    INVALID = "invalid"  # the built-in invalid policy's internal error
-
-
 @dataclass(frozen=True, slots=True)
 class Rule:
     matches: tuple[RouteMatch, ...]  # empty: everything, as a "/" prefix
-    filters: tuple[Filter, ...] = ()
+    filters: tuple[RequestFilter, ...] = ()  # inbound: applied in order once the request is authorized
 
     def score(self, request: _Request) -> tuple[int, int, int, int, int] | None:
         if not self.matches:
             return CATCH_ALL.score(request)
         scores = [s for s in (m.score(request) for m in self.matches) if s is not None]
         return max(scores) if scores else None
+
+    def matched_prefix(self, request: RequestHead) -> str | None:
+        """The path prefix of the match that selected ``request`` (a redirect's prefix replacement needs it);
+        None when the winning match was not a path prefix."""
+        req = _Request(request)
+        found = [(s, m) for m in self.matches or (CATCH_ALL,) if (s := m.score(req)) is not None]
+        if not found:
+            return None
+        path = max(found, key=lambda pair: pair[0])[1].path
+        return path.value if path is not None and path.kind is PathKind.PREFIX else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,7 @@ def default_policy(policy: DefaultPolicy, cluster_networks: tuple[IpNetwork, ...
 
 INVALID = ServerPolicy(
     Meta.default("invalid"), Protocol.DETECT, (),
-    (HttpRoute(Meta.default("invalid"), (), (Rule((), (Filter.INVALID,)),), ()),),
+    (HttpRoute(Meta.default("invalid"), (), (Rule((), (Invalid("invalid server policy"),)),), ()),),
 )
 
 

@@ -32,7 +32,7 @@ from tether.ports import PortSet
 
 from tether.api import inbound_pb2 as pb
 from tether.proxy.core.policy_translation import InvalidPolicy, translate
-from tether.proxy.core.server_policy import INVALID, Filter, ServerPolicy
+from tether.proxy.core.server_policy import INVALID, ServerPolicy
 from tether.proxy.io.grpc_client import Channel, Code, RpcError, method_path
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,6 @@ class _PortWatch:
             log.warning("policy: port %d: invalid policy from the controller (%s); every request is denied",
                         self.port, exc)
             self.policy = INVALID
-        unapplied = sorted({f"{route.meta.name}: {f.value}" for route in self.policy.http_routes
-                            for rule in route.rules for f in rule.filters if f is not Filter.INVALID})
-        if unapplied:
-            log.warning("policy: port %d: route filters not applied by this proxy yet: %s",
-                        self.port, ", ".join(unapplied))
         self.updates += 1
         self.client.changed(self.port)
         self.client.notify()

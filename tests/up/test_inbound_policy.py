@@ -168,40 +168,52 @@ spec:
 """
 
 
-TCP_POLICY = f"""
+def locked_server(namespace: str, app: str, protocol: str, *identities: str) -> str:
+    """An injected namespace, a Server on ``app``'s ``tcp`` port and an AuthorizationPolicy admitting
+    ``identities`` (a MeshTLSAuthentication)."""
+    ids = ", ".join(f'"{i}"' for i in identities)
+    return f"""
 apiVersion: v1
 kind: Namespace
-metadata: {{name: {TCP_NS}, annotations: {{linkerd.io/inject: enabled}}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: {TCP_NS}}}
-spec:
-  selector: {{app: echo}}
-  ports: [{{name: tcp, port: 80, targetPort: tcp}}]
+metadata: {{name: {namespace}, annotations: {{linkerd.io/inject: enabled}}}}
 ---
 apiVersion: policy.linkerd.io/v1beta3
 kind: Server
-metadata: {{name: echo-tcp, namespace: {TCP_NS}}}
+metadata: {{name: {app}-server, namespace: {namespace}}}
 spec:
-  podSelector: {{matchLabels: {{app: echo}}}}
+  podSelector: {{matchLabels: {{app: {app}}}}}
   port: tcp
-  proxyProtocol: opaque
+  proxyProtocol: {protocol}
 ---
 apiVersion: policy.linkerd.io/v1alpha1
 kind: MeshTLSAuthentication
-metadata: {{name: echo-clients, namespace: {TCP_NS}}}
+metadata: {{name: {app}-clients, namespace: {namespace}}}
 spec:
-  identities: ["{HOLDER_ID}"]
+  identities: [{ids}]
 ---
 apiVersion: policy.linkerd.io/v1alpha1
 kind: AuthorizationPolicy
-metadata: {{name: echo-holder, namespace: {TCP_NS}}}
+metadata: {{name: {app}-clients, namespace: {namespace}}}
 spec:
-  targetRef: {{group: policy.linkerd.io, kind: Server, name: echo-tcp}}
+  targetRef: {{group: policy.linkerd.io, kind: Server, name: {app}-server}}
   requiredAuthenticationRefs:
-  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: echo-clients}}
+  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: {app}-clients}}
 """
+
+
+def service(namespace: str, app: str) -> str:
+    return f"""
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {app}, namespace: {namespace}}}
+spec:
+  selector: {{app: {app}}}
+  ports: [{{name: tcp, port: 80, targetPort: tcp}}]
+"""
+
+
+TCP_POLICY = locked_server(TCP_NS, "echo", "opaque", HOLDER_ID) + service(TCP_NS, "echo")
 
 
 def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: uplab.Platform) -> None:
@@ -232,7 +244,7 @@ def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: 
     (echo,) = [x for x in p.pods(TCP_NS) if x["metadata"]["name"].startswith("echo-")]
     terminated = [line for line in _metrics(p, echo).splitlines()
                   if line.startswith("inbound_tcp_authz_terminate_total{")]
-    assert any('srv_name="echo-tcp"' in line and f'client_id="{HOLDER_ID}"' in line and line.endswith(" 1")
+    assert any('srv_name="echo-server"' in line and f'client_id="{HOLDER_ID}"' in line and line.endswith(" 1")
                for line in terminated), terminated
 
 
@@ -266,45 +278,13 @@ while True:
     time.sleep(1)
 """
 
-FILTER_POLICY = f"""
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {FILTER_NS}, annotations: {{linkerd.io/inject: enabled}}}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: {FILTER_NS}}}
-spec:
-  selector: {{app: echo}}
-  ports: [{{name: http, port: 80, targetPort: tcp}}]
----
-apiVersion: policy.linkerd.io/v1beta3
-kind: Server
-metadata: {{name: echo-http, namespace: {FILTER_NS}}}
-spec:
-  podSelector: {{matchLabels: {{app: echo}}}}
-  port: tcp
-  proxyProtocol: HTTP/1
----
-apiVersion: policy.linkerd.io/v1alpha1
-kind: MeshTLSAuthentication
-metadata: {{name: meshed, namespace: {FILTER_NS}}}
-spec:
-  identities: ["*"]
----
-apiVersion: policy.linkerd.io/v1alpha1
-kind: AuthorizationPolicy
-metadata: {{name: echo-meshed, namespace: {FILTER_NS}}}
-spec:
-  targetRef: {{group: policy.linkerd.io, kind: Server, name: echo-http}}
-  requiredAuthenticationRefs:
-  - {{group: policy.linkerd.io, kind: MeshTLSAuthentication, name: meshed}}
+FILTER_POLICY = locked_server(FILTER_NS, "echo", "HTTP/1", "*") + service(FILTER_NS, "echo") + f"""
 ---
 apiVersion: policy.linkerd.io/v1beta3
 kind: HTTPRoute
 metadata: {{name: echo-routes, namespace: {FILTER_NS}}}
 spec:
-  parentRefs: [{{group: policy.linkerd.io, kind: Server, name: echo-http}}]
+  parentRefs: [{{group: policy.linkerd.io, kind: Server, name: echo-server}}]
   rules:
   - matches: [{{path: {{type: PathPrefix, value: /old}}}}]
     filters:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from functools import partial
 
 from tether.proxy.codec.addrs import IpAddress
 from tether.proxy.codec.http1 import RequestHead
@@ -42,9 +41,8 @@ from tether.proxy.core import errors
 from tether.proxy.core.authz import Meta, authorize
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.metrics import Registry
-from tether.proxy.codec.http1 import Headers
 from tether.proxy.core.http import HeaderEdit
-from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect
+from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect, chain
 from tether.proxy.core.server_policy import HttpRoute, Rule, ServerPolicy, select_route
 
 log = logging.getLogger(__name__)
@@ -145,11 +143,7 @@ class InboundRequestPolicy:
                     return errors.redirect(f.status, location)
             else:
                 return errors.invalid_policy(f"invalid server policy: {f.message}")
-        if not modifiers:
-            return None
-        if len(modifiers) == 1:
-            return modifiers[0].apply
-        return partial(_apply_all, tuple(modifiers))
+        return chain(modifiers)
 
     def _count(self, name: str, labels: str) -> None:
         if self._registry is not None:
@@ -224,9 +218,4 @@ def log_connection(policy: ServerPolicy, authz: Meta | None, client_ip: IpAddres
 def _name(meta: Meta) -> str:
     return f"{meta.group}/{meta.kind}/{meta.name}" if meta.group else f"{meta.kind}:{meta.name}"
 
-
-def _apply_all(modifiers: tuple[HeaderModifier, ...], headers: Headers) -> Headers:
-    for modifier in modifiers:
-        headers = modifier.apply(headers)
-    return headers
 

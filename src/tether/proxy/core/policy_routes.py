@@ -36,6 +36,7 @@ from tether.proxy.core.route_filters import (
     InvalidRedirect,
     Redirect,
     RequestFilter,
+    chain,
 )
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.profiles import MATCH_ALL, Route
@@ -174,7 +175,7 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
         report.backend(backend)
     if backend.balancer is None and backend.endpoint is None:
         return _with(errors.no_backend(backend.meta.name), request_route)
-    return Decision(route, rule, backend, request_route, _chain(modifiers), _chain(rule.response_filters))
+    return Decision(route, rule, backend, request_route, chain(modifiers), chain(rule.response_filters))
 
 
 def _request_route(route: OutboundRoute, rule: OutboundRule, report: RouteReport | None,
@@ -209,18 +210,3 @@ def _filters(filters: tuple[RequestFilter, ...], rule: OutboundRule, request: Re
         elif isinstance(f, Invalid):
             return errors.invalid_policy(f.message)
     return None
-
-
-def _chain(modifiers: tuple[HeaderModifier, ...] | list[HeaderModifier]) -> Rewrite | None:
-    if not modifiers:
-        return None
-    if len(modifiers) == 1:
-        return modifiers[0].apply
-    chain = tuple(modifiers)
-
-    def apply(headers: Headers) -> Headers:
-        for modifier in chain:
-            headers = modifier.apply(headers)
-        return headers
-
-    return apply

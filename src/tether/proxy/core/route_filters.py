@@ -33,8 +33,9 @@ Pure. Callers: ``core.policy_translation``, ``core.client_policy_translation``, 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from tether.api import grpc_route_pb2, http_route_pb2, http_types_pb2
 from tether.proxy.codec.http1 import HOP_BY_HOP, Headers, RequestHead
@@ -152,6 +153,21 @@ class Invalid:
 
 
 RequestFilter = HeaderModifier | Redirect | FailureInjector | Invalid
+
+
+def chain(modifiers: Sequence[HeaderModifier]) -> Callable[[Headers], Headers] | None:
+    """The header modifiers of a request (or response), in order, as one edit; None when there are none."""
+    if not modifiers:
+        return None
+    if len(modifiers) == 1:
+        return modifiers[0].apply
+    return partial(_apply_all, tuple(modifiers))
+
+
+def _apply_all(modifiers: tuple[HeaderModifier, ...], headers: Headers) -> Headers:
+    for modifier in modifiers:
+        headers = modifier.apply(headers)
+    return headers
 
 
 def refuse_l5d(names: Sequence[bytes]) -> list[bytes]:

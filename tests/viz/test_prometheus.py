@@ -194,3 +194,33 @@ def test_stat_inbound_per_server_and_route(lab, tmp_path: Path) -> None:
     assert header.split() == ["NAME", "SERVER", "ROUTE", "TYPE", "SUCCESS", "RPS", "LATENCY_P50", "LATENCY_P95",
                               "LATENCY_P99"]
     assert line.split()[:3] == ["web", "[default]:8080", "[default]"]
+
+
+def test_stat_outbound_per_service_route_and_backend(lab, tmp_path: Path) -> None:
+    prom, objs = lab
+    route, *backends = api.stat_outbound(prom.client, Target(DEPLOYMENT, NS, "web"), "30s")
+    assert route.name == "web" and route.extra == {"service": "emoji", "port": "8080", "route": "emoji-split",
+                                                   "route_type": "HTTPRoute", "backend": "", "backend_port": ""}
+    s = route.stats
+    assert s is not None and s.success_rate() == pytest.approx(4 / 5, rel=0.02)
+    assert s.timeouts / s.requests == pytest.approx(1 / 5, rel=0.05)
+    assert s.retries / (s.requests + s.retries) == pytest.approx(2 / 7, rel=0.05)
+    assert s.latency_ms["0.5"] is not None and s.latency_ms["0.5"] <= 50  # every request in the 50 ms bucket
+    assert [(b.extra["backend"], b.extra["route"]) for b in backends] == [("emoji-v1", "emoji-split"),
+                                                                          ("emoji-v2", "emoji-split")]
+    assert backends[0].stats.attempts / backends[1].stats.attempts == pytest.approx(4 / 3, rel=0.05)
+    env = {"TETHER_HOME": str(_home(tmp_path, objs)), "TETHER_PROMETHEUS_URL": prom.url}
+    result = CliRunner().invoke(cli, ["viz", "stat-outbound", "deploy/web", "-n", NS, "-t", "30s"], env=env,
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    header, first, v1, v2 = result.output.splitlines()
+    assert header.split() == ["NAME", "SERVICE", "ROUTE", "TYPE", "BACKEND", "SUCCESS", "RPS", "LATENCY_P50",
+                              "LATENCY_P95", "LATENCY_P99", "TIMEOUTS", "RETRIES"]
+    assert first.split()[:4] == ["web", "emoji:8080", "emoji-split", "HTTPRoute"]
+    assert v1.split()[:3] == ["├──────────", "────────►", "emoji-v1:8080"]
+    assert v2.split()[:3] == ["└──────────", "────────►", "emoji-v2:8080"]
+    doc = json.loads(CliRunner().invoke(cli, ["viz", "stat-outbound", "deploy/web", "-n", NS, "-t", "30s", "-o",
+                                              "json"], env=env).output)
+    assert doc[0]["stats"]["timeout_count"] > 0 and doc[1]["stats"]["backend_request_count"] > 0
+    refused = CliRunner().invoke(cli, ["viz", "stat-outbound", "svc/emoji", "-n", NS], env=env)
+    assert refused.exit_code == 1 and "stat-outbound shows what sends traffic" in refused.output

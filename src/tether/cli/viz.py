@@ -532,39 +532,55 @@ def edges(kind: str, namespace: str | None, all_namespaces: bool, output: str, p
                    f"No edges found in {ns} namespace." if ns else "No edges found.")
 
 
+def _policy_stat(f: Callable) -> Callable:
+    """The arguments stat-inbound, stat-outbound and authz share: one RESOURCE, a window, table or JSON."""
+    for option in reversed([
+        click.argument("resource"),
+        click.option("-n", "--namespace", help="The namespace (default: default)."),
+        click.option("-t", "--time-window", "window", default="1m", show_default=True,
+                     callback=lambda c, p, v: _window(v)),
+        click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True),
+        prometheus_option,
+        platform_option,
+    ]):
+        f = option(f)
+    return f
+
+
 @viz.command("stat-inbound")
-@click.argument("resource")
-@click.option("-n", "--namespace", help="The namespace (default: default).")
-@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@prometheus_option
-@platform_option
-def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
+@_policy_stat
+def stat_inbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None,
+                 kube: KubeTarget | None) -> None:
     """What RESOURCE's proxies served, per server, port and route of their inbound policy."""
-    _inbound_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.stat_inbound,
-                  tables.stat_inbound_table)
+    _policy_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.stat_inbound,
+                 tables.stat_inbound_table)
+
+
+@viz.command("stat-outbound")
+@_policy_stat
+def stat_outbound(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None,
+                  kube: KubeTarget | None) -> None:
+    """What RESOURCE's proxies sent, per Service port and route of their client policy (HTTPRoute, GRPCRoute or
+    the default route) and each backend the route drew: success, RPS, latency, timeouts, retries."""
+    _policy_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.stat_outbound,
+                 tables.stat_outbound_table)
 
 
 @viz.command()
-@click.argument("resource")
-@click.option("-n", "--namespace", help="The namespace (default: default).")
-@click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@prometheus_option
-@platform_option
-def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None, kube: KubeTarget | None) -> None:
+@_policy_stat
+def authz(resource: str, namespace: str | None, window: str, output: str, prometheus_url: str | None,
+          kube: KubeTarget | None) -> None:
     """Requests to RESOURCE per server, route and authorization of its inbound policy."""
-    _inbound_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.authz, tables.authz_table)
+    _policy_rows(resource, namespace, window, output, Context(prometheus_url, kube), api.authz, tables.authz_table)
 
 
-def _inbound_rows(resource: str, namespace: str | None, window: str, output: str, ctx: Context,
-                  query: Callable[..., Any], table: Callable[..., Any]) -> None:
-    """stat-inbound and authz: one query over RESOURCE's inbound policy, printed as its table or JSON."""
+def _policy_rows(resource: str, namespace: str | None, window: str, output: str, ctx: Context,
+                 query: Callable[..., Any], table: Callable[..., Any]) -> None:
+    """stat-inbound, stat-outbound and authz: one query over RESOURCE's policy metrics, printed as its table or JSON."""
     target = _target(resource, namespace or DEFAULT_NAMESPACE, "RESOURCE")
     seconds = api.window_seconds(window)
     rows = ctx.run(lambda: query(ctx.prometheus, target, window))
     _print_or_json(output, table(rows, seconds), [tables.row_json(r, seconds) for r in rows], "No traffic found.")
-
 
 
 @viz.command()

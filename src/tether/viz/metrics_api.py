@@ -57,6 +57,9 @@ class Stats:
     actual_failure: int | None = None
     allowed: int | None = None
     denied: int | None = None
+    timeouts: int | None = None  # stat-outbound: requests that ended in a timeout of the route
+    retries: int | None = None  # stat-outbound: retries made on the route
+    attempts: int | None = None  # stat-outbound: requests sent to one backend (each try)
 
     @property
     def requests(self) -> int:
@@ -250,6 +253,63 @@ def stat_inbound(prometheus: Prometheus, target: Target, window: str) -> list[Ro
     return [Row(target.kind, ns, name, stats, extra={"server": server, "port": port, "route": route,
                                                       "route_type": route_type})
             for (ns, name, server, port, route, route_type), stats in sorted(by_key.items()) if stats.requests]
+
+
+TIMEOUT_ERRORS = frozenset({"REQUEST_TIMEOUT", "RESPONSE_HEADERS_TIMEOUT"})
+
+
+def stat_outbound(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
+    """What ``target``'s proxies sent per Service port and route of their client policy, as ``linkerd viz
+    stat-outbound``: a row per route (success, latency, timeouts, retries), then one per backend it drew (its
+    requests; the proxy does not count backend responses yet). A request fails with a 5xx, a gRPC status other
+    than OK, or an error of the proxy's (Linkerd's rule)."""
+    if target.kind in (SERVICE, AUTHORITY):
+        raise ValueError(f"stat-outbound shows what sends traffic (deploy, po, ns), not a {target.kind}")
+    results = prometheus.query_all(promql.stat_outbound(target, window).queries)
+    routes: dict[tuple[str, ...], Stats] = {}
+    backends: dict[tuple[str, ...], dict[tuple[str, str], int]] = {}
+
+    def key(labels: Mapping[str, str]) -> tuple[str, ...]:
+        route = "[default]" if labels.get("route_name") == "default" else labels.get("route_name", "")
+        route_type = "" if labels.get("route_kind") == "default" else labels.get("route_kind", "")
+        name = labels.get(target.label if target.kind != NAMESPACE else "namespace", "")
+        return (labels.get("namespace", ""), name, labels.get("parent_name", ""), labels.get("parent_port", ""),
+                route, route_type)
+
+    for name, samples in results.items():
+        for sample in samples:
+            labels, k = sample.labels, key(sample.labels)
+            stats = routes.setdefault(k, Stats(timeouts=0, retries=0))
+            if name in (promql.HTTP_STATUSES, promql.GRPC_STATUSES):
+                n = count(sample.value)
+                error = labels.get("error", "")
+                failed = bool(error) or (labels.get("http_status", "").startswith("5") if name == promql.HTTP_STATUSES
+                                         else labels.get("grpc_status") != "OK")
+                if failed:
+                    stats.failure += n
+                else:
+                    stats.success += n
+                if error in TIMEOUT_ERRORS:
+                    stats.timeouts = (stats.timeouts or 0) + n
+            elif name == promql.RETRIES:
+                stats.retries = (stats.retries or 0) + count(sample.value)
+            elif name == promql.BACKEND_REQUESTS:
+                backend = (labels.get("backend_name", ""), labels.get("backend_port", ""))
+                drawn = backends.setdefault(k, {})
+                drawn[backend] = drawn.get(backend, 0) + count(sample.value)
+            elif name in promql.QUANTILES:
+                stats.latency_ms[name] = None if math.isnan(sample.value) else sample.value * 1000
+    rows = []
+    for k, stats in sorted(routes.items()):
+        if not stats.requests:
+            continue
+        ns, name, service, port, route, route_type = k
+        base = {"service": service, "port": port, "route": route, "route_type": route_type}
+        rows.append(Row(target.kind, ns, name, stats, extra={**base, "backend": "", "backend_port": ""}))
+        for (backend, backend_port), n in sorted(backends.get(k, {}).items()):
+            rows.append(Row(target.kind, ns, name, Stats(attempts=n),
+                            extra={**base, "backend": backend, "backend_port": backend_port}))
+    return rows
 
 
 # -- TopRoutes ------------------------------------------------------------------------------------

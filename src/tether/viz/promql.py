@@ -6,6 +6,7 @@
 | stat ``--to`` | the same with ``direction="outbound"`` and ``dst_<kind>``/``dst_namespace`` | the source's labels |
 | stat ``--from`` | ``direction="outbound"`` of the source's pods | ``dst_namespace``, ``dst_<kind>`` |
 | stat-inbound | ``response_total``, ``response_latency_ms_bucket`` with ``direction="inbound"`` | ``srv_*``, ``route_*``, ``target_port``, the kind's label |
+| stat-outbound | ``outbound_{http,grpc}_route_request_statuses_total``, ``..._request_duration_seconds_bucket``, ``..._retry_requests_total``, ``..._backend_requests_total`` | ``parent_name``, ``parent_port``, ``route_name``, ``route_kind`` (``backend_*``), the kind's label |
 | stat svc | ``direction="outbound"``, ``authority=~"^<svc>.<ns>.svc.<domain>.+"`` | ``dst_namespace``, ``dst_service`` |
 | routes | ``route_response_total``, ``route_actual_response_total``, ``route_response_latency_ms_bucket`` | ``rt_route``, ``dst`` |
 | edges | ``tcp_open_connections{direction="outbound"}`` | both sides' labels, ``pod``, ``server_id``, ``no_tls_reason`` |
@@ -35,6 +36,10 @@ TCP_READ = "tcp_read_bytes"
 TCP_WRITE = "tcp_write_bytes"
 ALLOWED = "allowed"
 DENIED = "denied"
+HTTP_STATUSES = "http_statuses"
+GRPC_STATUSES = "grpc_statuses"
+RETRIES = "retries"
+BACKEND_REQUESTS = "backend_requests"
 
 AUTHZ_GROUP = ("route_kind", "route_name", "authz_kind", "authz_name", "srv_kind", "srv_name")
 
@@ -175,6 +180,36 @@ def stat_inbound(target: Target, window: str) -> QuerySet:
     queries = {REQUESTS: f"sum(increase(response_total{rendered}[{window}])) by ({g}, classification)"}
     for q in QUANTILES:
         queries[q] = f"histogram_quantile({q}, sum(irate(response_latency_ms_bucket{rendered}[{window}])) by (le, {g}))"
+    return QuerySet(queries, group)
+
+
+# -- stat-outbound --------------------------------------------------------------------------------
+
+OUTBOUND_GROUP = ("parent_name", "parent_port", "route_name", "route_kind")
+
+
+def stat_outbound(target: Target, window: str) -> QuerySet:
+    """What ``target``'s proxies sent, per Service (port) and route of their client policy (``stat-outbound``):
+    Linkerd 2.20's outbound route families, HTTP and gRPC (a route is of one or the other)."""
+    rendered = selector(query_labels(target))
+    group = OUTBOUND_GROUP + group_by(target)
+    g = by(group)
+
+    def both(expr: str) -> str:  # ``PROTO`` in ``expr`` stands for http, then grpc
+        return f"{expr.replace('PROTO', 'http')} or {expr.replace('PROTO', 'grpc')}"
+
+    queries = {
+        HTTP_STATUSES: f"sum(increase(outbound_http_route_request_statuses_total{rendered}[{window}])) "
+                       f"by ({g}, http_status, error)",
+        GRPC_STATUSES: f"sum(increase(outbound_grpc_route_request_statuses_total{rendered}[{window}])) "
+                       f"by ({g}, grpc_status, error)",
+        RETRIES: both(f"sum(increase(outbound_PROTO_route_retry_requests_total{rendered}[{window}])) by ({g})"),
+        BACKEND_REQUESTS: both(f"sum(increase(outbound_PROTO_route_backend_requests_total{rendered}[{window}])) "
+                               f"by ({g}, backend_name, backend_port)"),
+    }
+    for q in QUANTILES:  # seconds, as the route families measure
+        queries[q] = both(f"histogram_quantile({q}, sum(irate(outbound_PROTO_route_request_duration_seconds_bucket"
+                          f"{rendered}[{window}])) by (le, {g}))")
     return QuerySet(queries, group)
 
 

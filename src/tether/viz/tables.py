@@ -112,6 +112,25 @@ def stat_inbound_table(rows: Sequence[Row], seconds: float) -> list[list[str]]:
     return out
 
 
+def stat_outbound_table(rows: Sequence[Row], seconds: float) -> list[list[str]]:
+    """Linkerd's layout: a route's row, then an arrow to each backend it drew (``└`` for the last)."""
+    out = [["NAME", "SERVICE", "ROUTE", "TYPE", "BACKEND", "SUCCESS", "RPS", *LATENCY_COLUMNS, "TIMEOUTS", "RETRIES"]]
+    for i, r in enumerate(rows):
+        x, s = r.extra, r.stats
+        assert s is not None
+        if not x["backend"]:
+            tried = s.requests + (s.retries or 0)
+            out.append([r.name, f"{x['service']}:{x['port']}", x["route"], x["route_type"], "",
+                        *_golden(s, seconds), percent((s.timeouts or 0) / s.requests if s.requests else None),
+                        percent((s.retries or 0) / tried if tried else None)])
+            continue
+        last = i + 1 == len(rows) or not rows[i + 1].extra["backend"]
+        arrow = ("└" if last else "├") + "─" * max(0, len(x["route"]) - 1)
+        out.append(["", "", arrow, "────────►", f"{x['backend']}:{x['backend_port']}", DASH,
+                    rps(_rate(s.attempts, seconds)), DASH, DASH, DASH, DASH, ""])
+    return out
+
+
 def secured(edge: Edge) -> str:
     return "√" if edge.server_id else (edge.no_tls_reason or "no identity")
 
@@ -165,6 +184,7 @@ def stats_json(s: Stats | None, seconds: float) -> dict[str, Any] | None:
         "tcp_open_connections": s.tcp_open, "tcp_read_bytes": s.read_bytes, "tcp_write_bytes": s.write_bytes,
         "actual_success_count": s.actual_success, "actual_failure_count": s.actual_failure,
         "allowed_count": s.allowed, "denied_count": s.denied,
+        "timeout_count": s.timeouts, "retry_count": s.retries, "backend_request_count": s.attempts,
     }
 
 

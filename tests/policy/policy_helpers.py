@@ -286,3 +286,17 @@ async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> No
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+async def stored(store: Store, type_key: str, name: str, check: Callable[[dict[str, Any] | None], bool],
+                 ns: str = NS) -> dict[str, Any] | None:
+    """The stored object once it satisfies ``check``: as listed now, else at the watch event that makes it so."""
+    listed = store.list(type_key, ns)
+    now = next((o for o in listed.items if o["metadata"]["name"] == name), None)
+    if check(now):
+        return now
+    async with asyncio.timeout(WAIT):
+        async for event in store.watch(type_key, listed.resource_version, ns):
+            if event.object["metadata"]["name"] == name and check(event.object):
+                return event.object
+    raise AssertionError("the store was closed")

@@ -1,19 +1,18 @@
 """Status written by the policy controller into the local store: routes, rate limits, EgressNetworks.
 
-Each test drives one reconciliation at a time (``StatusController.reconcile``) once
-the indexes hold the change, and reads the stored objects back (the loop as it runs:
-``test_status_loop``).
+The controller runs with its status loop (as ``tether policy serve`` does on the local
+platform); each test makes a change and awaits, through the store's watch, the status the
+loop writes for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+from pathlib import Path
 
-from policy_helpers import NS, Harness, Pki, eventually, http_route, namespace, pod, ratelimit, server
+from policy_helpers import NS, Harness, Pki, http_route, namespace, pod, ratelimit, server, stored
 
-from tether.policy.status import CONTROLLER_NAME, LocalStatusWriter, StatusController, merged_status
+from tether.policy.status import CONTROLLER_NAME, LocalStatusWriter, merged_status
 from tether.resources import kinds
 
 
@@ -29,58 +28,42 @@ def service_route(name: str, parent: str, backend: str) -> dict[str, Any]:
                      "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}}
 
 
-def conditions(h: Harness, type_key: str, name: str) -> dict[str, tuple[str, str]]:
-    obj = h.store.get(type_key, NS, name) or {}
-    status = obj.get("status") or {}
+def conditions(obj: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """Our conditions on the object (its own, or its parent entry's): type -> (status, reason)."""
+    status = (obj or {}).get("status") or {}
     found = status.get("conditions") or next(
         (p["conditions"] for p in status.get("parents", []) if p.get("controllerName") == CONTROLLER_NAME), [])
     return {c["type"]: (c["status"], c["reason"]) for c in found}
 
 
-def controller(h: Harness) -> StatusController:
-    s = h.service
-    writer = LocalStatusWriter(h.store.path)
-    h.on_exit(writer.close)
-    return StatusController(s.index, lambda: s.outbound_index.services, lambda: s.outbound_index.egress_networks,
-                            writer, s.metrics)
-
-
-async def settle(h: Harness, ctl: StatusController, indexed: Callable[[], bool]) -> int:
-    """Wait until the indexes hold the change, then reconcile once; return how many statuses were written."""
-    await eventually(indexed)
-    return await ctl.reconcile()
+async def until(h: Harness, type_key: str, name: str, **want: tuple[str, str]) -> dict[str, Any]:
+    """The object once its conditions include ``want`` (type -> (status, reason))."""
+    obj = await stored(h.store, type_key, name,
+                       lambda o: all(conditions(o).get(t) == v for t, v in want.items()))
+    assert obj is not None
+    return obj
 
 
 async def test_inbound_routes_are_accepted_by_an_existing_server_only(workdir: Path, pki: Pki) -> None:
-    route_key = kinds.POLICY_HTTP_ROUTE.key
-    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web")) as h:
-        ctl = controller(h)
-        assert await ctl.reconcile() == 1
-        assert conditions(h, route_key, "r")["Accepted"] == ("False", "NoMatchingParent")
+    key = kinds.POLICY_HTTP_ROUTE.key
+    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"), status_writer=LocalStatusWriter) as h:
+        await until(h, key, "r", Accepted=("False", "NoMatchingParent"))
         h.apply(server("web"))
-        assert await settle(h, ctl, lambda: "web" in h.service.index.objects[kinds.SERVER.key].get(NS, {})) == 1
-        assert conditions(h, route_key, "r")["Accepted"] == ("True", "Accepted")
-        parents = h.store.get(route_key, NS, "r")["status"]["parents"]
+        route = await until(h, key, "r", Accepted=("True", "Accepted"), ResolvedRefs=("True", "ResolvedRefs"))
+        parents = route["status"]["parents"]
         assert parents[0]["parentRef"] == {"group": "policy.linkerd.io", "kind": "Server", "name": "web"}
-        assert conditions(h, route_key, "r")["ResolvedRefs"] == ("True", "ResolvedRefs")
-        assert await ctl.reconcile() == 0  # nothing changed: nothing is written again
-        assert h.metric("resource_status_patches_total", {"kind": "HTTPRoute"}) == 2
+        assert parents[0]["controllerName"] == CONTROLLER_NAME
 
 
 async def test_outbound_routes_report_missing_parents_and_backends(workdir: Path, pki: Pki) -> None:
     key = kinds.GATEWAY_HTTP_ROUTE.key
-    services = lambda: h.service.outbound_index.services  # noqa: E731
-    async with Harness(workdir, pki, namespace(), service("web"), service_route("split", "web", "gone")) as h:
-        ctl = controller(h)
-        await ctl.reconcile()
-        assert conditions(h, key, "split") == {"Accepted": ("True", "Accepted"),
-                                               "ResolvedRefs": ("False", "BackendNotFound")}
+    async with Harness(workdir, pki, namespace(), service("web"), service_route("split", "web", "gone"),
+                       status_writer=LocalStatusWriter) as h:
+        await until(h, key, "split", Accepted=("True", "Accepted"), ResolvedRefs=("False", "BackendNotFound"))
         h.apply(service("gone"))
-        assert await settle(h, ctl, lambda: (NS, "gone") in services()) == 1
-        assert conditions(h, key, "split")["ResolvedRefs"] == ("True", "ResolvedRefs")
+        await until(h, key, "split", ResolvedRefs=("True", "ResolvedRefs"))
         h.delete("svc", "web")
-        assert await settle(h, ctl, lambda: (NS, "web") not in services()) == 1
-        assert conditions(h, key, "split")["Accepted"] == ("False", "NoMatchingParent")
+        await until(h, key, "split", Accepted=("False", "NoMatchingParent"))
 
 
 async def test_rate_limits_one_per_server_and_a_target_that_exists(workdir: Path, pki: Pki) -> None:
@@ -88,11 +71,10 @@ async def test_rate_limits_one_per_server_and_a_target_that_exists(workdir: Path
     async with Harness(workdir, pki, namespace(), server("web"),
                        ratelimit("first", "web", 10, created="2024-01-01T00:00:00Z"),
                        ratelimit("second", "web", 10, created="2024-01-02T00:00:00Z"),
-                       ratelimit("orphan", "nope", 10)) as h:
-        assert await controller(h).reconcile() == 3
-        assert conditions(h, key, "orphan")["Accepted"] == ("False", "NoMatchingTarget")
-        assert conditions(h, key, "first")["Accepted"] == ("True", "Accepted")
-        assert conditions(h, key, "second")["Accepted"] == ("False", "RateLimitReasonAlreadyExists")
+                       ratelimit("orphan", "nope", 10), status_writer=LocalStatusWriter) as h:
+        await until(h, key, "orphan", Accepted=("False", "NoMatchingTarget"))
+        await until(h, key, "first", Accepted=("True", "Accepted"))
+        await until(h, key, "second", Accepted=("False", "RateLimitReasonAlreadyExists"))
 
 
 def test_other_controllers_parents_are_kept_and_transition_times_only_move_on_change() -> None:

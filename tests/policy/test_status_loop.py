@@ -15,11 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from policy_helpers import NS, WAIT, Harness, Pki, http_route, namespace, pod, server
+from policy_helpers import NS, WAIT, Harness, Pki, http_route, namespace, pod, server, stored
 
 from tether.policy.status import CONTROLLER_NAME, Key, LocalStatusWriter, Status
 from tether.resources import kinds
-from tether.store import Store
 
 ROUTE = kinds.POLICY_HTTP_ROUTE.key
 
@@ -32,17 +31,6 @@ def accepted(obj: dict[str, Any] | None) -> tuple[str, str] | None:
             condition = next(c for c in parent["conditions"] if c["type"] == "Accepted")
             return condition["status"], condition["reason"]
     return None
-
-
-async def stored(store: Store, type_key: str, name: str, check: Callable[[dict[str, Any] | None], bool]) -> None:
-    """Return once the stored object satisfies ``check``: as listed now, else at the watch event that makes it."""
-    listed = store.list(type_key, NS)
-    if check(next((o for o in listed.items if o["metadata"]["name"] == name), None)):
-        return
-    async with asyncio.timeout(WAIT):
-        async for event in store.watch(type_key, listed.resource_version, NS):
-            if event.object["metadata"]["name"] == name and check(event.object):
-                return
 
 
 async def test_the_running_loop_writes_status_after_each_change(workdir: Path, pki: Pki) -> None:
@@ -71,33 +59,55 @@ class Observed:
         self.key = key
         self.entered = asyncio.Event()
         self.returned = asyncio.Event()
+        self.writes = 0
 
-    async def write(self, key: Key, desired: Status) -> bool:
+    async def write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
         if key != self.key:
-            return await self.inner.write(key, desired)
+            return await self.inner.write(key, resource_version, status)
         self.entered.set()
         try:
-            return await self.inner.write(key, desired)
+            return await self.inner.write(key, resource_version, status)
         finally:
+            self.writes += 1
             self.returned.set()
 
     def close(self) -> None:
         self.inner.close()
 
 
+def observing(writers: list[Observed], name: str) -> Callable[[Path], Observed]:
+    def make(path: Path) -> Observed:
+        writers.append(Observed(LocalStatusWriter(path), (ROUTE, NS, name)))
+        return writers[-1]
+    return make
+
+
+async def test_a_status_already_written_is_not_written_again(workdir: Path, pki: Pki) -> None:
+    writers: list[Observed] = []
+    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"),
+                       status_writer=observing(writers, "r")) as h:
+        [observed] = writers
+        await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+        await asyncio.wait_for(observed.returned.wait(), WAIT)  # the loop has taken note of its write
+        status = h.service.status
+        assert status is not None
+        assert await status.reconcile() == 0  # the watch's echo of its own write changes nothing
+        h.apply(http_route("r", "web", rules=[{"matches": [{"path": {"value": "/other"}}]}]))  # a spec change
+        await stored(h.store, ROUTE, "r", lambda o: o is not None and o["metadata"]["generation"] == 2)
+        assert await status.reconcile() == 0  # the status stands: no write
+        assert observed.writes == 1
+
+
 async def test_a_write_waiting_for_another_process_holds_up_neither_grpc_nor_the_watches(
         workdir: Path, pki: Pki) -> None:
     writers: list[Observed] = []
-
-    def writer(path: Path) -> Observed:
-        writers.append(Observed(LocalStatusWriter(path), (ROUTE, NS, "r")))
-        return writers[0]
-
-    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"), status_writer=writer) as h:
+    async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"),
+                       status_writer=observing(writers, "r")) as h:
         await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
         watch = h.watch(8080)
         assert (await watch.next())["labels"]["kind"] == "default"
-        observed = writers[0]
+        [observed] = writers
+        await asyncio.wait_for(observed.returned.wait(), WAIT)  # the first write is over
         observed.entered.clear()
         observed.returned.clear()
         h.apply(server("web"))

@@ -123,9 +123,8 @@ def serve(
     writer: LocalStatusWriter | None = None
     try:
         if not platform.kubernetes:
+            # The local platform has one policy controller, which writes status into the store.
             store = Store(store_path or home.store_path())
-            # The local platform has one policy controller, which writes status into the store.  On Kubernetes
-            # status writes (a Lease-elected writer) are not done yet: routes are served as accepted regardless.
             writer = LocalStatusWriter(store.path)
         asyncio.run(_serve(config, platform.resource_watcher(store), writer))
     except StoreError as exc:
@@ -140,6 +139,26 @@ def serve(
 
 
 async def _serve(config: PolicyConfig, watcher: ResourceWatcher, writer: LocalStatusWriter | None) -> None:
-    service = PolicyService(config, watcher, writer)
+    from tether.platform.kubernetes.watch import KubernetesResourceWatcher
+
+    if not isinstance(watcher, KubernetesResourceWatcher):
+        service = PolicyService(config, watcher, writer)
+        Platform.export_metrics(watcher, service.metrics.registry)
+        await run_until_signalled(service)
+        return
+    import socket
+    import uuid
+
+    from tether.platform.kubernetes.lease import LeaseElector
+    from tether.policy.kubernetes_status import LEASE_NAME, KubeStatusWriter
+
+    # As Linkerd's: every replica serves; the one holding the Lease writes status (the status subresource).
+    elector = LeaseElector(watcher.client, config.control_plane_ns, LEASE_NAME, f"{socket.gethostname()}_{uuid.uuid4()}")
+    service = PolicyService(config, watcher, KubeStatusWriter(watcher.client), leading=elector.leading)
     Platform.export_metrics(watcher, service.metrics.registry)
-    await run_until_signalled(service)
+    lease = asyncio.create_task(elector.run(), name="status lease")
+    try:
+        await run_until_signalled(service)
+    finally:
+        lease.cancel()
+        await asyncio.gather(lease, return_exceptions=True)

@@ -43,8 +43,9 @@ def _call_soon(callback: Callable[[], None]) -> None:
 
 
 class PolicyService(ProcessFacade):
-    def __init__(self, config: PolicyConfig, watcher: ResourceWatcher, status_writer: StatusWriter | None = None) -> None:
-        """``status_writer`` None: this process writes no status (another replica or platform does)."""
+    def __init__(self, config: PolicyConfig, watcher: ResourceWatcher, status_writer: StatusWriter | None = None,
+                 *, leading: asyncio.Event | None = None) -> None:
+        """``status_writer`` None: this process writes no status; ``leading``: it writes only while that is set."""
         self.config = config
         self.admission = PolicyAdmission()
         self.webhook: WebhookServer | None = None
@@ -63,7 +64,7 @@ class PolicyService(ProcessFacade):
             side="outbound")
         self.status = None if status_writer is None else StatusController(
             self.index, lambda: self.outbound_index.services, lambda: self.outbound_index.egress_networks,
-            status_writer, self.metrics)
+            status_writer, self.metrics, leading=leading)
         self._status_task: asyncio.Task[None] | None = None
         self._status_writer = status_writer
         self._process = ControlPlaneProcess(
@@ -111,6 +112,7 @@ class PolicyService(ProcessFacade):
 
     def _apply(self, type_key: str, event: ResourceEvent) -> None:
         if self.status is not None and event.type != "SYNCED":
+            self.status.observe(type_key, event)
             self.status.changed()
         # A failure in one index must not keep the event from the other.
         for watched, index in ((WATCHED, self.index), (OUTBOUND_WATCHED, self.outbound_index)):

@@ -17,11 +17,14 @@ object, the status this controller owns:
 
 The inbound index decides route acceptance with the same rule (the Server
 exists) rather than reading this status back, so policy never waits on a
-status write.  ``StatusController`` reconciles after changes (coalesced) and
-every ``period`` seconds, writing only what differs, through a
-``StatusWriter``: ``LocalStatusWriter`` replaces the object in the store, guarded
-by its resourceVersion (a concurrent change wins; the next round retries).  A
-condition keeps its ``lastTransitionTime`` while its status holds.
+status write.  ``StatusController`` keeps each object's status as the watch
+delivers it (``observe``), reconciles after changes (coalesced) and every
+``period`` seconds, and writes only what differs, guarded by the
+resourceVersion it saw (a concurrent change wins; the next round retries),
+through a ``StatusWriter``: ``LocalStatusWriter`` replaces the object in the
+store; on Kubernetes ``tether.policy.kubernetes_status`` patches the status
+subresource while this replica holds the Lease.  A condition keeps its
+``lastTransitionTime`` while its status holds.
 
 The loop must never hold up the process: the local writer has a store
 connection of its own and writes from a worker thread, so a write waiting on
@@ -36,11 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from tether.platform.watch import ResourceEvent
 from tether.policy.inbound.index import InboundIndex, Named
 from tether.policy.metrics import PolicyMetrics
 from tether.resources import kinds
@@ -161,9 +165,17 @@ def merged_status(current: Mapping[str, Any] | None, desired: Status, now: str) 
     return {**current, "conditions": _stamp(desired["conditions"], old_conditions, now)}
 
 
+class StatusWriteFailed(Exception):
+    """A status write did not happen (a conflict, the platform unreachable or refusing); the next round retries."""
+
+
 class StatusWriter(Protocol):
-    async def write(self, key: Key, desired: Status) -> bool:
-        """Write ``desired`` into the object's status if it differs; True if a write happened."""
+    async def write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
+        """Replace the object's ``status``, guarded by ``resource_version`` (empty: unguarded).
+
+        Returns the object's new resourceVersion, or None when the object is gone;
+        raises ``StatusWriteFailed`` otherwise (a conflict included).
+        """
         ...
 
     def close(self) -> None:
@@ -178,79 +190,136 @@ class LocalStatusWriter:
     the watches would make them wait for this writer's lock while it waits for another process's.
     """
 
-    def __init__(self, path: Path, clock: Callable[[], datetime] = lambda: datetime.now(UTC), *,
-                 busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 30.0) -> None:
         self._store = Store(path, busy_timeout=busy_timeout)
-        self._clock = clock
 
-    async def write(self, key: Key, desired: Status) -> bool:
-        return await asyncio.to_thread(self._write, key, desired)
+    async def write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
+        return await asyncio.to_thread(self._write, key, resource_version, status)
 
     def close(self) -> None:
         self._store.close()
 
-    def _write(self, key: Key, desired: Status) -> bool:
+    def _write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
         type_key, namespace, name = key
-        obj = self._store.get(type_key, namespace, name)
-        if obj is None:
-            return False
-        status = merged_status(obj.get("status"), desired, self._clock().strftime("%Y-%m-%dT%H:%M:%SZ"))
-        if status is None:
-            return False
-        self._store.apply({**obj, "status": status})  # carries its resourceVersion: Conflict if it moved on
-        return True
+        try:
+            obj = self._store.get(type_key, namespace, name)
+            if obj is None:
+                return None
+            metadata = dict(obj["metadata"])
+            if resource_version:
+                metadata["resourceVersion"] = resource_version  # Conflict if the object moved on
+            stored = self._store.apply({**obj, "metadata": metadata, "status": status})
+        except (StoreError, ValidationError) as exc:  # a stored object that no longer validates included
+            raise StatusWriteFailed(str(exc)) from None
+        return str(stored["metadata"]["resourceVersion"])
+
+
+STATUS_KEYS = frozenset(t.key for t in (*ROUTE_KINDS, kinds.HTTP_LOCAL_RATE_LIMIT_POLICY, kinds.EGRESS_NETWORK))
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether resourceVersion ``version`` precedes ``than`` (both numbers, as both platforms give them)."""
+    try:
+        return int(version) < int(than)
+    except ValueError:
+        return False  # opaque versions: take the event, the newest the watch has seen
 
 
 class StatusController:
-    """Reconciles the statuses after changes (``changed``) and every ``period`` seconds."""
+    """Reconciles the statuses after changes (``changed``) and every ``period`` seconds.
+
+    The objects' current statuses come from the watch (``observe``), so a round compares in
+    memory and writes only what differs.  With ``leading`` (a Lease's event on Kubernetes)
+    it writes only while that is set, as Linkerd's one elected writer.
+    """
 
     def __init__(self, inbound: InboundIndex, services: Callable[[], Mapping[tuple[str, str], Any]],
                  egress: Callable[[], Mapping[tuple[str, str], Any]], writer: StatusWriter, metrics: PolicyMetrics,
-                 period: float = RECONCILE_PERIOD_S) -> None:
+                 period: float = RECONCILE_PERIOD_S, *, leading: asyncio.Event | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._inbound = inbound
         self._services = services
         self._egress = egress
         self._writer = writer
         self._metrics = metrics
         self._period = period
+        self._leading = leading
+        self._clock = clock
+        self._current: dict[Key, tuple[str, Any]] = {}  # (resourceVersion, status) as last seen or written
         self._wake = asyncio.Event()
-        self.idle = asyncio.Event()  # set while the loop waits for a change (nothing being written)
+        self.idle = asyncio.Event()  # set while the loop waits for a change or to lead (nothing being written)
         self.rounds = 0
+
+    def observe(self, type_key: str, event: ResourceEvent) -> None:
+        """Keep the status of every object this controller writes, as the watch delivers it."""
+        if type_key not in STATUS_KEYS or event.object is None:
+            return
+        namespace, name = event.key
+        key = (type_key, namespace or "default", name)
+        if event.type == "DELETED":
+            self._current.pop(key, None)
+            return
+        version = str(event.object["metadata"].get("resourceVersion") or "")
+        known = self._current.get(key)
+        if known is not None and _older(version, known[0]):
+            return  # an event from before our own write, which already told us the newer state
+        self._current[key] = (version, event.object.get("status"))
 
     def changed(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
         while True:
-            if not self._wake.is_set():
-                self.idle.set()
-            try:
-                async with asyncio.timeout(self._period):  # not wait_for: see the module's docstring
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-            self.idle.clear()
-            self._wake.clear()
+            await self._idle_during(self._next_change(), idle=not self._wake.is_set())
+            if self._leading is not None and not self._leading.is_set():
+                # Another replica writes; this one takes over (and reconciles at once) when it stops.
+                await self._idle_during(self._leading.wait(), idle=True)
             await asyncio.sleep(0)  # let the rest of a burst of events land first
             try:
                 await self.reconcile()
             except Exception:  # a bug here must not stop status for good: log it, retry next round
                 log.exception("status reconciliation failed")
 
+    async def _next_change(self) -> None:
+        try:
+            async with asyncio.timeout(self._period):  # not wait_for: see the module's docstring
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def _idle_during(self, waiting: Awaitable[Any], *, idle: bool) -> None:
+        if idle:
+            self.idle.set()
+        try:
+            await waiting
+        finally:
+            self.idle.clear()
+
     async def reconcile(self) -> int:
-        """Write every status that differs; return how many were written."""
+        """Write every status that differs from what the watch last showed; return how many were written."""
         written = 0
         desired = desired_statuses(self._inbound, self._services(), self._egress())
-        for key, status in desired.items():
+        now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        for key, wanted in desired.items():
+            current = self._current.get(key)
+            if current is None:
+                continue  # not seen by the watch (yet, or any more)
+            version, status = current
+            new = merged_status(status, wanted, now)
+            if new is None:
+                continue
             kind = key[0].partition(".")[0]
             try:
-                if await self._writer.write(key, status):
-                    written += 1
-                    self._metrics.status_patches.labels(kind).inc()
-            except (StoreError, ValidationError, OSError) as exc:
-                # One object's failure must not hold up the others' (a stored object that no longer
-                # validates included): count it, log it, and go on.
+                new_version = await self._writer.write(key, version, new)
+            except StatusWriteFailed as exc:
+                # One object's failure must not hold up the others': count it, log it, and go on.
                 self._metrics.status_errors.labels(kind).inc()
                 log.info("status of %s %s/%s not written (next round retries): %s", kind, key[1], key[2], exc)
+                continue
+            if new_version is not None:
+                self._current[key] = (new_version, new)
+                written += 1
+                self._metrics.status_patches.labels(kind).inc()
         self.rounds += 1
         return written

@@ -171,4 +171,9 @@ class ProcessFacade:
         await self._process.stop()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self._process.run(stop)
+        """Serve until ``stop`` is set, through this object's own ``start``/``stop`` (what a controller adds runs too)."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

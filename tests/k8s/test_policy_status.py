@@ -29,7 +29,8 @@ WATCHED_CRDS = ("policy.linkerd.io/v1beta3/servers", "policy.linkerd.io/v1beta1/
                 "policy.linkerd.io/v1alpha1/networkauthentications",
                 "policy.linkerd.io/v1alpha1/httplocalratelimitpolicies", "policy.linkerd.io/v1beta3/httproutes",
                 "gateway.networking.k8s.io/v1/httproutes", "gateway.networking.k8s.io/v1/grpcroutes",
-                "policy.linkerd.io/v1alpha1/egressnetworks", "coordination.k8s.io/v1/leases", "v1/pods", "v1/services")
+                "policy.linkerd.io/v1alpha1/egressnetworks", "coordination.k8s.io/v1/leases", "v1/pods", "v1/services",
+                "workload.linkerd.io/v1beta1/externalworkloads")
 
 ROUTE = {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "HTTPRoute",
          "metadata": {"name": "r", "namespace": NS, "resourceVersion": "7"},
@@ -95,7 +96,7 @@ async def test_only_the_leader_patches_the_status_subresource(tmp_path: Path) ->
             assert ours(route) == {"Accepted": ("False", "NoMatchingParent"), "ResolvedRefs": ("True", "ResolvedRefs")}
             assert route["status"]["parents"][0]["controllerName"] == "example.com/gw"  # another's parent kept
 
-            await watching(api, 12)
+            await watching(api, 13)
             writer.written.clear()
             await api.post(SERVERS, json=SERVER)
             await asyncio.wait_for(writer.written.wait(), 10)

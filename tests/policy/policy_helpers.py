@@ -179,8 +179,20 @@ def ratelimit(name: str, server_name: str, total: int, identity: int | None = No
             "metadata": _meta(name, ns, created), "spec": spec}
 
 
-def workload(pod_name: str = "web-0", ns: str = NS) -> str:
-    return json.dumps({"ns": ns, "pod": pod_name})
+def external_workload(name: str = "vm-1", *, ns: str = NS, app: str = "billing",
+                      ports: list[tuple[str, int]] | None = None, annotations: dict[str, str] | None = None,
+                      ip: str = "192.168.50.10") -> dict[str, Any]:
+    """A VM in the mesh: its SPIFFE identity, named ports and address."""
+    return {"apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}, "annotations": annotations or {}},
+            "spec": {"meshTLS": {"identity": f"spiffe://{TD}/ns/{ns}/sa/{name}", "serverName": f"{name}.{TD}"},
+                     "ports": [{"name": n, "port": p} for n, p in (ports if ports is not None else [("http", 8080)])],
+                     "workloadIPs": [{"ip": ip}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def workload(pod_name: str = "web-0", ns: str = NS, *, external: bool = False) -> str:
+    return json.dumps({"ns": ns, "external_workload" if external else "pod": pod_name})
 
 
 # -- the running controller ---------------------------------------------------------------------------
@@ -266,16 +278,16 @@ class Harness:
         assert self.store.delete(kinds.lookup(kind).key, ns, name) is not None, f"no {kind} {name}"
 
     def watch(self, port: int = 8080, pod_name: str = "web-0", ns: str = NS, *, raw: str | None = None,
-              channel: grpc.aio.Channel | None = None) -> Watch:
+              channel: grpc.aio.Channel | None = None, external: bool = False) -> Watch:
         stub = inbound_pb2_grpc.InboundServerPoliciesStub(channel or self.channel)
-        return Watch(stub.WatchPort(pb.PortSpec(workload=raw if raw is not None else workload(pod_name, ns),
-                                                port=port)))
+        text = raw if raw is not None else workload(pod_name, ns, external=external)
+        return Watch(stub.WatchPort(pb.PortSpec(workload=text, port=port)))
 
     async def get(self, port: int = 8080, pod_name: str = "web-0", ns: str = NS, *,
-                  raw: str | None = None) -> dict[str, Any]:
+                  raw: str | None = None, external: bool = False) -> dict[str, Any]:
         stub = inbound_pb2_grpc.InboundServerPoliciesStub(self.channel)
-        message = await stub.GetPort(pb.PortSpec(workload=raw if raw is not None else workload(pod_name, ns),
-                                                 port=port), timeout=WAIT)
+        text = raw if raw is not None else workload(pod_name, ns, external=external)
+        message = await stub.GetPort(pb.PortSpec(workload=text, port=port), timeout=WAIT)
         return server_dict(message)
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:

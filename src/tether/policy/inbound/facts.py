@@ -28,7 +28,7 @@ from tether.resources.policy import (
     ServerSpec,
 )
 from tether.resources.routes import GRPCRouteSpec, HTTPRouteSpec
-from tether.resources.workloads import PodSpec, Probe
+from tether.resources.workloads import ExternalWorkloadSpec, PodSpec, Probe
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class PodFacts:
     port_names: Mapping[str, tuple[int, ...]]
     probe_paths: Mapping[int, tuple[str, ...]]
     ip: str | None = None
+    external: bool = False  # an ExternalWorkload (a VM's proxy), selected by ``externalWorkloadSelector``
 
     def ports_named(self, name: str) -> tuple[int, ...]:
         return self.port_names.get(name, ())
@@ -113,6 +114,31 @@ def pod_facts(resource: Resource) -> PodFacts | None:
     )
 
 
+def external_workload_facts(resource: Resource) -> PodFacts:
+    """An ExternalWorkload's facts, in a pod's shape: its labels, annotations and named ports (no probes).
+
+    Every ExternalWorkload is meshed (a proxy runs beside it); its identity is its ``meshTLS``,
+    so there is no service account.
+    """
+    spec = resource.spec
+    assert isinstance(spec, ExternalWorkloadSpec)
+    names: dict[str, list[int]] = {}
+    for port in spec.ports:
+        if port.name and port.protocol == "TCP":
+            names.setdefault(port.name, []).append(port.port)
+    return PodFacts(
+        namespace=resource.namespace or "default",
+        name=resource.name,
+        labels=dict(resource.labels),
+        annotations={k: v for k, v in resource.annotations.items() if k in INHERITED},
+        service_account="",
+        port_names={name: tuple(ports) for name, ports in names.items()},
+        probe_paths={},
+        ip=spec.workload_ips[0] if spec.workload_ips else None,
+        external=True,
+    )
+
+
 def named(resource: Resource) -> Named:
     meta = resource.metadata
     return Named(resource.namespace or "default", resource.name, meta.creation_timestamp or _EPOCH,
@@ -153,4 +179,4 @@ SPEC_TYPES: dict[str, type] = {
     kinds.GRPC_ROUTE.key: GRPCRouteSpec,
 }
 
-__all__ = ["Network", "PodFacts", "Named", "pod_facts", "named", "port_set", "identity_matches", "SPEC_TYPES"]
+__all__ = ["Network", "PodFacts", "Named", "pod_facts", "external_workload_facts", "named", "port_set", "identity_matches", "SPEC_TYPES"]

@@ -10,7 +10,9 @@ Linkerd's semantics (control-plane.md §5.4), computed from facts on demand:
 * Servers in the pod's namespace are taken oldest first (then by name); the
   first whose ``podSelector`` matches the pod and whose ``port`` (a number, or a
   name meaning every container port so named) matches wins; later matching
-  Servers are conflicts, ignored and reported.
+  Servers are conflicts, ignored and reported.  An ExternalWorkload (a VM's
+  proxy asks as ``{"ns":…,"external_workload":…}``) is decided the same way,
+  by the Servers' ``externalWorkloadSelector`` and its named ``spec.ports``.
 * A port no Server selects gets the default server: the pod's
   ``config.linkerd.io/default-inbound-policy`` (else its namespace's, else the
   cluster default), made authenticated on the pod's require-identity ports;
@@ -44,6 +46,7 @@ from tether.policy.inbound.facts import (
     REQUIRE_IDENTITY_PORTS,
     Named,
     PodFacts,
+    external_workload_facts,
     identity_matches,
     named,
     pod_facts,
@@ -86,6 +89,7 @@ POLICY_GROUP = "policy.linkerd.io"
 WATCHED = (
     kinds.NAMESPACE.key,
     kinds.POD.key,
+    kinds.EXTERNAL_WORKLOAD.key,
     kinds.SERVER.key,
     kinds.SERVER_AUTHORIZATION.key,
     kinds.AUTHORIZATION_POLICY.key,
@@ -97,7 +101,7 @@ WATCHED = (
     kinds.GRPC_ROUTE.key,
 )
 # Namespaced policy kinds kept as ``Named`` facts, per namespace.
-_POLICY_KINDS = WATCHED[2:]
+_POLICY_KINDS = WATCHED[3:]
 _AUTHN_KINDS = (kinds.MESH_TLS_AUTHENTICATION.key, kinds.NETWORK_AUTHENTICATION.key)
 _ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE.key, kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key)
 _ALL = "*"  # the dirty mark meaning every namespace
@@ -108,7 +112,12 @@ Listener = Callable[[InboundServer | None, float | None], None]
 
 
 class UnknownPod(LookupError):
-    """No meshed pod of that name in that namespace."""
+    """No meshed pod (or ExternalWorkload) of that name in that namespace."""
+
+
+def _unknown(namespace: str, name: str, external: bool) -> UnknownPod:
+    what = "external workload" if external else "meshed pod"
+    return UnknownPod(f"unknown server: no {what} {namespace}/{name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +145,11 @@ class InboundIndex:
     def __init__(self, config: PolicyConfig, *, on_change: Callable[[], None] | None = None) -> None:
         self.config = config
         self.pods: dict[tuple[str, str], PodFacts] = {}
+        self.external_workloads: dict[tuple[str, str], PodFacts] = {}  # VMs' proxies ask as these
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> its inherited annotations
         # type key -> namespace -> name -> facts
         self.objects: dict[str, dict[str, dict[str, Named]]] = {key: {} for key in _POLICY_KINDS}
-        self._watches: dict[tuple[str, str, int], _PortWatch] = {}
+        self._watches: dict[tuple[str, str, int, bool], _PortWatch] = {}  # (ns, name, port, external)
         self._dirty: set[str] = set()
         self._latest: float | None = None
         self._flush_scheduled = False
@@ -171,6 +181,8 @@ class InboundIndex:
         elif event.type == "DELETED":
             if type_key == kinds.POD.key:
                 self.pods.pop((ns, name), None)
+            elif type_key == kinds.EXTERNAL_WORKLOAD.key:
+                self.external_workloads.pop((ns, name), None)
             else:
                 self.objects[type_key].get(ns, {}).pop(name, None)
         else:
@@ -183,6 +195,8 @@ class InboundIndex:
                     self.pods.pop((ns, name), None)
                 else:
                     self.pods[(ns, name)] = facts
+            elif type_key == kinds.EXTERNAL_WORKLOAD.key:
+                self.external_workloads[(ns, name)] = external_workload_facts(resource)
             else:
                 self.objects[type_key].setdefault(ns, {})[name] = named(resource)
         self._mark(_ALL if type_key in _AUTHN_KINDS else ns, event.received_at)
@@ -217,10 +231,10 @@ class InboundIndex:
         at, self._latest = self._latest, None
         if not dirty:
             return
-        for (ns, pod, port), watch in list(self._watches.items()):
+        for (ns, pod, port, external), watch in list(self._watches.items()):
             if _ALL not in dirty and ns not in dirty:
                 continue
-            facts = self.pods.get((ns, pod))
+            facts = self.workload(ns, pod, external)
             server = None if facts is None else self.compute(facts, port)
             if server == watch.current:
                 continue
@@ -233,20 +247,24 @@ class InboundIndex:
 
     # -- subscriptions --------------------------------------------------------------------------------
 
-    def subscribe(self, namespace: str, pod: str, port: int, listener: Listener) -> None:
+    def workload(self, namespace: str, name: str, external: bool = False) -> PodFacts | None:
+        """A meshed pod's facts, or with ``external`` an ExternalWorkload's; None if there is none."""
+        return (self.external_workloads if external else self.pods).get((namespace, name))
+
+    def subscribe(self, namespace: str, pod: str, port: int, listener: Listener, *, external: bool = False) -> None:
         """Call ``listener`` with the port's policy now and whenever it changes; ``UnknownPod`` if none."""
-        facts = self.pods.get((namespace, pod))
+        facts = self.workload(namespace, pod, external)
         if facts is None:
-            raise UnknownPod(f"unknown server: no meshed pod {namespace}/{pod}")
-        key = (namespace, pod, port)
+            raise _unknown(namespace, pod, external)
+        key = (namespace, pod, port, external)
         watch = self._watches.get(key)
         if watch is None:
             watch = self._watches[key] = _PortWatch(current=self.compute(facts, port))
         watch.listeners.append(listener)
         listener(watch.current, None)
 
-    def unsubscribe(self, namespace: str, pod: str, port: int, listener: Listener) -> None:
-        key = (namespace, pod, port)
+    def unsubscribe(self, namespace: str, pod: str, port: int, listener: Listener, *, external: bool = False) -> None:
+        key = (namespace, pod, port, external)
         watch = self._watches.get(key)
         if watch is None:
             return
@@ -261,15 +279,15 @@ class InboundIndex:
     def watched_ports(self) -> int:
         return len(self._watches)
 
-    def lookup(self, namespace: str, pod: str, port: int) -> InboundServer:
-        """The port's policy now (``GetPort``, diagnostics); ``UnknownPod`` if there is no such meshed pod."""
-        facts = self.pods.get((namespace, pod))
+    def lookup(self, namespace: str, pod: str, port: int, *, external: bool = False) -> InboundServer:
+        """The port's policy now (``GetPort``, diagnostics); ``UnknownPod`` if there is no such workload."""
+        facts = self.workload(namespace, pod, external)
         if facts is None:
-            raise UnknownPod(f"unknown server: no meshed pod {namespace}/{pod}")
+            raise _unknown(namespace, pod, external)
         return self.compute(facts, port)
 
     def sizes(self) -> dict[str, int]:
-        out = {"pod": len(self.pods)}
+        out = {"pod": len(self.pods), "externalworkload": len(self.external_workloads)}
         for key in _POLICY_KINDS:
             out[_type(key).kind.lower()] = sum(len(v) for v in self.objects[key].values())
         return out
@@ -286,7 +304,8 @@ class InboundIndex:
 
     def server_ports(self, pod: PodFacts, server: Named) -> tuple[int, ...]:
         spec: ServerSpec = server.spec
-        if spec.pod_selector is None or not spec.pod_selector.matches(pod.labels):
+        selector = spec.external_workload_selector if pod.external else spec.pod_selector
+        if selector is None or not selector.matches(pod.labels):
             return ()
         return (spec.port,) if isinstance(spec.port, int) else pod.ports_named(spec.port)
 
@@ -538,7 +557,7 @@ class InboundIndex:
                             out.append(Problem(namespace, _type(type_key).kind, route.name, "NoMatchingParent",
                                                f"Server {namespace}/{server_name} does not exist"))
         seen: set[tuple[str, str]] = set()
-        for pod in self.pods.values():
+        for pod in (*self.pods.values(), *self.external_workloads.values()):
             for server in self._in(kinds.SERVER.key, pod.namespace):
                 for port in self.server_ports(pod, server):
                     winner, conflicts = self.select_server(pod, port)

@@ -1,9 +1,10 @@
 """The ``io.linkerd.proxy.inbound.InboundServerPolicies`` handlers: ``GetPort`` and ``WatchPort``.
 
 Registered by ``tether.policy.service``.  A ``PortSpec`` names a workload
-(``tether.policy.workload``) and a port: a bad workload string or a port
-outside 1-65535 is ``INVALID_ARGUMENT``; a pod the index does not know (not
-there, or not meshed) is ``NOT_FOUND`` "unknown server", as in Linkerd.
+(``tether.policy.workload``: a pod, or an ExternalWorkload for a VM's proxy) and a
+port: a bad workload string or a port outside 1-65535 is ``INVALID_ARGUMENT``; a
+workload the index does not know (not there, or a pod not meshed) is
+``NOT_FOUND`` "unknown server", as in Linkerd.
 ``WatchPort`` sends the port's policy at once and then every change, through
 the bounded stream shared with destination (``tether.serving``); a pod deleted
 under a watch ends it with OK.  Encodings are cached by value, so the streams
@@ -63,9 +64,6 @@ class InboundPolicyServer:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         if not 0 < spec.port < 65536:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid port: {spec.port}")
-        if workload.external:
-            raise Rejected(grpc.StatusCode.NOT_FOUND, f"unknown server: {workload} (external workloads are not "
-                                                       "indexed yet)")
         return workload, spec.port
 
     async def get_port(self, spec: pb.PortSpec, context: grpc.aio.ServicerContext) -> bytes:
@@ -73,7 +71,7 @@ class InboundPolicyServer:
         try:
             workload, port = self._target(spec)
             try:
-                server = self._index.lookup(workload.namespace, workload.name, port)
+                server = self._index.lookup(workload.namespace, workload.name, port, external=workload.external)
             except UnknownPod as exc:
                 raise Rejected(grpc.StatusCode.NOT_FOUND, str(exc)) from None
         except Rejected as rejected:
@@ -106,15 +104,15 @@ class InboundPolicyServer:
             else:
                 stream.send(self.encode(server), at)
 
-        ns, name = workload.namespace, workload.name
+        ns, name, external = workload.namespace, workload.name, workload.external
         try:
-            self._index.subscribe(ns, name, port, listener)
+            self._index.subscribe(ns, name, port, listener, external=external)
         except UnknownPod as exc:
             self._watch.end(grpc.StatusCode.NOT_FOUND)
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
             return
         try:
-            await self.streams.run(stream, context, lambda: self._index.unsubscribe(ns, name, port, listener),
+            await self.streams.run(stream, context, lambda: self._index.unsubscribe(ns, name, port, listener, external=external),
                                    self._metrics.streams.labels("WatchPort"))
         finally:
             self._watch.end(_END_CODES.get(stream.ended, grpc.StatusCode.CANCELLED))

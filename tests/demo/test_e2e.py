@@ -116,6 +116,13 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
         'sum(response_total{deployment="web", direction="inbound", classification="failure", status_code="500"}) > 0'),
         timeout=30)
 
+    # Tap (the pods were created with viz installed, so the tap injector enabled it): web's proxy streams the
+    # votes it receives from vote-bot, over mTLS, each with its response.
+    lines = uplab.tap_lines(p, "deploy/web", "-n", "emojivoto", want=6)
+    req = next(line for line in lines if line.startswith("req "))
+    assert "proxy=in" in req and "tls=true" in req and ":path=/api/" in req, lines
+    assert any(line.startswith("rsp ") for line in lines), lines
+
     # Purge: nothing of this platform is left on the host.
     p.tether("down", "--purge")
     problems = before.leftovers(p.prefix)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -241,3 +242,27 @@ spec:
         image: python
         command: [{PYTHON}, -u, -c, "{script}", "{url}"]
 """
+
+
+def tap_lines(p: Platform, *args: str, want: int, timeout: float = 60) -> list[str]:
+    """The first ``want`` lines ``tether viz tap ARGS`` streams (it runs until interrupted, as a user's would)."""
+    proc = subprocess.Popen([TETHER, "viz", "tap", *args], env=p.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while len(lines) < want:
+            readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            assert readable, f"viz tap {' '.join(args)}: {len(lines)} lines after {timeout:.0f}s: {lines}"
+            line = proc.stdout.readline()
+            assert line, f"viz tap {' '.join(args)} ended: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return lines

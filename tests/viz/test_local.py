@@ -7,14 +7,9 @@ the ``tests/up`` fixtures, which also tear everything down and check the host.
 from __future__ import annotations
 
 import json
-import os
-import select
-import signal
-import subprocess
-import time
 
 from up import uplab
-from up.uplab import TETHER, client, ready, wait_for, web_server
+from up.uplab import client, ready, wait_for, web_server
 from viz.promlab import free_port
 
 from tether.viz.prometheus import Prometheus, PrometheusError
@@ -30,30 +25,6 @@ IDENTITY = f"default.{NS}.serviceaccount.identity.linkerd.cluster.local"
 
 def _json(p: uplab.Platform, *args: str) -> object:
     return json.loads(p.tether(*args, "-o", "json").stdout)
-
-
-def _tap_lines(p: uplab.Platform, *args: str, want: int, timeout: float = 60) -> list[str]:
-    """The first ``want`` lines ``tether viz tap ARGS`` streams (it runs until interrupted, as a user's would)."""
-    proc = subprocess.Popen([TETHER, "viz", "tap", *args], env=p.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while len(lines) < want:
-            readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            assert readable, f"viz tap {' '.join(args)}: {len(lines)} lines after {timeout:.0f}s: {lines}"
-            line = proc.stdout.readline()
-            assert line, f"viz tap {' '.join(args)} ended: {proc.stderr.read() if proc.stderr else ''}"
-            lines.append(line.rstrip("\n"))
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return lines
 
 
 def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new_platform) -> None:
@@ -114,13 +85,13 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     by_app = {x["metadata"]["labels"]["app"]: x for x in pods}
     assert by_app["web"]["metadata"]["annotations"]["viz.linkerd.io/tap-enabled"] == "true"
     assert "viz.linkerd.io/tap-enabled" not in by_app["quiet"]["metadata"].get("annotations", {})
-    lines = _tap_lines(p, "deploy/web", "-n", NS, "--path", "/", want=6)
+    lines = uplab.tap_lines(p, "deploy/web", "-n", NS, "--path", "/", want=6)
     req = next(line for line in lines if line.startswith("req "))
     assert "proxy=in" in req and "tls=true" in req and ":method=GET" in req and ":path=/" in req, lines
     assert f":authority=web.{NS}.svc.cluster.local" in req, lines
     assert any(line.startswith("rsp ") and ":status=200" in line for line in lines), lines
     assert any(line.startswith("end ") for line in lines), lines
-    out = _tap_lines(p, "deploy/client", "-n", NS, "--to", "deploy/web", want=3)
+    out = uplab.tap_lines(p, "deploy/client", "-n", NS, "--to", "deploy/web", want=3)
     assert out[0].startswith("req ") and "proxy=out" in out[0] and "tls=true" in out[0], out
     quiet = by_app["quiet"]["metadata"]["name"]
     refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)

@@ -19,7 +19,7 @@ from tether.cli.main import cli
 from tether.store import Store
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
-from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, Target
+from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, SERVICE, Target
 from viz.promlab import EMOJI_ID, NS, PROMETHEUS, WEB_ID, Objects, deployment
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="needs Debian's prometheus package (dev/setup.sh)")
@@ -224,3 +224,27 @@ def test_stat_outbound_per_service_route_and_backend(lab, tmp_path: Path) -> Non
     assert doc[0]["stats"]["timeout_count"] > 0 and doc[1]["stats"]["backend_request_count"] > 0
     refused = CliRunner().invoke(cli, ["viz", "stat-outbound", "svc/emoji", "-n", NS], env=env)
     assert refused.exit_code == 1 and "stat-outbound shows what sends traffic" in refused.output
+
+
+def test_routes_of_a_service_without_a_profile_are_its_client_policy_routes(lab, tmp_path: Path) -> None:
+    prom, objs = lab
+    plain = [o for o in objs if o["kind"] != "ServiceProfile"]
+    (row,) = api.top_routes(prom.client, Objects(plain), Target(DEPLOYMENT, NS, "web"), "30s",
+                            to=Target(SERVICE, NS, "emoji"))
+    assert (row.name, row.extra) == ("emoji-split", {"authority": "emoji", "route_type": "HTTPRoute"})
+    assert row.stats is not None and row.stats.success_rate() == pytest.approx(4 / 5, rel=0.02)
+    assert row.stats.attempts / row.stats.requests == pytest.approx(7 / 5, rel=0.05)  # tries: answers + retries
+    env = {"TETHER_HOME": str(_home(tmp_path, plain)), "TETHER_PROMETHEUS_URL": prom.url}
+    wide = CliRunner().invoke(cli, ["viz", "routes", "deploy/web", "-n", NS, "--to", "svc/emoji", "-t", "30s", "-o",
+                                    "wide"], env=env, catch_exceptions=False)
+    assert wide.exit_code == 0, wide.output
+    header, line = wide.output.splitlines()
+    assert header.split()[:6] == ["ROUTE", "SERVICE", "EFFECTIVE_SUCCESS", "EFFECTIVE_RPS", "ACTUAL_SUCCESS",
+                                  "ACTUAL_RPS"]
+    cells = line.split()
+    assert cells[:2] == ["emoji-split", "emoji"] and cells[4] == "-"  # each try's success is not counted yet
+    effective, actual = float(cells[3].removesuffix("rps")), float(cells[5].removesuffix("rps"))
+    assert actual / effective == pytest.approx(7 / 5, rel=0.1)
+    # Neither a profile nor policy-route traffic: the error says both.
+    none = CliRunner().invoke(cli, ["viz", "routes", "deploy/emoji", "-n", NS, "--to", "deploy/web"], env=env)
+    assert none.exit_code == 1 and "nor traffic on an HTTPRoute or GRPCRoute" in none.output

@@ -501,7 +501,8 @@ def _watch(ask: Callable[[], Any], show: Callable[[Any], str], interval: float, 
 @platform_option
 def routes(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, window: str, output: str,
            prometheus_url: str | None, kube: KubeTarget | None) -> None:
-    """Per-route metrics of the ServiceProfiles of what RESOURCE serves (or of --to, as RESOURCE's client)."""
+    """Per-route metrics of the ServiceProfiles of what RESOURCE serves (or of --to, as RESOURCE's client); with
+    --to and no ServiceProfile, of the client policy's routes (HTTPRoute, GRPCRoute) that carried traffic."""
     ns = namespace or DEFAULT_NAMESPACE
     target = _target(resource, ns, "RESOURCE")
     to_t = _target(to, to_namespace or ns, "--to") if to else None

@@ -382,9 +382,14 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
             services = _services_for(objects, _pods_of(objects, destination))
         profiles = _profiles(objects, services, client_ns, mesh)
     found = {k: v for k, v in profiles.items() if v is not None}
+    if not found and to is not None and destination.kind != AUTHORITY:
+        policy = _policy_routes(prometheus, target, window, {_name(s) for s in services})
+        if policy:
+            return policy
     if not found:
         where = f" in namespace {destination.namespace}" if destination.namespace else ""
-        raise LookupError(f"no ServiceProfile found for {destination}{where}")
+        also = " (nor traffic on an HTTPRoute or GRPCRoute of it)" if to is not None else ""
+        raise LookupError(f"no ServiceProfile found for {destination}{where}{also}")
     queries = promql.routes(target, window, sorted(found), to=to)
     results = prometheus.query_all(queries.queries)
     by_key = fold(results, lambda labels: (labels.get("dst", "").split(":")[0], labels.get("rt_route", "")))
@@ -394,6 +399,24 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
         for route in [*names, ""]:
             rows.append(Row("route", _name(profile or {})[0], route or DEFAULT_ROUTE, by_key.get((fqdn, route)),
                             extra={"authority": fqdn.split(".")[0], "profile": fqdn}))
+    return rows
+
+
+def _policy_routes(prometheus: Prometheus, target: Target, window: str, services: set[tuple[str, str]]) -> list[Row]:
+    """Without a ServiceProfile, the client policy's routes (HTTPRoute, GRPCRoute, default) to ``services`` that
+    carried traffic in the window, from the outbound route families (``stat_outbound``'s rows): effective success
+    and latency per route, and its tries (the backends' requests) as the actual rate."""
+    rows: list[Row] = []
+    names = {name for _, name in services}
+    for row in stat_outbound(prometheus, target, window):
+        x = row.extra
+        if x["service"] not in names or row.stats is None:
+            continue
+        if not x["backend"]:
+            rows.append(Row("route", row.namespace, x["route"], row.stats,
+                            extra={"authority": x["service"], "route_type": x["route_type"]}))
+        elif rows:
+            rows[-1].stats.attempts = (rows[-1].stats.attempts or 0) + (row.stats.attempts or 0)  # type: ignore[union-attr]
     return rows
 
 

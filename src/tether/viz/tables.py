@@ -94,8 +94,9 @@ def routes_table(rows: Sequence[Row], seconds: float, *, outbound: bool, wide: b
         golden = _golden(s, seconds)
         cells = [r.name, r.extra.get("authority", "")]
         if outbound and wide:
-            actual_total = None if s is None or s.actual_success is None else (
-                s.actual_success + (s.actual_failure or 0))
+            # A profile's route counts each try's response; a client-policy route, each try sent (its backends').
+            actual_total = None if s is None else (s.attempts if s.actual_success is None else
+                                                   s.actual_success + (s.actual_failure or 0))
             cells += golden[:2] + [percent(s.actual_success_rate() if s else None),
                                    rps(_rate(actual_total, seconds))] + golden[2:]
         else:

@@ -249,7 +249,7 @@ async def layer_by_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         other = mesh.pod("stale-1", app="stale", apply=False)
         await env.add(as_served(other, anchors, root="0" * 64))
         code, result = await env.diagnose("po/stale-1")
-        assert code == 1 and result["layer"] == "identity" and "old trust anchor" in result["reason"], result
+        assert code == 1 and result["layer"] == "identity" and "trusts other trust anchors" in result["reason"], result
 
         cni = mesh.pod("cni-1", app="cni", apply=False)
         failed = {"waiting": {"reason": "CrashLoopBackOff"}}

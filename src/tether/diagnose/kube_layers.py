@@ -280,10 +280,10 @@ class KubeDiagnosis(Walk):
         if given is None:
             env = proxies.proxy_env(pod, "LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS")
             given = trust_root_sha256(env) if env is not None else None
+        restart = f"restart it (`kubectl -n {ref.namespace} delete pod {ref.name}`, or roll its workload out)"
         if given is not None and given != current:
             self._note(f"api: pod {ref}", f"trust root sha256 {given[:16]}..., current {current[:16]}...")
-            raise Failure(f"the {side} pod {ref} trusts an old trust anchor",
-                          f"restart it (`kubectl -n {ref.namespace} rollout restart deploy/...` or delete the pod)")
+            raise self._trust_failure(side, where, True, None, await self._tls_refused(pod), restart)
         for labels, value in await self._samples(pod, "control_identity_cert_refreshes_total"):
             self._sample_note(where, "control_identity_cert_refreshes_total", labels, value)
         expiry = await self._samples(pod, "control_identity_cert_expiration_timestamp_seconds")
@@ -311,9 +311,18 @@ class KubeDiagnosis(Walk):
         self._note(f"tls {ref}:{kube_reach.proxy_port(pod, 'linkerd-proxy', proxies.INBOUND_PORT)} (port-forward)",
                    f"serves {pki.subject_cn(leaf)} issued by {leaf.issuer.rfc4514_string()}, valid until "
                    f"{leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
-        if issuer is not None and pki.link_problem(leaf, issuer) is not None:
-            raise Failure(f"the {side} pod {ref}'s certificate was not issued by the current issuer",
-                          f"restart it (`kubectl -n {ref.namespace} delete pod {ref.name}`)")
+        problem = pki.link_problem(leaf, issuer) if issuer is not None else None
+        if problem is not None:
+            raise self._trust_failure(side, where, False, problem, await self._tls_refused(pod), restart)
+
+    async def _tls_refused(self, pod: Mapping[str, Any]) -> float:
+        """Note and count the TLS handshakes the pod's proxy refused (``inbound_tcp_errors_total``)."""
+        refused = 0.0
+        for labels, value in await self._samples(pod, "inbound_tcp_errors_total"):
+            if "tls" in labels.get("error", "") and value > 0:
+                self._sample_note(str(facts.ref(pod)), "inbound_tcp_errors_total", labels, value)
+                refused += value
+        return refused
 
     def _tls(self, anchors_pem: str, trust_domain: str) -> Any:
         from tether.serving.channel import ClientTls

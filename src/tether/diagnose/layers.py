@@ -56,6 +56,7 @@ BANNER_WAIT_S = 0.3
 CALL_TIMEOUT_S = 5.0
 _OUTBOUND_ERRORS = ("outbound_http_errors_total", "outbound_tcp_errors_total")
 _DISCOVERY_LOG = re.compile(r"(?i)discovery|destination|fail-?fast")
+_TLS_LOG = re.compile(r"(?i)tls|handshake|certificate verify|unknown ca")
 LOG_LINES = 400
 _DENY = "deny"
 
@@ -185,7 +186,7 @@ class LocalDiagnosis(Walk):
         self._skip_ports(pod, str(ref), side, port, inbound, "store",
                          f"then `tether delete pod {ref.name} -n {ref.namespace}`")
 
-    def _identity(self, pod: Mapping[str, Any], side: str) -> None:
+    def _identity(self, pod: Mapping[str, Any], side: str, peer: Mapping[str, Any] | None) -> None:
         ref = facts.ref(pod)
         launcher = Launcher(self.config.layout.components, self.config.layout.logs)
         status = launcher.status("identity")
@@ -208,12 +209,14 @@ class LocalDiagnosis(Walk):
         for labels, value in refreshes:
             self._metric_note(pod, "control_identity_cert_refreshes_total", labels, value)
         given = proxies.proxy_env(pod, "LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS")
-        if given is not None and trust_root_sha256(given) != trust_root_sha256(anchors_pem):
+        foreign_trust = given is not None and trust_root_sha256(given) != trust_root_sha256(anchors_pem)
+        if foreign_trust:
+            assert given is not None
             self._note(f"store: pod {ref}", f"trust root sha256 {trust_root_sha256(given)[:16]}..., current "
                        f"{trust_root_sha256(anchors_pem)[:16]}...")
-            raise Failure(f"the {side} pod {ref} trusts an old trust anchor",
-                          f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)")
-        if not expiry or expiry[0][1] <= 0 or expiry[0][1] <= now.timestamp():
+        restart = f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)"
+        certified = bool(expiry) and now.timestamp() < expiry[0][1]
+        if not certified and not foreign_trust:
             lines = self._log_lines(pod, re.compile(r"(?i)certif|identity"))
             for line in lines:
                 self._note(f"log {ref} linkerd-proxy", line)
@@ -223,11 +226,12 @@ class LocalDiagnosis(Walk):
             raise Failure(f"the {side} pod {ref}'s proxy holds no valid certificate{component}",
                           "start identity (`tether up`) and see `tether logs identity`" if not status.ready
                           else f"see `tether logs {ref.name} -n {ref.namespace} -c proxy`")
-        expires = datetime.fromtimestamp(expiry[0][1], UTC)
-        self._note(f"proxy metrics {ref}", f"control_identity_cert_expiration_timestamp_seconds {expiry[0][1]:.0f} "
-                   f"({expires:%Y-%m-%dT%H:%M:%SZ})")
+        problem = None
         ip, name = proxies.pod_ip(pod), proxies.identity_of(pod)
-        if ip and name:
+        if certified and ip and name:
+            expires = datetime.fromtimestamp(expiry[0][1], UTC)
+            self._note(f"proxy metrics {ref}", f"control_identity_cert_expiration_timestamp_seconds "
+                       f"{expiry[0][1]:.0f} ({expires:%Y-%m-%dT%H:%M:%SZ})")
             try:
                 leaf = proxies.served_certificate(ip, name)
             except proxies.ProxyUnreachable as exc:
@@ -235,9 +239,25 @@ class LocalDiagnosis(Walk):
                               f"see `tether logs {ref.name} -n {ref.namespace} -c proxy`")
             self._note(f"tls {ip}:{proxies.INBOUND_PORT}", f"serves {pki.subject_cn(leaf)} issued by "
                        f"{leaf.issuer.rfc4514_string()}, valid until {leaf.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
-            if pki.link_problem(leaf, issuer) is not None:
-                raise Failure(f"the {side} pod {ref}'s certificate was not issued by the current issuer",
-                              f"restart it (`tether delete pod {ref.name} -n {ref.namespace}`)")
+            problem = pki.link_problem(leaf, issuer)
+        if foreign_trust or problem is not None:
+            refused = self._note_tls_failures(pod, peer)
+            raise self._trust_failure(side, str(ref), foreign_trust, problem, refused, restart)
+
+    def _note_tls_failures(self, pod: Mapping[str, Any], peer: Mapping[str, Any] | None) -> float:
+        """Note the TLS failures both proxies met (the pod's refused handshakes, the peer's failed calls, their log
+        lines about TLS); returns how many handshakes the pod's proxy refused."""
+        refused = 0.0
+        for labels, value in self._samples(pod, "inbound_tcp_errors_total", fresh=True):
+            if "tls" in labels.get("error", "") and value > 0:
+                self._metric_note(pod, "inbound_tcp_errors_total", labels, value)
+                refused += value
+        if peer is not None:
+            self._note_proxy_errors(peer)
+        for side in (pod, *([peer] if peer is not None else [])):
+            for line in self._log_lines(side, _TLS_LOG):
+                self._note(f"log {facts.ref(side)} linkerd-proxy", line)
+        return refused
 
     def _destination_tls(self) -> Any:
         # Imported here, as the other controller clients below: each pulls in its whole package, and a
@@ -505,9 +525,9 @@ class LocalDiagnosis(Walk):
         self._pass()
 
         self._layer("identity")
-        self._identity(source, "source")
+        self._identity(source, "source", target)
         if target is not None:
-            self._identity(target, "target")
+            self._identity(target, "target", source)
         self._pass()
 
         if authority is None:

@@ -200,6 +200,24 @@ class Walk:
                 "neither mTLS nor seen by the mesh",
                 f"remove {port} from {key} unless skipping the proxy is what you meant ({restart})")
 
+    # -- identity ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _trust_failure(side: str, ref: str, foreign_trust: bool, problem: str | None, refused: float,
+                       restart: str) -> Failure:
+        """A pod outside the mesh's trust: it trusts other anchors, or serves a certificate the current issuer
+        did not sign (an old or foreign CA's), and so its TLS with meshed peers fails."""
+        parts = []
+        if foreign_trust:
+            parts.append(f"the {side} pod {ref} trusts other trust anchors than the mesh's current ones")
+        if problem is not None:
+            owner = "its" if parts else f"the {side} pod {ref}'s"
+            parts.append(f"{owner} proxy serves a certificate not issued by the current issuer ({problem})")
+        reason = "; ".join(parts)
+        if refused:
+            reason += f": TLS handshakes between it and its peers fail ({refused:g} counted)"
+        return Failure(reason, restart)
+
     # -- discovery ---------------------------------------------------------------------------------
 
     def _judge_service(self, authority: Authority, service: Mapping[str, Any] | None, where: str,

@@ -1,13 +1,15 @@
-"""Drive the HTTP/2 layer without sockets: an h2 client downstream, scripted HTTP/2 or HTTP/1 servers upstream.
+"""Drive the HTTP/2 core without sockets: an h2 client downstream, scripted HTTP/2 or HTTP/1 servers upstream.
 
-``Harness.run`` answers the layer's commands as the driver would: ``Poll``
-delivers each write to its peer and hands back what the peers have to say;
-``Start``-ed commands are answered at the next ``Poll`` (``OpenUp`` and
-``Checkout`` with a new fake connection to the peer the test put at that
-address, ``Wait`` with what the test says). When nothing is left to say,
-the client's next scripted step runs; when the script is done, time passes
-on the test's ``clock`` (a ``FakeClock``) up to a ``Poll``'s timeout (a
-route's deadline), else the client closes (EOF).
+``Harness.run`` takes the layer's one command (``ServeHttp2``), makes the
+push-driven ``Http2Proxy`` over itself as the sink, and plays the transports:
+what the client and each peer have to say is fed in (``down_data``,
+``up_data``), what the core writes is delivered to them, and connects and
+discovery waits it asks for are answered before the next read (a new fake
+connection to the peer the test put at that address; ``Wait`` with what the
+test says). When nothing is left to say, the client's next scripted step
+runs; when the script is done, time passes on the test's ``clock`` (a
+``FakeClock``) to the earliest timer (a route's timeout), which fires; else
+the client closes (EOF).
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ import h2.connection
 import h2.events
 
 from tether.proxy.core import commands as cmd
-from tether.proxy.core.http_commands import Checkin, Checkout, OpenUp, Poll, Polled, SendDown, Start, Upstream
+from tether.proxy.core.http2_proxy import Http2Proxy
+from tether.proxy.core.http_commands import ServeHttp2, Upstream
 from tether.proxy.codec.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
 
 Handler = Callable[["H2Server", int, list[tuple[bytes, bytes]], bytes], None]
 
 
 class FakeClock:
-    """Time that passes only when the harness says so (a ``Poll`` timeout) or a test moves it."""
+    """Time that passes only when the harness says so (a timer is due) or a test moves it."""
 
     def __init__(self) -> None:
         self.now = 100.0
@@ -175,8 +178,18 @@ def respond(status: bytes = b"200", body: bytes = b"", trailers: list[tuple[byte
     return handler
 
 
+class _Timer:
+    def __init__(self, due: float, delay: float, callback: Callable[[], None]) -> None:
+        self.due, self.delay, self.callback = due, delay, callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class Harness:
-    """Runs the layer to its end against ``client`` and the peers at each address (see the module docstring)."""
+    """Runs the core to its end against ``client`` and the peers at each address (see the module docstring);
+    also the core's sink."""
 
     def __init__(self, client: Client | RawClient, peers: dict[Any, Callable[[], H2Server | H1App | None]],
                  script: list[Callable[[Client], None]] | None = None, *,
@@ -184,10 +197,10 @@ class Harness:
                  h1_peers: dict[Any, Callable[[], H2Server | H1App | None]] | None = None,
                  clock: FakeClock | None = None) -> None:
         self.client = client
-        self.clock = clock  # moved on by a Poll's timeout once nothing else is left to happen
-        self.timeouts: list[float] = []  # the Poll timeouts that passed
+        self.clock = clock  # moved on to the earliest timer once nothing else is left to happen
+        self.timeouts: list[float] = []  # the delays of the timers that fired
         self.peers = peers  # address -> a new peer per connection (None: connection refused)
-        self.h1_peers = h1_peers if h1_peers is not None else peers  # the same for Checkout (HTTP/1)
+        self.h1_peers = h1_peers if h1_peers is not None else peers  # the same for checkout (HTTP/1)
         self.script = list(script or [])
         self.waits = waits or (lambda command: None)
         self.blocked: frozenset[Any] = frozenset()  # connections whose write buffer is full (a script sets it)
@@ -197,84 +210,119 @@ class Harness:
         self.opened: list[tuple[str, Any]] = []  # ("h2"|"h1", address) per connection made
         self.checkins: list[tuple[Upstream, bool]] = []
         self.counts: list[cmd.Count] = []
-        self.started: list[cmd.Command] = []
-        self.polls = 0
-        self._jobs: list[tuple[object, Any]] = []
+        self.started: list[cmd.Command] = []  # the blocking commands the core had run (Connect, Wait)
+        self.paused: set[Upstream] = set()  # not read (read_up)
+        self.timers: list[_Timer] = []
+        self.closed = False
+        self._jobs: list[Callable[[], None]] = []
+        self.prepare: Callable[[Http2Proxy], None] | None = None  # called with the core before it starts
 
-    def _open(self, command: OpenUp | Checkout, kind: str) -> Upstream | cmd.Failed:
-        make = (self.peers if kind == "h2" else self.h1_peers).get(command.connect.addr)
+    # -- the sink ---------------------------------------------------------------------------------------------
+
+    def send_down(self, data: bytes) -> None:
+        self.client.receive(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _open(self, connect: cmd.Connect, kind: str) -> Upstream | cmd.Failed:
+        make = (self.peers if kind == "h2" else self.h1_peers).get(connect.addr)
         peer = make() if make is not None else None
         if peer is None:
             return cmd.Failed("i/o", "ECONNREFUSED")
-        up = Upstream((command.connect.addr, command.connect.tls), None, 0.001, reused=False)
+        up = Upstream((connect.addr, connect.tls), None, 0.001, reused=False)
         self.conns[up] = peer
-        self.opened.append((kind, command.connect.addr))
+        self.opened.append((kind, connect.addr))
         return up
 
-    def _answer(self, command: cmd.Command) -> Any:
-        if isinstance(command, OpenUp):
-            return self._open(command, "h2")
-        if isinstance(command, Checkout):
-            return self._open(command, "h1")
-        if isinstance(command, cmd.Wait):
-            return self.waits(command)
-        raise AssertionError(f"unexpected started command {command!r}")
+    def connect(self, connect: cmd.Connect, header: bytes | None, done: Callable[[Any], None]) -> None:
+        self.started.append(connect)
+        self._jobs.append(lambda: done(self._open(connect, "h2")))
+
+    def checkout(self, connect: cmd.Connect, header: bytes | None, done: Callable[[Any], None]) -> None:
+        self.started.append(connect)
+        self._jobs.append(lambda: done(self._open(connect, "h1")))
+
+    def send_up(self, up: Upstream, data: bytes) -> None:
+        peer = self.conns[up]
+        if not peer.closed:
+            peer.receive(data)
+
+    def checkin(self, up: Upstream, reuse: bool) -> None:
+        self.checkins.append((up, reuse))
+        self.paused.discard(up)
+        peer = self.conns.get(up)
+        if peer is not None:
+            peer.closed = True
+
+    def read_up(self, up: Upstream, reading: bool) -> None:
+        if reading:
+            self.paused.discard(up)
+        else:
+            self.paused.add(up)
+
+    def wait(self, command: cmd.Command, done: Callable[[Any], None]) -> None:
+        assert isinstance(command, cmd.Wait)
+        self.started.append(command)
+        self._jobs.append(lambda: done(self.waits(command)))
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> _Timer:
+        now = self.clock.now if self.clock is not None else 0.0
+        timer = _Timer(now + delay, delay, callback)
+        self.timers.append(timer)
+        return timer
+
+    def count(self, name: str, labels: str) -> None:
+        self.counts.append(cmd.Count(name, labels))
+
+    # -- the transports ---------------------------------------------------------------------------------------
 
     def run(self, layer: cmd.Layer) -> None:
-        reply: Any = None
+        command = next(layer)
+        assert isinstance(command, ServeHttp2), command
+        core = Http2Proxy(command.router, command.settings, self, downgrade=command.downgrade)
+        if self.prepare is not None:
+            self.prepare(core)
+        core.start()
         for _ in range(self.limit):
-            try:
-                command = layer.send(reply)
-            except StopIteration:
+            if self.closed:
                 return
-            reply = None
-            if isinstance(command, Start):
-                self.started.append(command.command)
-                self._jobs.append((command.tag, self._answer(command.command)))
-            elif isinstance(command, Checkin):
-                self.checkins.append((command.up, command.reuse))
-                peer = self.conns.get(command.up)
-                if peer is not None:
-                    peer.closed = True
-            elif isinstance(command, cmd.Count):
-                self.counts.append(command)
-            elif isinstance(command, SendDown):
-                self.client.receive(command.data)
-                reply = True
-            elif isinstance(command, Poll):
-                reply = self._poll(command)
-            else:
-                raise AssertionError(f"unexpected {command!r}")
-        raise AssertionError("the layer did not end")
-
-    def _poll(self, command: Poll) -> Polled:
-        self.polls += 1
-        for target, data in command.writes:
-            if target is None:
-                self.client.receive(data)
-            else:
-                peer = self.conns[target]
-                if not peer.closed:
-                    peer.receive(data)
-        while True:
-            polled = Polled(done=self._jobs, blocked=self.blocked)
-            self._jobs = []
-            data = self.client.data_to_send()
-            if data:
-                polled.down = data
-            for up in command.ups:
-                peer = self.conns[up]
+            if self.blocked != self._told_blocked:
+                for target in self._told_blocked - self.blocked:
+                    core.writable(target, True)
+                for target in self.blocked - self._told_blocked:
+                    core.writable(target, False)
+                self._told_blocked = self.blocked
+                continue
+            if self._jobs:
+                self._jobs.pop(0)()
+                continue
+            moved = False
+            for up, peer in list(self.conns.items()):
+                if up in self.paused or peer.closed:
+                    continue
                 out = peer.data_to_send() if isinstance(peer, H1App) else peer.conn.data_to_send()
                 if out:
-                    polled.ups.append((up, out))
-            if polled.down is not None or polled.ups or polled.done or self.blocked != self._told_blocked:
-                self._told_blocked = self.blocked
-                return polled
-            if self.script:
-                self.script.pop(0)(self.client)
+                    core.up_data(up, out)
+                    moved = True
+                    break
+            if moved:
                 continue
-            if command.timeout is not None and self.clock is not None:
-                self.timeouts.append(command.timeout)
-                self.clock.now += max(command.timeout, 1e-6)
-                return Polled(blocked=self.blocked)
-            return Polled(down=b"", blocked=self.blocked)  # the client is done: EOF
+            data = self.client.data_to_send()
+            if data:
+                core.down_data(data)
+                continue
+            if self.script:
+                self.script.pop(0)(self.client)  # type: ignore[arg-type]
+                continue
+            live = [t for t in self.timers if not t.cancelled]
+            if live and self.clock is not None:
+                timer = min(live, key=lambda t: t.due)
+                self.timers.remove(timer)
+                self.timeouts.append(timer.delay)
+                self.clock.now = max(self.clock.now, timer.due)
+                timer.callback()
+                continue
+            core.down_lost()  # the client is done: EOF
+        if not self.closed:
+            raise AssertionError("the core did not end")

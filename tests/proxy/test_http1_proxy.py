@@ -521,7 +521,7 @@ def test_pool_reuses_open_connections_and_sweeps_idle_ones() -> None:
 
 
 def test_the_policy_and_tap_hooks_see_each_request() -> None:
-    from test_http2_layer import Observed
+    from test_http2_proxy import Observed
 
     events: list[str] = []
     hooks = Observed(refuse=b"/no")

@@ -1,8 +1,8 @@
 """ServiceProfile routes for HTTP/2 streams without sockets: route metrics, timeouts, retries (proxy.md §7.5, §7.6).
 
 The h2 client and scripted servers of ``h2_fakes``; a router that hands out
-a profile route with each pick, and a fake clock the harness moves on to a
-``Poll``'s timeout (the earliest route deadline) once nothing else happens.
+a profile route with each pick, and a fake clock the harness moves on to
+the earliest timer (a route's timeout) once nothing else happens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from h2_fakes import Client, FakeClock, H2Server, Harness, respond
 from tether.proxy.core import commands as cmd
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http2_layer import _Http2, http2
+from tether.proxy.core.http2_proxy import Http2Proxy, http2
 from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.profiles import PathRegex, Profile, ResponseClass, Route, Split, StatusRange
@@ -94,19 +94,22 @@ def routes(settings: HttpSettings, labels: str = RT) -> Any:
     return settings.metrics.routes.snapshot()[labels]
 
 
-def counting_acks(router: Router, settings: HttpSettings) -> tuple[cmd.Layer, dict[int, int]]:
-    """The layer, and the request bytes it acknowledges to the client per stream (its window handed back)."""
-    state = _Http2(router, settings, False)
+def counting_acks(router: Router, settings: HttpSettings, harness: Harness) -> tuple[cmd.Layer, dict[int, int]]:
+    """The layer, and the request bytes its core acknowledges to the client per stream (its window handed back)."""
     acked: dict[int, int] = {}
-    ack = state.down.ack
 
-    def counted(sid: int, n: int) -> None:
-        if n > 0:  # what the endpoint acknowledges (it ignores the rest)
-            acked[sid] = acked.get(sid, 0) + n
-        ack(sid, n)
+    def prepare(core: Http2Proxy) -> None:
+        ack = core.down.ack
 
-    state.down.ack = counted  # type: ignore[method-assign]
-    return state.run(), acked
+        def counted(sid: int, n: int) -> None:
+            if n > 0:  # what the endpoint acknowledges (it ignores the rest)
+                acked[sid] = acked.get(sid, 0) + n
+            ack(sid, n)
+
+        core.down.ack = counted  # type: ignore[method-assign]
+
+    harness.prepare = prepare
+    return http2(router, settings), acked
 
 
 def send_body(sid: int, body: bytes) -> Callable[[Client], None]:
@@ -153,7 +156,7 @@ def test_route_metrics_follow_the_route_classes_and_grpc_status() -> None:
     # The default route (no rt_ labels) counts the rest, by the default rule.
     assert routes(settings, DST).responses == {
         'status_code="503",classification="failure",grpc_status="",error=""': 1}
-    assert harness.timeouts == []  # no route with a timeout: Poll waits without one
+    assert harness.timeouts == []  # no route with a timeout: no timer
 
 
 def test_no_head_within_the_route_timeout_is_deadline_exceeded_and_cancels_upstream() -> None:
@@ -214,7 +217,7 @@ def test_a_failing_endpoint_is_hidden_by_retries_on_the_other() -> None:
     b = budget()
     router = Router(ADDRS, profile(budget=b))
     harness = Harness(client, {addr: (lambda s=s: s) for addr, s in servers.items()}, clock=clock)
-    layer, acked = counting_acks(router, settings)
+    layer, acked = counting_acks(router, settings, harness)
     harness.run(layer)
     assert all(client.trailers[sid] == OK_TRAILERS and client.bodies[sid] == b"\x00\x00\x00\x00\x02hi"
                for sid in calls)
@@ -269,7 +272,7 @@ def test_a_failure_before_the_request_ends_is_retried_with_the_rest_to_come() ->
     early, good = EarlyFailure(), H2Server(grpc_answer(0))
     settings = http_settings(clock)
     harness = Harness(client, {ADDRS[0]: lambda: early, ADDRS[1]: lambda: good}, [rest], clock=clock)
-    layer, acked = counting_acks(Router(ADDRS, profile(budget=budget())), settings)
+    layer, acked = counting_acks(Router(ADDRS, profile(budget=budget())), settings, harness)
     harness.run(layer)
     assert client.trailers[sid] == OK_TRAILERS
     assert good.bodies == {1: b"\x00\x00\x00\x00\x05hello"}  # what was kept, then the rest as it came
@@ -308,7 +311,7 @@ def test_a_body_over_64k_is_not_retried() -> None:
     harness = Harness(client, {addr: (lambda s=s: s) for addr, s in zip(ADDRS, servers, strict=True)},
                       [send_body(sid, body)] * 20, clock=clock)
     before = b.balance()
-    layer, acked = counting_acks(router, settings)
+    layer, acked = counting_acks(router, settings, harness)
     harness.run(layer)
     assert dict(client.responses[sid])[b"grpc-status"] == b"14"
     assert servers[0].bodies == {1: body} and servers[1].requests == {}
@@ -377,7 +380,7 @@ def test_a_failure_after_the_deadline_ends_with_the_timeout_not_a_retry() -> Non
     assert series.responses == {'classification="failure",grpc_status="",error="timeout"': 1}
     assert b.balance() == before  # neither a withdrawal nor a deposit
     assert [c.labels for c in harness.counts] == ['error="response timeout"']
-    assert harness.timeouts == []  # the late head came before any Poll timed out
+    assert harness.timeouts == []  # the late head came before the route's timer fired
     assert settings.metrics is not None
     assert settings.metrics.snapshot()[LABELS].responses == {  # the attempt, under its endpoint, once
         'status_code="200",classification="failure",grpc_status="14",error=""': 1}

@@ -24,7 +24,7 @@ its caller:
   ``data_to_send()`` and closes. Sends on a stream the peer has reset return
   False instead of raising.
 
-Caller: ``tether.proxy.core.http2_layer`` (the HTTP/2 layer), and tests.
+Callers: ``tether.proxy.core.http2_proxy`` (the HTTP/2 core), and tests.
 """
 
 from __future__ import annotations
@@ -236,14 +236,15 @@ class H2Endpoint:
         return stream_id in self._outboxes
 
     def flush(self, stream_id: int | None = None) -> dict[int, int]:
-        """Send what the windows allow (one stream or all); returns the data bytes sent per stream."""
+        """Send what the windows allow (one stream or all); returns the data bytes sent per stream, and 0 for
+        a stream left with nothing to send without data going (its end went, or it was reset meanwhile)."""
         sent: dict[int, int] = {}
         ids = [stream_id] if stream_id is not None else list(self._outboxes)
         for sid in ids:
             box = self._outboxes.get(sid)
             if box is not None:
                 n = self._flush_one(sid, box)
-                if n:
+                if n or sid not in self._outboxes:  # data went, or the stream is through
                     sent[sid] = n
         return sent
 
@@ -261,9 +262,13 @@ class H2Endpoint:
                 else:
                     box.chunks[0] = chunk[room:]
                     chunk = chunk[:room]
-                conn.send_data(sid, chunk)
+                last = box.end and not box.chunks and not box.trailers  # the end rides on the last data frame
+                conn.send_data(sid, chunk, end_stream=last)
                 sent += len(chunk)
                 box.size -= len(chunk)
+                if last:
+                    del self._outboxes[sid]
+                    return sent
             if box.end:
                 if box.trailers:
                     conn.send_headers(sid, box.trailers, end_stream=True)

@@ -11,7 +11,7 @@ trailers-only ``200`` whose ``grpc-status`` says what went wrong
 (``grpc_headers``): Linkerd's mapping, UNAVAILABLE for a failed endpoint,
 DEADLINE_EXCEEDED for fail-fast and connect timeouts (proxy.md §7.9).
 
-Callers: ``tether.proxy.core.http1_proxy``, ``tether.proxy.core.http2_layer``.
+Callers: ``tether.proxy.core.http1_proxy``, ``tether.proxy.core.http2_proxy``.
 """
 
 from __future__ import annotations

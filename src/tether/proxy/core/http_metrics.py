@@ -12,7 +12,7 @@ Label sets stay bounded as the TCP family's do: a label set not touched for
 ``retain_idle`` is dropped at the next scrape, and past ``max_series`` the least
 recently touched go first.
 
-Callers: ``tether.proxy.core.http1_proxy`` and ``core.http2_layer`` (recording), ``tether.proxy.core.metrics.Registry`` (rendering).
+Callers: ``tether.proxy.core.http1_proxy`` and ``core.http2_proxy`` (recording), ``tether.proxy.core.metrics.Registry`` (rendering).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from tether.proxy.core.commands import (
     TlsAccepted,
 )
 from tether.proxy.core.config import DefaultPolicy
-from tether.proxy.core.http2_layer import http2
+from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router

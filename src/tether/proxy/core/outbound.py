@@ -27,7 +27,7 @@ from typing import Any
 from tether.proxy.core import labels
 from tether.proxy.codec.addrs import IpAddress, IpNetwork, SocketAddr
 from tether.proxy.core.commands import Command, Connected, Detect, Failed, Forward, Layer, Refuse, Send, SetLabels, Wait
-from tether.proxy.core.http2_layer import http2
+from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router

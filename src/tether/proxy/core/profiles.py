@@ -23,7 +23,7 @@ where missing, without a group -- so a top-level alternation ``/a|/b`` reads
 ``^/a|/b$`` there and here alike.
 
 Pure. Callers: ``core.profile_translation`` (building), ``core.routes``
-(matching and the traffic split) and ``core.http1_proxy`` / ``core.http2_layer`` (timeouts,
+(matching and the traffic split) and ``core.http1_proxy`` / ``core.http2_proxy`` (timeouts,
 retries, classification, route metrics).
 """
 

@@ -27,7 +27,7 @@ to about ``ttl/2`` and leaves a stale slot counted; here exactly the windows
 that passed are cleared, so what is counted is the last ``ttl``.
 
 ``settle`` is the decision after each attempt of a request on a profile
-route, the one both HTTP layers (``core.http1_proxy``, ``core.http2_layer``) take.
+route, the one both HTTP layers (``core.http1_proxy``, ``core.http2_proxy``) take.
 
 Pure: the clock is injected. Callers: ``core.profile_translation`` (one
 budget per profile update, shared by its retryable routes) and the HTTP layers.

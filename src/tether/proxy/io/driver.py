@@ -21,13 +21,12 @@ command it does not know. Everything that waits on a socket is here:
   half-closes and then waits for an answer across the mesh does not get it --
   a documented limit (docs/proxy.md).
 
-HTTP (``tether.proxy.core.http_commands``): the client's connection is read and
-written per request (writes wait for the transport to drain), upstream
-connections are checked out of and back into ``io.pool.Pool`` (opened as
-``Connect`` does, metered until they close), and ``Tunnel`` links two
-connections after a protocol switch as ``Forward`` does. HTTP/2 (``core.http2_layer``)
-writes and waits on all of a connection's sockets at once with ``Poll``, and
-runs discovery waits and connects in the background with ``Start``.
+HTTP (``tether.proxy.core.http_commands``): ``ServeHttp1`` and ``ServeHttp2``
+hand the accepted connection to a push-driven core over its sink
+(``io.http1_io``, ``io.http2_io``), which the transports' callbacks feed;
+upstream connections come from ``io.pool.Pool`` or are opened as ``Connect``
+does (``open_upstream``, metered until they close), and a discovery wait or a
+connect runs as a task that calls back (``Driver.run_blocking``).
 
 Metrics: a ``Meter`` per connection side (``tether.proxy.core.metrics``); ``Refuse``
 counts ``<direction>_tcp_errors_total{error}``.
@@ -52,6 +51,7 @@ from tether.proxy.core import labels
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core import http_commands as http_cmd
 from tether.proxy.io.http1_io import Http1Io, IdleClients
+from tether.proxy.io.http2_io import Http2Io
 from tether.proxy.io.streams import Stream, errno_name, link
 from tether.proxy.io.pool import Pool
 from tether.proxy.core.metrics import Meter, Registry
@@ -70,10 +70,6 @@ log = logging.getLogger(__name__)
 TRANSPORT_ALPN = ALPN_PROTOCOL.decode()
 
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # linux/in.h
-# HTTP/2 (Poll): a connection with this much unwritten is not read until it drains. The layer writes data only
-# within the peer's windows and holds it while a buffer is over its high-water mark; what grows past this is
-# answers to a peer that sends (PINGs, SETTINGS...) and does not read.
-POLL_FLOOD_LIMIT = 4 * 1024 * 1024
 # An HTTP/1 client connection idle between requests is closed after this long (to twice as long; see
 # io.http1_io.IdleClients). Linkerd has no such setting (hyper keeps an idle connection for ever); this is
 # above the peers' pool idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, 3 s), so a proxy's pooled
@@ -111,7 +107,7 @@ class _Conn:
         self.down_meter: Meter | None = None
         self.up_meter: Meter | None = None
         self.checked_out: set[http_cmd.Upstream] = set()  # pooled connections this connection's requests hold
-        self.jobs: dict[asyncio.Future[Any], tuple[object, cmd.Command]] = {}  # Start-ed commands: (tag, command)
+        self.jobs: dict[asyncio.Future[Any], cmd.Command] = {}  # what the cores run in the background
 
 
 class _NoBytes:
@@ -144,18 +140,13 @@ class Driver:
             cmd.Forward: self._forward,
             cmd.Wait: self._wait,
             http_cmd.ServeHttp1: self._serve_http1,
-            http_cmd.SendDown: self._send_down,
-            http_cmd.Checkout: self._checkout,
-            http_cmd.OpenUp: self._open_up,  # HTTP/2
-            http_cmd.Poll: self._poll,
+            http_cmd.ServeHttp2: self._serve_http2,
         }
         self._immediate: dict[type[cmd.Command], Callable[[_Conn, Any], None]] = {
             cmd.SetLabels: self._set_labels,
             cmd.Count: self._count,
             cmd.Send: self._send,
             cmd.Refuse: self._refuse,
-            http_cmd.Checkin: self._checkin,
-            http_cmd.Start: self._start,  # HTTP/2
         }
         # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT).
         timeouts = pool_idle_timeouts or {}
@@ -432,7 +423,7 @@ class Driver:
     async def _wait(self, conn: _Conn, command: cmd.Wait) -> Any:
         return await command.source.wait(command.timeout)
 
-    # -- HTTP (tether.proxy.http): the client's connection read and written per request, a pool upstream ---------
+    # -- HTTP: the accepted connection handed to a push-driven core (io.http1_io, io.http2_io) ------------------------
 
     async def _ensure_down(self, conn: _Conn) -> Stream | None:
         down = conn.down
@@ -452,18 +443,21 @@ class Driver:
             conn.down_meter = self._metrics.tcp.open(conn.accept_labels or "", down)
         return down
 
-    async def _send_down(self, conn: _Conn, command: http_cmd.SendDown) -> bool:
-        down = conn.down
-        if down is None or conn.down_meter is None:
-            down = await self._ensure_down(conn)
-        return down is not None and await _write(down, command.data)
-
     async def _serve_http1(self, conn: _Conn, command: http_cmd.ServeHttp1) -> None:
         """HTTP/1, push-driven: the connection's reads go straight into an ``Http1Proxy`` until it is over."""
         down = await self._ensure_down(conn)
         if down is None:
             return
         served = Http1Io(self, conn, down, command.router, command.settings, self._idle_clients[conn.direction])
+        served.start()
+        await served.finished
+
+    async def _serve_http2(self, conn: _Conn, command: http_cmd.ServeHttp2) -> None:
+        """HTTP/2, push-driven: the connection's reads go straight into an ``Http2Proxy`` until it is over."""
+        down = await self._ensure_down(conn)
+        if down is None:
+            return
+        served = Http2Io(self, conn, down, command.router, command.settings, command.downgrade)
         served.start()
         await served.finished
 
@@ -484,17 +478,6 @@ class Driver:
             raise TypeError(f"the driver does not know the command {command!r}")
         return handler(conn, command)
 
-    async def _checkout(self, conn: _Conn, command: http_cmd.Checkout) -> http_cmd.Upstream | cmd.Failed:
-        connect = command.connect
-        up = self.pooled(conn.direction, connect)
-        if up is None:
-            opened = await self.open_upstream(connect, command.header)
-            if isinstance(opened, cmd.Failed):
-                return opened
-            up = opened
-        conn.checked_out.add(up)
-        return up
-
     async def open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
         """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent
         when ALPN agreed to one."""
@@ -514,14 +497,6 @@ class Driver:
         if stream.source is not None:
             self._own_sources.discard(stream.source)
 
-    def _checkin(self, conn: _Conn, command: http_cmd.Checkin) -> None:
-        up = command.up
-        conn.checked_out.discard(up)
-        if command.reuse:
-            self._pools[conn.direction].put(up)
-        elif not up.io.lost:
-            up.io.transport.close()
-
     def close_idle(self) -> None:
         """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
         for pool in self._pools.values():
@@ -533,82 +508,9 @@ class Driver:
         for clients in self._idle_clients.values():
             clients.close()
 
-    # -- HTTP/2 (tether.proxy.core.http2_layer): one Poll over every connection of the layer, commands in the background --
-
-    async def _open_up(self, conn: _Conn, command: http_cmd.OpenUp) -> http_cmd.Upstream | cmd.Failed:
-        up = await self.open_upstream(command.connect, command.header)
-        if isinstance(up, http_cmd.Upstream):
-            conn.checked_out.add(up)
-        return up
-
-    def _start(self, conn: _Conn, command: http_cmd.Start) -> None:
-        handler = self._blocking.get(type(command.command))
-        if handler is None or not command.command.blocking:
-            raise TypeError(f"the driver cannot start {command.command!r}")
-        job = asyncio.ensure_future(handler(conn, command.command))
-        conn.jobs[job] = (command.tag, command.command)
-
-    async def _poll(self, conn: _Conn, command: http_cmd.Poll) -> http_cmd.Polled:
-        down = await self._ensure_down(conn)
-        if down is None and command.down:
-            return http_cmd.Polled(down=b"")  # the accepted socket was unusable: as good as closed
-        for target, data in command.writes:
-            stream = down if target is None else target.io
-            if data and stream is not None and not stream.lost and not stream.transport.is_closing():
-                stream.tx += len(data)
-                stream.transport.write(data)
-        sides: list[tuple[http_cmd.Upstream | None, Stream]] = [(up, up.io) for up in command.ups]
-        if command.down and down is not None:
-            sides.insert(0, (None, down))
-        watched: dict[http_cmd.Upstream | None, Stream] = dict(sides)
-        for target, _ in command.writes:
-            stream = down if target is None else target.io
-            if stream is not None:
-                watched[target] = stream
-        was_blocked = {t for t, stream in watched.items() if stream.paused and not stream.lost}
-        jobs = conn.jobs
-        loop = asyncio.get_running_loop()
-        until = None if command.timeout is None else loop.time() + command.timeout
-        while True:
-            polled = http_cmd.Polled()
-            for target, stream in sides:
-                if not stream.lost and stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT:
-                    continue  # see Poll: a peer that does not read its answers is not read either
-                if stream.buffer:
-                    data = stream.take()
-                elif stream.eof or stream.lost:
-                    data = b""
-                else:
-                    continue
-                if target is None:
-                    polled.down = data
-                else:
-                    polled.ups.append((target, data))
-            for job in [j for j in jobs if j.done()]:
-                tag, _ = jobs.pop(job)
-                polled.done.append((tag, job.result()))  # a handler's exception is a bug: run() logs it
-            blocked = frozenset(t for t, stream in watched.items() if stream.paused and not stream.lost)
-            polled.blocked = blocked
-            if polled.down is not None or polled.ups or polled.done or not was_blocked <= blocked:
-                return polled
-            waits: list[Awaitable[Any]] = [
-                stream.drain() if stream.transport.get_write_buffer_size() > POLL_FLOOD_LIMIT else stream.readable()
-                for _, stream in sides if not stream.lost]
-            waits.extend(watched[t].drain() for t in was_blocked)
-            waits.extend(jobs)
-            left = None if until is None else until - loop.time()
-            if left is not None and left <= 0:
-                return polled  # a stream's deadline (Poll.timeout)
-            if not waits:
-                if left is not None:
-                    await asyncio.sleep(left)
-                return polled
-            await asyncio.wait([asyncio.ensure_future(w) for w in waits], timeout=left,
-                               return_when=asyncio.FIRST_COMPLETED)
-
     def _end_jobs(self, conn: _Conn) -> None:
         """The connection is over: discovery waits are cancelled; connects finish, and what they open is closed."""
-        for job, (_, command) in conn.jobs.items():
+        for job, command in conn.jobs.items():
             if isinstance(command, cmd.Wait):
                 job.cancel()
             else:
@@ -644,18 +546,6 @@ def _revoke(*streams: Stream) -> None:
     for stream in streams:
         if not stream.lost:
             stream.transport.abort()
-
-
-async def _write(stream: Stream, data: bytes) -> bool:
-    """Write, then wait while the transport's buffer is over its high-water mark; False if the peer is gone."""
-    if stream.lost or stream.transport.is_closing():
-        return False
-    if data:
-        stream.tx += len(data)
-        stream.transport.write(data)
-    while stream.paused and not stream.lost:
-        await stream.drain()
-    return not stream.lost
 
 
 def _close_opened(job: asyncio.Future[Any]) -> None:

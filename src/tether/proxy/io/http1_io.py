@@ -188,7 +188,7 @@ class Http1Io:
             self._hold(up)
             return up
         job = asyncio.ensure_future(self.driver.open_upstream(connect, header))
-        self.conn.jobs[job] = (None, connect)
+        self.conn.jobs[job] = connect
         job.add_done_callback(lambda j: self._opened(j, done))
         return None
 
@@ -241,7 +241,7 @@ class Http1Io:
 
     def wait(self, command: Command, done: Callable[[Any], None]) -> None:
         job = asyncio.ensure_future(self.driver.run_blocking(self.conn, command))
-        self.conn.jobs[job] = (None, command)
+        self.conn.jobs[job] = command
 
         def waited(j: asyncio.Future[Any]) -> None:
             if self.conn.jobs.pop(j, None) is not None and not j.cancelled():

@@ -1,4 +1,4 @@
-"""tether.proxy.core.http2_layer without sockets: an h2 client in, scripted servers out (proxy.md §7.3, §7.7-7.9, §9.2)."""
+"""tether.proxy.core.http2_proxy without sockets: an h2 client in, scripted servers out (proxy.md §7.3, §7.7-7.9, §9.2)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from tether.proxy.core import labels
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core import errors
-from tether.proxy.core.http_commands import Poll, Polled, SendDown, Start
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http2_layer import http2
+from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, InFlight, Pick
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core import inbound as inbound
@@ -386,29 +385,10 @@ def test_orig_proto_requests_are_downgraded_to_http1() -> None:
 
 
 def _feed(layer: cmd.Layer, chunks: list[bytes]) -> list[str]:
-    """Run ``layer`` on the client's ``chunks`` then EOF; every started command fails. What the layer ended with."""
-    chunks = list(chunks)
-    jobs: list[tuple[object, Any]] = []
-    seen: list[str] = []
-    reply: Any = None
-    for _ in range(10_000):
-        try:
-            command = layer.send(reply)
-        except StopIteration:
-            return seen or ["closed"]
-        reply = None
-        if isinstance(command, Start):
-            jobs.append((command.tag, cmd.Failed("i/o", "ECONNREFUSED")))
-        elif isinstance(command, Poll):
-            for target, data in command.writes:
-                if target is None:
-                    seen.extend(_goaways(data))
-            reply = Polled(down=chunks.pop(0) if chunks else b"", done=jobs)
-            jobs = []
-        elif isinstance(command, SendDown):
-            seen.extend(_goaways(command.data))
-            reply = True
-    raise AssertionError("the layer did not end")
+    """Run ``layer`` on the client's ``chunks`` then EOF; every connect fails. What the core ended with."""
+    client = RawClient(chunks)
+    Harness(client, {}).run(layer)
+    return _goaways(client.raw) or ["closed"]
 
 
 def _goaways(data: bytes) -> list[str]:

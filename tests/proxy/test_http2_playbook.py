@@ -1,0 +1,202 @@
+"""Playbooks for the push-driven HTTP/2 core (``core.http2_proxy``): client frames in, what it asks of its sink out.
+
+Each test is one conversation on one client connection, frame by frame
+(``tests/proxy/h2_playbook.py``): full duplex, a client's reset cancelling
+the upstream stream, rapid reset, REFUSED_STREAM, the windows and a full
+write buffer, a gRPC error, keep-alive.
+"""
+
+from __future__ import annotations
+
+from h2.errors import ErrorCodes
+from h2_fakes import FakeClock
+from h2_playbook import (
+    CallLater,
+    Checkin,
+    Close,
+    Connect,
+    ConnectFailed,
+    Connected,
+    Count,
+    Data,
+    Do,
+    Down,
+    Fire,
+    GoAway,
+    H2Playbook,
+    Headers,
+    Ping,
+    Rst,
+    SendDown,
+    SendUp,
+    Up,
+    Window,
+    Writable,
+)
+from test_http2_proxy import ADDRS, GET, GRPC, LABELS, Router, http_settings
+
+from tether.proxy.core import errors
+from tether.proxy.core.http import HttpSettings
+from tether.proxy.core.http_metrics import HttpMetrics
+
+POST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/up")]
+OK = [(b":status", b"200")]
+
+
+def test_a_stream_goes_up_and_its_response_comes_back_full_duplex() -> None:
+    router = Router(ADDRS[:1])
+    assert (H2Playbook(router, http_settings())
+            >> Down(Headers(1, POST))
+            << Connect(ADDRS[0])
+            >> Down(Data(1, b"early"))  # held: the connection is not there yet
+            >> Connected()
+            << SendUp(0, Headers(1, POST), Data(1, b"early"))
+            >> Up(0, Headers(1, OK), Data(1, b"first"))  # the response begins before the request ends
+            << SendDown(Headers(1, OK), Data(1, b"first"))
+            >> Down(Data(1, b"more", end=True))
+            << SendUp(0, Data(1, b"more", end=True))
+            >> Up(0, Data(1, b"", end=True))
+            << SendDown(Data(1, b"", end=True)))
+    assert router.log == ["rtt", "release"]
+
+
+def test_a_client_reset_cancels_the_upstream_stream_at_once() -> None:
+    router = Router(ADDRS[:1])
+    assert (H2Playbook(router, http_settings())
+            >> Down(Headers(1, GET, end=True), Headers(3, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GET, end=True), Headers(3, GET, end=True))
+            >> Down(Rst(1, ErrorCodes.CANCEL))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL))  # the upstream's work is cancelled; stream 3 goes on
+            >> Up(0, Headers(3, OK, end=True))
+            << SendDown(Headers(3, OK, end=True)))
+    assert router.log.count("release") == 2
+
+
+def test_rapid_reset_is_answered_with_enhance_your_calm_and_nothing_goes_up() -> None:
+    """HEADERS + RST_STREAM pairs in one read (CVE-2023-44487): no stream starts; past 20, GOAWAY."""
+    router = Router(ADDRS[:1])
+    pairs = [f for sid in range(1, 43, 2) for f in (Headers(sid, GET, end=True), Rst(sid, ErrorCodes.CANCEL))]
+    assert (H2Playbook(router, http_settings())
+            >> Down(*pairs)
+            << Count("outbound_http_errors_total", 'error="rapid reset"')
+            << SendDown(GoAway(ErrorCodes.ENHANCE_YOUR_CALM, 41))
+            << Close())
+    assert router.requests == []
+
+
+def test_resets_before_the_response_count_against_the_bound_and_answers_take_one_off() -> None:
+    router = Router(ADDRS[:1])
+    book = (H2Playbook(router, http_settings())
+            >> Down(Headers(1, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GET, end=True)))
+    for sid in range(3, 43, 2):  # 20 streams reset after they went up: at the bound, not past it
+        book = (book >> Down(Headers(sid, GET, end=True)) << SendUp(0, Headers(sid, GET, end=True))
+                >> Down(Rst(sid, ErrorCodes.CANCEL)) << SendUp(0, Rst(sid, ErrorCodes.CANCEL)))
+    book = (book >> Up(0, Headers(1, OK, end=True))  # an answer: one off the count
+            << SendDown(Headers(1, OK, end=True))
+            >> Down(Headers(43, GET, end=True)) << SendUp(0, Headers(43, GET, end=True))
+            >> Down(Rst(43, ErrorCodes.CANCEL)) << SendUp(0, Rst(43, ErrorCodes.CANCEL))
+            >> Down(Headers(45, GET, end=True)) << SendUp(0, Headers(45, GET, end=True))
+            >> Down(Rst(45, ErrorCodes.CANCEL))
+            << Count("outbound_http_errors_total", 'error="rapid reset"')
+            << SendDown(GoAway(ErrorCodes.ENHANCE_YOUR_CALM, 45))
+            << Checkin(0, reuse=False)  # its upstream connections go with it
+            << Close())
+    assert book
+
+
+def test_a_refused_stream_is_sent_again_once_then_the_refusal_reaches_the_client() -> None:
+    """REFUSED_STREAM before any response: not processed (RFC 9113 §8.7), so safe to send again."""
+    router = Router(ADDRS[:1])
+    settings = http_settings()
+    assert (H2Playbook(router, settings)
+            >> Down(Headers(1, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GET, end=True))
+            >> Up(0, Rst(1, ErrorCodes.REFUSED_STREAM))
+            << SendUp(0, Headers(3, GET, end=True))  # a new pick, a new stream
+            >> Up(0, Rst(3, ErrorCodes.REFUSED_STREAM))
+            << SendDown(Rst(1, ErrorCodes.REFUSED_STREAM)))
+    assert len(router.requests) == 2
+    assert settings.metrics is not None and settings.metrics.snapshot()[LABELS].requests == 1
+
+
+def test_request_data_goes_up_within_the_upstreams_window_only() -> None:
+    body = b"x" * 25
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings())
+            >> Down(Headers(1, POST))
+            << Connect(ADDRS[0])
+            >> Connected(window=10)
+            << SendUp(0, Headers(1, POST))
+            >> Down(Data(1, body))
+            << SendUp(0, Data(1, body[:10]))  # the rest is held, not acknowledged to the client
+            >> Up(0, Window(1, 10))
+            << SendUp(0, Data(1, body[10:20]))
+            >> Down(Data(1, b"", end=True))
+            >> Up(0, Window(1, 100))
+            << SendUp(0, Data(1, body[20:], end=True)))  # the end rides on the last data
+
+
+def test_response_data_waits_while_the_clients_write_buffer_is_full() -> None:
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings())
+            >> Down(Headers(1, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GET, end=True))
+            >> Writable(None, False)
+            >> Up(0, Headers(1, OK), Data(1, b"held"), Data(1, b"", end=True))
+            << SendDown(Headers(1, OK))  # the head goes; the data waits (and is not acknowledged upstream)
+            >> Writable(None, True)
+            << SendDown(Data(1, b"held", end=True)))
+
+
+def test_a_grpc_call_whose_endpoints_cannot_be_reached_is_answered_unavailable() -> None:
+    error = errors.connect_failed(ADDRS[2], False, "i/o", "ECONNREFUSED")
+    assert (H2Playbook(Router(ADDRS), http_settings())
+            >> Down(Headers(1, GRPC, end=True))
+            << Connect(ADDRS[0])
+            >> ConnectFailed()
+            << Connect(ADDRS[1])
+            >> ConnectFailed()
+            << Connect(ADDRS[2])
+            >> ConnectFailed()
+            << Count("outbound_http_errors_total", 'error="i/o"')
+            << SendDown(Headers(1, [(b":status", b"200"), *errors.grpc_headers(error)], end=True)))
+
+
+def test_a_silent_client_gets_a_ping_and_without_an_answer_goaway() -> None:
+    clock = FakeClock()
+    settings = HttpSettings("inbound", clock, HttpMetrics(lambda: 0.0, 600), h2_keep_alive=(10.0, 5.0))
+
+    def later(seconds: float) -> Do:
+        def move() -> None:
+            clock.now += seconds
+        return Do(move)
+
+    assert (H2Playbook(Router(ADDRS[:1]), settings)
+            << CallLater(10.0)
+            >> later(4)
+            >> Down(Ping())  # a byte from the client: the interval starts again
+            << SendDown(Ping(ack=True))
+            >> later(6)
+            >> Fire()
+            << CallLater(4.0)  # silent for 6 s only
+            >> later(4)
+            >> Fire()
+            << CallLater(5.0)
+            << SendDown(Ping())
+            >> Down(Ping(ack=True))  # it answered
+            << CallLater(10.0)
+            >> later(10)
+            >> Fire()
+            << CallLater(5.0)
+            << SendDown(Ping())
+            >> later(5)
+            >> Fire()
+            << SendDown(GoAway(ErrorCodes.NO_ERROR, 0))
+            << Close())

@@ -227,7 +227,7 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head")
+                 "routing", "error", "head", "backoff")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -266,6 +266,7 @@ class _Stream:
         self.route: Route | None = None  # the route of the first pick: its timeout, retries and route_* series
         self.route_labels = ""
         self.timer: Timer | None = None  # the route's timeout, until the response head
+        self.backoff: Timer | None = None  # a client policy retry's backoff, before it is routed again
         self.kept: list[bytes] | None = None  # the request body kept for a retry (None: not kept, or too large)
         self.kept_size = 0
         self.skip_ack = 0  # bytes of a retry's request already acknowledged to the client (sent again as kept)
@@ -765,6 +766,10 @@ class Http2Proxy:
         stream.status = int(status) if status.isdigit() else 502
         self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
         headers = strip_proxy_errors(headers, self.settings)
+        pick = stream.pick
+        if pick is not None and pick.respond is not None:  # a client policy route's ResponseHeaderModifier
+            headers = [h for h in headers if h[0][:1] == b":"] + list(
+                pick.respond(tuple(h for h in headers if h[0][:1] != b":")))
         self._note_grpc_status(stream, headers)
         if stream.route is not None and self._retried(stream, stream.status,
                                                       stream.grpc_status if stream.grpc else None):
@@ -933,12 +938,13 @@ class Http2Proxy:
             stream.timed_out = True
             self._fail(stream, errors.response_timeout(route.timeout or 0.0), attempt=False)
             return True
-        self._again(stream)
+        self._again(stream, delay=exchange.retry_delay(route))
         return True
 
-    def _again(self, stream: _Stream, recount: bool = True) -> None:
-        """Another attempt: the kept request goes to a new pick (on a new upstream stream); ``recount``: the new
-        attempt is a request of its own in the endpoint metrics."""
+    def _again(self, stream: _Stream, recount: bool = True, delay: float = 0.0) -> None:
+        """Another attempt: the kept request goes to a new pick (on a new upstream stream), after ``delay`` (a
+        client policy rule's backoff); ``recount``: the new attempt is a request of its own in the endpoint
+        metrics."""
         up = stream.up
         self._drop_leg(stream)  # the failed response is not read further
         if up is not None and up.draining and not up.streams:
@@ -957,7 +963,16 @@ class Http2Proxy:
         stream.attempts = 0
         stream.discard = False  # an upstream lost before the head detached the stream: it goes on
         self._go(stream, Step.RETRY)
-        self._route(stream)
+        if delay > 0:
+            stream.backoff = self.sink.call_later(delay, lambda: self._backed_off(stream))
+        else:
+            self._route(stream)
+
+    def _backed_off(self, stream: _Stream) -> None:
+        stream.backoff = None
+        if not self.over and stream.phase is Phase.ROUTING:
+            self._route(stream)
+            self._after()
 
     # -- errors ---------------------------------------------------------------------------------------------------
 
@@ -1109,6 +1124,9 @@ class Http2Proxy:
         if stream.timer is not None:
             stream.timer.cancel()
             stream.timer = None
+        if stream.backoff is not None:
+            stream.backoff.cancel()
+            stream.backoff = None
         if stream.routing is not None:
             stream.routing.close()
             stream.routing = None

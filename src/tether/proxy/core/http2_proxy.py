@@ -682,7 +682,10 @@ class Http2Proxy:
             headers.append((b":authority", authority))
         if stream.path:
             headers.append((b":path", stream.path))
-        headers.extend(mesh_request_headers(stream.headers, pick, self.settings))
+        regular = mesh_request_headers(stream.headers, pick, self.settings)
+        if pick.rewrite is not None:  # a client policy's names, as HTTP/2 wants them (h2 does not normalize here)
+            regular = [(n.lower(), v) for n, v in regular]
+        headers.extend(regular)
         return headers
 
     def _flush_up(self, up: _Up, usid: int | None = None) -> None:
@@ -768,8 +771,8 @@ class Http2Proxy:
         headers = strip_proxy_errors(headers, self.settings)
         pick = stream.pick
         if pick is not None and pick.respond is not None:  # a client policy route's ResponseHeaderModifier
-            headers = [h for h in headers if h[0][:1] == b":"] + list(
-                pick.respond(tuple(h for h in headers if h[0][:1] != b":")))
+            headers = [h for h in headers if h[0][:1] == b":"] + [
+                (n.lower(), v) for n, v in pick.respond(tuple(h for h in headers if h[0][:1] != b":"))]
         self._note_grpc_status(stream, headers)
         if stream.route is not None and self._retried(stream, stream.status,
                                                       stream.grpc_status if stream.grpc else None):

@@ -66,6 +66,20 @@ async def test_outbound_routes_report_missing_parents_and_backends(workdir: Path
         await until(h, key, "split", Accepted=("False", "NoMatchingParent"))
 
 
+async def test_an_http_route_on_a_service_port_with_a_grpc_route_is_conflicted(workdir: Path, pki: Pki) -> None:
+    grpc = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute", "metadata": {"name": "rpc", "namespace": NS},
+            "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web", "port": 80}],
+                     "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}
+    async with Harness(workdir, pki, namespace(), service("web"), service_route("split", "web", "web"),
+                       status_writer=LocalStatusWriter) as h:
+        await until(h, kinds.GATEWAY_HTTP_ROUTE.key, "split", Accepted=("True", "Accepted"))
+        h.apply(grpc)
+        await until(h, kinds.GATEWAY_HTTP_ROUTE.key, "split", Accepted=("False", "RouteReasonConflicted"))
+        await until(h, kinds.GRPC_ROUTE.key, "rpc", Accepted=("True", "Accepted"))
+        h.delete("grpcroutes", "rpc")
+        await until(h, kinds.GATEWAY_HTTP_ROUTE.key, "split", Accepted=("True", "Accepted"))
+
+
 async def test_rate_limits_one_per_server_and_a_target_that_exists(workdir: Path, pki: Pki) -> None:
     key = kinds.HTTP_LOCAL_RATE_LIMIT_POLICY.key
     async with Harness(workdir, pki, namespace(), server("web"),
@@ -75,6 +89,40 @@ async def test_rate_limits_one_per_server_and_a_target_that_exists(workdir: Path
         await until(h, key, "orphan", Accepted=("False", "NoMatchingTarget"))
         await until(h, key, "first", Accepted=("True", "Accepted"))
         await until(h, key, "second", Accepted=("False", "RateLimitReasonAlreadyExists"))
+
+
+def egress_network(name: str, networks: list[dict[str, Any]] | None, conditions: list[Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"trafficPolicy": "Allow"}
+    if networks is not None:
+        spec["networks"] = networks
+    obj = {"apiVersion": "policy.linkerd.io/v1alpha1", "kind": "EgressNetwork",
+           "metadata": {"name": name, "namespace": NS}, "spec": spec}
+    if conditions:
+        obj["status"] = {"conditions": conditions}
+    return obj
+
+
+async def test_egress_networks_reaching_into_the_cluster_networks_are_not_accepted(workdir: Path, pki: Pki) -> None:
+    key = kinds.EGRESS_NETWORK.key
+    theirs = {"type": "Reviewed", "status": "True", "reason": "ByHand"}
+    everything_but_the_cluster = [{"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12",
+                                                                   "192.168.0.0/16"]}]
+    async with Harness(workdir, pki, namespace(),
+                       egress_network("default-outside", None),  # no networks: everything outside the cluster's
+                       egress_network("internet", everything_but_the_cluster, [theirs]),
+                       egress_network("too-wide", [{"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}]),
+                       egress_network("inside", [{"cidr": "10.20.0.0/16"}]),
+                       egress_network("split-out", [{"cidr": "10.20.0.0/16",
+                                                     "except": ["10.20.0.0/17", "10.20.128.0/17"]}]),
+                       status_writer=LocalStatusWriter) as h:
+        await until(h, key, "default-outside", Accepted=("True", "Accepted"))
+        internet = await until(h, key, "internet", Accepted=("True", "Accepted"))
+        assert internet["status"]["conditions"][0] == theirs  # a condition of a type we do not own is kept
+        await until(h, key, "too-wide", Accepted=("False", "EgressReasonNetworkOverlap"))  # 172.16/12 and more
+        await until(h, key, "inside", Accepted=("False", "EgressReasonNetworkOverlap"))
+        await until(h, key, "split-out", Accepted=("True", "Accepted"))  # its exceptions leave nothing of it
+        h.apply(egress_network("inside", [{"cidr": "203.0.113.0/24"}]))
+        await until(h, key, "inside", Accepted=("True", "Accepted"))
 
 
 def test_other_controllers_parents_are_kept_and_transition_times_only_move_on_change() -> None:

@@ -168,18 +168,8 @@ def vm(running: uplab.Platform, tmp_path: Path) -> Iterator[Vm]:
         machine.stop()
 
 
-def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(running: uplab.Platform, vm: Vm,
-                                                                            tmp_path: Path) -> None:
-    p = running
-    p.apply(NAMESPACE)
-    p.apply(web_server("web", "meshed", 1))
-    _ready_pods(p, "meshed", "web-", 1)
-    # The pod controller meshed it through the injector, which records its Event on the owner, as on Kubernetes.
-    events = p.tether("get", "events", "-n", "meshed").stdout
-    assert any("Injected" in line and "deployment/web" in line for line in events.splitlines()), events
-    with p.store() as store:
-        web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
-
+def join_the_mesh(p: uplab.Platform, vm: Vm) -> None:
+    """The VM made a member: a token identity, its ExternalWorkload and Service, redirection, its proxy and app."""
     # The identity the local platform gives a VM without SPIRE: a token, exchanged like a pod's.
     token = p.tether("platform", "token", "-n", VM_NS, "--service-account", VM_SA, "--workload", VM_NAME).stdout
     # The VM's own disk: under the platform's run directory, which uid 2102 can traverse (removed with it).
@@ -203,6 +193,21 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
     vm.run("proxy", [TETHER, "proxy"], uid=PROXY_UID, env=vm.proxy_env(token_file, identity_dir))
     vm.run("app", [PYTHON, "-u", "-m", "http.server", "8080", "--bind", "0.0.0.0"], uid=APP_UID)
     wait_for("the VM's proxy is certified", lambda: "certified as " + VM_IDENTITY in vm.log("proxy"), timeout=60)
+
+
+def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(running: uplab.Platform, vm: Vm,
+                                                                            tmp_path: Path) -> None:
+    p = running
+    p.apply(NAMESPACE)
+    p.apply(web_server("web", "meshed", 1))
+    _ready_pods(p, "meshed", "web-", 1)
+    # The pod controller meshed it through the injector, which records its Event on the owner, as on Kubernetes.
+    events = p.tether("get", "events", "-n", "meshed").stdout
+    assert any("Injected" in line and "deployment/web" in line for line in events.splitlines()), events
+    with p.store() as store:
+        web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
+
+    join_the_mesh(p, vm)
 
     frames: list[tuple[str, bytes]] = []
     stop = threading.Event()

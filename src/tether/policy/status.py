@@ -6,14 +6,17 @@ rate limit) and the outbound index (Services, EgressNetworks) it computes, per
 object, the status this controller owns:
 
 * routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
-  Server, Service or EgressNetwork does not exist; ``InvalidKind`` for another
-  kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
+  Server, Service or EgressNetwork does not exist; ``RouteReasonConflicted`` for
+  an HTTPRoute on a Service or EgressNetwork port a GRPCRoute also has, which
+  the outbound policy serves instead; ``InvalidKind`` for another kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
   Service backend does not exist), under controller ``linkerd.io/policy-controller``;
   parents other controllers wrote are kept;
 * HTTPLocalRateLimitPolicies: ``Accepted`` (``Accepted``; ``NoMatchingTarget``
   without the Server; ``RateLimitReasonAlreadyExists`` for all but the oldest on
   one Server);
-* EgressNetworks: ``Accepted``.
+* EgressNetworks: ``Accepted`` (``Accepted``; ``EgressReasonNetworkOverlap`` when
+  its networks, exceptions taken out, reach into the cluster networks); other
+  types of condition on it are kept.
 
 The inbound index decides route acceptance with the same rule (the Server
 exists) rather than reading this status back, so policy never waits on a
@@ -49,6 +52,8 @@ from tether.policy.inbound.index import InboundIndex, Named
 from tether.policy.metrics import PolicyMetrics
 from tether.resources import kinds
 from tether.resources.errors import ValidationError
+from tether.resources.policy import Network
+from tether.resources.routes import GRPCRouteSpec
 from tether.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -90,13 +95,31 @@ def _route_parent(route: Named, parent: Any, inbound: InboundIndex, services: Ma
         return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [
             _condition("Accepted", False, "InvalidKind", f"{parent.kind} is not a Server, Service or EgressNetwork"),
             _condition("ResolvedRefs", True, "ResolvedRefs")]}
-    accepted = (_condition("Accepted", True, "Accepted") if exists else
-                _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist"))
+    grpc = None if isinstance(route.spec, GRPCRouteSpec) or not exists else _grpc_route_on(parent, ns, inbound)
+    if not exists:
+        accepted = _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist")
+    elif grpc is not None:
+        accepted = _condition("Accepted", False, "RouteReasonConflicted",
+                              f"GRPCRoute {grpc} is on the same {what} port (gRPC routes take precedence)")
+    else:
+        accepted = _condition("Accepted", True, "Accepted")
     missing = [f"{b.namespace or route.namespace}/{b.name}" for rule in route.spec.rules for b in rule.backend_refs
                if b.targets(kinds.SERVICE) and ((b.namespace or route.namespace), b.name) not in services]
     resolved = (_condition("ResolvedRefs", False, "BackendNotFound", "no Service " + ", ".join(missing))
                 if missing else _condition("ResolvedRefs", True, "ResolvedRefs"))
     return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [accepted, resolved]}
+
+
+def _grpc_route_on(parent: Any, namespace: str, inbound: InboundIndex) -> str | None:
+    """A GRPCRoute on the same Service or EgressNetwork and port (either port unset: any), as ``ns/name``."""
+    rtype = kinds.SERVICE if parent.targets(kinds.SERVICE) else kinds.EGRESS_NETWORK
+    for routes in inbound.objects[kinds.GRPC_ROUTE.key].values():
+        for other in sorted(routes.values(), key=lambda r: r.order):
+            for ref in other.spec.parent_refs:
+                if (ref.targets(rtype) and (ref.name, ref.namespace or other.namespace) == (parent.name, namespace)
+                        and (not ref.port or not parent.port or ref.port == parent.port)):
+                    return f"{other.namespace}/{other.name}"
+    return None
 
 
 def desired_statuses(inbound: InboundIndex, services: Mapping[tuple[str, str], Any],
@@ -123,9 +146,18 @@ def desired_statuses(inbound: InboundIndex, services: Mapping[tuple[str, str], A
             else:
                 condition = _condition("Accepted", True, "Accepted")
             out[(limit_kind.key, namespace, policy.name)] = {"conditions": [condition]}
-    for namespace, name in egress:
-        out[(kinds.EGRESS_NETWORK.key, namespace, name)] = {"conditions": [_condition("Accepted", True, "Accepted")]}
+    for (namespace, name), network in egress.items():
+        out[(kinds.EGRESS_NETWORK.key, namespace, name)] = {"conditions": [
+            _egress_condition(network.networks, inbound.config.cluster_networks)]}
     return out
+
+
+def _egress_condition(networks: tuple[Network, ...] | None, cluster: tuple[Network, ...]) -> dict[str, Any]:
+    """``Accepted``, unless the EgressNetwork names addresses of the cluster (its default, everything outside
+    the cluster networks, never does): ``EgressReasonNetworkOverlap``, as Linkerd."""
+    if any(n.overlaps(c.cidr) for n in networks or () for c in cluster):
+        return _condition("Accepted", False, "EgressReasonNetworkOverlap", "networks overlap with clusterNetworks")
+    return _condition("Accepted", True, "Accepted")
 
 
 def _strip_times(conditions: list[Any]) -> list[Any]:
@@ -159,10 +191,13 @@ def merged_status(current: Mapping[str, Any] | None, desired: Status, now: str) 
             old = old_by_ref.get(repr(sorted(parent["parentRef"].items())), {})
             parents.append({**parent, "conditions": _stamp(parent["conditions"], old.get("conditions") or [], now)})
         return {**current, "parents": [*others, *parents]}
-    old_conditions = current.get("conditions") or []
-    if _strip_times(desired["conditions"]) == _strip_times(old_conditions):
+    old_conditions = [c for c in current.get("conditions") or [] if isinstance(c, dict)]
+    ours = {c["type"] for c in desired["conditions"]}
+    others = [c for c in old_conditions if c.get("type") not in ours]  # conditions of types we do not own stay
+    mine = [c for c in old_conditions if c.get("type") in ours]
+    if _strip_times(desired["conditions"]) == _strip_times(mine):
         return None
-    return {**current, "conditions": _stamp(desired["conditions"], old_conditions, now)}
+    return {**current, "conditions": [*others, *_stamp(desired["conditions"], mine, now)]}
 
 
 class StatusWriteFailed(Exception):

@@ -52,6 +52,24 @@ class Network:
     def contains(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         return address in self.cidr and not any(address in e for e in self.except_)
 
+    def overlaps(self, other: IPNetwork) -> bool:
+        """Whether some address of this network (outside its exceptions) is in ``other``."""
+        if other.version != self.cidr.version or not self.cidr.overlaps(other):
+            return False
+        # Two overlapping CIDRs meet in the smaller; take the exceptions out of it.
+        remaining: list[IPNetwork] = [self.cidr if self.cidr.subnet_of(other) else other]  # type: ignore[arg-type]
+        for excluded in self.except_:
+            left: list[IPNetwork] = []
+            for net in remaining:
+                if net.subnet_of(excluded):  # type: ignore[arg-type]
+                    continue
+                if excluded.subnet_of(net):  # type: ignore[arg-type]
+                    left.extend(net.address_exclude(excluded))  # type: ignore[arg-type]
+                else:
+                    left.append(net)
+            remaining = left
+        return bool(remaining)
+
 
 def _network(text: str, node: Fields, key: str) -> IPNetwork:
     # A bare address means that single host, as Linkerd's parser allows.

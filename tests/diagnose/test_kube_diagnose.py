@@ -193,9 +193,14 @@ async def layer_by_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         _, broken_ip = await meshed_server(env, "broken", Failing)
         locked, _ = await meshed_server(env, "locked", HttpServer,
                                          annotations={"config.linkerd.io/default-inbound-policy": "deny"})
+        # A Service selecting no pod.
+        ghost_ip = mesh.service("ghost", [(80, 8080)])
+        await env.add({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ghost", "namespace": NS},
+                       "spec": {"selector": {"app": "ghost"}, "clusterIP": ghost_ip,
+                                "ports": [{"port": 80, "targetPort": 8080}]}})
         client = mesh.pod("client-1", app="client")
         await env.add(as_served(client, anchors))
-        await mesh.start_proxy(client, outbound_to=[f"{web_ip}:80", f"{broken_ip}:80"])
+        await mesh.start_proxy(client, outbound_to=[f"{web_ip}:80", f"{broken_ip}:80", f"{ghost_ip}:80"])
 
         # No call made yet: on Kubernetes diagnose reads the traffic the proxies carried, and there is none.
         code, result = await env.diagnose("po/client-1", "--to", "web.emojivoto:80")
@@ -232,12 +237,17 @@ async def layer_by_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert code == 1 and result["layer"] == "policy", result
         assert f"{NS}/{locked.name}:8080" in result["reason"] and client.identity in result["reason"]
 
-        # A Service selecting no pod: discovery.
-        await env.add({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ghost", "namespace": NS},
-                       "spec": {"selector": {"app": "ghost"}, "ports": [{"port": 80, "targetPort": 8080}]}})
-        mesh.service("ghost", [(80, 8080)])
+        # The Service selecting no pod: the client's call fails fast (504), diagnose names discovery with the
+        # failfast its proxy counted.
+        assert await call(ghost_ip, "ghost") == 504
         code, result = await env.diagnose("po/client-1", "--to", "ghost.emojivoto:80")
         assert code == 1 and result["layer"] == "discovery" and "no ready endpoints" in result["reason"], result
+        assert any(e["source"] == "proxy metrics emojivoto/client-1"
+                   and e["detail"].startswith('outbound_http_errors_total{error="failfast"} 1')
+                   for e in result["evidence"]), result["evidence"]
+        # Calls to other services fail fast too: web's answered mTLS calls still decide it is reachable.
+        code, result = await env.diagnose("po/client-1", "--to", "web.emojivoto:80")
+        assert code == 0 and result["ok"], result
 
         # Only the API server's objects decide the first layers (no proxy is asked for them).
         ip = mesh.addresses.ip()

@@ -182,6 +182,16 @@ class KubeDiagnosis(Walk):
             return []
         return [(s.labels, s.value) for s in exp.named(name) if all(s.labels.get(k) == v for k, v in match.items())]
 
+    async def _note_proxy_errors(self, source: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
+        """Note the source proxy's outbound error counters (since it started); returns them as (name, labels)."""
+        found = []
+        for name in ("outbound_http_errors_total", "outbound_tcp_errors_total"):
+            for labels, value in await self._samples(source, name):
+                if value > 0:
+                    self._sample_note(str(facts.ref(source)), name, labels, value, "since the proxy started")
+                    found.append((name, labels))
+        return found
+
     async def _log_lines(self, pod: Mapping[str, Any], limit: int = 3) -> list[str]:
         meta = pod["metadata"]
         try:
@@ -330,7 +340,7 @@ class KubeDiagnosis(Walk):
         name = control_plane_identity("destination", self.cp, trust_domain).dns_name
         return ClientTls(roots=anchors_pem.encode(), server_name=name)
 
-    async def _discovery(self, authority: Authority, source_ns: str, trust_domain: str
+    async def _discovery(self, authority: Authority, source: Mapping[str, Any], trust_domain: str
                          ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
         service = await self._get(f"/api/v1/namespaces/{authority.namespace}/services/{authority.service}")
         svc_port = self._judge_service(authority, service, "api", "kubectl get svc -A")
@@ -340,7 +350,8 @@ class KubeDiagnosis(Walk):
             async with kube_reach.component(self.client, self.cp, "destination", _DESTINATION_PORT, self.tunnel,
                                             anchors=False) as reached:
                 self._note("component destination", f"pod {self.cp}/{reached.pod} ready (port-forward)")
-                endpoints, profile, error = await ask_destination(reached.forward.addr, tls, authority, source_ns)
+                endpoints, profile, error = await ask_destination(reached.forward.addr, tls, authority,
+                                                                  source["metadata"]["namespace"])
                 if error and reached.forward.failures:
                     error = f"{error} ({reached.forward.failures[0]})"
         except kube_reach.NotReachable as exc:
@@ -351,8 +362,13 @@ class KubeDiagnosis(Walk):
             raise Failure(f"the destination does not resolve {authority.fqdn}: {error}",
                           f"`kubectl -n {self.cp} logs deploy/linkerd-destination`")
         pods = await self._selected(service)
-        self._judge_endpoints(authority, service, endpoints, profile, pods, sum(1 for p in pods if facts.ready(p)),
-                              "api", f"kubectl get pods -n {authority.namespace}")
+        try:
+            self._judge_endpoints(authority, service, endpoints, profile, pods,
+                                  sum(1 for p in pods if facts.ready(p)), "api",
+                                  f"kubectl get pods -n {authority.namespace}")
+        except Failure:
+            await self._note_proxy_errors(source)  # what the workload's own calls met (fail-fast while none is ready)
+            raise
         return service, svc_port, [p for p in pods if facts.ready(p)]
 
     async def _policy(self, target: Mapping[str, Any], port: int, source: Mapping[str, Any],
@@ -385,10 +401,7 @@ class KubeDiagnosis(Walk):
         """Judge the traffic the two proxies already carried between them (no call is made in a cluster)."""
         src, dst = str(facts.ref(source)), str(facts.ref(target))
         source_id = proxies.identity_of(source) or ""
-        errors = [(name, labels, value) for name in ("outbound_http_errors_total", "outbound_tcp_errors_total")
-                  for labels, value in await self._samples(source, name) if value > 0]
-        for name, labels, value in errors:
-            self._sample_note(src, name, labels, value)
+        errors = await self._note_proxy_errors(source)
         host = authority.fqdn
         responses = [(labels, value) for labels, value in await self._samples(source, "response_total",
                                                                               direction="outbound")
@@ -405,10 +418,10 @@ class KubeDiagnosis(Walk):
             self._sample_note(dst, "tcp_open_total", labels, value)
         succeeded = any(labels.get("classification") == "success" for labels, _ in responses)
         mtls = any(labels.get("tls") == "true" for labels, _ in from_source)
-        if errors and not (mtls and succeeded):
-            # The counters hold every error since the proxy started, to any service: they decide only when no
-            # call from the source reached the target over mTLS and succeeded.
-            name, labels, _ = errors[0]
+        if errors and not (responses or mtls):
+            # The counters hold every error since the proxy started, to any service (they have no authority
+            # label): they decide only when no call of the source reached the target or got an answer.
+            name, labels = errors[0]
             error = labels.get("error", "")
             raise Failure(f"the source proxy failed calls: {name}{{error=\"{error}\"}}{proxy_error_meaning(error)}",
                           f"`kubectl -n {facts.ref(source).namespace} logs {facts.ref(source).name} -c "
@@ -490,8 +503,7 @@ class KubeDiagnosis(Walk):
             return
 
         self._layer("discovery")
-        service, svc_port, ready_targets = await self._discovery(authority, source["metadata"]["namespace"],
-                                                                 trust_domain)
+        service, svc_port, ready_targets = await self._discovery(authority, source, trust_domain)
         target = ready_targets[0]
         self._pass()
 

@@ -194,7 +194,7 @@ class LocalDiagnosis(Walk):
         files = self.config.layout.pki
         try:
             anchors_pem = (files / "ca.crt").read_text()
-            anchors = pem.parse_certificates(anchors_pem.encode(), str(files / "ca.crt"))
+            pem.parse_certificates(anchors_pem.encode(), str(files / "ca.crt"))  # readable certificates, or say so
             issuer = pem.read_certificates(files / "issuer.crt")[0]
         except (OSError, pem.PemError) as exc:
             raise Failure(f"the mesh PKI cannot be read: {exc}", "run `tether check`")

@@ -447,3 +447,19 @@ def test_tiny_run_of_the_tether_http_variant() -> None:
     assert thr["requests"] > 0 and thr["errors"] == 0
     checks = res["variants"]["tether-http"]["checks"]
     assert checks and all(c["ok"] for c in checks), checks
+
+
+@needs_nginx
+@needs_wrk
+def test_tiny_run_of_the_tether_http_policy_variant() -> None:
+    """With a policy controller: every request through the pair is authorized by the AuthorizationPolicy on the
+    HTTPRoute (the variant's own check reads the server proxy's inbound_http_authz_allow_total)."""
+    opts = runner.Options(variants=["tether-http-policy"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
+                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
+                          callcount_requests=0, log=lambda line: None)
+    res = runner.run(opts)
+    (thr,) = res["throughput"]
+    assert thr["requests"] > 0 and thr["errors"] == 0
+    checks = res["variants"]["tether-http-policy"]["checks"]
+    assert any("AuthorizationPolicy" in c["what"] for c in checks)
+    assert checks and all(c["ok"] for c in checks), checks

@@ -22,11 +22,18 @@ from bench.dataplane.variants.base import LOADS, Check, Context, Plan, ProxySpec
 from bench.dataplane.variants.direct import Direct, DirectGrpc, DirectH2
 from bench.dataplane.variants.envoy import Envoy, EnvoyGrpc, EnvoyH2
 from bench.dataplane.variants.haproxy import HAProxyGrpc, HAProxyH2, HAProxyHTTP, HAProxyTCP
-from bench.dataplane.variants.tether import TetherGrpc, TetherH2, TetherHTTP, TetherHTTPTap, TetherTCP
+from bench.dataplane.variants.tether import (
+    TetherGrpc,
+    TetherH2,
+    TetherHTTP,
+    TetherHTTPPolicy,
+    TetherHTTPTap,
+    TetherTCP,
+)
 
 # Order matters only for display; measurements are interleaved and rotated.
 VARIANTS: dict[str, type[Variant]] = {
-    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPTap, TetherTCP,
+    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPTap, TetherHTTPPolicy, TetherTCP,
                         DirectH2, EnvoyH2, HAProxyH2, TetherH2,
                         DirectGrpc, EnvoyGrpc, HAProxyGrpc, TetherGrpc)
 }

@@ -33,6 +33,13 @@ that port.
   connection per client connection, bytes forwarded. Once the request-level
   proxy (``tether.proxy.http``, part 2) is in the tree, the same variant
   measures it; ``version()`` says which one ran.
+- **tether-http-policy**: tether-http with ``tether policy serve`` (the
+  destination's identity, as in Linkerd) over the same store, which holds a
+  Server on the backend port, a MeshTLSAuthentication naming the client's
+  identity, an AuthorizationPolicy targeting the Server and an HTTPRoute on it
+  (``policy_objects``): the server proxy authorizes every request on its route
+  (``inbound_http_authz_allow_total`` is checked after the run), and the client
+  proxy follows the Service's outbound policy too. What the policy costs.
 - **tether-tcp**: the port is opaque (``config.linkerd.io/opaque-ports`` on
   the Service, for the service port, and on the Pod, for the container port --
   the profile says ``opaque_protocol`` and the endpoint is hinted opaque): no
@@ -75,6 +82,28 @@ def loopback_ips(n: int) -> list[str]:
     rng = random.SystemRandom()
     base = f"127.{rng.randrange(64, 250)}.{rng.randrange(0, 256)}."
     return [f"{base}{i + 1}" for i in range(n)]
+
+
+POLICY_GROUP = "policy.linkerd.io"
+
+
+def policy_objects() -> list[dict[str, Any]]:
+    """The policy of tether-http-policy: only the client's identity may call the server, on one HTTPRoute (pure)."""
+    server_sa = SERVER_IDENTITY.service_account
+    server = {"group": POLICY_GROUP, "kind": "Server", "name": server_sa}
+    return [
+        {"apiVersion": f"{POLICY_GROUP}/v1beta3", "kind": "Server", "metadata": {"name": server_sa, "namespace": NS},
+         "spec": {"podSelector": {"matchLabels": {"app": server_sa}}, "port": "http", "proxyProtocol": "HTTP/1"}},
+        {"apiVersion": f"{POLICY_GROUP}/v1alpha1", "kind": "MeshTLSAuthentication",
+         "metadata": {"name": "bench-client", "namespace": NS},
+         "spec": {"identities": [CLIENT_IDENTITY.dns_name]}},
+        {"apiVersion": f"{POLICY_GROUP}/v1alpha1", "kind": "AuthorizationPolicy",
+         "metadata": {"name": "bench-client-only", "namespace": NS},
+         "spec": {"targetRef": server, "requiredAuthenticationRefs": [
+             {"group": POLICY_GROUP, "kind": "MeshTLSAuthentication", "name": "bench-client"}]}},
+        {"apiVersion": f"{POLICY_GROUP}/v1beta3", "kind": "HTTPRoute", "metadata": {"name": "bench", "namespace": NS},
+         "spec": {"parentRefs": [server], "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}]}},
+    ]
 
 
 def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_port: int, backend_port: int,
@@ -121,6 +150,7 @@ def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_po
 class _Tether(Variant):
     opaque: ClassVar[bool]
     tap: ClassVar[bool] = False  # both proxies with LINKERD2_PROXY_TAP_SVC_NAME (tap server up, no tap open)
+    policy: ClassVar[bool] = False  # a policy controller, and policy_objects() in the store
 
     @classmethod
     def available(cls) -> str | None:
@@ -167,12 +197,15 @@ class _Tether(Variant):
         inbound_port, server_outbound, server_admin = ctx.port(), ctx.port(), ctx.port()
         client_inbound, client_outbound, client_admin = ctx.port(), ctx.port(), ctx.port()
         tap_ports = {"server": ctx.port(), "client": ctx.port()} if self.tap else {}
+        policy_port, policy_admin = (ctx.port(), ctx.port()) if self.policy else (9, 0)
 
         store = Store(work / "store.db")
         try:
             store.apply_many(store_objects(server_ip=server_ip, client_ip=client_ip, service_ip=service_ip,
                                            service_port=service_port, backend_port=backend_port,
                                            inbound_port=inbound_port, opaque=self.opaque))
+            if self.policy:
+                store.apply_many(policy_objects())
         finally:
             store.close()
         state = work / "state"
@@ -211,7 +244,9 @@ class _Tether(Variant):
                 "LINKERD2_PROXY_DESTINATION_SVC_NAME": control_plane_identity("destination").dns_name,
                 "LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS": "127.0.0.0/8",
                 "LINKERD2_PROXY_DESTINATION_CONTEXT": json.dumps({"ns": NS, "nodeName": "bench", "pod": pod}),
-                "LINKERD2_PROXY_POLICY_SVC_ADDR": f"{LOOPBACK}:9",
+                "LINKERD2_PROXY_POLICY_SVC_ADDR": f"{LOOPBACK}:{policy_port}",
+                # The policy controller serves as the destination's identity (it shares its pod in Linkerd).
+                "LINKERD2_PROXY_POLICY_SVC_NAME": control_plane_identity("destination").dns_name,
                 "LINKERD2_PROXY_POLICY_WORKLOAD": json.dumps({"ns": NS, "pod": pod}),
                 "LINKERD2_PROXY_IDENTITY_DIR": str(work / f"identity-{sa}"),
                 "LINKERD2_PROXY_IDENTITY_TOKEN_FILE": str(token),
@@ -227,6 +262,8 @@ class _Tether(Variant):
                                server_admin, [])
         client_env = proxy_env(CLIENT_IDENTITY.service_account, client_ip, client_inbound, client_outbound,
                                client_admin, [f"{service_ip}:{service_port}"])
+        if self.policy:  # the server's policy watched from the start, as the injector lists the pod's ports
+            server_env["LINKERD2_PROXY_INBOUND_PORTS"] = str(backend_port)
         for role, env, ip in (("server", server_env, server_ip), ("client", client_env, client_ip)):
             if role in tap_ports:
                 env["LINKERD2_PROXY_TAP_SVC_NAME"] = tap_identity()
@@ -234,8 +271,16 @@ class _Tether(Variant):
             env[callcount.ENV] = str(work / f"calls-{role}")
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         assert server_env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == SERVER_IDENTITY.dns_name
+        controllers = [identity, destination]
+        if self.policy:
+            controllers.append(ProxySpec("policy", tether + [
+                "policy", "serve", "--store", str(work / "store.db"), "--addr", f"{LOOPBACK}:{policy_port}",
+                "--admin-addr", f"{LOOPBACK}:{policy_admin}", "--tls-cert", str(certs.destination.chain),
+                "--tls-key", str(certs.destination.key), "--trust-anchors", str(certs.anchor),
+                "--cluster-networks", "127.0.0.0/8", "--admission-controller-disabled", "--log-level", "warning",
+            ], (LOOPBACK, policy_port)))
         return Plan(
-            proxies=[identity, destination,
+            proxies=[*controllers,
                      ProxySpec("server", proxy, (server_ip, inbound_port), env=server_env),
                      ProxySpec("client", proxy, (service_ip, service_port), env=client_env)],
             entry=(service_ip, service_port),
@@ -314,6 +359,14 @@ class _Tether(Variant):
             Check("no connection errors in the proxies (apart from probes closed before a byte)",
                   not unexpected, errors),
         ]
+        if self.policy:
+            allowed = total(server, "inbound_http_authz_allow_total", srv_name=SERVER_IDENTITY.service_account,
+                            route_name="bench", authz_name="bench-client-only", client_id=CLIENT_IDENTITY.dns_name)
+            denied = total(server, "inbound_http_authz_deny_total") + total(server, "inbound_http_route_not_found_total")
+            checks.append(Check("server proxy authorized each request by the AuthorizationPolicy on the HTTPRoute",
+                                allowed > 0 and denied == 0,
+                                f"inbound_http_authz_allow_total{{route_name=bench,authz_name=bench-client-only}}="
+                                f"{allowed:.0f}, denied or without a route={denied:.0f}"))
         return checks + tls13_probe(*meta["inbound"], ctx.certs)
 
 
@@ -384,6 +437,15 @@ class TetherHTTPTap(TetherHTTP):
                    "listens and the HTTP layers report to it) and no tap open: what tap costs when nobody watches")
     compare_to = ("tether-http",)
     tap = True
+
+
+class TetherHTTPPolicy(TetherHTTP):
+    name = "tether-http-policy"
+    description = ("tether-http with a policy controller: a Server, an AuthorizationPolicy with a "
+                   "MeshTLSAuthentication for the client's identity and an HTTPRoute on the path; every request "
+                   "routed and authorized by the server proxy: what inbound policy costs")
+    compare_to = ("tether-http",)
+    policy = True
 
 
 class TetherH2(_Tether):

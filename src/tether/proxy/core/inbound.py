@@ -274,17 +274,23 @@ def http2_requests(session: Session, settings: InboundSettings) -> Layer:
 def _request_level(session: Session, settings: InboundSettings, http: HttpSettings) -> tuple[Router, HttpSettings]:
     """The router to the app and the HTTP settings of this connection (its client's identity, its labels)."""
     target = session.target
-    # Request metrics keep per-connection labels: the server's, the default route and the authorization the
-    # connection would have had as TCP (per-request route_*/authz_* are on the inbound_http_authz_* series).
-    metric_labels = labels.join('direction="inbound"', labels.target(target), session.tls_labels,
-                                server_labels(settings.policy(target.port), target.port),
+    # Request metrics are labelled per request with the server, route and authorization that let it through
+    # (the policy check's permit), as linkerd2-proxy does; what the proxy answers itself before a request is
+    # authorized (a 403, a 404...) keeps the connection's: the server's, the default route and the authorization
+    # the connection would have had as TCP.
+    endpoint = labels.join('direction="inbound"', labels.target(target), session.tls_labels)
+    metric_labels = labels.join(endpoint, server_labels(settings.policy(target.port), target.port),
                                 Meta.default("default").labels("route"),
                                 session.authz.labels("authz") if session.authz else labels.authz_labels(""))
+    policy = session.policy
     meshed = session.mesh_tls and session.client_id is not None
     # Informational headers (l5d-proxy-error...) only to meshed clients, as linkerd2-proxy's inbound does.
     http = replace(http, meshed_client=meshed, informational=meshed,
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels,
                    policy=session.policy)
+    if isinstance(policy, InboundRequestPolicy):
+        checked = policy
+        return inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit), http
     return inbound_router(target, settings.connect_timeout, metric_labels), http
 
 

@@ -69,7 +69,7 @@ class InboundRequestPolicy:
     """Route and authorization of each request on one inbound connection."""
 
     __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
-                 "_registry", "_clock", "_draw")
+                 "_registry", "_clock", "_draw", "permit")
 
     def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
                  client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None,
@@ -84,6 +84,8 @@ class InboundRequestPolicy:
         self._registry = registry
         self._clock = clock
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
+        # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
+        self.permit = ""
 
     def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None:
         policy = self._policy()
@@ -105,7 +107,10 @@ class InboundRequestPolicy:
             log.info("inbound: request allowed: server %s, route %s, client %s (%s), authorization %s",
                      _name(policy.meta), _name(route.meta), self._client_ip, self._client_id or "no identity",
                      _name(authz.meta))
-        self._count("inbound_http_authz_allow_total", f"{server_route},{authz.meta.labels('authz')},{self._tls_labels}")
+        srv = server_labels(policy, self._port)
+        self.permit = f"{srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
+        self._count("inbound_http_authz_allow_total",
+                    f"{self._target_labels},{self.permit},{self._tls_labels}")
         edit = None
         if rule.filters:
             outcome = self._filter(route, rule, request)

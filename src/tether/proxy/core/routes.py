@@ -255,12 +255,34 @@ def parse_override(value: bytes) -> tuple[str, int] | None:
     return str(SocketAddr(ip, port)), port
 
 
-def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str) -> Router:
+def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str,
+                   permit: Callable[[], str] | None = None) -> Router:
+    """Every request to the app at ``target``. ``permit``: the inbound policy's labels of the request just
+    authorized (``srv_*``, ``route_*``, ``authz_*``; ``core.inbound_authz``), appended to ``metric_labels``
+    for its request metrics, as linkerd2-proxy labels them; read when the request is routed, which is right
+    after its check."""
     connect = Connect(target, None, connect_timeout, labels.connect_inbound(target))
-    pick = Pick(connect, None, metric_labels, str(target).encode())
+    authority = str(target).encode()
+    pick = Pick(connect, None, metric_labels, authority)
+    if permit is None:
+        def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+            return pick
+            yield  # a generator, like every router
 
-    def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
-        return pick
+        return route
+    picks: dict[str, Pick] = {}  # per permit: a connection's requests share a few routes and authorizations
+
+    def route_permitted(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+        key = permit()
+        chosen = picks.get(key)
+        if chosen is None:
+            if len(picks) >= MAX_PERMITS:
+                picks.clear()
+            chosen = picks[key] = Pick(connect, None, f"{metric_labels},{key}", authority)
+        return chosen
         yield  # a generator, like every router
 
-    return route
+    return route_permitted
+
+
+MAX_PERMITS = 64  # label sets of one connection's picks kept at once

@@ -1,0 +1,52 @@
+"""Inbound request metrics carry the labels of the policy decision that let each request through (proxy.md §9.2):
+``srv_*``, ``route_*`` and ``authz_*`` of the request's route and authorization, not the connection's.
+
+Socket-free: the policy check (``core.inbound_authz``) and the inbound router (``core.routes``) are pure.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from test_inbound_authz import VOTE, WEB, identities_authz, request, server_message
+
+from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.http import Pick
+from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.policy_translation import translate
+from tether.proxy.core.routes import inbound_router
+
+
+def routed(router: object, path: bytes) -> Pick:
+    gen = router(request(path))  # type: ignore[operator]
+    try:
+        next(gen)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("the inbound router does not wait")
+
+
+def test_each_request_is_labelled_with_its_route_and_authorization() -> None:
+    message = server_message(route_authz=[identities_authz("vote-api", VOTE)],
+                             server_authz=[identities_authz("web-anywhere", WEB)])
+    extra = message.protocol.detect.http_routes.add()
+    extra.metadata.resource.group, extra.metadata.resource.kind = "policy.linkerd.io", "HTTPRoute"
+    extra.metadata.resource.name = "other"
+    extra.rules.add().matches.add().path.prefix = "/other"
+    policy = translate(message)
+    check = InboundRequestPolicy(lambda: policy, port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
+                                 mesh_tls=True, client_id=WEB, target_labels='target_port="8080"',
+                                 tls_labels="tls=\"true\"", registry=None, clock=lambda: 0.0)
+    router = inbound_router(parse_socket_addr("10.1.0.5:8080"), 0.3, 'direction="inbound"', lambda: check.permit)
+
+    assert check.check(request(b"/api/vote")) is None
+    first = routed(router, b"/api/vote")
+    assert first.labels == ('direction="inbound",srv_group="policy.linkerd.io",srv_kind="server",'
+                            'srv_name="voting-grpc",srv_port="8080",route_group="policy.linkerd.io",'
+                            'route_kind="HTTPRoute",route_name="voting-api",authz_group="policy.linkerd.io",'
+                            'authz_kind="AuthorizationPolicy",authz_name="web-anywhere"')
+    assert check.check(request(b"/other")) is None
+    second = routed(router, b"/other")
+    assert 'route_name="other"' in second.labels and second is not first
+    assert check.check(request(b"/api/vote")) is None
+    assert routed(router, b"/api/vote") is first  # one pick per label set, kept for the connection

@@ -1,4 +1,4 @@
-"""The local ExternalWorkload controller reserves workloads' addresses in the pod IPAM (real SQLite store
+"""Local Events expire as the API server's do. The local ExternalWorkload controller reserves workloads' addresses in the pod IPAM (real SQLite store
 and IPAM files; no network namespaces): a pod is never handed a VM's address, a workload whose address a
 pod holds is left out of the endpoints with an ``AddressInUse`` Warning Event naming the pod, and picked
 up once the pod lets it go; a deleted workload's reservation is released."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 
 from tether.platform import endpointslices
 from tether.platform.local.endpointslices import external_workload_controller
+from tether.platform.local.events import StoreEvents, expired
 from tether.platform.local.ipam import Ipam, IpamConfig, PoolExhausted, workload_owner
+from tether.platform.problems import Involved
 from tether.store import Store
 
 NS = "billing"
@@ -80,4 +83,25 @@ async def test_workload_addresses_are_reserved_and_a_pods_address_is_refused_by_
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        store.close()
+
+
+def test_events_expire_an_hour_after_they_were_last_seen(tmp_path: Path) -> None:
+    """As the API server's --event-ttl: the Event not seen for over an hour goes, a fresher one stays."""
+    store = Store(tmp_path / "store.db")
+    try:
+        store.apply_many([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}])
+        events = StoreEvents(store)
+        involved = Involved("v1", "Service", NS, "billing")
+        events.record(involved, "Old", "seen long ago")
+        events.record(involved, "Fresh", "seen again lately")
+        events.record(involved, "Fresh", "seen again lately")  # a repeat counts up the same Event
+        fresh = {e["reason"]: e for e in store.list("Event", NS).items}["Fresh"]
+        assert fresh["count"] == 2
+        now = datetime.strptime(fresh["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        old = {e["reason"]: e for e in store.list("Event", NS).items}["Old"]
+        store.apply({**old, "lastTimestamp": (now - timedelta(hours=1, seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        assert [name for _, _, name in expired(store, now)] == [old["metadata"]["name"]]
+        assert expired(store, now - timedelta(seconds=1), ttl=timedelta(hours=2)) == []
+    finally:
         store.close()

@@ -590,10 +590,12 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
     renewer = asyncio.create_task(_renew_destination_cert(config, stop))
     from tether.platform.local.endpointslices import EndpointSliceController
     from tether.platform.local.endpointslices import external_workload_controller
+    from tether.platform.local.events import expire_events
 
-    # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select.
+    # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select; Events expire.
     slices = [asyncio.create_task(EndpointSliceController(controller.store).run()),
-              asyncio.create_task(external_workload_controller(controller.store, controller.ipam).run())]
+              asyncio.create_task(external_workload_controller(controller.store, controller.ipam).run()),
+              asyncio.create_task(expire_events(controller.store))]
     try:
         await controller.run(stop)
     finally:

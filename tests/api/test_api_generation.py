@@ -19,9 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 API_DIR = Path(tether.api.__file__).parent
 MESSAGE_FILES = [
     "destination", "identity", "inbound", "outbound", "tap", "net", "meta",
-    "http_types", "http_route", "grpc_route", "opaque_route", "tls_route", "transport", "viz_tap",
+    "http_types", "http_route", "grpc_route", "opaque_route", "tls_route", "transport", "viz_tap", "workload",
 ]
-SERVICE_FILES = ["destination", "identity", "inbound", "outbound", "tap", "viz_tap"]
+SERVICE_FILES = ["destination", "identity", "inbound", "outbound", "tap", "viz_tap", "workload"]
 GENERATED = sorted(
     [f"{n}_pb2.py" for n in MESSAGE_FILES]
     + [f"{n}_pb2.pyi" for n in MESSAGE_FILES]

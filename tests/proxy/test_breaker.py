@@ -118,3 +118,12 @@ def test_with_every_endpoint_shut_the_balancer_has_nothing_to_offer() -> None:
     assert balancer.pick() is slot
     balancer.configure_accrual(None)  # the policy no longer asks for it: every endpoint takes requests
     assert balancer.pick() is slot and balancer.pick() is slot
+
+
+def test_linkerds_failure_classification() -> None:
+    from tether.proxy.core.breaker import failed
+
+    assert failed(500, None) and failed(503, None) and failed(0, None)  # 0: no response at all
+    assert not failed(200, None) and not failed(404, None) and not failed(429, None)
+    assert failed(200, 14) and failed(200, 2) and failed(200, 4)  # UNAVAILABLE, UNKNOWN, DEADLINE_EXCEEDED
+    assert not failed(200, 0) and not failed(200, 5) and not failed(200, 8)  # OK, NOT_FOUND, RESOURCE_EXHAUSTED

@@ -144,6 +144,8 @@ def test_the_outbound_layer_refuses_denied_egress_and_forwards_allowed_egress() 
     assert connect.addr == target and kinds(seen)[-1] == "Forward"
     # Metered under the EgressNetwork's name.
     text = registry.render()
+    assert 'outbound_tcp_protocol_connections_total{protocol="detect",parent_group="policy.linkerd.io",' \
+           'parent_kind="EgressNetwork",parent_namespace="linkerd-egress",parent_name="deny-all"' in text
     deny = ('parent_group="policy.linkerd.io",parent_kind="EgressNetwork",parent_namespace="linkerd-egress",'
             'parent_name="deny-all"')
     allow = deny.replace("deny-all", "allow-all")
@@ -470,6 +472,10 @@ def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
     assert f'outbound_http_route_request_statuses_total{{{PARENT},{ROUTE},hostname="",http_status="200",error=""}} 1' \
         in text
     assert f'outbound_http_route_request_duration_seconds_count{{{PARENT},{ROUTE},hostname=""}} 1' in text
+    # Each attempt, as the backend answered it.
+    statuses = f"outbound_http_route_backend_response_statuses_total{{{PARENT},{ROUTE},{backend_}"
+    assert f'{statuses},http_status="503",error=""}} 1' in text and f'{statuses},http_status="200",error=""}} 1' in text
+    assert f"outbound_http_route_backend_response_duration_seconds_count{{{PARENT},{ROUTE},{backend_}}} 2" in text
 
 
 def test_the_retry_limit_is_counted_when_it_is_reached() -> None:

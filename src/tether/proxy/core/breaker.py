@@ -24,6 +24,19 @@ from collections.abc import Callable
 from tether.proxy.core.client_policy import ConsecutiveFailures
 
 
+# gRPC codes that are failures (Linkerd's classify.rs): UNKNOWN, DEADLINE_EXCEEDED, PERMISSION_DENIED, INTERNAL,
+# UNAVAILABLE, DATA_LOSS.
+GRPC_FAILURES = frozenset({2, 4, 7, 13, 14, 15})
+
+
+def failed(status: int, grpc_status: int | None) -> bool:
+    """Linkerd's classification of an attempt for failure accrual: no response (0), a 5xx, or a gRPC
+    failure code."""
+    if grpc_status is not None:
+        return grpc_status in GRPC_FAILURES
+    return status == 0 or status >= 500
+
+
 class State(enum.Enum):
     OPEN = "open"
     SHUT = "shut"

@@ -47,8 +47,8 @@ def _nothing() -> None:
     """A ``Pick`` with nothing to tell."""
 
 
-def _no_outcome(success: bool) -> None:
-    """A ``Pick`` whose endpoint has no breaker to tell."""
+def _no_outcome(status: int, grpc_status: int | None, elapsed: float) -> None:
+    """A ``Pick`` with nobody to tell how its attempt ended."""
 
 
 @dataclass(slots=True)
@@ -62,7 +62,9 @@ class Pick:
     observe: Callable[[float], None] = _no_sample  # a latency sample for the endpoint
     failed: Callable[[], None] = _nothing  # the endpoint could not be reached
     release: Callable[[], None] = _nothing  # the request is over (in-flight count)
-    outcome: Callable[[bool], None] = _no_outcome  # an attempt's response: success? (failure accrual)
+    # How an attempt ended: its response status (0: none), gRPC status, seconds since it was sent (failure
+    # accrual, the policy's backend metrics).
+    outcome: Callable[[int, int | None, float], None] = _no_outcome
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.

@@ -478,8 +478,8 @@ class Http1Proxy:
         self._cancel_attempt(ex)
         route = ex.route
         pick = ex.pick
-        if pick is not None:  # the endpoint's breaker hears it (failure accrual): a 5xx or an error fails
-            pick.outcome(head is not None and head.status < 500)
+        if pick is not None:  # failure accrual and the policy's backend metrics hear how the attempt ended
+            pick.outcome(head.status if head is not None else 0, None, self.settings.clock() - ex.begun)
         if route is None:
             if error is not None:
                 self._answer(ex, error, pick)

@@ -1156,7 +1156,9 @@ class Http2Proxy:
             return
         stream.recorded = True
         if stream.pick is not None:
-            stream.pick.outcome(success)  # failure accrual (core.breaker)
+            # Failure accrual (core.breaker) and the policy's backend metrics: the attempt's status and time.
+            stream.pick.outcome(status, stream.grpc_status if stream.grpc else None,
+                                self.settings.clock() - stream.start)
         labels = stream.pick.labels if stream.pick is not None else self.settings.error_labels
         exchange.record(self.settings, labels, status, success, stream.start, error,
                         stream.grpc_status if stream.grpc else None)

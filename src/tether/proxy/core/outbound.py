@@ -89,6 +89,8 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
                 yield Wait(policy, settings.failfast)  # none in time: the profile alone, until one comes
             resolution = replace(resolution, policy=policy)
         current = policy.policy if policy is not None else None
+        if current is not None and settings.policy_metrics is not None:
+            settings.policy_metrics.connection(_PROTOCOL_NAMES[current.protocol], current.parent_labels)
         verdict: detect.Verdict = detect.Opaque()
         if not (resolution.opaque or current is not None and current.protocol is Protocol.OPAQUE):
             verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
@@ -107,6 +109,11 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
             watch.release()
         if policy is not None:
             policy.release()
+
+
+# The protocol label of outbound_tcp_protocol_connections_total (Linkerd's names).
+_PROTOCOL_NAMES = {Protocol.DETECT: "detect", Protocol.OPAQUE: "opaq", Protocol.TLS: "tls", Protocol.HTTP1: "http/1",
+                   Protocol.HTTP2: "http/2", Protocol.GRPC: "http/2"}
 
 
 def _opaque_route(policy: ClientPolicy, orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings,

@@ -4,8 +4,11 @@
   0.05, 0.5, 1, 10) and ``..._request_statuses_total`` (``http_status`` or
   ``grpc_status``, and ``error``): one per request, as the client saw it;
 - ``outbound_{http,grpc}_route_backend_requests_total``: one per attempt, under
-  the backend the route drew;
+  the backend the route drew, and ``..._backend_response_duration_seconds``
+  (0.025 ... 10) and ``..._backend_response_statuses_total`` when it ended;
 - ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total``;
+- ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
+  policy's protocol;
 - ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
   ``error`` on close): opaque connections under a policy's opaque route, an
   EgressNetwork's among them.
@@ -31,6 +34,7 @@ from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_series
 
 DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
+BACKEND_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
               "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
               "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
@@ -40,7 +44,9 @@ _RETRY = ("requests", "successes", "limit_exceeded", "overflow")
 class _Histogram:
     """Seconds in ``DURATION_BUCKETS`` per label set: bucket counts (+Inf last), then sum and count."""
 
-    def __init__(self, name: str, help_: str, clock: Callable[[], float], retain_idle: float) -> None:
+    def __init__(self, name: str, help_: str, clock: Callable[[], float], retain_idle: float,
+                 buckets: tuple[float, ...] = DURATION_BUCKETS) -> None:
+        self.buckets = buckets
         self.name = name
         self.help = help_
         self._clock = clock
@@ -53,8 +59,8 @@ class _Histogram:
         if series is None:
             if len(self.series) >= MAX_SERIES:
                 self._expire(force=True)
-            series = self.series[labels_] = [0.0] * (len(DURATION_BUCKETS) + 3)
-        series[bisect_left(DURATION_BUCKETS, seconds)] += 1
+            series = self.series[labels_] = [0.0] * (len(self.buckets) + 3)
+        series[bisect_left(self.buckets, seconds)] += 1
         series[-2] += seconds
         series[-1] += 1
         self._touched[labels_] = self._clock()
@@ -64,7 +70,7 @@ class _Histogram:
         out.append(f"# HELP {self.name} {self.help}")
         out.append(f"# TYPE {self.name} histogram")
         for key, series in self.series.items():
-            render_histogram(out, self.name, key, series, DURATION_BUCKETS)
+            render_histogram(out, self.name, key, series, self.buckets)
 
     def _expire(self, *, force: bool) -> None:
         for key in stale_series(self._touched, self._clock(), self._retain_idle, force=force):
@@ -81,6 +87,11 @@ class _Family:
                                    f"The time between request initialization and response completion ({proto}).",
                                    registry.clock, registry.retain_idle)
         self.statuses = registry.counter(f"{prefix}_request_statuses_total", "Completed request-response streams.")
+        self.backend_duration = _Histogram(f"{prefix}_backend_response_duration_seconds",
+                                           f"The time from a backend request to its response's end ({proto}).",
+                                           registry.clock, registry.retain_idle, BACKEND_BUCKETS)
+        self.backend_statuses = registry.counter(f"{prefix}_backend_response_statuses_total",
+                                                 "Completed responses of backends.")
         self.backend_requests = registry.counter(f"{prefix}_backend_requests_total",
                                                  "The total number of requests dispatched to a backend.")
         self.retry: dict[str, Counter] = {
@@ -94,6 +105,8 @@ class PolicyMetrics:
     def __init__(self, registry: Registry) -> None:
         self.http = _Family(registry, "http")
         self.grpc = _Family(registry, "grpc")
+        self.protocol_connections = registry.counter("outbound_tcp_protocol_connections_total",
+                                                     "The number of connections, by the policy's protocol.")
         self.tcp_open = registry.counter("outbound_tcp_route_open_total", "The number of connections opened.")
         self.tcp_close = registry.counter("outbound_tcp_route_close_total", "The number of connections closed.")
         registry.add_collector(self._render_histograms)
@@ -107,6 +120,14 @@ class PolicyMetrics:
     def retry(self, grpc: bool, route_labels: str, what: str) -> None:
         self.family(grpc).retry[what].inc(f'{route_labels},hostname=""')
 
+    def backend_response(self, grpc: bool, route_labels: str, backend_labels: str, status: int,
+                         grpc_status: int | None, seconds: float) -> None:
+        """An attempt at a backend ended: its status (0: no response: ``error="UNKNOWN"``)."""
+        family = self.family(grpc)
+        key = f"{route_labels},{backend_labels}"
+        family.backend_duration.observe(key, seconds)
+        family.backend_statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, '' if status else 'UNKNOWN')}")
+
     def finished(self, grpc: bool, route_labels: str, seconds: float, status: int, grpc_status: int | None,
                  error: str) -> None:
         """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
@@ -114,13 +135,12 @@ class PolicyMetrics:
         family = self.family(grpc)
         key = f'{route_labels},hostname=""'
         family.duration.observe(key, seconds)
-        if grpc:
-            code = "" if grpc_status is None else GRPC_CODES[grpc_status] if 0 <= grpc_status < len(GRPC_CODES) \
-                else str(grpc_status)
-            outcome = labels.render(("grpc_status", code), ("error", error))
-        else:
-            outcome = labels.render(("http_status", str(status) if status else ""), ("error", error))
-        family.statuses.inc(f"{key},{outcome}")
+        family.statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, error)}")
+
+    def connection(self, protocol: str, parent_labels: str) -> None:
+        """A connection to a target whose policy says ``protocol`` (Linkerd's names: ``http/1``, ``http/2``,
+        ``detect``, ``opaq``, ``tls``)."""
+        self.protocol_connections.inc(f'{labels.render(("protocol", protocol))},{parent_labels}')
 
     def tcp_opened(self, route_labels: str) -> None:
         """An opaque connection on a policy's opaque route (``route_labels``: parent, route and target)."""
@@ -131,5 +151,15 @@ class PolicyMetrics:
         self.tcp_close.inc(f"{route_labels},{labels.render(('error', error))}")
 
     def _render_histograms(self, out: list[str]) -> None:
-        self.http.duration.render(out)
-        self.grpc.duration.render(out)
+        for family in (self.http, self.grpc):
+            family.duration.render(out)
+            family.backend_duration.render(out)
+
+
+def _outcome(grpc: bool, status: int, grpc_status: int | None, error: str) -> str:
+    """``http_status`` (or ``grpc_status``, by name) and ``error``."""
+    if grpc:
+        code = "" if grpc_status is None else GRPC_CODES[grpc_status] if 0 <= grpc_status < len(GRPC_CODES) \
+            else str(grpc_status)
+        return labels.render(("grpc_status", code), ("error", error))
+    return labels.render(("http_status", str(status) if status else ""), ("error", error))

@@ -100,6 +100,9 @@ class RouteReport:
     def backend(self, backend: RouteBackend) -> None:
         self.metrics.backend_request(self.grpc, self.labels, backend.labels)
 
+    def backend_response(self, backend: RouteBackend, status: int, grpc_status: int | None, elapsed: float) -> None:
+        self.metrics.backend_response(self.grpc, self.labels, backend.labels, status, grpc_status, elapsed)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PolicyRoute(Route):

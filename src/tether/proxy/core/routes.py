@@ -40,6 +40,7 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
+from tether.proxy.core.breaker import failed
 from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.policy_routes import decide
@@ -109,7 +110,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
 
         picked.observe = lambda rtt: balancer.connected(slot, rtt)
         picked.failed = lambda: balancer.failed(slot)
-        picked.outcome = lambda success: balancer.outcome(slot, success)
+        picked.outcome = lambda status, grpc, elapsed: balancer.outcome(slot, not failed(status, grpc))
         picked.release = release
         return picked
 
@@ -159,6 +160,15 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         picked.route = route
         picked.rewrite = decision.rewrite
         picked.respond = decision.respond
+        report = route.report
+        if report is not None:  # outbound_*_route_backend_response_*
+            inner = picked.outcome
+
+            def outcome(status: int, grpc: int | None, elapsed: float) -> None:
+                inner(status, grpc, elapsed)
+                report.backend_response(backend, status, grpc, elapsed)
+
+            picked.outcome = outcome
         return picked
 
     def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:

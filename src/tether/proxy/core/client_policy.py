@@ -31,7 +31,7 @@ from typing import Any
 from tether.proxy.core import labels
 from tether.proxy.core.endpoint import Endpoint
 from tether.proxy.core.route_filters import HeaderModifier, RequestFilter
-from tether.proxy.core.server_policy import HostMatch, Protocol, Rule
+from tether.proxy.core.server_policy import CATCH_ALL, HostMatch, Protocol, RouteMatch, Rule
 
 
 
@@ -142,6 +142,9 @@ class OutboundRule:
     def choose(self, draw: float) -> RouteBackend | None:
         """The backend of one request: weighted among the ready ones (all, when none is ready)."""
         backends = self.backends
+        if len(backends) == 1:
+            return backends[0] if backends[0].weight > 0 or self.distribution is Distribution.FIRST_AVAILABLE \
+                else None
         if not backends:
             return None
         if self.distribution is Distribution.FIRST_AVAILABLE:
@@ -199,10 +202,21 @@ class ClientPolicy:
     accrual: ConsecutiveFailures | None = None
     unapplied: tuple[str, ...] = ()  # what the message asks that this proxy does not do (logged by name)
     parent_labels: str = ""
+    # Per protocol (HTTP/1, HTTP/2): the one route and rule that match everything, if so (``catch_all``).
+    only: tuple[tuple[OutboundRoute, OutboundRule] | None, ...] = field(default=(None, None), init=False,
+                                                                          repr=False, compare=False)
+    # What ``core.policy_routes`` prepares once per rule of this policy (its labels, filters, shared route).
+    prepared: dict[int, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.parent_labels:
             object.__setattr__(self, "parent_labels", self.parent.labels("parent"))
+        object.__setattr__(self, "only", (_catch_all(self.http1), _catch_all(self.http2)))
+
+    def catch_all(self, h2: bool) -> tuple[OutboundRoute, OutboundRule] | None:
+        """The route and rule every request takes, when there is only one that matches everything (a
+        Service without HTTPRoutes): no matching per request."""
+        return self.only[h2]
 
     def backends(self) -> list[RouteBackend]:
         """Every backend of every route (HTTP, gRPC and opaque)."""
@@ -218,3 +232,14 @@ class ClientPolicy:
         route): then a ServiceProfile's routes apply (Linkerd 2.20's fallback)."""
         routes = self.routes(h2)
         return all(r.meta.is_default and r.meta.name in ("http", "grpc") for r in routes)
+
+
+def _catch_all(routes: tuple[OutboundRoute, ...]) -> tuple[OutboundRoute, OutboundRule] | None:
+    if len(routes) != 1 or routes[0].hosts or len(routes[0].rules) != 1:
+        return None
+    rule = routes[0].rules[0]
+    matches = rule.match.matches
+    if not matches or all(m == CATCH_ALL or m == RouteMatch() for m in matches):
+        return routes[0], rule
+    return None
+

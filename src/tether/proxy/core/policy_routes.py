@@ -144,7 +144,7 @@ class PolicyRoute(Route):
         return status >= 500
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
     route: OutboundRoute
     rule: OutboundRule
@@ -154,41 +154,76 @@ class Decision:
     respond: Rewrite | None = None
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """A rule's per-request constants, made on its first request (``ClientPolicy.prepared``)."""
+
+    report: RouteReport | None
+    shared: PolicyRoute | None  # the request's route, when the rule has no retries (nothing per request)
+    timeout: float | None
+    checks: tuple[RequestFilter, ...]  # redirects, failure injectors, invalid: in order
+    modifiers: tuple[HeaderModifier, ...]
+    rewrite: Rewrite | None
+    respond: Rewrite | None
+
+
 def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[[], float],
            metrics: PolicyMetrics | None = None) -> Decision | ProxyError:
-    chosen = select_route(policy.routes(h2), request)
+    chosen = policy.catch_all(h2) or select_route(policy.routes(h2), request)
     if chosen is None:
         return errors.no_route()
     route, rule = chosen
     assert isinstance(rule, OutboundRule)
-    report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
-        else None
-    request_route = _request_route(route, rule, report, draw)
-    modifiers: list[HeaderModifier] = []
-    refused = _filters(rule.filters, rule, request, modifiers, draw)
-    if refused is not None:
-        return _with(refused, request_route)
+    prepared = policy.prepared.get(id(rule))
+    if prepared is None or prepared.report is not None and prepared.report.metrics is not metrics:
+        prepared = policy.prepared[id(rule)] = _prepare(policy, route, rule, metrics)
+    request_route = prepared.shared or _request_route(route, rule, prepared, draw)
+    if prepared.checks:
+        refused = _filters(prepared.checks, rule, request, [], draw)
+        if refused is not None:
+            return _with(refused, request_route)
     backend = rule.choose(draw())
     if backend is None:
         return _with(errors.no_backend(route.meta.name), request_route)
-    refused = _filters(backend.filters, rule, request, modifiers, draw)
-    if refused is not None:
-        return _with(refused, request_route)
+    rewrite = prepared.rewrite
+    if backend.filters:
+        modifiers = list(prepared.modifiers)
+        refused = _filters(backend.filters, rule, request, modifiers, draw)
+        if refused is not None:
+            return _with(refused, request_route)
+        rewrite = chain(modifiers)
+    report = prepared.report
     if report is not None:
         report.backend(backend)
     if backend.balancer is None and backend.endpoint is None:
         return _with(errors.no_backend(backend.meta.name), request_route)
-    return Decision(route, rule, backend, request_route, chain(modifiers), chain(rule.response_filters))
+    return Decision(route, rule, backend, request_route, rewrite, prepared.respond)
 
 
-def _request_route(route: OutboundRoute, rule: OutboundRule, report: RouteReport | None,
-                   draw: Callable[[], float]) -> PolicyRoute:
+def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
+             metrics: PolicyMetrics | None) -> _Prepared:
+    report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
+        else None
     t = rule.timeouts
     limits = [s for s in (t.request, t.response) if s]
+    modifiers = tuple(f for f in rule.filters if isinstance(f, HeaderModifier))
+    prepared = _Prepared(report, None, min(limits) if limits else None,
+                         tuple(f for f in rule.filters if not isinstance(f, HeaderModifier)), modifiers,
+                         chain(modifiers), chain(rule.response_filters))
+    if rule.retry is None or rule.retry.limit == 0:
+        prepared.shared = PolicyRoute(MATCH_ALL, timeout=prepared.timeout, retry=rule.retry, route=route,
+                                      report=report)
+    return prepared
+
+
+def _request_route(route: OutboundRoute, rule: OutboundRule, prepared: _Prepared,
+                   draw: Callable[[], float]) -> PolicyRoute:
+    """A request's own route: its retries are counted per request."""
     retry = rule.retry
-    budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
-    return PolicyRoute(MATCH_ALL, timeout=min(limits) if limits else None, budget=budget, retry=retry, route=route,
-                       report=report)
+    assert retry is not None
+    budget = Attempts(retry.limit, prepared.report, retry.backoff, draw)
+    return PolicyRoute(MATCH_ALL, timeout=prepared.timeout, budget=budget, retry=retry, route=route,
+                       report=prepared.report)
 
 
 def _with(error: ProxyError, route: PolicyRoute) -> ProxyError:

@@ -1,0 +1,117 @@
+"""Egress control end to end on the local platform (Linkerd's "managing egress traffic" how-to, shrunk): the real
+policy controller and a real proxy in front of a meshed client calling a server outside the cluster networks.
+
+The server runs in the test, on the host's own address outside the pod and
+service ranges. An EgressNetwork in the global egress namespace first denies
+that traffic: the client's proxy answers 403 itself and the server sees
+nothing; then the EgressNetwork allows it and the requests reach the server,
+counted by the client's proxy under the EgressNetwork's name
+(``outbound_http_route_request_statuses_total{parent_kind="EgressNetwork"}``).
+"""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import ipaddress
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from up import uplab
+from up.uplab import ready, wait_for
+
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
+                                reason="the proxy (tether.proxy.main) is not in the tree yet")
+
+NS = "egress-client"
+EGRESS_NS = "linkerd-egress"
+
+
+def _outside_address() -> str | None:
+    """One of the host's own IPv4 addresses outside 10.0.0.0/8 (the platforms' pod and service ranges)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        ip = ipaddress.ip_interface(line.split()[3]).ip
+        if ip not in ipaddress.ip_network("10.0.0.0/8"):
+            return str(ip)
+    return None
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        _Handler.seen.append(self.path)
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def outside() -> Iterator[tuple[str, int]]:
+    ip = _outside_address()
+    if ip is None:
+        pytest.skip("the host has no address outside 10.0.0.0/8 to stand for the outside world")
+    server = http.server.ThreadingHTTPServer((ip, 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield ip, server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def egress(policy: str, ip: str) -> str:
+    return f"""
+apiVersion: policy.linkerd.io/v1alpha1
+kind: EgressNetwork
+metadata: {{name: outside, namespace: {EGRESS_NS}}}
+spec:
+  trafficPolicy: {policy}
+  networks: [{{cidr: {ip}/32}}]
+"""
+
+
+def _metrics(p: uplab.Platform, pod: dict) -> str:
+    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
+    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: uplab.Platform,
+                                                                    outside: tuple[str, int]) -> None:
+    p = running
+    ip, port = outside
+    p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {EGRESS_NS}}}\n")
+    p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
+    p.apply(egress("Deny", ip))
+    p.apply(uplab.client("caller", NS, f"http://{ip}:{port}/out"))
+    (caller,) = wait_for("the caller ready", lambda: [x for x in p.pods(NS) if ready(x)], timeout=90)
+
+    def log() -> str:
+        return str(p.tether("logs", "-n", NS, caller["metadata"]["name"]).stdout)
+
+    wait_for("the caller refused with 403", lambda: log().count("403") >= 3, timeout=60)
+    assert "ok 200" not in log() and _Handler.seen == []
+
+    p.apply(egress("Allow", ip))
+    wait_for("the caller let out", lambda: "ok 200" in log(), timeout=60)
+    assert "/out" in _Handler.seen
+
+    metrics = _metrics(p, caller)
+    statuses = [line for line in metrics.splitlines()
+                if line.startswith("outbound_http_route_request_statuses_total{")
+                and 'parent_kind="EgressNetwork"' in line and 'parent_name="outside"' in line]
+    assert any('http_status="403"' in line for line in statuses), statuses
+    assert any('http_status="200"' in line for line in statuses), statuses

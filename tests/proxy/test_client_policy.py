@@ -541,3 +541,28 @@ def test_without_retries_left_a_per_attempt_timeout_is_not_armed() -> None:
     assert route.attempt_timeout() == 1.0
     assert route.budget is not None and route.budget.withdraw()
     assert route.attempt_timeout() is None and route.retry_delay() == pytest.approx(0.0375)  # 25 ms + half (jitter)
+
+
+def test_l5d_request_headers_tune_retries_and_timeouts_where_the_route_allows_them() -> None:
+    from dataclasses import replace as with_
+
+    index = controller(http_route("r", "web", [{}]))
+    target = index.address_target("10.96.0.10", 80, "emojivoto")
+    allowing = translate(encode(target, index.state(target), with_(CONFIG, allow_l5d_request_headers=True)),
+                         Balancers())
+    asked = get("/", headers=((b"l5d-retry-http", b"gateway-error,429"), (b"L5D-Retry-Limit", b"3"),
+                              (b"l5d-retry-timeout", b"200ms"), (b"l5d-timeout", b"2s"), (b"x-kept", b"1")))
+    decision = decide(allowing, asked, False, lambda: 0.0)
+    assert isinstance(decision, Decision) and decision.rewrite is not None
+    route = decision.request_route
+    assert route.timeout == 2.0 and route.attempt_timeout() == 0.2
+    assert route.is_failure(503) and route.is_failure(429) and not route.is_failure(500)
+    assert [route.budget.withdraw() for _ in range(4)] == [True, True, True, False]  # type: ignore[union-attr]
+    # Consumed: they do not go on (the others do).
+    assert decision.rewrite(asked.headers) == ((b"host", b"web.emojivoto.svc.cluster.local"), (b"x-kept", b"1"))
+    # A value that does not parse is ignored; on a route that does not allow them they pass through untouched.
+    bad = decide(allowing, get("/", headers=((b"l5d-retry-limit", b"many"),)), False, lambda: 0.0)
+    assert isinstance(bad, Decision) and bad.request_route.retry is not None
+    assert bad.request_route.retry.limit == 1  # Linkerd's default when the headers make the policy
+    plain = decide(policy_of(http_route("r", "web", [{}])), asked, False, lambda: 0.0)
+    assert isinstance(plain, Decision) and plain.rewrite is None and plain.request_route.timeout is None

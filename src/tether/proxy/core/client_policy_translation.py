@@ -136,8 +136,6 @@ class _Translator:
             distribution, backends = self._distribution(rule.backends, f"{here}.backends", grpc)
             if rule.timeouts.HasField("idle"):
                 self.note(f"{here}.timeouts.idle", "idle timeout")
-            if rule.allow_l5d_request_headers:
-                self.note(f"{here}.allow_l5d_request_headers", "l5d-retry-*/l5d-timeout request headers")
             rules.append(OutboundRule(Rule(matches), tuple(filters), tuple(responses), distribution, backends,
                                       _timeouts(rule), _retry(rule, f"{here}.retry", grpc),
                                       rule.allow_l5d_request_headers))

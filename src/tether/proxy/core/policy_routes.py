@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tether.proxy.codec.http1 import Headers, RequestHead
-from tether.proxy.core import errors
-from tether.proxy.core.client_policy import ClientPolicy, OutboundRoute, OutboundRule, Retry, RouteBackend
+from tether.proxy.core import errors, route_headers
+from tether.proxy.core.client_policy import ClientPolicy, OutboundRoute, OutboundRule, Retry, RouteBackend, Timeouts
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.route_filters import (
     FailureInjector,
@@ -177,7 +177,13 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     prepared = policy.prepared.get(id(rule))
     if prepared is None or prepared.report is not None and prepared.report.metrics is not metrics:
         prepared = policy.prepared[id(rule)] = _prepare(policy, route, rule, metrics)
-    request_route = prepared.shared or _request_route(route, rule, prepared, draw)
+    request_route = prepared.shared or _request_route(route, rule.retry, prepared.timeout, prepared.report, draw)
+    consumed = False
+    if rule.allow_l5d_request_headers:  # the client's l5d-retry-*/l5d-*-timeout headers (core.route_headers)
+        asked = route_headers.overrides(request, rule.retry, rule.timeouts)
+        if asked is not None:
+            consumed = True
+            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), prepared.report, draw)
     if prepared.checks:
         refused = _filters(prepared.checks, rule, request, [], draw)
         if refused is not None:
@@ -197,6 +203,8 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
         report.backend(backend)
     if backend.balancer is None and backend.endpoint is None:
         return _with(errors.no_backend(backend.meta.name), request_route)
+    if consumed:
+        rewrite = route_headers.strip if rewrite is None else _then(rewrite, route_headers.strip)
     return Decision(route, rule, backend, request_route, rewrite, prepared.respond)
 
 
@@ -204,10 +212,8 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
              metrics: PolicyMetrics | None) -> _Prepared:
     report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
         else None
-    t = rule.timeouts
-    limits = [s for s in (t.request, t.response) if s]
     modifiers = tuple(f for f in rule.filters if isinstance(f, HeaderModifier))
-    prepared = _Prepared(report, None, min(limits) if limits else None,
+    prepared = _Prepared(report, None, _timeout(rule.timeouts),
                          tuple(f for f in rule.filters if not isinstance(f, HeaderModifier)), modifiers,
                          chain(modifiers), chain(rule.response_filters))
     if rule.retry is None or rule.retry.limit == 0:
@@ -216,14 +222,21 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     return prepared
 
 
-def _request_route(route: OutboundRoute, rule: OutboundRule, prepared: _Prepared,
+def _request_route(route: OutboundRoute, retry: Retry | None, timeout: float | None, report: RouteReport | None,
                    draw: Callable[[], float]) -> PolicyRoute:
     """A request's own route: its retries are counted per request."""
-    retry = rule.retry
-    assert retry is not None
-    budget = Attempts(retry.limit, prepared.report, retry.backoff, draw)
-    return PolicyRoute(MATCH_ALL, timeout=prepared.timeout, budget=budget, retry=retry, route=route,
-                       report=prepared.report)
+    budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
+    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report)
+
+
+def _timeout(t: Timeouts) -> float | None:
+    """The deadline for the response head: the request timeout, or the response timeout when shorter."""
+    limits = [s for s in (t.request, t.response) if s]
+    return min(limits) if limits else None
+
+
+def _then(first: Rewrite, second: Rewrite) -> Rewrite:
+    return lambda headers: second(first(headers))
 
 
 def _with(error: ProxyError, route: PolicyRoute) -> ProxyError:

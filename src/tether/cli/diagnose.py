@@ -21,7 +21,6 @@ import sys
 
 import click
 
-from tether.cli import kube_forward
 from tether.cli.diagnostics_scrape import local_config
 from tether.cli.errors import CliError
 from tether.cli.platform_opts import Platform, platform_options
@@ -86,6 +85,7 @@ def diagnose(target: str, to: str | None, namespace: str, output: str, control_p
 
 
 async def _kube(platform: Platform, target: str, namespace: str, to: str | None, control_plane_ns: str) -> Diagnosis:
+    from tether.cli import kube_forward  # its gRPC channel module only for a cluster
     from tether.diagnose.kube_layers import KubeDiagnosis
     from tether.platform.kubernetes.client import KubeClient, KubeError
 

@@ -117,7 +117,8 @@ class _IdentityGroup(click.Group):
 def identity() -> None:
     """The mesh PKI (trust anchors, issuers) and the identity service.
 
-    `tether identity po/NAME|deploy/NAME... [-n NS]` prints the certificate each pod's proxy serves.
+    `tether identity po/NAME|deploy/NAME... [-n NS] [--platform kubernetes]` prints the certificate each pod's
+    proxy serves.
     """
 
 

@@ -222,6 +222,12 @@ async def layer_by_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         assert await call(web_ip, "web") == 200
         code, result = await env.diagnose("po/client-1", "--to", "web.emojivoto:80")
         assert code == 0 and result["ok"] and result["layer"] is None, result
+        # The same through the client's Deployment (its pods found by its selector).
+        await env.api.post(f"/apis/apps/v1/namespaces/{NS}/deployments", json={
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "client", "namespace": NS},
+            "spec": {"selector": {"matchLabels": {"app": "client"}}, "template": {}}})
+        code, result = await env.diagnose("deploy/client", "--to", "web.emojivoto:80")
+        assert code == 0 and result["ok"] and result["target"] == "deploy/client", result
         assert any(e["source"] == "proxy metrics emojivoto/web-1" and 'tls="true"' in e["detail"]
                    and client.identity in e["detail"] for e in result["evidence"]), result["evidence"]
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.diagnose.facts import selects
 from tether.platform.kubernetes.client import ApiError, KubeClient, KubeError
 
 PROXY_ADMIN_PORT = 4191
@@ -60,7 +61,10 @@ async def workload_pods(client: KubeClient, targets: Sequence[str], namespace: s
                                     f'deployments "{name}" in namespace {namespace}')
             labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             listed = await client.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": _selector(labels)})
-            pods += sorted(listed.get("items") or (), key=lambda p: p["metadata"]["name"])
+            # The selector is judged here too: an answer that ignores it must not make other pods the workload's.
+            pods += sorted((p for p in listed.get("items") or ()
+                            if selects(labels, (p.get("metadata") or {}).get("labels") or {})),
+                           key=lambda p: p["metadata"]["name"])
         else:
             raise TargetNotFound(f"expected po/NAME or deploy/NAME, not {kind}/")
     return pods

@@ -57,7 +57,7 @@ class MatchError(ValueError):
     """An ``ObserveRequest`` the proxy cannot serve; the message says which part."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every request while a tap is open, and frozen init is slow
 class TapRequest:
     """A request as tap sees it when its head arrives."""
 
@@ -397,24 +397,41 @@ def _address(text: str) -> tuple[str, int]:
         return "0.0.0.0", 0
 
 
-def request_of(head: RequestHead, labels: str, direction: int) -> TapRequest:
-    """What tap sees of a routed request: its head, and the endpoint's metric labels."""
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    """What tap reads from an endpoint's rendered labels (the same string for every request to it)."""
+
+    destination: tuple[str, int]
+    source_labels: Mapping[str, str]
+    destination_labels: Mapping[str, str]
+
+
+def endpoint_of(labels: str, direction: int) -> _Endpoint:
     found = parse_labels(labels)
-    authority = next((v for n, v in head.headers if n.lower() == b"host"), b"")
     tls = {k: found[k] for k in _TLS_KEYS if k in found}
     dst = {k[4:]: v for k, v in found.items() if k.startswith("dst_")}
+    return _Endpoint(_address(found.get("target_addr", "")), tls if direction == INBOUND else {},
+                     {**dst, **tls} if direction == OUTBOUND else dst)
+
+
+def request_of(head: RequestHead, endpoint: _Endpoint, direction: int) -> TapRequest:
+    """What tap sees of a routed request: its head, and its endpoint's labels."""
+    authority = next((v for n, v in head.headers if n.lower() == b"host"), b"")
     return TapRequest(
         direction=direction,
         source=("0.0.0.0", 0),  # the hook does not pass the client's address
-        destination=_address(found.get("target_addr", "")),
+        destination=endpoint.destination,
         method=head.method.decode("latin-1"),
         scheme="http",
         authority=authority.decode("latin-1"),
         path=head.target.decode("latin-1"),
         headers=tuple(head.headers),
-        source_labels=tls if direction == INBOUND else {},
-        destination_labels={**dst, **tls} if direction == OUTBOUND else dst,
+        source_labels=endpoint.source_labels,
+        destination_labels=endpoint.destination_labels,
     )
+
+
+ENDPOINT_CACHE = 1024  # endpoints' parsed labels kept while taps are open (cleared whole beyond)
 
 
 class TapObserver:
@@ -428,11 +445,17 @@ class TapObserver:
         self.direction = direction
         self.clock = clock
         self._streams: dict[int, TappedStream] = {}
+        self._endpoints: dict[str, _Endpoint] = {}
 
     def request(self, stream: object, request: RequestHead, labels: str) -> None:
         if not self.taps.taps:
             return
-        tapped = self.taps.begin(request_of(request, labels, self.direction), self.clock())
+        endpoint = self._endpoints.get(labels)
+        if endpoint is None:  # parsed once per endpoint: a tap open must not cost a regex per request
+            if len(self._endpoints) >= ENDPOINT_CACHE:
+                self._endpoints.clear()
+            endpoint = self._endpoints[labels] = endpoint_of(labels, self.direction)
+        tapped = self.taps.begin(request_of(request, endpoint, self.direction), self.clock())
         if tapped is not None:
             self._streams[id(stream)] = tapped
 

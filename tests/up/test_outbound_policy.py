@@ -8,15 +8,22 @@ name. Then the weights move everything to ``web-v2`` (applied to the open
 connections, per request), and a rule with a ``RequestRedirect`` is answered
 by the client's proxy itself (the client follows it to ``web-v1``'s ``/redirected``). The policy controller is ``tether up``'s own
 component.
+
+Then Linkerd's traffic-shifting tutorial with its own Services and HTTPRoutes
+(``tests/policy/outbound/tutorials/traffic-shifting.yaml``; its ``bb``
+workloads stood in for by Python servers): the 90/10 canary, then all to v2.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import yaml
 
+from tether.resources.loading import load_text
 from up import uplab
 from up.uplab import ready, wait_for, web_server
 
@@ -100,3 +107,53 @@ def _shifted(v1: Callable[[], int], v2: Callable[[], int]) -> Callable[[], bool]
         return now2 >= base["v2"] + 10
 
     return check
+
+
+TUTORIAL = Path(__file__).parents[1] / "policy" / "outbound" / "tutorials" / "traffic-shifting.yaml"
+SHIFT_NS = "traffic-shift-demo"
+
+
+def _terminus(version: str) -> str:
+    """A stand-in for the tutorial's ``bb terminus`` Deployment (labels app: bb, version): a Python server."""
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {version}, namespace: {SHIFT_NS}}}
+spec:
+  selector: {{matchLabels: {{app: bb, version: {version}}}}}
+  template:
+    metadata:
+      labels: {{app: bb, version: {version}}}
+    spec:
+      containers:
+      - name: terminus
+        image: python
+        command: [{uplab.PYTHON}, -u, -m, http.server, "8080", --bind, 0.0.0.0]
+        ports: [{{containerPort: 8080}}]
+"""
+
+
+def test_linkerds_traffic_shifting_tutorial(running: uplab.Platform) -> None:
+    """The tutorial's own Services and HTTPRoutes (tests/policy/outbound/tutorials), its workloads stood in for:
+    the 90/10 canary sends requests to both versions, then the second HTTPRoute moves them all to v2."""
+    p = running
+    docs = load_text(TUTORIAL.read_text(), TUTORIAL.name)
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    namespace["metadata"]["annotations"] = {"linkerd.io/inject": "enabled"}  # the tutorial runs `linkerd inject`
+    services = [d for d in docs if d["kind"] == "Service"]
+    canary, everything_to_v2 = [d for d in docs if d["kind"] == "HTTPRoute"]
+    p.apply(yaml.safe_dump_all([namespace, *services]) + "---" + _terminus("v1") + "---" + _terminus("v2"))
+    for version in ("v1-", "v2-"):
+        wait_for(f"the {version} pod ready", lambda v=version: [x for x in p.pods(SHIFT_NS)
+                                                                if x["metadata"]["name"].startswith(v) and ready(x)],
+                 timeout=60)
+    p.apply(yaml.safe_dump(canary))
+    p.apply(uplab.client("slow-cooker", SHIFT_NS, f"http://bb.{SHIFT_NS}.svc.cluster.local:8080/"))
+
+    def served(version: str) -> int:
+        (pod,) = [x for x in p.pods(SHIFT_NS) if x["metadata"]["name"].startswith(version)]
+        return str(p.tether("logs", "-n", SHIFT_NS, pod["metadata"]["name"]).stdout).count("GET / ")
+
+    wait_for("the 90/10 canary reaching both versions", lambda: served("v1-") >= 9 and served("v2-") >= 1, timeout=90)
+    p.apply(yaml.safe_dump(everything_to_v2))
+    wait_for("every request at v2", _shifted(lambda: served("v1-"), lambda: served("v2-")), timeout=60)

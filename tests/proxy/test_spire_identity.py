@@ -31,6 +31,7 @@ from tether.platform.local.endpointslices import external_workload_controller
 from tether.proxy.app import Proxy
 from tether.proxy.core import certs
 from tether.proxy.core.config import ConfigError, ProxyConfig, SpireIdentityConfig
+from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.spire_client import SpireClient
 
 SPIFFE_ID = "spiffe://cluster.local/vm/billing"
@@ -276,3 +277,12 @@ def test_the_deprecated_socket_variable_is_read_too(tmp_path: Path) -> None:
         "unix:///run/spire/agent.sock", SPIFFE_ID, SERVER_NAME)
     assert (identity.backoff.min, identity.backoff.max, identity.backoff.jitter) == (
         timedelta(milliseconds=100), timedelta(seconds=1), 0.1)
+
+
+def test_unix_socket_targets_of_the_grpc_client() -> None:
+    """gRPC's spellings of a Unix socket (``unix:/path``, ``unix:///path``); a relative one is refused by name."""
+    assert Channel("unix:///run/spire/agent.sock").path == "/run/spire/agent.sock"
+    assert Channel("unix:/run/spire/agent.sock").path == "/run/spire/agent.sock"
+    assert Channel("127.0.0.1:8081").path is None
+    with pytest.raises(ValueError, match="'unix:agent.sock' is not unix:/absolute/path"):
+        Channel("unix:agent.sock")

@@ -217,3 +217,9 @@ async def test_extensions_and_viz(tmp_path: Path) -> None:
         assert found["linkerd-viz ClusterRoles exist"]["result"] == "success"
         assert found["prometheus is installed and configured correctly"]["result"] == "success"
         assert "not ready: tap-injector-1" in found["viz extension pods are running"]["error"]
+
+
+async def test_the_kubernetes_only_flags_are_refused_on_the_local_platform() -> None:
+    for flags in (["--linkerd-cni-enabled"], ["--cni-namespace", "cni"], ["--expected-version", "1.0.0"]):
+        code, _, err = await tether("check", *flags)
+        assert code == 2 and "check a Kubernetes cluster: give --platform kubernetes" in err, err

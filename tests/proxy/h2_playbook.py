@@ -15,7 +15,9 @@ does not depend on how finely the core writes. The handshake is done by the
 playbook and left out of the comparison: the prefaces, every SETTINGS frame
 (and its ACK) and the connection windows raised to Linkerd's 1 MiB. Upstream
 connections are numbered in the order the core asked for them; ``Connected``
-answers the oldest pending one (and its server's SETTINGS come in with it).
+answers the oldest pending one (and an HTTP/2 server's SETTINGS come in with
+it). An HTTP/1 connection to the app (a downgraded stream: ``Checkout``) is
+written and read as bytes (``SendUpBytes``, ``UpBytes``).
 No sockets and no event loop: timers and discovery waits are answered by
 the test (``Fire``, ``Waited``).
 """
@@ -112,6 +114,14 @@ class Up:
 
 
 @dataclass(frozen=True)
+class UpBytes:
+    """Upstream connection ``n`` (an HTTP/1 app, for a downgraded stream) sends these bytes."""
+
+    n: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class DownLost:
     pass
 
@@ -184,6 +194,21 @@ class SendUp:
 @dataclass(frozen=True)
 class Connect:
     addr: object
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """An HTTP/1 connection asked for (a downgraded stream); never pooled here."""
+
+    addr: object
+
+
+@dataclass(frozen=True)
+class SendUpBytes:
+    """Bytes written to HTTP/1 connection ``n``."""
+
+    n: int
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -310,6 +335,7 @@ class H2Sink:
         self.ups: dict[int, Upstream] = {}
         self.sides: dict[int, _Side] = {}
         self.asked = 0  # connections asked for so far (their numbers)
+        self.h1: set[int] = set()  # the HTTP/1 ones
         self.connects: list[tuple[Callable[[Upstream | Failed], None], int]] = []
         self.waits: list[Callable[[Any], None]] = []
         self.timers: list[_Timer] = []
@@ -329,12 +355,18 @@ class H2Sink:
 
     def checkout(self, connect: ConnectCommand, header: bytes | None,
                  done: Callable[[Upstream | Failed], None]) -> Upstream | None:
-        self.connect(connect, header, done)
+        self.calls.append(Checkout(connect.addr))
+        self.h1.add(self.asked)
+        self.connects.append((done, self.asked))
+        self.asked += 1
         return None
 
     def send_up(self, up: Upstream, data: bytes) -> None:
         n: int = up.key  # type: ignore[assignment]
-        self.calls.append(SendUp(n, *self.sides[n].decode(data)))
+        if n in self.h1:
+            self.calls.append(SendUpBytes(n, data))
+        else:
+            self.calls.append(SendUp(n, *self.sides[n].decode(data)))
 
     def checkin(self, up: Upstream, reuse: bool) -> None:
         self.calls.append(Checkin(up.key, reuse))  # type: ignore[arg-type]
@@ -367,6 +399,8 @@ def _joined(calls: list[object]) -> list[object]:
             out[-1] = SendDown(*last.frames, *call.frames)
         elif isinstance(call, SendUp) and isinstance(last, SendUp) and last.n == call.n:
             out[-1] = SendUp(call.n, *last.frames, *call.frames)
+        elif isinstance(call, SendUpBytes) and isinstance(last, SendUpBytes) and last.n == call.n:
+            out[-1] = SendUpBytes(call.n, last.data + call.data)
         else:
             out.append(call)
     return out
@@ -421,6 +455,8 @@ def _apply(core: Http2Proxy, sink: H2Sink, event: object) -> None:
         core.down_data(sink.client.encode(event.frames))
     elif isinstance(event, Up):
         core.up_data(sink.ups[event.n], sink.sides[event.n].encode(event.frames))
+    elif isinstance(event, UpBytes):
+        core.up_data(sink.ups[event.n], event.data)
     elif isinstance(event, DownLost):
         core.down_lost()
     elif isinstance(event, UpEof):
@@ -430,8 +466,9 @@ def _apply(core: Http2Proxy, sink: H2Sink, event: object) -> None:
         up = sink.ups[n] = Upstream(n, None, 0.001, reused=False)
         sink.sides[n] = _Side()
         done(up)
-        server_settings = {} if event.window is None else {hf.SettingsFrame.INITIAL_WINDOW_SIZE: event.window}
-        core.up_data(up, hf.SettingsFrame(0, settings=server_settings).serialize())  # the server's preface
+        if n not in sink.h1:
+            server_settings = {} if event.window is None else {hf.SettingsFrame.INITIAL_WINDOW_SIZE: event.window}
+            core.up_data(up, hf.SettingsFrame(0, settings=server_settings).serialize())  # the server's preface
     elif isinstance(event, ConnectFailed):
         done, _ = sink.connects.pop(0)
         done(Failed(event.error, event.errno))

@@ -3,7 +3,8 @@
 Each test is one conversation on one client connection, frame by frame
 (``tests/proxy/h2_playbook.py``): full duplex, a client's reset cancelling
 the upstream stream, rapid reset, REFUSED_STREAM, the windows and a full
-write buffer, a gRPC error, keep-alive.
+write buffer, a gRPC error, keep-alive, an upgraded stream downgraded to
+HTTP/1 for the app.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from h2_fakes import FakeClock
 from h2_playbook import (
     CallLater,
     Checkin,
+    Checkout,
     Close,
     Connect,
     ConnectFailed,
@@ -29,7 +31,9 @@ from h2_playbook import (
     Rst,
     SendDown,
     SendUp,
+    SendUpBytes,
     Up,
+    UpBytes,
     Window,
     Writable,
 )
@@ -200,3 +204,38 @@ def test_a_silent_client_gets_a_ping_and_without_an_answer_goaway() -> None:
             >> Fire()
             << SendDown(GoAway(ErrorCodes.NO_ERROR, 0))
             << Close())
+
+
+def test_an_upgraded_stream_goes_to_the_app_as_http1_and_comes_back_as_http2() -> None:
+    """l5d-orig-proto (a linkerd2-proxy upgraded an HTTP/1 request for the hop between proxies): downgraded."""
+    upgraded = [*POST, (b"l5d-orig-proto", b"HTTP/1.1"), (b"content-length", b"5")]
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings("inbound"), downgrade=True)
+            >> Down(Headers(1, upgraded), Data(1, b"he"))
+            << Checkout(ADDRS[0])
+            >> Connected()
+            << SendUpBytes(0, b"POST /up HTTP/1.1\r\nhost: web\r\ncontent-length: 5\r\n\r\nhe")
+            >> Down(Data(1, b"llo", end=True))  # full duplex over HTTP/1 too
+            << SendUpBytes(0, b"llo")
+            >> UpBytes(0, b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+            << Checkin(0, reuse=True)  # back to the pool HTTP/1 requests share
+            << SendDown(Headers(1, [(b":status", b"201"), (b"content-length", b"2"),
+                                    (b"l5d-orig-proto", b"HTTP/1.1")]),
+                        Data(1, b"ok", end=True)))
+
+
+def test_a_routes_timeout_answers_deadline_exceeded_and_cancels_the_upstream_stream() -> None:
+    from test_http2_profiles import GRPC as CALL, Router as ProfileRouter, http_settings as profile_settings, profile
+
+    error = errors.response_timeout(0.3)
+    assert (H2Playbook(ProfileRouter(ADDRS[:1], profile(timeout=0.3)), profile_settings(FakeClock()))
+            >> Down(Headers(1, CALL, end=True))
+            << CallLater(0.3)  # the route's timeout, from the stream's start
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, [*CALL, (b"l5d-dst-canonical", b"names:9090")], end=True))
+            >> Fire()
+            << Count("outbound_http_errors_total", 'error="response timeout"')
+            << SendDown(Headers(1, [(b":status", b"200"), *errors.grpc_headers(error)], end=True))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL))  # the connection stays; only the stream ends
+            >> Up(0, Headers(1, OK, end=True))  # too late: nothing for the client (h2 tells the server so)
+            << SendUp(0, Rst(1, ErrorCodes.STREAM_CLOSED)))

@@ -22,6 +22,7 @@ Callers: ``core.server_policy`` (policies hold authorizations) and
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,8 +45,7 @@ class Meta:
 
     def labels(self, prefix: str) -> str:
         """``<prefix>_group``, ``<prefix>_kind`` and ``<prefix>_name``, as Linkerd labels metrics."""
-        return labels.render((f"{prefix}_group", self.group), (f"{prefix}_kind", self.kind),
-                             (f"{prefix}_name", self.name))
+        return _meta_labels(self, prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +106,13 @@ LOCALHOST = Authorization(
     (Network(ipaddress.ip_network("127.0.0.1/32")), Network(ipaddress.ip_network("::1/128"))),
     Authn.UNAUTHENTICATED,
 )
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_labels(meta: Meta, prefix: str) -> str:
+    """Rendered once per (meta, prefix): every inbound request labels its counters with its server's, route's
+    and authorization's metas, and escaping them each time was a tenth of the server proxy's Python calls."""
+    return labels.render((f"{prefix}_group", meta.group), (f"{prefix}_kind", meta.kind), (f"{prefix}_name", meta.name))
 
 
 def _has_suffix(name: str, suffix: tuple[str, ...]) -> bool:

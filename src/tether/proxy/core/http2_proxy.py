@@ -1040,8 +1040,10 @@ class Http2Proxy:
             # Linkerd reports an error after a gRPC response began in its trailers.
             self._go(stream, Step.ANSWER)
             self.touched.append(stream)
-            self.down.queue_end(stream.sid, [(GRPC_STATUS, str(errors.grpc_status(error)).encode()),
-                                             (b"grpc-message", errors.grpc_message(error.message))])
+            trailers = [(GRPC_STATUS, str(errors.grpc_status(error)).encode())]
+            if self.settings.informational:  # inbound: to meshed clients only
+                trailers.append((b"grpc-message", errors.grpc_message(error.message)))
+            self.down.queue_end(stream.sid, trailers)
             self._flush_down(stream.sid)
         else:
             self.down.reset(stream.sid, ErrorCodes.INTERNAL_ERROR)

@@ -481,45 +481,6 @@ def test_latency_buckets_render_linkerd_style() -> None:
     assert 'request_total{a} 1' in out
 
 
-def test_pool_reuses_open_connections_and_sweeps_idle_ones() -> None:
-    import asyncio
-
-    from tether.proxy.core.http_commands import Upstream
-    from tether.proxy.io.pool import Pool
-
-    class Transport:
-        def __init__(self) -> None:
-            self.closed = False
-
-        def close(self) -> None:
-            self.closed = True
-
-        def is_closing(self) -> bool:
-            return self.closed
-
-    class Stream:
-        def __init__(self) -> None:
-            self.lost = self.eof = False
-            self.buffer = bytearray()
-            self.transport = Transport()
-
-    async def scenario() -> None:
-        pool = Pool(idle_timeout=0.0)  # every idle connection is due at the sweeper's first run
-        a, b, c = (Upstream("k", Stream(), 0.01, False) for _ in range(3))
-        pool.put(a)
-        pool.put(b)
-        b.io.eof = True  # the server closed it while idle
-        assert pool.take("k") is a and a.reused and b.io.transport.closed
-        assert pool.take("k") is None and pool.take("other") is None
-        pool.put(c)
-        while not c.io.transport.closed:  # the sweeper runs on a coming loop iteration
-            await asyncio.sleep(0)
-        assert c.io.transport.closed and pool.take("k") is None
-        pool.close()
-
-    asyncio.run(scenario())
-
-
 def test_the_policy_and_tap_hooks_see_each_request() -> None:
     from test_http2_proxy import Observed
 

@@ -344,7 +344,7 @@ class Http1Proxy:
     def _checked_out(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
         if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
             if isinstance(reply, Upstream):  # the request ended meanwhile (a timeout, the client gone)
-                self.sink.checkin(reply, reuse=not reply.reused)
+                self.sink.checkin(reply, reuse=True)  # nothing was sent on it: free for another request
             return
         if isinstance(reply, Failed):
             pick.failed()
@@ -450,7 +450,7 @@ class Http1Proxy:
     def _resent(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
         if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
             if isinstance(reply, Upstream):
-                self.sink.checkin(reply, reuse=not reply.reused)
+                self.sink.checkin(reply, reuse=True)  # nothing was sent on it: free for another request
             return
         if isinstance(reply, Failed):
             self._outcome(ex, None, errors.io_error(pick.connect.addr))

@@ -53,7 +53,7 @@ from tether.proxy.core import http_commands as http_cmd
 from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
 from tether.proxy.io.streams import Stream, errno_name, link
-from tether.proxy.io.pool import Pool
+from tether.proxy.io.pool import Pool, Waiter
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
 from tether.proxy.codec.client_hello import MAX_CLIENT_HELLO_SIZE
@@ -468,6 +468,11 @@ class Driver:
     def pool_put(self, direction: str, up: http_cmd.Upstream) -> None:
         self._pools[direction].put(up)
 
+    def pool_wait(self, direction: str, connect: cmd.Connect, header: bytes | None,
+                  done: Callable[[http_cmd.Upstream | cmd.Failed], None]) -> Waiter:
+        """Wait for a connection for ``connect`` (``io.pool.Pool.wait``): the next one checked in, or a new one."""
+        return self._pools[direction].wait(connect.pool_key, partial(self.open_upstream, connect, header), done)
+
     def count(self, name: str, labels: str) -> None:
         self._metrics.counter(name, HELP[name]).inc(labels)
 
@@ -498,13 +503,15 @@ class Driver:
             self._own_sources.discard(stream.source)
 
     def close_idle(self) -> None:
-        """Close the pooled idle upstream connections (shutdown; tests settling metrics)."""
+        """Close the pooled idle upstream connections (tests settling metrics); the pools keep serving."""
         for pool in self._pools.values():
-            pool.close()
+            pool.close_idle()
 
     def close(self) -> None:
-        """The proxy stops: idle connections closed, timers cancelled."""
-        self.close_idle()
+        """The proxy stops: idle connections closed (and those still being opened once they are), timers
+        cancelled."""
+        for pool in self._pools.values():
+            pool.close()
         for clients in self._idle_clients.values():
             clients.close()
 

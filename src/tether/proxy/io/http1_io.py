@@ -32,6 +32,7 @@ from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import Http1Proxy, Timer
 from tether.proxy.core.http_commands import Upstream
 
+from tether.proxy.io.pool import Waiter
 from tether.proxy.io.streams import Stream, link
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ class Http1Io:
     """One accepted connection served as HTTP/1 (see the module docstring)."""
 
     __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
-                 "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on")
+                 "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on",
+                 "waiting")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  idle: IdleClients) -> None:
@@ -64,6 +66,7 @@ class Http1Io:
         self.to_down: list[bytes] = []
         self.to_up: list[bytes] = []
         self.to_up_on: Upstream | None = None
+        self.waiting: set[Waiter] = set()  # the pool's waits for the core's checkouts
         self.core = Http1Proxy(router, settings, self)
 
     def start(self) -> None:
@@ -183,22 +186,21 @@ class Http1Io:
 
     def checkout(self, connect: Connect, header: bytes | None,
                  done: Callable[[Upstream | Failed], None]) -> Upstream | None:
-        up = self.driver.pooled(self.conn.direction, connect)
+        direction = self.conn.direction
+        up = self.driver.pooled(direction, connect)
         if up is not None:
             self._hold(up)
             return up
-        job = asyncio.ensure_future(self.driver.open_upstream(connect, header))
-        self.conn.jobs[job] = connect
-        job.add_done_callback(lambda j: self._opened(j, done))
+        waiter = self.driver.pool_wait(direction, connect, header, lambda reply: self._ready(waiter, reply, done))
+        self.waiting.add(waiter)
         return None
 
-    def _opened(self, job: asyncio.Future[Upstream | Failed], done: Callable[[Upstream | Failed], None]) -> None:
-        if self.conn.jobs.pop(job, None) is None or job.cancelled():
-            return  # the connection ended first: the driver closes what the job opened
-        reply = job.result()
+    def _ready(self, waiter: Waiter, reply: Upstream | Failed, done: Callable[[Upstream | Failed], None]) -> None:
+        """The pool has a connection (or a failed connect) for a request that waited."""
+        self.waiting.discard(waiter)
         if isinstance(reply, Upstream):
-            if self.closed:
-                reply.io.transport.close()
+            if self.closed:  # not reached: a closed connection's waits are cancelled; kept safe all the same
+                self.driver.pool_put(self.conn.direction, reply)
                 return
             self._hold(reply)
         done(reply)
@@ -283,6 +285,9 @@ class Http1Io:
     def _finish(self) -> None:
         if not self.closed:
             self.closed = True
+            for waiter in self.waiting:
+                waiter.cancel()
+            self.waiting.clear()
             self.idle.discard(self)
             if not self.finished.done():
                 self.finished.set_result(None)

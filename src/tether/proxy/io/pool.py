@@ -1,4 +1,4 @@
-"""Idle upstream HTTP/1 connections, kept per endpoint for the next request (the driver's, like its sockets).
+"""Upstream HTTP/1 connections per endpoint: idle ones kept for the next request, new ones opened a few at a time.
 
 A connection goes back in the pool after a request when both ends allow
 keep-alive; ``take`` hands out the most recently used one still open with
@@ -8,45 +8,158 @@ per direction, each with its configured timeout) and each key keeps at most
 ``max_idle``. The key is the ``Connect`` command's address and TLS, so two
 endpoints, or one reached with and without mTLS, never share a connection.
 
-Caller: ``tether.proxy.io.driver`` (``Checkout``/``Checkin``).
+A request that finds no idle connection **waits** (``wait``): for the next
+connection of its key checked in by another request, or for a new one,
+whichever comes first. At most ``MAX_CONNECTING`` new connections per key
+are being opened at once, and another is started only while requests are
+still waiting when one is ready; what a request no longer waits for goes
+to the next waiter or into the pool. Opening a connection per waiting request instead (what
+this pool did before) turned any burst into a storm of mutual TLS
+handshakes on the CPU the requests needed: at 1,000 req/s, a hiccup of a
+few milliseconds opened dozens of connections and the tail grew to a
+quarter of a second (docs/benchmarks.md). A failed connect fails every
+request waiting for that key (each is routed again: the endpoint is in
+trouble, and the balancer's backoff moves them to another one).
+
+Callers: ``tether.proxy.io.http1_io`` (``checkout``/``checkin`` of the
+HTTP/1 core) and ``tether.proxy.io.driver`` (``Checkout``/``Checkin``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tether.proxy.core.commands import Failed
 from tether.proxy.core.http_commands import Upstream
 
 IDLE_TIMEOUT = 3.0  # seconds: Linkerd's default (LINKERD2_PROXY_*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT)
 MAX_IDLE = 100  # per key
+# New connections being opened at once per key. More than one, so a burst towards a slow upstream grows the
+# pool faster than one handshake at a time; few, so a burst on a busy CPU does not turn into a handshake storm.
+MAX_CONNECTING = 2
+
+Opener = Callable[[], Awaitable["Upstream | Failed"]]
+
+
+class Waiter:
+    """A request waiting for a connection of ``key``; ``cancel`` when it no longer needs one."""
+
+    __slots__ = ("key", "done", "live")
+
+    def __init__(self, key: object, done: Callable[[Upstream | Failed], None]) -> None:
+        self.key = key
+        self.done = done
+        self.live = True
+
+    def cancel(self) -> None:
+        self.live = False
+
+
+class _Key:
+    """What the pool holds for one key: idle connections (with the loop time they went idle, oldest first),
+    the requests waiting, and how many new connections are being opened."""
+
+    __slots__ = ("idle", "waiters", "connecting")
+
+    def __init__(self) -> None:
+        self.idle: list[tuple[Upstream, float]] = []
+        self.waiters: deque[Waiter] = deque()
+        self.connecting = 0
+
+    def next_waiter(self) -> Waiter | None:
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if waiter.live:
+                waiter.live = False
+                return waiter
+        return None
+
+    def waiting(self) -> int:
+        return sum(1 for w in self.waiters if w.live)
 
 
 class Pool:
-    def __init__(self, idle_timeout: float = IDLE_TIMEOUT, max_idle: int = MAX_IDLE) -> None:
-        # key -> idle connections with the loop time they went idle, oldest first
-        self._idle: dict[object, list[tuple[Upstream, float]]] = {}
+    def __init__(self, idle_timeout: float = IDLE_TIMEOUT, max_idle: int = MAX_IDLE,
+                 max_connecting: int = MAX_CONNECTING) -> None:
+        self._keys: dict[object, _Key] = {}
         self._idle_timeout = idle_timeout
         self._max_idle = max_idle
+        self._max_connecting = max_connecting
         self._sweeper: asyncio.TimerHandle | None = None  # one timer for the pool, not one per check-in
+        self._connects: set[asyncio.Future[Any]] = set()
+        self._closed = False
 
     def take(self, key: object) -> Upstream | None:
-        entries = self._idle.get(key)
+        """The most recently used idle connection of ``key`` still usable, or None."""
+        state = self._keys.get(key)
+        if state is None:
+            return None
+        entries = state.idle
         while entries:
             up, _ = entries.pop()
             if _usable(up.io):
-                up.reused = True
-                up.elapsed = 0.0
+                _reused(up)
                 return up
             up.io.transport.close()
         return None
 
-    def put(self, up: Upstream) -> None:
+    def wait(self, key: object, opener: Opener, done: Callable[[Upstream | Failed], None]) -> Waiter:
+        """Wait for a connection of ``key`` (after ``take`` found none): ``done`` gets the next one checked in,
+        or one ``opener`` opens, or the ``Failed`` of such an attempt; never called from within ``wait``."""
+        state = self._keys.get(key)
+        if state is None:
+            state = self._keys[key] = _Key()
+        waiter = Waiter(key, done)
+        state.waiters.append(waiter)
+        if state.connecting < self._max_connecting:
+            self._open(key, state, opener)
+        return waiter
+
+    def _open(self, key: object, state: _Key, opener: Opener) -> None:
+        state.connecting += 1
+        job = asyncio.ensure_future(opener())
+        self._connects.add(job)
+        job.add_done_callback(lambda j: self._opened(key, state, opener, j))
+
+    def _opened(self, key: object, state: _Key, opener: Opener, job: asyncio.Future[Upstream | Failed]) -> None:
+        self._connects.discard(job)
+        state.connecting -= 1
+        if job.cancelled():
+            return
+        reply = job.result()
+        if self._closed:
+            if isinstance(reply, Upstream):
+                reply.io.transport.close()
+            return
+        if isinstance(reply, Failed):
+            while (waiter := state.next_waiter()) is not None:
+                waiter.done(reply)
+            self._forget(key, state)
+            return
+        self.put(reply, fresh=True)
+        if state.connecting < self._max_connecting and state.waiting() > state.connecting:
+            self._open(key, state, opener)  # still more waiting than being opened: the pool grows by demand
+
+    def put(self, up: Upstream, fresh: bool = False) -> None:
+        """A connection free for another request: to the first request waiting for its key, else idle."""
         stream = up.io
-        if not _usable(stream):
+        if self._closed or not _usable(stream):
             stream.transport.close()
             return
-        entries = self._idle.setdefault(up.key, [])
+        state = self._keys.get(up.key)
+        if state is None:
+            state = self._keys[up.key] = _Key()
+        waiter = state.next_waiter()
+        if waiter is not None:
+            if not fresh:
+                _reused(up)
+            waiter.done(up)
+            return
+        entries = state.idle
         if len(entries) >= self._max_idle:
             old, _ = entries.pop(0)
             old.io.transport.close()
@@ -55,32 +168,49 @@ class Pool:
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._idle_timeout, self._sweep)
 
+    def _forget(self, key: object, state: _Key) -> None:
+        if not state.idle and not state.connecting and not state.waiting() and self._keys.get(key) is state:
+            del self._keys[key]
+
     def _sweep(self) -> None:
         """Close the connections idle for ``idle_timeout``; come back while any are left."""
         self._sweeper = None
         loop = asyncio.get_running_loop()
         horizon = loop.time() - self._idle_timeout
         left = False
-        for key in list(self._idle):
-            entries = self._idle[key]
+        for key, state in list(self._keys.items()):
+            entries = state.idle
             while entries and entries[0][1] <= horizon:
                 entries.pop(0)[0].io.transport.close()
             if entries:
                 left = True
             else:
-                del self._idle[key]
+                self._forget(key, state)
         if left:
             self._sweeper = loop.call_later(self._idle_timeout / 2, self._sweep)
 
     def close(self) -> None:
-        """Close every idle connection (shutdown, or a test settling its metrics)."""
-        idle, self._idle = self._idle, {}
+        """Close every idle connection, and what connects still under way open (shutdown)."""
+        self._closed = True
+        keys, self._keys = self._keys, {}
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for entries in idle.values():
-            for up, _ in entries:
+        for state in keys.values():
+            for up, _ in state.idle:
                 up.io.transport.close()
+
+    def close_idle(self) -> None:
+        """Close every idle connection and keep serving (a test settling its metrics)."""
+        for state in self._keys.values():
+            idle, state.idle = state.idle, []
+            for up, _ in idle:
+                up.io.transport.close()
+
+
+def _reused(up: Upstream) -> None:
+    up.reused = True
+    up.elapsed = 0.0
 
 
 def _usable(stream: Any) -> bool:

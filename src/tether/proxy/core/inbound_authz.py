@@ -38,12 +38,12 @@ from collections.abc import Callable
 from tether.proxy.codec.addrs import IpAddress
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
-from tether.proxy.core.authz import Meta, authorize
+from tether.proxy.core.authz import Authorization, Meta, authorize
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.metrics import Registry
+from tether.proxy.core.metrics import Counter, Registry
 from tether.proxy.core.http import HeaderEdit
 from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect, chain
-from tether.proxy.core.server_policy import HttpRoute, Rule, ServerPolicy, select_route
+from tether.proxy.core.server_policy import HttpRoute, Rule, ServerPolicy
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,15 @@ def server_labels(policy: ServerPolicy, port: int) -> str:
 
 
 class InboundRequestPolicy:
-    """Route and authorization of each request on one inbound connection."""
+    """Route and authorization of each request on one inbound connection.
+
+    What depends only on the connection and the route -- the authorization decision and the labels of its
+    metric -- is worked out once per route and kept while the port's policy is the same object (a policy
+    update is a new object, so the next request decides afresh).
+    """
 
     __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
-                 "_registry", "_clock", "_draw", "permit")
+                 "_registry", "_clock", "_draw", "permit", "_seen", "_srv", "_server", "_decided")
 
     def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
                  client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None,
@@ -86,31 +91,38 @@ class InboundRequestPolicy:
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
         # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
         self.permit = ""
+        self._seen: ServerPolicy | None = None  # the policy the kept decisions were made under
+        self._srv = ""  # srv_* labels under it
+        self._server = ""  # target_* and srv_* labels under it
+        self._decided: dict[int, _Decision] = {}  # by id() of a route of ``_seen`` (which keeps it alive)
 
     def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None:
         policy = self._policy()
-        server = f"{self._target_labels},{server_labels(policy, self._port)}"
-        selected = select_route(policy.http_routes, request)
+        if policy is not self._seen:
+            self._seen = policy
+            self._srv = server_labels(policy, self._port)
+            self._server = f"{self._target_labels},{self._srv}"
+            self._decided = {}
+        selected = policy.select(request)
         if selected is None:
-            self._count("inbound_http_route_not_found_total", f"{server},{self._tls_labels}")
+            self._count("inbound_http_route_not_found_total", f"{self._server},{self._tls_labels}")
             return errors.route_not_found()
         route, rule = selected
-        server_route = f"{server},{route.meta.labels('route')}"
-        authz = authorize(route.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
-                          client_id=self._client_id)
+        decision = self._decided.get(id(route))
+        if decision is None:
+            decision = self._decided[id(route)] = self._decide(route)
+        if decision.counter is not None:
+            decision.counter.inc(decision.labels)
+        authz = decision.authz
         if authz is None:
             log.info("inbound: request denied: server %s, route %s, client %s (%s)", _name(policy.meta),
                      _name(route.meta), self._client_ip, self._client_id or "no identity")
-            self._count("inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}")
             return errors.unauthorized()
         if authz.meta == AUDIT:
             log.info("inbound: request allowed: server %s, route %s, client %s (%s), authorization %s",
                      _name(policy.meta), _name(route.meta), self._client_ip, self._client_id or "no identity",
                      _name(authz.meta))
-        srv = server_labels(policy, self._port)
-        self.permit = f"{srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
-        self._count("inbound_http_authz_allow_total",
-                    f"{self._target_labels},{self.permit},{self._tls_labels}")
+        self.permit = decision.permit
         edit = None
         if rule.filters:
             outcome = self._filter(route, rule, request)
@@ -122,7 +134,7 @@ class InboundRequestPolicy:
             scope = limit.check(self._client_id if self._mesh_tls else None, self._clock())
             if scope is not None:
                 self._count("inbound_http_local_ratelimit_total",
-                            f'{server_route},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
+                            f'{decision.route_labels},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
                 return errors.rate_limited(scope)
         return edit
 
@@ -150,9 +162,37 @@ class InboundRequestPolicy:
                 return errors.invalid_policy(f"invalid server policy: {f.message}")
         return chain(modifiers)
 
+    def _decide(self, route: HttpRoute) -> _Decision:
+        server_route = f"{self._server},{route.meta.labels('route')}"
+        authz = authorize(route.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
+                          client_id=self._client_id)
+        permit = ""
+        if authz is None:
+            name, labels = "inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}"
+        else:
+            permit = f"{self._srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
+            name, labels = "inbound_http_authz_allow_total", f"{self._target_labels},{permit},{self._tls_labels}"
+        counter = self._registry.counter(name, HELP[name]) if self._registry is not None else None
+        return _Decision(authz, counter, labels, server_route, permit)
+
     def _count(self, name: str, labels: str) -> None:
         if self._registry is not None:
             self._registry.counter(name, HELP[name]).inc(labels)
+
+
+class _Decision:
+    """A route's authorization for the connection (None: denied), and the counter and labels each of its
+    requests moves."""
+
+    __slots__ = ("authz", "counter", "labels", "route_labels", "permit")
+
+    def __init__(self, authz: Authorization | None, counter: Counter | None, labels: str, route_labels: str,
+                 permit: str) -> None:
+        self.authz = authz
+        self.counter = counter
+        self.labels = labels
+        self.route_labels = route_labels  # target_*, srv_* and route_* (a rate limit's labels start with them)
+        self.permit = permit  # srv_*, route_* and authz_*: InboundRequestPolicy.permit when allowed
 
 
 class TcpAuthzWatch:

@@ -162,6 +162,15 @@ class ServerPolicy:
     http_routes: tuple[HttpRoute, ...] = ()
     detect_timeout: float | None = None
     ratelimit: RateLimit | None = field(default=None, compare=False)  # HTTP; its buckets are shared state
+    # The route and rule every request takes, when that does not depend on the request: a single route for
+    # any host whose one rule matches everything (the default policies' route). Spares matching per request.
+    every: tuple[HttpRoute, Rule] | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        routes = self.http_routes
+        if len(routes) == 1 and not routes[0].hosts and len(routes[0].rules) == 1 \
+                and _matches_all(routes[0].rules[0]):
+            object.__setattr__(self, "every", (routes[0], routes[0].rules[0]))
 
     @property
     def opaque(self) -> bool:
@@ -169,8 +178,14 @@ class ServerPolicy:
 
     def route(self, request: RequestHead) -> HttpRoute | None:
         """The request's best route, or None (no route: 404)."""
-        chosen = select_route(self.http_routes, request)
+        chosen = self.select(request)
         return chosen[0] if chosen is not None else None
+
+    def select(self, request: RequestHead) -> tuple[HttpRoute, Rule] | None:
+        """The request's best route and rule (``select_route``), or None."""
+        if self.every is not None:
+            return self.every
+        return select_route(self.http_routes, request)
 
 
 class Scored(typing.Protocol):
@@ -214,6 +229,14 @@ def select_route(routes: Sequence[R], request: RequestHead) -> tuple[R, Any] | N
         if best is None or score > best:
             best, chosen = score, (route, rule_chosen)
     return chosen
+
+
+def _matches_all(rule: Rule) -> bool:
+    """Whether ``rule`` matches every request (no matches, or one on nothing but a "/" prefix)."""
+    return not rule.matches or any(
+        m.method is None and not m.headers and not m.query
+        and (m.path is None or (m.path.kind is PathKind.PREFIX and not m.path.value.rstrip("/")))
+        for m in rule.matches)
 
 
 class _Request:

@@ -58,7 +58,7 @@ class _Counter:
         os.replace(tmp, self.directory / RESULT)
 
 
-def summarize(entries: Any, top: int = 25) -> dict[str, Any]:
+def summarize(entries: Any, top: int = 60) -> dict[str, Any]:
     """Totals of cProfile's entries (``Profile.getstats()``): Python function calls, builtin calls, the top."""
     python = builtin = 0
     functions: list[tuple[int, str]] = []

@@ -261,10 +261,6 @@ def _wants_close(found: dict[bytes, list[bytes]], version: bytes) -> bool:
     return version == b"1.0" and b"keep-alive" not in conn
 
 
-def _wants_switch(method: bytes, found: dict[bytes, list[bytes]]) -> bool:
-    return method == b"CONNECT" or b"upgrade" in found
-
-
 # -- the connection ---------------------------------------------------------------------------------------------
 
 
@@ -279,6 +275,7 @@ class Http1Connection:
         self.keep_alive = True
         self._buf = bytearray()
         self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
+        self._parser: httptools.HttpRequestParser | httptools.HttpResponseParser | None = None  # see _headers
         self._eof = False
         # The message being read.
         self._rframing = _Framing.NONE
@@ -342,29 +339,28 @@ class Http1Connection:
         pipelined request already read (or the EOF that followed it)."""
         events: list[Event] = []
         try:
-            while self._read_one(events):
-                pass
+            while True:  # one step per pass: a head, or what the buffer holds of a body
+                state = self.their_state
+                if state is State.IDLE:
+                    if self.role is Role.CLIENT and self.our_state is State.IDLE:
+                        if self._buf:
+                            raise BadMessage("response before any request")
+                        if self._eof:  # the server closed an idle connection
+                            self.their_state = (_next((self.their_state, Input.EOF))
+                                                or _stuck(self.their_state, Input.EOF, False))
+                            events.append(ConnectionClosed())
+                        break
+                    if not self._read_head(events):
+                        break
+                elif state is State.BODY:
+                    if not self._read_body(events):
+                        break
+                else:
+                    break  # DONE: what follows waits for start_next_cycle() (or is the next protocol's)
         except RemoteProtocolError:
             self.their_state = State.ERROR
             raise
         return events
-
-    def _read_one(self, events: list[Event]) -> bool:
-        """Parse what the buffer allows into ``events``; True to go on."""
-        state = self.their_state
-        if state is State.IDLE:
-            if self.role is Role.CLIENT and self.our_state is State.IDLE:
-                if self._buf:
-                    raise BadMessage("response before any request")
-                if self._eof:  # the server closed an idle connection
-                    self.their_state = (_next((self.their_state, Input.EOF))
-                                        or _stuck(self.their_state, Input.EOF, False))
-                    events.append(ConnectionClosed())
-                return False
-            return self._read_head(events)
-        if state is State.BODY:
-            return self._read_body(events)
-        return False  # DONE: what follows waits for start_next_cycle() (or is the next protocol's)
 
     def _read_head(self, events: list[Event]) -> bool:
         buf = self._buf
@@ -410,16 +406,20 @@ class Http1Connection:
         match = _VERSION.match(version)
         if match is None or not _TOKEN.match(method) or not target or _BAD_TARGET.search(target):
             raise BadStartLine("malformed request line")
-        headers, found, hosts, rewrite = _parse_head(head, True)
+        headers, found, hosts, rewrite = self._headers(head)
         version = b"1." + match.group(1)
         if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
-        framing, length = _framing(found, True, BadMessage)
         if method == b"CONNECT":
             framing, length = _Framing.NONE, 0
+        elif found:
+            framing, length = _framing(found, True, BadMessage)
+        else:
+            framing, length = _Framing.NONE, 0
         self._method = method
-        self._switch_asked = _wants_switch(method, found)
-        if _wants_close(found, version):
+        self._switch_asked = method == b"CONNECT" or b"upgrade" in found
+        if (b"close" in found.get(b"connection", _NONE)
+                or (version == b"1.0" and b"keep-alive" not in found.get(b"connection", _NONE))):
             self.keep_alive = False
         events.append(RequestHead(method, target, headers, version, rewrite, found, head))
         self._begin_read(framing, length, events)
@@ -436,7 +436,7 @@ class Http1Connection:
         status = int(status_text)
         if status < 100:
             raise BadMessage("malformed status line")
-        headers, found, _, rewrite = _parse_head(head, False)
+        headers, found, _, rewrite = self._headers(head)
         version = b"1." + match.group(1)
         reason = parts[2] if len(parts) == 3 else b""
         head_event = ResponseHead(status, headers, reason, version, rewrite, found, head)
@@ -463,11 +463,25 @@ class Http1Connection:
         self._begin_read(framing, length, events)
         return True
 
+    def _headers(self, head: bytes) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
+        """``_parse_head`` with the connection's llhttp parser (made at its first head, or after llhttp refused
+        something or was left behind: see ``_begin_read``)."""
+        parser = self._parser
+        if parser is None:
+            parser = _llhttp(self.role is Role.SERVER)
+        headers, found, hosts, rewrite, going = _parse_head(head, parser)
+        self._parser = parser if going else None
+        return headers, found, hosts, rewrite
+
     def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
+        if framing is not _Framing.LENGTH and (framing is not _Framing.NONE or self.role is Role.CLIENT):
+            # llhttp is fed what is read of Content-Length bodies only (so it stays in step at no Python call);
+            # after another body, or a response without one (llhttp cannot know a HEAD's), a new parser.
+            self._parser = None
         if framing is _Framing.NONE or (framing is _Framing.LENGTH and length == 0):
             self.their_state = (_next((self.their_state, Input.HEAD_NO_BODY))
                                 or _stuck(self.their_state, Input.HEAD_NO_BODY, False))
-            events.append(EndOfMessage())
+            events.append(_END)
             return
         read = RequestHead if self.role is Role.SERVER else ResponseHead
         self.their_state = _next((self.their_state, read)) or _stuck(self.their_state, read, False)
@@ -477,7 +491,7 @@ class Http1Connection:
 
     def _end_read(self, events: list[Event], trailers: Headers = ()) -> None:
         self.their_state = _next((self.their_state, EndOfMessage)) or _stuck(self.their_state, EndOfMessage, False)
-        events.append(EndOfMessage(trailers))
+        events.append(EndOfMessage(trailers) if trailers else _END)
 
     def _read_body(self, events: list[Event]) -> bool:
         framing = self._rframing
@@ -485,9 +499,16 @@ class Http1Connection:
         if framing is _Framing.LENGTH:
             if buf:
                 n = min(self._rleft, len(buf))
-                events.append(Body(bytes(buf[:n])))
+                data = bytes(buf[:n])
+                events.append(Body(data))
                 del buf[:n]
                 self._rleft -= n
+                parser = self._parser
+                if parser is not None:
+                    try:
+                        parser.feed_data(data)
+                    except httptools.HttpParserError:  # not reached (a length-framed body is opaque to llhttp)
+                        self._parser = None
             if self._rleft == 0:
                 self._end_read(events)
                 return True
@@ -571,11 +592,14 @@ class Http1Connection:
         if isinstance(head, RequestHead):
             if self.role is not Role.CLIENT:
                 raise LocalProtocolError("a server sends responses")
-            framing, length = _framing(found, True, LocalProtocolError)
             if head.method == b"CONNECT":
                 framing, length = _Framing.NONE, 0
+            elif found:
+                framing, length = _framing(found, True, LocalProtocolError)
+            else:
+                framing, length = _Framing.NONE, 0
             self._method = head.method
-            self._switch_asked = _wants_switch(head.method, found)
+            self._switch_asked = head.method == b"CONNECT" or b"upgrade" in found
             if _wants_close(found, head.version):
                 self.keep_alive = False
             line = b"" if head.raw is not None else b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
@@ -590,18 +614,19 @@ class Http1Connection:
                 self.our_state = _next((self.our_state, Input.SWITCH)) or _stuck(self.our_state, Input.SWITCH, True)
                 self.their_state = (_next((self.their_state, Input.SWITCH))
                                     or _stuck(self.their_state, Input.SWITCH, True))
-                return _head_bytes(line, head)
+                return head.raw + b"\r\n" if head.raw is not None else line + _serialise(head.headers)
             if status < 200:
                 self.our_state = (_next((self.our_state, Input.INFORMATIONAL))
                                   or _stuck(self.our_state, Input.INFORMATIONAL, True))
-                return _head_bytes(line, head)
+                return head.raw + b"\r\n" if head.raw is not None else line + _serialise(head.headers)
             if self._method == b"HEAD" or status in (204, 304):
                 framing, length = _Framing.NONE, 0
             else:
                 framing, length = _framing(found, False, LocalProtocolError)
             if framing is _Framing.UNTIL_CLOSE or _wants_close(found, head.version):
                 self.keep_alive = False
-        out = _head_bytes(line, head)
+        raw = head.raw
+        out = raw + b"\r\n" if raw is not None else line + _serialise(head.headers)
         sent = RequestHead if self.role is Role.CLIENT else ResponseHead
         self.our_state = _next((self.our_state, sent)) or _stuck(self.our_state, sent, True)
         self._wframing = framing
@@ -641,62 +666,82 @@ class Http1Connection:
         self.keep_alive = False
 
 
-class _HeadCollector:
-    """httptools callbacks for one head: its headers, the framing-relevant values, and the Host count."""
+class _NoCallbacks:
+    """llhttp only checks the bytes: the codec reads the heads it accepts itself (``_split_head``), so parsing
+    a head makes no Python call."""
 
-    __slots__ = ("headers", "found", "hosts", "rewrite")
-
-    def __init__(self) -> None:
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.found: dict[bytes, list[bytes]] = {}
-        self.hosts = 0
-        self.rewrite = False
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value.rstrip(b" \t")))  # llhttp drops leading whitespace only
-        low = name.lower()
-        if low in _NOTABLE:
-            self._notable(low, value)
-        elif low[:4] == b"l5d-":
-            self.rewrite = True
-
-    def _notable(self, low: bytes, value: bytes) -> None:
-        if low == b"host":
-            self.hosts += 1
-            return
-        if low in HOP_BY_HOP:
-            self.rewrite = True
-        if low in _FRAMING_HEADERS:
-            if b"," in value:
-                self.found.setdefault(low, []).extend([v.strip() for v in value.lower().split(b",") if v.strip()])
-            elif stripped := value.strip():
-                self.found.setdefault(low, []).append(stripped.lower())  # the common case: one value
+    __slots__ = ()
 
 
-_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
+_NO_CALLBACKS = _NoCallbacks()
+_END = EndOfMessage()  # the end of a message without trailers (events are never changed)
 
 
-def _parse_head(head: bytes, is_request: bool) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
-    """A head's headers, its framing-relevant values, its number of Host headers, and its ``rewrite`` flag.
+def _llhttp(is_request: bool) -> httptools.HttpRequestParser | httptools.HttpResponseParser:
+    return (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(_NO_CALLBACKS)
 
-    llhttp (httptools) parses the common case several times faster than
-    Python can; whatever it refuses (an extension method it does not know,
-    say) is parsed again by ``_parse_headers``, whose rules decide. So the rules
-    are the Python ones, and llhttp is only allowed to be stricter, never
-    laxer: tests/proxy/test_http1_codec.py checks both agree.
+
+def _parse_head(head: bytes, parser: httptools.HttpRequestParser | httptools.HttpResponseParser,
+                ) -> tuple[Headers, dict[bytes, list[bytes]], int, bool, bool]:
+    """A head's headers, its framing-relevant values, its number of Host headers, its ``rewrite`` flag, and
+    whether ``parser`` can be fed the connection's next bytes.
+
+    llhttp (httptools) checks the head several times faster than Python
+    can, and what it accepts is cut up by ``_split_head``; whatever it refuses
+    (an extension method it does not know, say) is parsed again by
+    ``_parse_headers``, whose rules decide. So the rules are the Python ones,
+    and llhttp is only allowed to be stricter, never laxer:
+    tests/proxy/test_http1_codec.py checks both agree. ``parser`` is the
+    connection's, fed every head (and what follows it, where it frames it as
+    the codec does) from the connection's first byte.
     """
-    collector = _HeadCollector()
-    parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(collector)
     try:
         parser.feed_data(head + b"\r\n")
     except httptools.HttpParserUpgrade:
-        pass  # the head is complete; what follows it is the caller's business
+        return (*_split_head(head), False)  # the head is complete; what follows is not HTTP/1 for llhttp
     except httptools.HttpParserError:
         headers = _parse_headers(head.split(b"\r\n")[1:-1])
         names = [k.lower() for k, _ in headers]
         rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
-        return headers, scan_framing(headers), names.count(b"host"), rewrite
-    return tuple(collector.headers), collector.found, collector.hosts, collector.rewrite
+        found = {name: values for name, values in scan_framing(headers).items() if values}
+        return headers, found, names.count(b"host"), rewrite, False
+    return (*_split_head(head), True)
+
+
+# Header lines as they start within a lowercased head that llhttp accepted (so no value holds a CR or LF).
+_LINE_OF = {name: b"\r\n" + name + b":" for name in _FRAMING_HEADERS}
+_REWRITTEN_LINES = (b"\r\nl5d-", *(b"\r\n" + name + b":" for name in HOP_BY_HOP))
+
+
+def _split_head(head: bytes) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
+    """The header lines of a head llhttp accepted, cut at their first colon (llhttp checked each is
+    ``token ":" value``), and what the proxy needs of them, found in the lowercased head without looking at
+    each line again."""
+    lines = head.split(b"\r\n")
+    headers = []
+    for line in lines[1:-1]:
+        name, _, value = line.partition(b":")
+        headers.append((name, value.strip(b" \t")))
+    low = head.lower()
+    found: dict[bytes, list[bytes]] = {}
+    for name, start in _LINE_OF.items():
+        at = low.find(start)
+        while at >= 0:
+            at += len(start)
+            end = low.find(b"\r\n", at)
+            values = found.setdefault(name, [])
+            for value in low[at:end].split(b","):
+                if value := value.strip():
+                    values.append(value)
+            if not values:
+                del found[name]
+            at = low.find(start, end)
+    rewrite = False
+    for start in _REWRITTEN_LINES:
+        if start in low:
+            rewrite = True
+            break
+    return tuple(headers), found, low.count(b"\r\nhost:"), rewrite
 
 
 def _parse_headers(lines: list[bytes]) -> Headers:
@@ -711,11 +756,6 @@ def _parse_headers(lines: list[bytes]) -> Headers:
             raise BadMessage("invalid header value")
         out.append((name, value))
     return tuple(out)
-
-
-def _head_bytes(line: bytes, head: RequestHead | ResponseHead) -> bytes:
-    raw = head.raw
-    return raw + b"\r\n" if raw is not None else line + _serialise(head.headers)
 
 
 def serialise_lines(headers: Headers) -> bytes:

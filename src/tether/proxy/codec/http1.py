@@ -254,6 +254,10 @@ def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exce
     return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
 
 
+def _wants_switch(method: bytes, found: dict[bytes, list[bytes]]) -> bool:
+    return method == b"CONNECT" or b"upgrade" in found
+
+
 def _wants_close(found: dict[bytes, list[bytes]], version: bytes) -> bool:
     conn = found.get(b"connection", _NONE)
     if b"close" in conn:
@@ -410,16 +414,12 @@ class Http1Connection:
         version = b"1." + match.group(1)
         if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
+        framing, length = _framing(found, True, BadMessage)
         if method == b"CONNECT":
             framing, length = _Framing.NONE, 0
-        elif found:
-            framing, length = _framing(found, True, BadMessage)
-        else:
-            framing, length = _Framing.NONE, 0
         self._method = method
-        self._switch_asked = method == b"CONNECT" or b"upgrade" in found
-        if (b"close" in found.get(b"connection", _NONE)
-                or (version == b"1.0" and b"keep-alive" not in found.get(b"connection", _NONE))):
+        self._switch_asked = _wants_switch(method, found)
+        if _wants_close(found, version):
             self.keep_alive = False
         events.append(RequestHead(method, target, headers, version, rewrite, found, head))
         self._begin_read(framing, length, events)
@@ -592,14 +592,11 @@ class Http1Connection:
         if isinstance(head, RequestHead):
             if self.role is not Role.CLIENT:
                 raise LocalProtocolError("a server sends responses")
+            framing, length = _framing(found, True, LocalProtocolError)
             if head.method == b"CONNECT":
                 framing, length = _Framing.NONE, 0
-            elif found:
-                framing, length = _framing(found, True, LocalProtocolError)
-            else:
-                framing, length = _Framing.NONE, 0
             self._method = head.method
-            self._switch_asked = head.method == b"CONNECT" or b"upgrade" in found
+            self._switch_asked = _wants_switch(head.method, found)
             if _wants_close(found, head.version):
                 self.keep_alive = False
             line = b"" if head.raw is not None else b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import ExtensionOID
 from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,11 +25,13 @@ from tether.identity.server import IdentityService
 from tether.naming import WorkloadIdentity
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier
 from tether.proxy.core import certs
+from tether.proxy.core.certified import CertError, RefreshPolicy
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
+from tether.proxy.io.tls import peer_identities
 
 NAME = WEB.dns_name
 SHORT_LIVED = IssuanceSettings(lifetime=timedelta(seconds=100))
-FAST = certs.RefreshPolicy(min_refresh=timedelta(seconds=1))
+FAST = RefreshPolicy(min_refresh=timedelta(seconds=1))
 
 
 def client_for(
@@ -62,7 +65,7 @@ def token_file(tmp_path: Path, signer: LocalTokenSigner) -> Path:
 
 def test_refresh_at_70_percent_of_the_remaining_life() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    policy = certs.RefreshPolicy()
+    policy = RefreshPolicy()
     assert policy.after_success(now + timedelta(hours=24), now) == timedelta(hours=24) * 0.7
     assert policy.after_success(now + timedelta(seconds=5), now) == timedelta(seconds=10)  # min_refresh
     assert policy.after_success(now + timedelta(days=30), now) == timedelta(hours=24)  # max_refresh
@@ -72,7 +75,7 @@ def test_refresh_at_70_percent_of_the_remaining_life() -> None:
 
 def test_failures_back_off_exponentially_with_bounded_jitter() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    policy = certs.RefreshPolicy()
+    policy = RefreshPolicy()
     held = now + timedelta(hours=24)
     no_jitter = [policy.after_failure(n, held, now, lambda: 0.0) for n in range(1, 12)]
     assert no_jitter[:4] == [timedelta(milliseconds=100 * 2**i) for i in range(4)]
@@ -89,7 +92,7 @@ def test_failures_back_off_exponentially_with_bounded_jitter() -> None:
 )
 def test_a_retry_always_comes_before_the_held_certificate_is_due(failures: int, remaining: int, jitter: float) -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    policy = certs.RefreshPolicy()
+    policy = RefreshPolicy()
     held = now + timedelta(seconds=remaining)
     delay = policy.after_failure(failures, held, now, lambda: jitter)
     assert timedelta() < delay <= min(policy.backoff_max, policy.after_success(held, now))
@@ -108,7 +111,8 @@ def test_check_certified_accepts_a_good_answer_and_refuses_bad_ones(ca_files: Pk
     good = dict(key=key, name=NAME, anchors=[ca_files.anchor], now=clock.now)
     chain = [ca_files.issuer.public_bytes(Encoding.DER)]
     leaf_der = leaf.public_bytes(Encoding.DER)
-    assert certs.check_certified(leaf_der, chain, leaf.not_valid_after_utc, **good).leaf == leaf  # type: ignore[arg-type]
+    certified = certs.check_certified(leaf_der, chain, leaf.not_valid_after_utc, **good)  # type: ignore[arg-type]
+    assert certified.chain_pem == leaf.public_bytes(Encoding.PEM) + ca_files.issuer.public_bytes(Encoding.PEM)
     refusals = {
         "no valid_until": (leaf_der, chain, None, good),
         "expired already": (leaf_der, chain, clock.now - timedelta(seconds=1), good),
@@ -119,7 +123,7 @@ def test_check_certified_accepts_a_good_answer_and_refuses_bad_ones(ca_files: Pk
     other = make_pki(tmp_path / "other", clock.now)
     refusals["against the trust anchors"] = (leaf_der, chain, leaf.not_valid_after_utc, good | {"anchors": [other.anchor]})
     for words, (leaf_bytes, chain_bytes, valid_until, kwargs) in refusals.items():
-        with pytest.raises(certs.CertError, match=words):
+        with pytest.raises(CertError, match=words):
             certs.check_certified(leaf_bytes, chain_bytes, valid_until, **kwargs)  # type: ignore[arg-type]
 
 
@@ -150,10 +154,16 @@ def test_client_certifies_and_publishes_tls_material(
 
     material = asyncio.run(scenario())
     assert published == [material]
-    assert material.expires_at == material.certified.leaf.not_valid_after_utc
-    assert certs.identities(material.certified.leaf.public_bytes(Encoding.DER)) == (NAME,)
+    leaf = _leaf(material)
+    assert material.expires_at == leaf.not_valid_after_utc
+    assert leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value.get_values_for_type(
+        x509.DNSName) == [NAME]
     assert sorted(p for p in tmp_path.rglob("*")) == files_before  # nothing written: the key stayed in memory
     assert not any("tether-identity" in os.readlink(f"/proc/self/fd/{fd}") for fd in _open_fds())
+
+
+def _leaf(material: TlsMaterial) -> x509.Certificate:
+    return x509.load_pem_x509_certificates(material.certified.chain_pem)[0]
 
 
 def _open_fds() -> list[str]:
@@ -185,8 +195,7 @@ def test_two_proxies_do_mutual_tls_with_their_material(
         seen_clients: list[tuple[str, ...]] = []
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            peer = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-            seen_clients.append(certs.identities(peer) if peer else ())
+            seen_clients.append(peer_identities(writer.get_extra_info("ssl_object")))
             writer.write(b"hi")
             await writer.drain()
             writer.close()
@@ -194,7 +203,7 @@ def test_two_proxies_do_mutual_tls_with_their_material(
         server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls, server_hostname=db.dns_name)
-        server_ids = certs.identities(writer.get_extra_info("ssl_object").getpeercert(binary_form=True))
+        server_ids = peer_identities(writer.get_extra_info("ssl_object"))
         assert writer.get_extra_info("ssl_object").version() == "TLSv1.3"
         assert await reader.read() == b"hi"
         writer.close()
@@ -242,7 +251,7 @@ def test_client_refreshes_before_expiry_on_its_schedule(
 
     asyncio.run(scenario())
     assert len(rotations) == 3
-    serials = {m.certified.leaf.serial_number for m in rotations}
+    serials = {_leaf(m).serial_number for m in rotations}
     assert len(serials) == 3
     # Each wait was 70 % of the 2 min window (100 s + 20 s skew) minus what had passed since issuance.
     for waited in clock.slept:
@@ -269,7 +278,7 @@ def test_client_keeps_its_certificate_while_identity_is_down_then_recovers(
 
     delays, client, before, after = asyncio.run(scenario())
     assert delays == [timedelta(milliseconds=100 * 2**i) for i in range(4)]
-    assert after is not before and after.certified.leaf.serial_number != before.certified.leaf.serial_number
+    assert after is not before and _leaf(after).serial_number != _leaf(before).serial_number
     assert client.refreshes == {"ok": 2, "error": 4}
 
 

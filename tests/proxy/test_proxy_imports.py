@@ -1,4 +1,4 @@
-"""What a proxy holds in memory before its first connection: no grpcio (docs/benchmarks.md, the proxy's memory).
+"""What a proxy holds in memory before its first connection: no grpcio, no cryptography (docs/benchmarks.md, the proxy's memory).
 
 grpcio is ~16 MB of resident memory; the proxy's control-plane calls use ``io.grpc_client`` on h2. The
 import-linter contract ``proxy-no-grpcio`` forbids the import except in the tap server; this checks, in a
@@ -17,3 +17,11 @@ def test_startup_modules_load_no_grpcio() -> None:
     code = f"import sys; import {', '.join(STARTUP)}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'grpc'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"the proxy loads grpcio at start ({out}); load it only where it is used (e.g. when tap runs)"
+
+
+def test_startup_modules_load_no_cryptography() -> None:
+    """cryptography (~12 MB resident) is loaded only by ``tether.proxy.certify``, a short-lived process."""
+    code = (f"import sys; import {', '.join(STARTUP)}; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"the proxy loads cryptography at start ({out}): its X.509 work belongs in tether.proxy.certify"

@@ -26,6 +26,7 @@ from proxy_harness import (
     scrape,
 )
 
+from tether.proxy.app import Proxy
 from tether.proxy.codec.client_hello import ClientHello, ClientHelloParser
 from tether.proxy.codec.transport_header import PREFACE, TransportHeader, encode
 
@@ -160,6 +161,11 @@ def test_bytes_between_the_proxies_are_tls(tmp_path: Path) -> None:
     run(scenario())
 
 
+def _leaf(proxy: Proxy) -> x509.Certificate:
+    """The leaf certificate a running proxy presents now."""
+    return x509.load_pem_x509_certificates(proxy.identity.material.certified.chain_pem)[0]
+
+
 def test_certificate_refresh_during_traffic(tmp_path: Path) -> None:
     """A refresh swaps the certificate for new connections; an open connection keeps flowing."""
 
@@ -174,13 +180,13 @@ def test_certificate_refresh_during_traffic(tmp_path: Path) -> None:
                 writer.write(b"before ")
                 assert await reader.readline() == b"echo-0\n"
                 assert await reader.readexactly(7) == b"before "
-                old_server = b.identity.material.certified.leaf
-                old_client = a.identity.material.certified.leaf
+                old_server = _leaf(b)
+                old_client = _leaf(a)
                 await b.identity.refresh_once()
                 await a.identity.refresh_once()
-                new_server = b.identity.material.certified.leaf
+                new_server = _leaf(b)
                 assert new_server.serial_number != old_server.serial_number
-                assert a.identity.material.certified.leaf.serial_number != old_client.serial_number
+                assert _leaf(a).serial_number != old_client.serial_number
                 # The open connection is untouched by the swap.
                 writer.write(b"after ")
                 assert await reader.readexactly(6) == b"after "

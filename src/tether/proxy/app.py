@@ -26,7 +26,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
-from tether.proxy.core import certs
+from tether.proxy.core.certified import RefreshPolicy
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
 from tether.proxy.core.config import ControlAddr, KeepAlive, OrigDstFallback, ProxyConfig, SpireIdentityConfig
 from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
@@ -83,7 +83,7 @@ class Proxy:
                     token_path=Path(ident.token_file),
                     svc_addr=_target(ident.svc.addr),
                     svc_name=ident.svc.identity,
-                    refresh=certs.RefreshPolicy(min_refresh=ident.min_refresh, max_refresh=ident.max_refresh),
+                    refresh=RefreshPolicy(min_refresh=ident.min_refresh, max_refresh=ident.max_refresh),
                 )
             )
         self.tls = TlsState(self.identity.contexts_for)

@@ -1,15 +1,14 @@
-"""Pure X.509 rules of the proxy's identity: key and CSR, checking a Certify answer or a SPIRE
-X.509-SVID, refresh timing.
+"""Pure X.509 rules of the proxy's identity: key and CSR, checking a Certify answer or a SPIRE X.509-SVID.
 
-Used by ``tether.proxy.io.identity_client`` and ``io.spire_client`` (and their tests); the proxy's
-TLS layer uses ``identities`` to read a peer's mesh identity.  Nothing here does I/O.
+They need ``cryptography`` (~12 MB resident), so the serving proxy never imports this module:
+``tether.proxy.certify`` runs them in a short-lived process for ``io.identity_client`` and
+``io.spire_client`` (what the proxy keeps is in ``core.certified``). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -18,15 +17,11 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import Encoding, load_der_private_key
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-REFRESH_FRACTION = 0.7  # renew at 70 % of the remaining lifetime, as linkerd2-proxy
-
-
-class CertError(Exception):
-    """Trust anchors or a Certify answer the proxy cannot use."""
+from tether.proxy.core.certified import CertError, Certified
 
 
 def new_key() -> ec.EllipticCurvePrivateKey:
-    """The proxy's ECDSA P-256 key; it stays in memory (see ``io.identity_client``)."""
+    """The proxy's ECDSA P-256 key; it never touches a disk (see ``tether.proxy.certify``)."""
     return ec.generate_private_key(ec.SECP256R1())
 
 
@@ -48,19 +43,6 @@ def parse_anchors(pem: bytes) -> tuple[x509.Certificate, ...]:
     except ValueError as exc:
         raise CertError(f"trust anchors: no readable PEM certificate ({exc})") from None
     return anchors
-
-
-@dataclass(frozen=True, slots=True)
-class Certified:
-    """A verified answer to Certify."""
-
-    leaf: x509.Certificate
-    intermediates: tuple[x509.Certificate, ...]
-    valid_until: datetime
-
-    def chain_pem(self) -> bytes:
-        """Leaf then intermediates, as a TLS stack presents them."""
-        return b"".join(c.public_bytes(Encoding.PEM) for c in (self.leaf, *self.intermediates))
 
 
 def check_certified(
@@ -90,7 +72,7 @@ def check_certified(
         verifier.verify(leaf, list(intermediates))
     except VerificationError as exc:
         raise CertError(f"leaf does not verify for {name!r} against the trust anchors: {exc}") from None
-    return Certified(leaf, intermediates, valid_until)
+    return Certified(_chain_pem(leaf, intermediates), valid_until)
 
 
 def split_der_certificates(data: bytes) -> list[bytes]:
@@ -137,49 +119,9 @@ def check_svid(chain_der: bytes, key_der: bytes, *, spiffe_id: str, anchors: Seq
     uris = [n.value for n in verified.subjects or () if isinstance(n, x509.UniformResourceIdentifier)]
     if spiffe_id not in uris:
         raise CertError(f"the SVID names {', '.join(uris) or 'no URI'}, not {spiffe_id}")
-    return Certified(leaf, tuple(intermediates), leaf.not_valid_after_utc), key
+    return Certified(_chain_pem(leaf, intermediates), leaf.not_valid_after_utc), key
 
 
-def identities(cert_der: bytes) -> tuple[str, ...]:
-    """The mesh identities a peer certificate claims: its DNS and URI SANs, in order.
-
-    A client's identity is the first of them (proxy reference 5.1); a server is accepted when
-    the one expected is among them.
-    """
-    cert = x509.load_der_x509_certificate(cert_der)
-    try:
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return ()
-    return tuple(n.value for n in sans if isinstance(n, x509.DNSName | x509.UniformResourceIdentifier))
-
-
-@dataclass(frozen=True, slots=True)
-class RefreshPolicy:
-    """When to call Certify again.
-
-    After a success: 70 % of the remaining lifetime, kept within ``[min_refresh, max_refresh]``.
-    After failures: exponential backoff from ``backoff_min`` (doubling, up to ``backoff_max``,
-    plus up to ``jitter`` of itself at random), but never later than the success schedule of the
-    certificate still held, so a retry always comes before it expires.
-    """
-
-    min_refresh: timedelta = timedelta(seconds=10)
-    max_refresh: timedelta = timedelta(hours=24)
-    backoff_min: timedelta = timedelta(milliseconds=100)
-    backoff_max: timedelta = timedelta(seconds=60)
-    jitter: float = 0.1
-
-    def after_success(self, valid_until: datetime | None, now: datetime) -> timedelta:
-        if valid_until is None or valid_until <= now:
-            return self.min_refresh
-        return min(max((valid_until - now) * REFRESH_FRACTION, self.min_refresh), self.max_refresh)
-
-    def after_failure(
-        self, failures: int, valid_until: datetime | None, now: datetime, random: Callable[[], float]
-    ) -> timedelta:
-        """The wait after ``failures`` consecutive failures (1 for the first)."""
-        base = min(self.backoff_min * 2 ** min(failures - 1, 32), self.backoff_max)  # 2**32 caps any sane max
-        backoff = min(base + base * self.jitter * random(), self.backoff_max)
-        wait: timedelta = min(backoff, self.after_success(valid_until, now))
-        return wait
+def _chain_pem(leaf: x509.Certificate, intermediates: Sequence[x509.Certificate]) -> bytes:
+    """Leaf then intermediates, as a TLS stack presents them."""
+    return b"".join(c.public_bytes(Encoding.PEM) for c in (leaf, *intermediates))

@@ -17,8 +17,10 @@ for running without iptables (``OrigDstFallback``, ``extra_listen_addrs``), and
 
 from __future__ import annotations
 
+import base64
 import enum
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +28,6 @@ from typing import TypeVar
 
 from tether.naming import is_spiffe_id
 from tether.ports import PortSet
-from tether.proxy.core import certs
 from tether.proxy.codec.addrs import (
     IpAddress,
     IpNetwork,
@@ -560,12 +561,23 @@ def _parse_jitter(text: str) -> float:
     return value
 
 
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----([A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
+
+
 def _parse_trust_anchors(text: str) -> str:
-    # Checked here so a bad bundle stops the proxy at startup with exit code 64.
-    try:
-        certs.parse_anchors(text.encode())
-    except certs.CertError as err:
-        raise ValueError(str(err)) from None
+    # Checked here so a bad bundle stops the proxy at startup with exit code 64: PEM certificate blocks whose
+    # base64 is a DER SEQUENCE. (The X.509 parse is ssl's when the contexts load them, and tether.proxy.certify's
+    # when it checks a certificate: the serving proxy loads no X.509 library of its own, see core.certified.)
+    blocks = _PEM_CERTIFICATE.findall(text)
+    if not blocks:
+        raise ValueError("trust anchors: no readable PEM certificate")
+    for block in blocks:
+        try:
+            der = base64.b64decode("".join(block.split()), validate=True)
+        except ValueError:
+            raise ValueError("trust anchors: no readable PEM certificate (its base64 does not decode)") from None
+        if der[:1] != b"\x30":
+            raise ValueError("trust anchors: no readable PEM certificate (one is not DER)")
     return text
 
 

@@ -6,9 +6,12 @@ The proxy makes one ``IdentityClient`` at start (from ``LINKERD2_PROXY_IDENTITY_
 does not depend on where certificates come from is `Credentials`, which a SPIRE agent's
 client (``io.spire_client``) shares.
 
-The P-256 private key is generated here and never written to disk: the ``ssl`` module only loads
-keys from paths, so it is handed over through an anonymous in-memory file (memfd), encrypted
-with a one-time password.  Each attempt opens a fresh channel to identity (as linkerd2-proxy
+The P-256 private key and the CSR are made, and each answer checked, by a short-lived
+``python -m tether.proxy.certify`` process (``certify_helper``; it needs ``cryptography``, ~12 MB
+of resident memory the serving proxy does not load). The key comes back through the pipe as
+PKCS#8 PEM encrypted with a one-time password made here (``PrivateKey``), and is never written to
+disk: the ``ssl`` module only loads keys from paths, so it is handed over through an anonymous
+in-memory file (memfd).  Each attempt opens a fresh channel to identity (as linkerd2-proxy
 builds a fresh client), verifying the service's name against the trust anchors, and sends the
 token read from its file at that moment.
 """
@@ -16,22 +19,22 @@ token read from its file at that moment.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
 import os
 import random
 import secrets
 import ssl
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from typing import Any
 
 from tether.api import identity_pb2
-from tether.proxy.core import certs
-from tether.proxy.core.certs import CertError, Certified, RefreshPolicy
+from tether.proxy.core.certified import Certified, RefreshPolicy
 from tether.proxy.io.grpc_client import Channel, RpcError, method_path
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,21 @@ class IdentityClientConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PrivateKey:
+    """The proxy's private key: PKCS#8 PEM encrypted with ``password`` (what goes through a memfd to ``ssl``)
+    and in the clear (``plain``, for the tap server's grpcio, which takes keys as bytes)."""
+
+    pem: bytes = field(repr=False)
+    password: bytes = field(repr=False)
+    plain: bytes = field(repr=False)
+
+    @classmethod
+    def of(cls, answer: dict[str, Any], password: bytes) -> PrivateKey:
+        """The key in an answer of ``tether.proxy.certify``."""
+        return cls(answer["key"].encode(), password, answer["plain"].encode())
+
+
+@dataclass(frozen=True, slots=True)
 class TlsMaterial:
     """One issued certificate, its key and the contexts that present it. Replaced whole on rotation."""
 
@@ -60,7 +78,7 @@ class TlsMaterial:
     certified: Certified
     server_context: ssl.SSLContext  # TLS 1.3; asks for, but does not require, a client certificate
     client_context: ssl.SSLContext  # TLS 1.3; verifies the chain, the caller checks the peer's name
-    key: PrivateKeyTypes = field(repr=False)  # stays in this process (contexts get it through a memfd)
+    key: PrivateKey = field(repr=False)  # stays in this process (contexts get it through a memfd)
 
     @property
     def expires_at(self) -> datetime:
@@ -106,9 +124,9 @@ class Credentials:
     def remove_listener(self, listener: RotationListener) -> None:
         self._listeners.remove(listener)
 
-    def install(self, certified: Certified, key: PrivateKeyTypes) -> TlsMaterial:
+    def install(self, certified: Certified, key: PrivateKey) -> TlsMaterial:
         """Make ``certified`` (over ``key``) the current material and tell the listeners."""
-        chain = certified.chain_pem()
+        chain = certified.chain_pem
         anchors = self._anchors_pem.decode()
         material = TlsMaterial(self.name, certified, _server_context(chain, key, anchors),
                                _client_context(chain, key, anchors), key)
@@ -126,7 +144,7 @@ class Credentials:
 
     def contexts_for(self, material: TlsMaterial, alpn: Sequence[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         """A server and a client context that present ``material`` as its own contexts do, also offering ``alpn``."""
-        chain = material.certified.chain_pem()
+        chain = material.certified.chain_pem
         anchors = self._anchors_pem.decode()
         server = _server_context(chain, material.key, anchors)
         client = _client_context(chain, material.key, anchors)
@@ -142,9 +160,7 @@ class Credentials:
     def serving_pems(self, material: TlsMaterial) -> tuple[bytes, bytes, bytes]:
         """(key, chain, trust anchors) as PEM, for a TLS stack that takes keys only as bytes (the tap server's
         grpcio): handed over in memory, like ``_load_chain``'s memfd, never written to a file."""
-        key_pem = material.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                             serialization.NoEncryption())
-        return key_pem, material.certified.chain_pem(), self._anchors_pem
+        return material.key.plain, material.certified.chain_pem, self._anchors_pem
 
 
 class IdentityClient(Credentials):
@@ -160,12 +176,11 @@ class IdentityClient(Credentials):
     ) -> None:
         super().__init__(config.local_name, config.trust_anchors_pem)
         self._config = config
-        self._anchors = certs.parse_anchors(config.trust_anchors_pem)
         self._clock = clock
         self._sleep = sleep
         self._random = random_fraction
-        self._key = certs.new_key()
-        self._csr = certs.csr_der(self._key, config.local_name)
+        self._key: PrivateKey | None = None  # made with the CSR before the first Certify (tether.proxy.certify)
+        self._csr = b""
         self._failures = 0
 
     @property
@@ -193,11 +208,18 @@ class IdentityClient(Credentials):
         self._failures = 0
         self.refreshes["ok"] += 1
         self.last_refresh = self._clock()
+        assert self._key is not None  # made before the certificate
         self.install(certified, self._key)
         return self._config.refresh.after_success(certified.valid_until, self._clock())
 
     async def _certify(self) -> Certified:
         config = self._config
+        key = self._key
+        if key is None:
+            password = secrets.token_bytes(32)
+            made = await certify_helper({"op": "new", "name": config.local_name, "password": password.hex()})
+            key = self._key = PrivateKey.of(made, password)
+            self._csr = base64.b64decode(made["csr"])
         try:
             token = config.token_path.read_bytes()
         except OSError as exc:
@@ -212,18 +234,17 @@ class IdentityClient(Credentials):
         except RpcError as exc:
             raise IdentityUnavailable(f"{exc.code.name}: {exc.details}") from None
         valid_until = response.valid_until.ToDatetime(UTC) if response.HasField("valid_until") else None
-        try:
-            return certs.check_certified(
-                response.leaf_certificate,
-                response.intermediate_certificates,
-                valid_until,
-                key=self._key,
-                name=config.local_name,
-                anchors=self._anchors,
-                now=self._clock(),
-            )
-        except CertError as exc:
-            raise IdentityUnavailable(f"unusable response: {exc}") from None
+        checked = await certify_helper({
+            "op": "check", "key": key.pem.decode(), "password": key.password.hex(), "name": config.local_name,
+            "anchors": config.trust_anchors_pem.decode(),
+            "leaf": base64.b64encode(response.leaf_certificate).decode(),
+            "intermediates": [base64.b64encode(d).decode() for d in response.intermediate_certificates],
+            "valid_until": valid_until.isoformat() if valid_until is not None else None,
+            "now": self._clock().isoformat(),
+        })
+        if "error" in checked:
+            raise IdentityUnavailable(f"unusable response: {checked['error']}")
+        return certified_of(checked)
 
     def _channel(self) -> Channel:
         config = self._config
@@ -235,7 +256,7 @@ class IdentityClient(Credentials):
         ctx.set_alpn_protocols(["h2"])
         return Channel(config.svc_addr, ssl_context=ctx, server_name=config.svc_name)
 
-def _server_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) -> ssl.SSLContext:
+def _server_context(chain_pem: bytes, key: PrivateKey, anchors_pem: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     # Request a client certificate and verify it if sent, but let unauthenticated clients in:
@@ -246,11 +267,11 @@ def _server_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) ->
     return ctx
 
 
-def _client_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) -> ssl.SSLContext:
+def _client_context(chain_pem: bytes, key: PrivateKey, anchors_pem: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     # Chain and time are verified here; the name is not the SNI's business: the caller checks
-    # that the peer's SANs contain the expected identity (certs.identities).
+    # that the peer's SANs contain the expected identity (io.tls.peer_identities).
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(cadata=anchors_pem)
@@ -258,19 +279,38 @@ def _client_context(chain_pem: bytes, key: PrivateKeyTypes, anchors_pem: str) ->
     return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKeyTypes) -> None:
+def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKey) -> None:
     """Load certificate chain and key without the key touching any filesystem."""
-    password = secrets.token_bytes(32)
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(password),
-    )
     fd = os.memfd_create("tether-identity", os.MFD_CLOEXEC)
     try:
-        data = memoryview(chain_pem + key_pem)
+        data = memoryview(chain_pem + key.pem)
         while data:
             data = data[os.write(fd, data) :]
-        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=password)
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=key.password)
     finally:
         os.close(fd)
+
+
+async def certify_helper(request: dict[str, Any]) -> dict[str, Any]:
+    """One request to ``python -m tether.proxy.certify`` (see its docstring), in a process of its own."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tether.proxy.certify",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
+    out, err = await child.communicate(json.dumps(request).encode())
+    if child.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        raise IdentityUnavailable(f"tether.proxy.certify exited with {child.returncode}: "
+                                  f"{lines[-1] if lines else 'no message'}")
+    try:
+        answer: dict[str, Any] = json.loads(out)
+    except ValueError:
+        raise IdentityUnavailable("tether.proxy.certify gave no answer") from None
+    return answer
+
+
+def certified_of(answer: dict[str, Any]) -> Certified:
+    """The checked certificate in an answer of ``tether.proxy.certify``."""
+    return Certified(answer["chain"].encode(), datetime.fromisoformat(answer["valid_until"]))

@@ -8,7 +8,8 @@ Linkerd's identity service:
   the proxy's own gRPC client (``io.grpc_client``; plaintext HTTP/2 on the Unix socket, as
   SPIRE serves it) with the metadata ``workload.spiffe.io: true`` the Workload API requires;
 - each message lists every SVID the agent grants this process; the one whose ``spiffe_id`` is
-  the proxy's id (``LINKERD2_PROXY_IDENTITY_SERVER_ID``) is checked (``core.certs.check_svid``:
+  the proxy's id (``LINKERD2_PROXY_IDENTITY_SERVER_ID``) is checked (``core.certs.check_svid``, run
+  by a short-lived ``python -m tether.proxy.certify`` so the proxy does not load ``cryptography``:
   its key is its certificate's, it is current, chains to ``LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS``
   -- the message's bundle is not used, as in Linkerd -- and names that ID) and installed
   (``Credentials.install``): new connections present it. Rotation is the agent's: it sends a
@@ -20,24 +21,25 @@ Linkerd's identity service:
   ``INVALID_ARGUMENT``, which the Workload API says not to retry: logged as an error, and the
   proxy keeps what it holds (without an SVID it never becomes ready).
 
-The private key comes from the agent in the message and stays in this process (TLS contexts
-get it through ``Credentials``' memfd). Caller: ``tether.proxy.app``.
+The private key comes from the agent in the message and stays in the pod (the check's process
+hands it back encrypted with a one-time password; TLS contexts get it through ``Credentials``'
+memfd). Caller: ``tether.proxy.app``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 
 from tether.api import workload_pb2
-from tether.proxy.core import certs
-from tether.proxy.core.certs import CertError
 from tether.proxy.core.config import SpireIdentityConfig
 from tether.proxy.io.grpc_client import Channel, Code, RpcError, method_path
-from tether.proxy.io.identity_client import Credentials
+from tether.proxy.io.identity_client import Credentials, IdentityUnavailable, PrivateKey, certified_of, certify_helper
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,6 @@ class SpireClient(Credentials):
         anchors_pem = config.trust_anchors_pem.encode()
         super().__init__(config.local_name, anchors_pem)
         self._config = config
-        self._anchors = certs.parse_anchors(anchors_pem)
         self._clock = clock
         self._sleep = sleep
         self._random = random_fraction
@@ -75,7 +76,7 @@ class SpireClient(Credentials):
             try:
                 async for response in self._fetch():
                     failures = 0
-                    self._received(response)
+                    await self._received(response)
                 problem = "the agent ended the stream"
             except RpcError as exc:
                 if exc.code is Code.INVALID_ARGUMENT:
@@ -94,24 +95,29 @@ class SpireClient(Credentials):
                                                         workload_pb2.X509SVIDResponse, metadata=[SECURITY_HEADER]):
                 yield response
 
-    def _received(self, response: workload_pb2.X509SVIDResponse) -> None:
+    async def _received(self, response: workload_pb2.X509SVIDResponse) -> None:
         try:
-            self._check(response)
+            await self._check(response)
         finally:
             self.processed.set()
 
-    def _check(self, response: workload_pb2.X509SVIDResponse) -> None:
+    async def _check(self, response: workload_pb2.X509SVIDResponse) -> None:
         ours = [s for s in response.svids if s.spiffe_id == self.name]
         try:
             if not ours:
                 offered = ", ".join(s.spiffe_id for s in response.svids) or "none"
-                raise CertError(f"no SVID for {self.name} (offered: {offered})")
-            certified, key = certs.check_svid(ours[0].x509_svid, ours[0].x509_svid_key, spiffe_id=self.name,
-                                              anchors=self._anchors, now=self._clock())
-        except CertError as exc:
+                raise IdentityUnavailable(f"no SVID for {self.name} (offered: {offered})")
+            password = secrets.token_bytes(32)
+            checked = await certify_helper({
+                "op": "svid", "chain": base64.b64encode(ours[0].x509_svid).decode(),
+                "key_der": base64.b64encode(ours[0].x509_svid_key).decode(), "password": password.hex(),
+                "spiffe_id": self.name, "anchors": self._config.trust_anchors_pem, "now": self._clock().isoformat()})
+            if "error" in checked:
+                raise IdentityUnavailable(checked["error"])
+        except IdentityUnavailable as exc:
             self.refreshes["error"] += 1
             log.warning("identity: unusable SVIDs from %s: %s; keeping the one held", self.source, exc)
             return
         self.refreshes["ok"] += 1
         self.last_refresh = self._clock()
-        self.install(certified, key)
+        self.install(certified_of(checked), PrivateKey.of(checked, password))

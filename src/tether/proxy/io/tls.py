@@ -22,9 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from cryptography import x509
 
-from tether.proxy.core import certs
 from tether.proxy.io.identity_client import TlsMaterial
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL
 
@@ -71,16 +69,18 @@ class TlsState:
 
 
 def peer_identities(ssl_object: ssl.SSLObject | None) -> tuple[str, ...]:
-    """The DNS and URI SANs of the peer's certificate, in order; empty if it sent none."""
+    """The DNS and URI SANs of the peer's certificate, in order; empty if it sent none.
+
+    Read from what ``ssl`` decoded of the certificate it verified (both ends verify a certificate when
+    one is sent), so no X.509 library is loaded for it.
+    """
     if ssl_object is None:
         return ()
-    der = ssl_object.getpeercert(binary_form=True)
-    if not der:
+    cert = ssl_object.getpeercert()
+    if not cert:
         return ()
-    try:
-        return certs.identities(der)
-    except (ValueError, x509.DuplicateExtension, x509.UnsupportedGeneralNameType):
-        return ()
+    sans: tuple[tuple[str, str], ...] = cert.get("subjectAltName", ())  # type: ignore[assignment]
+    return tuple(value for kind, value in sans if kind in ("DNS", "URI"))
 
 
 def client_identity(ssl_object: ssl.SSLObject | None) -> str | None:

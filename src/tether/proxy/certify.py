@@ -1,11 +1,12 @@
-"""The proxy's key, CSR and certificate checks, in a short-lived process: ``python -m tether.proxy.certify``.
+"""The proxy's key, CSR and certificate checks, for a short-lived child of the proxy (``answer``).
 
 ``cryptography`` (which they need) is about 12 MB of resident memory once
-loaded, and a loaded extension module is never unloaded; the serving
-proxy (``io.identity_client``, ``io.spire_client``) runs this instead, once
-at start and once per certificate it receives, and holds only what ``ssl``
-takes. One JSON request on stdin, one JSON answer on stdout (binary as
-base64, times as ISO 8601):
+loaded, and a loaded extension module is never unloaded; the serving proxy
+(``io.identity_client.certify_helper``, for ``io.identity_client`` and
+``io.spire_client``) forks a child that imports this module, answers one
+request and exits, once at start and once per certificate it receives, and
+holds only what ``ssl`` takes. Requests and answers are JSON-ready dicts
+(binary as base64, times as ISO 8601):
 
 - ``{"op": "new", "name": N, "password": HEX}``: a new P-256 key and a DER
   CSR for the DNS name ``N`` (``csr``);
@@ -20,15 +21,13 @@ Each answers the key as PKCS#8 PEM encrypted with ``password`` (``key``,
 what the proxy hands ``ssl`` through a memfd) and in the clear (``plain``,
 for the tap server's grpcio); ``check`` and ``svid`` also the chain as PEM
 (``chain``) and when it expires (``valid_until``), or ``{"error": why}``.
-The key goes through a pipe between the proxy and this child only; it never
+The key goes through a pipe between the proxy and its child only; it never
 touches a disk.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import sys
 from datetime import datetime
 from typing import Any
 
@@ -84,11 +83,3 @@ def _certified(certified: Certified) -> dict[str, str]:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def main() -> None:
-    json.dump(answer(json.load(sys.stdin)), sys.stdout)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,9 +6,9 @@ The proxy makes one ``IdentityClient`` at start (from ``LINKERD2_PROXY_IDENTITY_
 does not depend on where certificates come from is `Credentials`, which a SPIRE agent's
 client (``io.spire_client``) shares.
 
-The P-256 private key and the CSR are made, and each answer checked, by a short-lived
-``python -m tether.proxy.certify`` process (``certify_helper``; it needs ``cryptography``, ~12 MB
-of resident memory the serving proxy does not load). The key comes back through the pipe as
+The P-256 private key and the CSR are made, and each answer checked, by ``tether.proxy.certify``
+in a short-lived forked child (``certify_helper``; it needs ``cryptography``, ~12 MB of resident
+memory the serving proxy does not load). The key comes back through a pipe as
 PKCS#8 PEM encrypted with a one-time password made here (``PrivateKey``), and is never written to
 disk: the ``ssl`` module only loads keys from paths, so it is handed over through an anonymous
 in-memory file (memfd).  Each attempt opens a fresh channel to identity (as linkerd2-proxy
@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
 import logging
 import os
 import random
 import secrets
 import ssl
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tether.api import identity_pb2
 from tether.proxy.core.certified import Certified, RefreshPolicy
@@ -292,23 +292,58 @@ def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKey) -> None:
 
 
 async def certify_helper(request: dict[str, Any]) -> dict[str, Any]:
-    """One request to ``python -m tether.proxy.certify`` (see its docstring), in a process of its own."""
+    """One request to ``tether.proxy.certify`` (see its docstring), answered in a forked child of this process.
+
+    Forked, not a new interpreter: nothing is executed from disk (a proxy that dropped its privileges may
+    not be allowed to run the interpreter it came from), the child starts at once with what is loaded, and
+    what it loads (``cryptography``) and allocates goes away with it. The child only computes, writes its
+    answer to a pipe and exits; it never comes back to the event loop.
+    """
+    read_fd, write_fd = os.pipe()
     try:
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tether.proxy.certify",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        pid = os.fork()
     except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
         raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
-    out, err = await child.communicate(json.dumps(request).encode())
-    if child.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines()
-        raise IdentityUnavailable(f"tether.proxy.certify exited with {child.returncode}: "
-                                  f"{lines[-1] if lines else 'no message'}")
+    if pid == 0:  # pragma: no cover - the child (coverage does not follow it)
+        _certify_child(request, read_fd, write_fd)
+    os.close(write_fd)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                os.fdopen(read_fd, "rb", buffering=0))
+    try:
+        out = await reader.read()
+    finally:
+        transport.close()
+        os.waitpid(pid, 0)  # it exits right after its last write: reaped at once
     try:
         answer: dict[str, Any] = json.loads(out)
     except ValueError:
         raise IdentityUnavailable("tether.proxy.certify gave no answer") from None
+    if "failed" in answer:
+        raise IdentityUnavailable(f"tether.proxy.certify failed: {answer['failed']}")
     return answer
+
+
+def _certify_child(request: dict[str, Any], read_fd: int, write_fd: int) -> NoReturn:  # pragma: no cover
+    """The forked child: answer, write, exit (``os._exit``: none of the parent's cleanups run twice)."""
+    code = 0
+    try:
+        os.close(read_fd)
+        # Imported here only: the serving process never loads it (import-linter's proxy-no-cryptography).
+        certify = importlib.import_module("tether.proxy.certify")
+        data = json.dumps(certify.answer(request)).encode()
+    except BaseException as exc:  # whatever happened, the parent gets an answer and the child exits
+        data = json.dumps({"failed": f"{type(exc).__name__}: {exc}"}).encode()
+        code = 1
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view):]
+    finally:
+        os._exit(code)
 
 
 def certified_of(answer: dict[str, Any]) -> Certified:

@@ -8,10 +8,10 @@ import random
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.balancer import Balancer
 from tether.proxy.core.breaker import Breaker, State
-from tether.proxy.core.client_policy import ConsecutiveFailures
+from tether.proxy.core.client_policy import Accrual
 from tether.proxy.core.endpoint import Endpoint
 
-CONFIG = ConsecutiveFailures(max_failures=3, min_backoff=1.0, max_backoff=4.0, jitter=0.0)
+CONFIG = Accrual(max_failures=3, min_backoff=1.0, max_backoff=4.0, jitter=0.0)
 
 
 class Clock:
@@ -71,7 +71,7 @@ def test_answers_while_shut_and_stale_answers_in_probation_are_ignored() -> None
 
 
 def test_jitter_adds_up_to_its_share_of_the_backoff() -> None:
-    b = Breaker(ConsecutiveFailures(1, 2.0, 60.0, 0.5), lambda: 1.0)
+    b = Breaker(Accrual(1, 2.0, 60.0, 0.5), lambda: 1.0)
     b.record(False, 0.0)
     assert b.until == 3.0  # 2 s + 50 % of it
 
@@ -90,7 +90,7 @@ def test_the_balancer_takes_a_failing_endpoint_out_and_back() -> None:
     def send(failing: bool) -> SocketAddr:
         slot = balancer.pick()
         assert slot is not None
-        balancer.outcome(slot, not (failing and slot.endpoint.addr == bad))
+        balancer.outcome(slot, 500 if failing and slot.endpoint.addr == bad else 200)
         return slot.endpoint.addr
 
     seen = [send(True) for _ in range(40)]
@@ -109,7 +109,7 @@ def test_with_every_endpoint_shut_the_balancer_has_nothing_to_offer() -> None:
     clock = Clock()
     balancer = Balancer(failfast=3.0, clock=clock)
     balancer.reset([endpoint(1)])
-    balancer.configure_accrual(ConsecutiveFailures(1, 1.0, 1.0))
+    balancer.configure_accrual(Accrual(1, 1.0, 1.0))
     slot = balancer.pick()
     assert slot is not None
     balancer.failed(slot)  # a transport error is a failure too
@@ -127,3 +127,57 @@ def test_linkerds_failure_classification() -> None:
     assert not failed(200, None) and not failed(404, None) and not failed(429, None)
     assert failed(200, 14) and failed(200, 2) and failed(200, 4)  # UNAVAILABLE, UNKNOWN, DEADLINE_EXCEEDED
     assert not failed(200, 0) and not failed(200, 5) and not failed(200, 8)  # OK, NOT_FOUND, RESOURCE_EXHAUSTED
+
+
+RATE = Accrual(max_failures=0, min_backoff=5.0, max_backoff=5.0, success_rate=0.8, window=10.0, min_requests=10)
+
+
+def test_the_unified_breaker_shuts_on_a_low_success_rate_once_enough_answers_are_in() -> None:
+    b = Breaker(RATE, lambda: 0.0)
+    for i in range(9):  # 3 failures in 9: under 80 %, but fewer answers than min_requests
+        b.record(i % 3 != 0, float(i) * 0.1)
+    assert b.state is State.OPEN
+    b.record(False, 0.95)  # the tenth answer: 6 of 10 succeeded
+    assert b.state is State.SHUT and b.until == 5.95
+
+
+def test_old_answers_leave_the_window_and_overload_counts_as_failure_for_the_rate_only() -> None:
+    b = Breaker(RATE, lambda: 0.0)
+    for i in range(5):
+        b.record(False, float(i) * 0.01)  # failures long ago...
+    for i in range(10):
+        b.record(True, 20.0 + i * 0.01)  # ...are out of the window by now
+    assert b.state is State.OPEN
+    for i in range(3):
+        b.record(True, 21.0 + i * 0.01, overloaded=True)  # 429s: 10 of 13 successes: under 80 %
+    assert b.state is State.SHUT
+    # Counting consecutive failures is off (max_failures 0), and a 429 never counts there.
+    counted = Breaker(Accrual(max_failures=2, min_backoff=1.0, max_backoff=1.0), lambda: 0.0)
+    for _ in range(5):
+        counted.record(True, 0.0, overloaded=True)
+    assert counted.state is State.OPEN
+
+
+def test_a_429_fails_a_probe() -> None:
+    b = Breaker(Accrual(max_failures=1, min_backoff=1.0, max_backoff=1.0), lambda: 0.0)
+    b.record(False, 0.0)
+    assert b.admits(1.0)
+    b.admitted()
+    b.record(True, 1.0, overloaded=True)
+    assert b.state is State.SHUT
+
+
+def test_the_unified_policy_reaches_the_breaker() -> None:
+    from tether.api import outbound_pb2 as pb
+    from tether.proxy.core.client_policy_translation import translate
+
+    message = pb.OutboundPolicy()
+    message.metadata.default = "x"
+    accrual = message.protocol.http1.failure_accrual.unified
+    accrual.success_rate_threshold = 0.9
+    accrual.min_requests = 20
+    accrual.decay.FromSeconds(30)
+    accrual.backoff.min_backoff.FromSeconds(1)
+    accrual.backoff.max_backoff.FromSeconds(60)
+    policy = translate(message, lambda path: None)
+    assert policy.accrual == Accrual(0, 1.0, 60.0, 0.0, 0.9, 30.0, 20)

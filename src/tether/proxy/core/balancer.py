@@ -27,8 +27,8 @@ import random
 from collections.abc import Callable, Iterable
 
 from tether.proxy.codec.addrs import SocketAddr
-from tether.proxy.core.breaker import Breaker
-from tether.proxy.core.client_policy import ConsecutiveFailures
+from tether.proxy.core.breaker import Breaker, failed, shed
+from tether.proxy.core.client_policy import Accrual
 from tether.proxy.core.endpoint import Endpoint
 
 DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
@@ -95,7 +95,7 @@ class Balancer:
         self._list: list[Slot] = []
         self._empty_since: float | None = clock()
         self.updates = {"Reset": 0, "Add": 0, "Remove": 0}  # balancer_p2c_updates_total{op}
-        self.accrual: ConsecutiveFailures | None = None  # failure accrual per endpoint (``configure_accrual``)
+        self.accrual: Accrual | None = None  # failure accrual per endpoint (``configure_accrual``)
 
     # -- updates from discovery -------------------------------------------------------------------------
 
@@ -194,7 +194,7 @@ class Balancer:
     def failed(self, slot: Slot) -> None:
         slot.failures += 1
         slot.retry_at = self._clock() + self._backoff(slot.failures)
-        self.outcome(slot, False)
+        self.outcome(slot, 0)
 
     def endpoint_states(self) -> tuple[int, int]:
         """(ready, pending) endpoints, for ``outbound_http_balancer_endpoints``: pending ones are in connect
@@ -205,7 +205,7 @@ class Balancer:
 
     # -- failure accrual (proxy.md §7.4) ---------------------------------------------------------------------
 
-    def configure_accrual(self, accrual: ConsecutiveFailures | None) -> None:
+    def configure_accrual(self, accrual: Accrual | None) -> None:
         """Each endpoint gets a breaker (``core.breaker``) from now on; None: no failure accrual."""
         if accrual == self.accrual:
             return
@@ -213,13 +213,13 @@ class Balancer:
         for slot in self._slots.values():
             slot.breaker = None
 
-    def outcome(self, slot: Slot, success: bool) -> None:
-        """An attempt on ``slot``'s endpoint ended: a response classified as Linkerd classifies it (HTTP 5xx,
-        gRPC error codes, transport errors: failures), for its breaker."""
+    def outcome(self, slot: Slot, status: int, grpc_status: int | None = None) -> None:
+        """An attempt on ``slot``'s endpoint ended with ``status`` (0: no response; ``grpc_status`` for gRPC),
+        for its breaker: classified as Linkerd classifies it (``breaker.failed``, ``breaker.shed``)."""
         accrual = self.accrual
         if accrual is None:
             return
         breaker = slot.breaker
         if breaker is None:
             breaker = slot.breaker = Breaker(accrual, self._rng.random)
-        breaker.record(success, self._clock())
+        breaker.record(not failed(status, grpc_status), self._clock(), shed(status, grpc_status))

@@ -1,7 +1,11 @@
-"""Failure accrual on one endpoint: Linkerd's consecutive-failures breaker (proxy.md §7.4).
+"""Failure accrual on one endpoint: Linkerd's consecutive-failures and unified breakers (proxy.md §7.4).
 
 A ``Breaker`` is **open** (the endpoint takes requests) until ``max_failures``
-responses in a row are failures; then it is **shut** for a backoff (the
+responses in a row are failures -- or, with a ``success_rate`` (the unified
+breaker), until the share of successes among the answers of the last
+``window`` seconds (ten buckets) falls below it once ``min_requests`` answers
+are in; there, and for probes, a 429 or ``RESOURCE_EXHAUSTED`` is a failure
+too. Then it is **shut** for a backoff (the
 minimum, doubled on each shutting in a row, capped at the maximum, plus up to
 ``jitter`` of itself at random). When the backoff has passed it admits
 exactly **one** probe request (**probation**): a success opens it again and
@@ -21,12 +25,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from tether.proxy.core.client_policy import ConsecutiveFailures
+from tether.proxy.core.client_policy import Accrual
 
 
 # gRPC codes that are failures (Linkerd's classify.rs): UNKNOWN, DEADLINE_EXCEEDED, PERMISSION_DENIED, INTERNAL,
 # UNAVAILABLE, DATA_LOSS.
 GRPC_FAILURES = frozenset({2, 4, 7, 13, 14, 15})
+
+
+GRPC_RESOURCE_EXHAUSTED = 8
+BUCKETS = 10  # of the success-rate window
 
 
 def failed(status: int, grpc_status: int | None) -> bool:
@@ -37,6 +45,11 @@ def failed(status: int, grpc_status: int | None) -> bool:
     return status == 0 or status >= 500
 
 
+def shed(status: int, grpc_status: int | None) -> bool:
+    """An overloaded endpoint's answer (429, ``RESOURCE_EXHAUSTED``): a failure for the success rate and probes."""
+    return grpc_status == GRPC_RESOURCE_EXHAUSTED if grpc_status is not None else status == 429
+
+
 class State(enum.Enum):
     OPEN = "open"
     SHUT = "shut"
@@ -44,9 +57,9 @@ class State(enum.Enum):
 
 
 class Breaker:
-    __slots__ = ("config", "state", "failures", "shut_count", "until", "probing", "_draw")
+    __slots__ = ("config", "state", "failures", "shut_count", "until", "probing", "_draw", "_buckets")
 
-    def __init__(self, config: ConsecutiveFailures, draw: Callable[[], float]) -> None:
+    def __init__(self, config: Accrual, draw: Callable[[], float]) -> None:
         self.config = config
         self.state = State.OPEN
         self.failures = 0  # consecutive, while open
@@ -54,6 +67,7 @@ class Breaker:
         self.until = 0.0  # shut until then
         self.probing = False  # in probation, the probe is out
         self._draw = draw
+        self._buckets: list[list[float]] = []  # [start, successes, answers], oldest first (success rate)
 
     def admits(self, now: float) -> bool:
         """Whether the endpoint may take a request now (moving a shut breaker past its backoff to probation)."""
@@ -79,25 +93,46 @@ class Breaker:
         if self.state is State.PROBATION:
             self.probing = True
 
-    def record(self, success: bool, now: float) -> None:
-        """A response (or a transport error: a failure) from the endpoint."""
+    def record(self, success: bool, now: float, overloaded: bool = False) -> None:
+        """A response (or a transport error: a failure) from the endpoint; ``overloaded``: a 429 or
+        ``RESOURCE_EXHAUSTED`` (a success by count, a failure for the success rate and for a probe)."""
         state = self.state
         if state is State.SHUT:
             return
         if state is State.PROBATION:
             if not self.probing:
                 return  # an answer to a request sent before the breaker shut
-            if success:
+            if success and not overloaded:
                 self._open()
             else:
                 self._shut(now)
+            return
+        config = self.config
+        if config.success_rate is not None and self._rate_low(success and not overloaded, now):
+            self._shut(now)
             return
         if success:
             self.failures = 0
             return
         self.failures += 1
-        if self.failures >= max(self.config.max_failures, 1):
+        if config.max_failures and self.failures >= config.max_failures:
             self._shut(now)
+
+    def _rate_low(self, ok: bool, now: float) -> bool:
+        """Count the answer in the window; whether the success rate is now under the threshold."""
+        config = self.config
+        width = config.window / BUCKETS
+        buckets = self._buckets
+        while buckets and buckets[0][0] <= now - config.window:
+            buckets.pop(0)
+        if not buckets or now - buckets[-1][0] >= width:
+            buckets.append([now, 0.0, 0.0])
+        bucket = buckets[-1]
+        bucket[1] += ok
+        bucket[2] += 1
+        answers = sum(b[2] for b in buckets)
+        assert config.success_rate is not None
+        return answers >= config.min_requests and sum(b[1] for b in buckets) / answers < config.success_rate
 
     def backoff(self) -> float:
         """The backoff of the next shutting: min x 2^(shut in a row), capped at max, plus jitter."""
@@ -117,3 +152,4 @@ class Breaker:
         self.state = State.SHUT
         self.probing = False
         self.failures = 0
+        self._buckets.clear()  # back in, the endpoint starts a new window

@@ -182,13 +182,18 @@ class OpaqueRoute:
 
 
 @dataclass(frozen=True, slots=True)
-class ConsecutiveFailures:
-    """Failure accrual: an endpoint is shut after ``max_failures`` failures in a row, for a backoff."""
+class Accrual:
+    """Failure accrual (``core.breaker``): an endpoint is shut for a backoff after ``max_failures`` failures in a
+    row (0: not by count), or -- the unified breaker's other half -- when its success rate over the last
+    ``window`` seconds falls below ``success_rate`` once ``min_requests`` answers are in it."""
 
     max_failures: int
     min_backoff: float
     max_backoff: float
     jitter: float = 0.0
+    success_rate: float | None = None
+    window: float = 10.0
+    min_requests: int = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +204,7 @@ class ClientPolicy:
     http2: tuple[OutboundRoute, ...] = ()  # gRPC routes too, when the protocol is gRPC
     opaque: tuple[OpaqueRoute, ...] = ()
     detect_timeout: float | None = None
-    accrual: ConsecutiveFailures | None = None
+    accrual: Accrual | None = None
     unapplied: tuple[str, ...] = ()  # what the message asks that this proxy does not do (logged by name)
     parent_labels: str = ""
     # Per protocol (HTTP/1, HTTP/2): the one route and rule that match everything, if so (``catch_all``).

@@ -28,7 +28,7 @@ from tether.api import outbound_pb2 as pb
 from tether.api.addresses import InvalidAddress
 from tether.proxy.core.client_policy import (
     ClientPolicy,
-    ConsecutiveFailures,
+    Accrual,
     Distribution,
     OpaqueRoute,
     OutboundRoute,
@@ -269,7 +269,7 @@ def _retry(rule: pb.HttpRoute.Rule | pb.GrpcRoute.Rule, where: str, grpc: bool) 
     return Retry(r.max_retries, r.max_request_bytes, tuple(ranges), frozenset(), timeout, backoff)
 
 
-def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> ConsecutiveFailures | None:
+def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> Accrual | None:
     if message.HasField("ejection") and message.ejection.min_ready_endpoints:
         t.note(f"{where}.ejection", "minimum ready endpoints")
     kind = message.WhichOneof("kind")
@@ -278,12 +278,12 @@ def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> Consecut
     if kind == "consecutive_failures":
         c = message.consecutive_failures
         b = c.backoff
-        return ConsecutiveFailures(c.max_failures, _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio)
+        return Accrual(max(c.max_failures, 1), _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio)
     u = message.unified
-    if u.success_rate_threshold > 0:
-        t.note(f"{where}.unified.success_rate_threshold", "the success-rate breaker")
-    if u.max_consecutive_failures == 0:
+    rate = u.success_rate_threshold if 0.0 < u.success_rate_threshold <= 1.0 else None
+    if u.max_consecutive_failures == 0 and rate is None:
         return None
     b = u.backoff
-    return ConsecutiveFailures(u.max_consecutive_failures, _seconds(b.min_backoff), _seconds(b.max_backoff),
-                               b.jitter_ratio)
+    window = max(_seconds(u.decay), 0.01) if u.HasField("decay") else 10.0  # Linkerd: default 10 s, at least 10 ms
+    return Accrual(u.max_consecutive_failures, _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio,
+                   rate, window, max(u.min_requests, 1))

@@ -40,7 +40,6 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
-from tether.proxy.core.breaker import failed
 from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.policy_routes import decide
@@ -110,7 +109,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
 
         picked.observe = lambda rtt: balancer.connected(slot, rtt)
         picked.failed = lambda: balancer.failed(slot)
-        picked.outcome = lambda status, grpc, elapsed: balancer.outcome(slot, not failed(status, grpc))
+        picked.outcome = lambda status, grpc, elapsed: balancer.outcome(slot, status, grpc)
         picked.release = release
         return picked
 

@@ -239,3 +239,32 @@ def test_a_routes_timeout_answers_deadline_exceeded_and_cancels_the_upstream_str
             << SendUp(0, Rst(1, ErrorCodes.CANCEL))  # the connection stays; only the stream ends
             >> Up(0, Headers(1, OK, end=True))  # too late: nothing for the client (h2 tells the server so)
             << SendUp(0, Rst(1, ErrorCodes.STREAM_CLOSED)))
+
+
+def test_a_per_attempt_timeout_resets_the_slow_stream_and_retries_after_the_backoff() -> None:
+    """A client policy rule's retry.linkerd.io/timeout on an HTTP/2 stream, as on an HTTP/1 request."""
+    import test_client_policy as cp
+
+    from tether.proxy.core.routes import outbound_router
+
+    annotations = {"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1", "retry.linkerd.io/timeout": "300ms"}
+    policy = cp.policy_of(cp.http_route("r", "web", [{}], annotations=annotations),
+                          balancers=cp.Balancers({cp.WEB: "10.0.0.7"}))
+    router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
+                             failfast=3.0, loop_addrs=frozenset(), draw=lambda: 0.0,
+                             policies=cp.PolicyWatch(policy))
+    get = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r")]
+    settings = HttpSettings("outbound", lambda: 100.0, None, strip_proxy_errors=True)
+    assert (H2Playbook(router, settings)
+            >> Down(Headers(1, get, end=True))
+            << Connect(cp.UP)
+            >> Connected()
+            << CallLater(0.3)  # the per-attempt timeout
+            << SendUp(0, Headers(1, get, end=True))
+            >> Fire()
+            << CallLater(0.025)  # the backoff (25 ms, draw 0: no jitter)
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL))  # the slow attempt is dropped
+            >> Fire()
+            << SendUp(0, Headers(3, get, end=True))  # the last attempt has no per-attempt timeout
+            >> Up(0, Headers(3, OK, end=True))
+            << SendDown(Headers(1, OK, end=True)))

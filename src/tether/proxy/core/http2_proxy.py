@@ -227,7 +227,7 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head", "backoff")
+                 "routing", "error", "head", "backoff", "attempt")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -267,6 +267,7 @@ class _Stream:
         self.route_labels = ""
         self.timer: Timer | None = None  # the route's timeout, until the response head
         self.backoff: Timer | None = None  # a client policy retry's backoff, before it is routed again
+        self.attempt: Timer | None = None  # a client policy rule's per-attempt timeout, until the response head
         self.kept: list[bytes] | None = None  # the request body kept for a retry (None: not kept, or too large)
         self.kept_size = 0
         self.skip_ack = 0  # bytes of a retry's request already acknowledged to the client (sent again as kept)
@@ -664,6 +665,9 @@ class Http2Proxy:
         stream.usid = usid
         up.streams[usid] = stream
         self._go(stream, Step.OPENED)
+        timeout = exchange.attempt_timeout(stream.route)
+        if timeout is not None:
+            stream.attempt = self.sink.call_later(timeout, lambda: self._attempt_timed_out(stream, usid, timeout))
         if end:
             stream.req_sent = True
         else:
@@ -782,8 +786,9 @@ class Http2Proxy:
         stream.head_ended = end
 
     def _headed(self, stream: _Stream) -> None:
-        """The final response head goes to the client: the route's timer stops."""
+        """The final response head goes to the client: the route's timers stop."""
         self._go(stream, Step.HEAD)
+        self._stop_attempt(stream)
         if stream.timer is not None:
             stream.timer.cancel()
             stream.timer = None
@@ -918,6 +923,21 @@ class Http2Proxy:
         stream.timed_out = True
         self._fail(stream, errors.response_timeout(stream.route.timeout), attempt=False)
         self._after()
+
+    def _attempt_timed_out(self, stream: _Stream, usid: int, timeout: float) -> None:
+        """A client policy rule's per-attempt timeout passed before the response head: the attempt is
+        abandoned (its stream reset) and retried while the rule allows, else answered (504/DEADLINE_EXCEEDED)."""
+        stream.attempt = None
+        if self.over or stream.phase is not Phase.WAITING or stream.usid != usid:
+            return
+        self._fail(stream, errors.attempt_timeout(timeout))
+        self._after()
+
+    @staticmethod
+    def _stop_attempt(stream: _Stream) -> None:
+        if stream.attempt is not None:
+            stream.attempt.cancel()
+            stream.attempt = None
 
     def _retried(self, stream: _Stream, status: int, grpc_status: int | None, error: ProxyError | None = None) -> bool:
         """An attempt of a routed stream ended with ``status`` (and ``grpc_status``) before anything went to
@@ -1058,6 +1078,7 @@ class Http2Proxy:
 
     def _drop_leg(self, stream: _Stream) -> None:
         """The upstream leg goes: its stream reset (CANCEL), a downgraded request's HTTP/1 connection closed."""
+        self._stop_attempt(stream)
         up = stream.up
         if up is not None and stream.usid is not None:
             up.ep.reset(stream.usid, ErrorCodes.CANCEL)
@@ -1132,6 +1153,7 @@ class Http2Proxy:
         if stream.backoff is not None:
             stream.backoff.cancel()
             stream.backoff = None
+        self._stop_attempt(stream)
         if stream.routing is not None:
             stream.routing.close()
             stream.routing = None

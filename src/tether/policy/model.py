@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether.resources.policy import Network
 from tether.resources.routes import GRPCRouteMatch, HTTPRouteMatch, RouteFilter
@@ -156,3 +156,14 @@ class InboundServer:
     http_routes: tuple[InboundRoute, ...] = (DEFAULT_HTTP_ROUTE,)
     grpc_routes: tuple[InboundRoute, ...] = (DEFAULT_GRPC_ROUTE,)
     ratelimit: RateLimit | None = None
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        # Computed once: the encoding cache hashes the policy for every stream it is sent to, and a
+        # policy (a hundred authorizations with their networks) is deep.
+        cached = self._hash
+        if cached is None:
+            cached = hash((self.ref, self.protocol, self.authorizations, self.http_routes, self.grpc_routes,
+                           self.ratelimit))
+            object.__setattr__(self, "_hash", cached)
+        return cached

@@ -155,6 +155,8 @@ class InboundIndex:
         self._flush_scheduled = False
         self._synced: set[str] = set()
         self._on_change = on_change
+        # What a flush decided once and every port of that flush reuses (see ``_memo``); None outside a flush.
+        self._flush_memo: dict[tuple[Any, ...], Any] | None = None
         self.updates = 0  # port policies recomputed to something new (a metric)
 
     # -- feeding -------------------------------------------------------------------------------------
@@ -231,17 +233,21 @@ class InboundIndex:
         at, self._latest = self._latest, None
         if not dirty:
             return
-        for (ns, pod, port, external), watch in list(self._watches.items()):
-            if _ALL not in dirty and ns not in dirty:
-                continue
-            facts = self.workload(ns, pod, external)
-            server = None if facts is None else self.compute(facts, port)
-            if server == watch.current:
-                continue
-            watch.current = server
-            self.updates += 1
-            for listener in list(watch.listeners):
-                listener(server, at)
+        self._flush_memo = {}
+        try:
+            for (ns, pod, port, external), watch in list(self._watches.items()):
+                if _ALL not in dirty and ns not in dirty:
+                    continue
+                facts = self.workload(ns, pod, external)
+                server = None if facts is None else self.compute(facts, port)
+                if server is watch.current or server == watch.current:
+                    continue
+                watch.current = server
+                self.updates += 1
+                for listener in list(watch.listeners):
+                    listener(server, at)
+        finally:
+            self._flush_memo = None
         if self._on_change is not None:
             self._on_change()
 
@@ -294,9 +300,23 @@ class InboundIndex:
 
     # -- the rules ------------------------------------------------------------------------------------
 
+    def _memo(self, key: tuple[Any, ...], decide: Callable[[], Any]) -> Any:
+        """``decide()``, once per flush for ``key``: every port a flush recomputes sees the same objects, so
+        a namespace's sorted objects, an AuthorizationPolicy's resolved authorization and a Server's whole
+        policy (shared by every pod it selects) are decided once per change, not once per port."""
+        memo = self._flush_memo
+        if memo is None:
+            return decide()
+        try:
+            return memo[key]
+        except KeyError:
+            value = memo[key] = decide()
+            return value
+
     def _in(self, type_key: str, namespace: str) -> list[Named]:
         """The namespace's objects of a kind, in Linkerd's precedence (oldest, then by name)."""
-        return sorted(self.objects[type_key].get(namespace, {}).values(), key=lambda n: n.order)
+        return self._memo(("in", type_key, namespace), lambda: sorted(
+            self.objects[type_key].get(namespace, {}).values(), key=lambda n: n.order))
 
     def _annotation(self, pod: PodFacts, key: str) -> str | None:
         value = pod.annotations.get(key)
@@ -328,7 +348,8 @@ class InboundIndex:
         probes = pod.probe_paths.get(port, ())
         if server is None:
             return self._default_server(pod, port, probes)
-        return self._explicit_server(pod.namespace, server, probes)
+        return self._memo(("server", pod.namespace, server.name, probes),
+                          lambda: self._explicit_server(pod.namespace, server, probes))
 
     def default_policy(self, pod: PodFacts, port: int) -> DefaultPolicy:
         policy = self.config.default_policy
@@ -427,6 +448,9 @@ class InboundIndex:
 
     def _policy_authz(self, namespace: str, policy: Named) -> ClientAuthz | None:
         """The authorization an AuthorizationPolicy grants, or None when a reference dangles (grants nothing)."""
+        return self._memo(("authz", namespace, policy.name), lambda: self._resolve_policy(namespace, policy))
+
+    def _resolve_policy(self, namespace: str, policy: Named) -> ClientAuthz | None:
         problem = self.policy_problem(namespace, policy)
         if problem is not None:
             log.info("ignoring AuthorizationPolicy %s/%s: %s", namespace, policy.name, problem)

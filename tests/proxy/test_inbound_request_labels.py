@@ -50,3 +50,26 @@ def test_each_request_is_labelled_with_its_route_and_authorization() -> None:
     assert 'route_name="other"' in second.labels and second is not first
     assert check.check(request(b"/api/vote")) is None
     assert routed(router, b"/api/vote") is first  # one pick per label set, kept for the connection
+
+
+def test_an_inbound_connections_settings_label_errors_with_target_and_server_and_informational_by_client() -> None:
+    from layer_helpers import drive, replies
+    from test_inbound_layer import APP, CLIENT, FOR_ME, settings
+
+    from tether.proxy.codec import detect
+    from tether.proxy.core import commands as cmd
+    from tether.proxy.core import errors, exchange
+    from tether.proxy.core.http import HttpSettings
+    from tether.proxy.core.http_commands import ServeHttp1
+    from tether.proxy.core.inbound import inbound
+
+    policy = translate(server_message(route_authz=[identities_authz("web-only", WEB)]))
+    layer = settings(policies=lambda port: policy, http=HttpSettings("inbound", lambda: 0.0))
+    plain = drive(inbound(APP, CLIENT, layer), replies({cmd.Detect: detect.Http1(), ServeHttp1: None}))[-1]
+    meshed = drive(inbound(APP, CLIENT, layer), replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(WEB, None),
+                                                         cmd.Sniff: detect.Http1(), ServeHttp1: None}))[-1]
+    assert isinstance(plain, ServeHttp1) and isinstance(meshed, ServeHttp1)
+    assert not plain.settings.informational and meshed.settings.informational
+    assert exchange.error_labels(plain.settings, errors.load_shed().metric) == (
+        'error="load shed",target_addr="10.1.0.5:8080",target_ip="10.1.0.5",target_port="8080",'
+        'srv_group="policy.linkerd.io",srv_kind="server",srv_name="voting-grpc",srv_port="8080"')

@@ -130,4 +130,10 @@ def record_route(settings: HttpSettings, route_labels: str, status: int, success
 def count_error(settings: HttpSettings, error: ProxyError, count: Callable[[str, str], None]) -> None:
     """``<direction>_http_errors_total{error}`` for an error the proxy answers (kinds without a label: none)."""
     if error.metric:
-        count(f"{settings.direction}_http_errors_total", f'error="{error.metric}"')
+        count(f"{settings.direction}_http_errors_total", error_labels(settings, error.metric))
+
+
+def error_labels(settings: HttpSettings, error: str) -> str:
+    """The labels of ``<direction>_http_errors_total`` for ``error``."""
+    scope = settings.error_scope
+    return f'error="{error}",{scope}' if scope else f'error="{error}"'

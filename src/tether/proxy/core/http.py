@@ -136,6 +136,9 @@ class HttpSettings:
     client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
     max_head_size: int = MAX_HEAD_SIZE
     error_labels: str = field(default="")  # labels of requests that got no endpoint
+    # After ``error`` in <direction>_http_errors_total: inbound, the target's and the server's labels
+    # (``target_*``, ``srv_*``), as linkerd2-proxy labels inbound_http_errors_total; outbound, none.
+    error_scope: str = ""
     in_flight: InFlight | None = None  # *_MAX_IN_FLIGHT, shared by the direction's connections
     policy: RequestPolicy | None = None  # per-request policy (#15); None: every request is allowed
     observer: StreamObserver | None = None  # tap (#16); None: nobody listens

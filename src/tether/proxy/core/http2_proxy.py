@@ -519,7 +519,8 @@ class Http2Proxy:
         if self.resets > MAX_PENDING_RESETS:
             log.info("HTTP/2 client reset %d streams before their responses: GOAWAY(ENHANCE_YOUR_CALM)",
                      self.resets)
-            self.sink.count(f"{self.settings.direction}_http_errors_total", 'error="rapid reset"')
+            self.sink.count(f"{self.settings.direction}_http_errors_total",
+                            exchange.error_labels(self.settings, "rapid reset"))
             self.down.goaway(ErrorCodes.ENHANCE_YOUR_CALM)
             self.ended = True
 

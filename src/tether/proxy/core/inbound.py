@@ -279,14 +279,15 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
     # authorized (a 403, a 404...) keeps the connection's: the server's, the default route and the authorization
     # the connection would have had as TCP.
     endpoint = labels.join('direction="inbound"', labels.target(target), session.tls_labels)
-    metric_labels = labels.join(endpoint, server_labels(settings.policy(target.port), target.port),
-                                Meta.default("default").labels("route"),
+    server = server_labels(settings.policy(target.port), target.port)
+    metric_labels = labels.join(endpoint, server, Meta.default("default").labels("route"),
                                 session.authz.labels("authz") if session.authz else labels.authz_labels(""))
     policy = session.policy
     meshed = session.mesh_tls and session.client_id is not None
     # Informational headers (l5d-proxy-error...) only to meshed clients, as linkerd2-proxy's inbound does.
     http = replace(http, meshed_client=meshed, informational=meshed,
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels,
+                   error_scope=labels.join(labels.target(target), server),
                    policy=session.policy)
     if isinstance(policy, InboundRequestPolicy):
         checked = policy

@@ -421,7 +421,7 @@ HEADER_BYTES = st.binary(max_size=12) | st.sampled_from([b"Host", b"Content-Leng
 def test_fast_head_parser_is_never_laxer_than_the_python_rules(pairs: list[tuple[bytes, bytes]],
                                                                request: bool) -> None:
     """``_parse_head`` (llhttp, falling back to Python) gives what ``_parse_headers`` gives, or the same refusal."""
-    from tether.proxy.codec.http1 import HOP_BY_HOP, _llhttp, _parse_head, _parse_headers, scan_framing
+    from tether.proxy.codec.http1 import HOP_BY_HOP, _Llhttp, _parse_head, _parse_headers, scan_framing
 
     lines = [name + b":" + value for name, value in pairs]
     if any(b"\r" in line or b"\n" in line for line in lines):
@@ -432,9 +432,9 @@ def test_fast_head_parser_is_never_laxer_than_the_python_rules(pairs: list[tuple
         expected = _parse_headers(lines)
     except BadMessage:
         with pytest.raises(BadMessage):
-            _parse_head(head, _llhttp(request))
+            _parse_head(head, _Llhttp(request))
         return
     names = [k.lower() for k, _ in expected]
     rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n.startswith(b"l5d-") for n in names)
     found = {name: values for name, values in scan_framing(expected).items() if values}
-    assert _parse_head(head, _llhttp(request))[:4] == (expected, found, names.count(b"host"), rewrite)
+    assert _parse_head(head, _Llhttp(request))[:4] == (expected, found, names.count(b"host"), rewrite)

@@ -279,7 +279,7 @@ class Http1Connection:
         self.keep_alive = True
         self._buf = bytearray()
         self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
-        self._parser: httptools.HttpRequestParser | httptools.HttpResponseParser | None = None  # see _headers
+        self._parser: _Llhttp | None = None  # see _headers
         self._eof = False
         # The message being read.
         self._rframing = _Framing.NONE
@@ -466,11 +466,11 @@ class Http1Connection:
     def _headers(self, head: bytes) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
         """``_parse_head`` with the connection's llhttp parser (made at its first head, or after llhttp refused
         something or was left behind: see ``_begin_read``)."""
-        parser = self._parser
-        if parser is None:
-            parser = _llhttp(self.role is Role.SERVER)
-        headers, found, hosts, rewrite, going = _parse_head(head, parser)
-        self._parser = parser if going else None
+        llhttp = self._parser
+        if llhttp is None:
+            llhttp = _Llhttp(self.role is Role.SERVER)
+        headers, found, hosts, rewrite, going = _parse_head(head, llhttp)
+        self._parser = llhttp if going else None
         return headers, found, hosts, rewrite
 
     def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
@@ -503,10 +503,10 @@ class Http1Connection:
                 events.append(Body(data))
                 del buf[:n]
                 self._rleft -= n
-                parser = self._parser
-                if parser is not None:
+                llhttp = self._parser
+                if llhttp is not None:
                     try:
-                        parser.feed_data(data)
+                        llhttp.parser.feed_data(data)
                     except httptools.HttpParserError:  # not reached (a length-framed body is opaque to llhttp)
                         self._parser = None
             if self._rleft == 0:
@@ -663,82 +663,72 @@ class Http1Connection:
         self.keep_alive = False
 
 
-class _NoCallbacks:
-    """llhttp only checks the bytes: the codec reads the heads it accepts itself (``_split_head``), so parsing
-    a head makes no Python call."""
+class _Llhttp:
+    """A connection's llhttp parser, and what its callbacks collect of the head in hand: its headers, the
+    framing-relevant values, the Host count and whether anything in it is to be rewritten."""
 
-    __slots__ = ()
+    __slots__ = ("parser", "headers", "found", "hosts", "rewrite")
+
+    def __init__(self, is_request: bool) -> None:
+        self.parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(self)
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.found: dict[bytes, list[bytes]] = {}
+        self.hosts = 0
+        self.rewrite = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value.rstrip(b" \t")))  # llhttp drops leading whitespace only
+        low = name.lower()
+        if low in _NOTABLE:
+            self._notable(low, value)
+        elif low[:4] == b"l5d-":
+            self.rewrite = True
+
+    def _notable(self, low: bytes, value: bytes) -> None:
+        if low == b"host":
+            self.hosts += 1
+            return
+        if low in HOP_BY_HOP:
+            self.rewrite = True
+        if low in _FRAMING_HEADERS:
+            if b"," in value:
+                self.found.setdefault(low, []).extend([v.strip() for v in value.lower().split(b",") if v.strip()])
+            elif stripped := value.strip():
+                self.found.setdefault(low, []).append(stripped.lower())  # the common case: one value
 
 
-_NO_CALLBACKS = _NoCallbacks()
+_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
 _END = EndOfMessage()  # the end of a message without trailers (events are never changed)
 
 
-def _llhttp(is_request: bool) -> httptools.HttpRequestParser | httptools.HttpResponseParser:
-    return (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(_NO_CALLBACKS)
-
-
-def _parse_head(head: bytes, parser: httptools.HttpRequestParser | httptools.HttpResponseParser,
-                ) -> tuple[Headers, dict[bytes, list[bytes]], int, bool, bool]:
+def _parse_head(head: bytes, llhttp: _Llhttp) -> tuple[Headers, dict[bytes, list[bytes]], int, bool, bool]:
     """A head's headers, its framing-relevant values, its number of Host headers, its ``rewrite`` flag, and
-    whether ``parser`` can be fed the connection's next bytes.
+    whether ``llhttp`` can be fed the connection's next bytes.
 
-    llhttp (httptools) checks the head several times faster than Python
-    can, and what it accepts is cut up by ``_split_head``; whatever it refuses
-    (an extension method it does not know, say) is parsed again by
-    ``_parse_headers``, whose rules decide. So the rules are the Python ones,
-    and llhttp is only allowed to be stricter, never laxer:
-    tests/proxy/test_http1_codec.py checks both agree. ``parser`` is the
-    connection's, fed every head (and what follows it, where it frames it as
-    the codec does) from the connection's first byte.
+    llhttp (httptools) parses the common case several times faster than
+    Python can; whatever it refuses (an extension method it does not know,
+    say) is parsed again by ``_parse_headers``, whose rules decide. So the
+    rules are the Python ones, and llhttp is only allowed to be stricter,
+    never laxer: tests/proxy/test_http1_codec.py checks both agree.
+    ``llhttp`` is the connection's, fed every head (and what follows it,
+    where it frames it as the codec does) from the connection's first byte.
     """
+    llhttp.headers = []
+    llhttp.found = {}
+    llhttp.hosts = 0
+    llhttp.rewrite = False
+    going = True
     try:
-        parser.feed_data(head + b"\r\n")
+        llhttp.parser.feed_data(head + b"\r\n")
     except httptools.HttpParserUpgrade:
-        return (*_split_head(head), False)  # the head is complete; what follows is not HTTP/1 for llhttp
+        going = False  # the head is complete; what follows is not HTTP/1 for llhttp
     except httptools.HttpParserError:
         headers = _parse_headers(head.split(b"\r\n")[1:-1])
         names = [k.lower() for k, _ in headers]
         rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
         found = {name: values for name, values in scan_framing(headers).items() if values}
         return headers, found, names.count(b"host"), rewrite, False
-    return (*_split_head(head), True)
-
-
-# Header lines as they start within a lowercased head that llhttp accepted (so no value holds a CR or LF).
-_LINE_OF = {name: b"\r\n" + name + b":" for name in _FRAMING_HEADERS}
-_REWRITTEN_LINES = (b"\r\nl5d-", *(b"\r\n" + name + b":" for name in HOP_BY_HOP))
-
-
-def _split_head(head: bytes) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
-    """The header lines of a head llhttp accepted, cut at their first colon (llhttp checked each is
-    ``token ":" value``), and what the proxy needs of them, found in the lowercased head without looking at
-    each line again."""
-    lines = head.split(b"\r\n")
-    headers = []
-    for line in lines[1:-1]:
-        name, _, value = line.partition(b":")
-        headers.append((name, value.strip(b" \t")))
-    low = head.lower()
-    found: dict[bytes, list[bytes]] = {}
-    for name, start in _LINE_OF.items():
-        at = low.find(start)
-        while at >= 0:
-            at += len(start)
-            end = low.find(b"\r\n", at)
-            values = found.setdefault(name, [])
-            for value in low[at:end].split(b","):
-                if value := value.strip():
-                    values.append(value)
-            if not values:
-                del found[name]
-            at = low.find(start, end)
-    rewrite = False
-    for start in _REWRITTEN_LINES:
-        if start in low:
-            rewrite = True
-            break
-    return tuple(headers), found, low.count(b"\r\nhost:"), rewrite
+    return tuple(llhttp.headers), llhttp.found, llhttp.hosts, llhttp.rewrite, going
 
 
 def _parse_headers(lines: list[bytes]) -> Headers:

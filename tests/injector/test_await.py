@@ -20,7 +20,7 @@ import pytest
 
 from tether.cli.await_cmd import await_
 from tether.injector import MeshConfig, inject
-from tether.platform.local.await_proxy import EX_UNAVAILABLE, parse_duration
+from tether.platform.local.await_proxy import EX_UNAVAILABLE, parse_duration, wait_ready
 
 from .helpers import deployment
 
@@ -37,11 +37,15 @@ class AdminServer:
         self.statuses: list[int] = []
         self.shutdown_saw: list[bool] = []
         self.marker: Path | None = None  # exists when the wrapped program has run
+        self.stall_after: int | None = None  # checks answered before the server stops answering
+        self.release = threading.Event()
         self._checks = threading.Condition()
         admin = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if admin.stall_after is not None and len(admin.statuses) >= admin.stall_after:
+                    admin.release.wait(DEADLINE_S)
                 status = 200 if self.path == "/ready" and admin.ready.is_set() else 503
                 self.send_response(status)
                 self.send_header("Content-Length", "3")
@@ -144,6 +148,14 @@ def test_timeout_fails_clearly_and_runs_nothing(admin: AdminServer, tmp_path: Pa
     assert "linkerd-proxy failed to become ready within the 0.3s timeout" in err
     assert f"GET http://localhost:{admin.port}/ready: HTTP 503" in err
     assert not marker.exists() and admin.statuses and set(admin.statuses) == {503}
+
+
+def test_a_check_cut_short_by_the_timeout_keeps_the_last_answer_as_evidence(admin: AdminServer) -> None:
+    admin.stall_after = 1  # one 503, then checks that hang until the timeout ends them
+    try:
+        assert wait_ready(admin.port, backoff=0.01, timeout=1.0, host="127.0.0.1") == "HTTP 503"
+    finally:
+        admin.release.set()
 
 
 def test_timeout_when_nothing_listens() -> None:

@@ -67,17 +67,22 @@ def probe_ready(port: int, host: str = "localhost", timeout: float = REQUEST_TIM
 def wait_ready(port: int, *, backoff: float, timeout: float | None, host: str = "localhost") -> str | None:
     """Poll until ready: None on success, else the last failure once ``timeout`` has elapsed."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = "no check completed"
+    last: str | None = None
     while True:
         budget = REQUEST_TIMEOUT_S
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return last
+                return last or "no check completed"
             budget = min(budget, remaining)
-        last = probe_ready(port, host, budget)
-        if last is None:
+        failure = probe_ready(port, host, budget)
+        if failure is None:
             return None
+        # An attempt the overall deadline cut short says only that time ran out; the proxy's last
+        # real answer (HTTP 503, say) is the better evidence, so it is kept.
+        cut_short = deadline is not None and budget < REQUEST_TIMEOUT_S and time.monotonic() >= deadline
+        if last is None or not cut_short:
+            last = failure
         pause = backoff if deadline is None else min(backoff, max(deadline - time.monotonic(), 0.0))
         time.sleep(pause)
 

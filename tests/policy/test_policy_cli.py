@@ -17,6 +17,7 @@ import pytest
 from policy_helpers import (
     NS,
     Pki,
+    external_workload,
     http_route,
     mesh_tls,
     namespace,
@@ -47,6 +48,10 @@ OBJECTS = [
     server_authz("probes", {"unauthenticated": True, "networks": [{"cidr": "10.0.0.0/8"}]}, server_name="web-http"),
     http_route("api", "web-http"),
     policy("api-voters", (P, "HTTPRoute", "api"), [(P, "MeshTLSAuthentication", "voters")]),
+    # A VM: an ExternalWorkload and a Server selecting it, voters only.
+    external_workload(), {**server("billing", port="http", app="billing"), "spec": {
+        "externalWorkloadSelector": {"matchLabels": {"app": "billing"}}, "port": "http"}},
+    policy("billing-voters", (P, "Server", "billing"), [(P, "MeshTLSAuthentication", "voters")]),
     # Outbound: a Service and a route splitting its traffic.
     {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": NS},
      "spec": {"clusterIP": "10.96.0.10", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}},
@@ -140,6 +145,16 @@ def test_authz_lists_what_applies_to_a_deployment(running: Running) -> None:
     assert doc["authorizations"] == [] and doc["default_policy"] == "all-unauthenticated"
     missing = running.run("authz", "deploy/nope", "-n", NS)
     assert missing.returncode == 1 and "deployment emojivoto/nope not found" in missing.stderr
+
+
+def test_authz_lists_what_applies_to_an_external_workload(running: Running) -> None:
+    doc = json.loads(running.run("authz", "externalworkload/vm-1", "-n", NS, "-o", "json").stdout)
+    assert [(r["port"], r["server"], r["authorization"]) for r in doc["authorizations"]] == [
+        (8080, "billing", "authorizationpolicy/billing-voters")]
+    missing = running.run("authz", "externalworkload/nope", "-n", NS)
+    assert missing.returncode == 1 and "external workload emojivoto/nope not found" in missing.stderr
+    bad = running.run("authz", "svc/web", "-n", NS)
+    assert bad.returncode == 2 and "deploy/NAME, po/NAME or externalworkload/NAME" in bad.stderr
 
 
 def test_diagnostics_policy_of_a_service_port(running: Running) -> None:

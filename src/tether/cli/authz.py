@@ -24,7 +24,7 @@ from tether.cli.platform_opts import Platform, platform_options
 from tether.naming import DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
 from tether.policy.config import PolicyConfig
 from tether.policy.defaults import DefaultPolicy
-from tether.policy.inbound.facts import CONTROL_PLANE_NS_LABEL, PodFacts, pod_facts
+from tether.policy.inbound.facts import CONTROL_PLANE_NS_LABEL, PodFacts, external_workload_facts, pod_facts
 from tether.policy.inbound.index import InboundIndex
 from tether.policy.inbound.snapshot import snapshot_index
 from tether.policy.model import AuthnKind, ClientAuthz
@@ -36,7 +36,9 @@ from tether.resources.workloads import DeploymentSpec
 from tether.store import Store, StoreError
 
 _WORKLOADS = {"deploy": "Deployment", "deployment": "Deployment", "deployments": "Deployment",
-              "po": "Pod", "pod": "Pod", "pods": "Pod"}
+              "po": "Pod", "pod": "Pod", "pods": "Pod",
+              "externalworkload": "ExternalWorkload", "externalworkloads": "ExternalWorkload"}
+_USAGE = "deploy/NAME, po/NAME or externalworkload/NAME"
 
 
 def clients(authz: ClientAuthz) -> str:
@@ -79,6 +81,11 @@ def workload_authorizations(index: InboundIndex, pod: PodFacts) -> list[dict[str
 
 
 def _pods(store_objects: list[dict[str, Any]], namespace: str, kind: str, name: str) -> list[PodFacts]:
+    if kind == "ExternalWorkload":  # a VM: its own labels and named ports, Servers' externalWorkloadSelector
+        workloads = [o for o in store_objects if o["kind"] == kind and o["metadata"]["name"] == name]
+        if not workloads:
+            raise CliError(f"external workload {namespace}/{name} not found")
+        return [external_workload_facts(parse(workloads[0]))]
     pods = [o for o in store_objects if o["kind"] == "Pod"]
     if kind == "Pod":
         found = [p for p in pods if p["metadata"]["name"] == name]
@@ -123,10 +130,11 @@ def _pods(store_objects: list[dict[str, Any]], namespace: str, kind: str, name: 
 @platform_options
 def authz(workload: str, namespace: str, store_path: str | None, default_policy: str, control_plane_ns: str,
           trust_domain: str, output: str, platform: Platform) -> None:
-    """The authorizations that apply to WORKLOAD (deploy/NAME or po/NAME), by port, server and route."""
+    """The authorizations that apply to WORKLOAD (deploy/NAME, po/NAME or externalworkload/NAME), by port,
+    server and route."""
     kind_text, sep, name = workload.partition("/")
     if not sep or kind_text.lower() not in _WORKLOADS or not name:
-        raise click.BadParameter(f"{workload!r}: expected deploy/NAME or po/NAME", param_hint="WORKLOAD")
+        raise click.BadParameter(f"{workload!r}: expected {_USAGE}", param_hint="WORKLOAD")
     config = PolicyConfig(default_policy=DefaultPolicy.parse(default_policy), control_plane_ns=control_plane_ns,
                           identity_domain=trust_domain)
     try:
@@ -162,7 +170,7 @@ async def _load(platform: Platform, store: Store | None, config: PolicyConfig,
     watcher = platform.resource_watcher(store)
     index = await snapshot_index(watcher, config)
     objects: list[dict[str, Any]] = []
-    for rtype in (kinds.POD, kinds.DEPLOYMENT):
+    for rtype in (kinds.POD, kinds.DEPLOYMENT, kinds.EXTERNAL_WORKLOAD):
         async with aclosing(watcher.watch(rtype.key, namespace)) as events:
             async for event in events:
                 if event.type == "SYNCED":

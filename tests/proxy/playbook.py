@@ -79,6 +79,13 @@ class Fire:
     """The oldest armed timer fires."""
 
 
+@dataclass(frozen=True)
+class Run:
+    """Run ``fn`` at this point of the play (e.g. move the test's clock on)."""
+
+    fn: Callable[[], object]
+
+
 # -- sink calls --------------------------------------------------------------------------------------------------
 
 
@@ -293,6 +300,8 @@ def _apply(core: Http1Proxy, sink: FakeSink, event: object) -> None:
         sink.checkouts.pop(0)(Failed(event.error, event.errno, event.timed_out))
     elif isinstance(event, Waited):
         sink.waits.pop(0)(event.reply)
+    elif isinstance(event, Run):
+        event.fn()
     elif isinstance(event, Fire):
         timer = next(t for t in sink.timers if not t.cancelled)
         sink.timers.remove(timer)

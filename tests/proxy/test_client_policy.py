@@ -184,11 +184,13 @@ def test_header_modifiers_cannot_forge_l5d_headers_or_reframe_the_message(name: 
 
 
 def test_what_the_proxy_does_not_apply_is_named() -> None:
-    policy = policy_of(http_route("r", "web", [{"timeouts": {"request": "10s"}}],
-                                  annotations={"timeout.linkerd.io/idle": "1m"}))
-    assert any("timeouts.idle" in note for note in policy.unapplied), policy.unapplied
+    message = served(controller(http_route("r", "web", [{}])))
+    message.protocol.detect.http1.failure_accrual.ejection.min_ready_endpoints = 2
+    policy = translate(message, Balancers())
+    assert any("ejection" in note for note in policy.unapplied), policy.unapplied
     applied = policy_of(http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx",
-                                                                   "retry.linkerd.io/timeout": "1s"}))
+                                                                   "retry.linkerd.io/timeout": "1s",
+                                                                   "timeout.linkerd.io/idle": "1m"}))
     assert applied.unapplied == ()
 
 
@@ -387,7 +389,16 @@ def test_a_policy_error_carries_the_requests_route() -> None:
 # -- in the HTTP/1 layer: the layer applies what the decision says -----------------------------------------
 
 
-def playbook(policy_objs: list[dict[str, Any]], metrics: PolicyMetrics | None = None) -> Any:
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def playbook(policy_objs: list[dict[str, Any]], metrics: PolicyMetrics | None = None,
+             clock: Any = lambda: 100.0) -> Any:
     from playbook import Playbook  # tests/proxy's playbook harness
 
     from tether.proxy.core.http import HttpSettings
@@ -397,7 +408,7 @@ def playbook(policy_objs: list[dict[str, Any]], metrics: PolicyMetrics | None = 
     r = outbound_router(ORIG, Resolution(authority=WEB), local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
                         loop_addrs=frozenset(), draw=lambda: 0.0, policies=PolicyWatch(policy),
                         policy_metrics=metrics)
-    return Playbook(r, HttpSettings("outbound", lambda: 100.0, None, strip_proxy_errors=True))
+    return Playbook(r, HttpSettings("outbound", clock, None, strip_proxy_errors=True))
 
 
 UP = SocketAddr(parse_ip("10.0.0.7"), 8080)
@@ -566,3 +577,48 @@ def test_l5d_request_headers_tune_retries_and_timeouts_where_the_route_allows_th
     assert bad.request_route.retry.limit == 1  # Linkerd's default when the headers make the policy
     plain = decide(policy_of(http_route("r", "web", [{}])), asked, False, lambda: 0.0)
     assert isinstance(plain, Decision) and plain.rewrite is None and plain.request_route.timeout is None
+
+
+def test_an_idle_timeout_ends_a_request_on_which_nothing_moves() -> None:
+    from playbook import CallLater, Checkin, Checkout, Close, Connected, DownData, Fire, Run, SendDown, SendUp, UpData
+
+    route = http_route("r", "web", [{}], annotations={"timeout.linkerd.io/idle": "1s"})
+    get_ = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    clock = Clock()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
+    assert (playbook([route], clock=clock)
+            >> DownData(get_)
+            << CallLater(1.0)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, get_)
+            >> Run(lambda: setattr(clock, "now", 100.6))
+            >> UpData(0, head + b"hel")  # bytes moved: the timer is pushed back
+            << SendDown(head + b"hel")
+            >> Fire()
+            << CallLater(1.0)
+            >> Run(lambda: setattr(clock, "now", 101.7))
+            >> Fire()  # nothing since 100.6: the response is broken off
+            << Checkin(0, reuse=False)
+            << Close())
+
+
+def test_an_idle_request_before_its_response_head_gets_504() -> None:
+    from playbook import CallLater, Checkin, Checkout, Close, Connected, Count, DownData, Fire, Run, SendDown, SendUp
+
+    route = http_route("r", "web", [{}], annotations={"timeout.linkerd.io/idle": "1s"})
+    get_ = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    clock = Clock()
+    assert (playbook([route], clock=clock)
+            >> DownData(get_)
+            << CallLater(1.0)
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(0, get_)
+            >> Run(lambda: setattr(clock, "now", 101.0))
+            >> Fire()
+            << Checkin(0, reuse=False)
+            << Count("outbound_http_errors_total", 'error="response timeout"')
+            << SendDown(b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n"
+                        b"l5d-proxy-error: HTTP stream idle for 1s\r\nconnection: close\r\n\r\n")
+            << Close())

@@ -134,8 +134,6 @@ class _Translator:
                 else:
                     filters.append(translated)
             distribution, backends = self._distribution(rule.backends, f"{here}.backends", grpc)
-            if rule.timeouts.HasField("idle"):
-                self.note(f"{here}.timeouts.idle", "idle timeout")
             rules.append(OutboundRule(Rule(matches), tuple(filters), tuple(responses), distribution, backends,
                                       _timeouts(rule), _retry(rule, f"{here}.retry", grpc),
                                       rule.allow_l5d_request_headers))

@@ -58,6 +58,8 @@ class ErrorKind(enum.Enum):
     RESPONSE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False, "a route's timeout passed")
     ATTEMPT_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", True,
                        "a policy rule's per-attempt timeout passed (retried while retries are left)")
+    IDLE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False,
+                    "nothing moved on the request for a policy rule's idle timeout")
     # A request the codec refuses (smuggling, a bad head...): Linkerd's catch-all label, so they leave a trace.
     BAD_REQUEST = (400, GRPC_INTERNAL, "unexpected", False, "a malformed request")
     HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "unexpected", False, "a request head over the size limit")
@@ -142,6 +144,11 @@ def response_timeout(timeout: float) -> ProxyError:
 def attempt_timeout(timeout: float) -> ProxyError:
     """A client policy rule's per-attempt timeout (``retry.linkerd.io/timeout``) before the response head."""
     return ProxyError(ErrorKind.ATTEMPT_TIMEOUT, f"HTTP response headers timeout after {rust_duration(timeout)}")
+
+
+def idle_timeout(timeout: float) -> ProxyError:
+    """A client policy rule's idle timeout (``timeouts.idle``) passed with no byte either way."""
+    return ProxyError(ErrorKind.IDLE_TIMEOUT, f"HTTP stream idle for {rust_duration(timeout)}")
 
 
 def bad_request(status: int, reason: str) -> ProxyError:

@@ -96,6 +96,11 @@ def attempt_timeout(route: Route | None) -> float | None:
     return route.attempt_timeout() if isinstance(route, PolicyRoute) else None
 
 
+def idle_timeout(route: Route) -> float | None:
+    """How long a request on ``route`` may go without a byte either way (a client policy rule's), if limited."""
+    return route.idle if isinstance(route, PolicyRoute) else None
+
+
 def retry_delay(route: Route) -> float:
     """Seconds before the retry ``settle_attempt`` just allowed (a client policy rule's backoff; else none)."""
     return route.retry_delay() if isinstance(route, PolicyRoute) else 0.0
@@ -111,7 +116,7 @@ def record(settings: HttpSettings, labels: str, status: int, success: bool, star
 
 
 # The legacy route error labels as Linkerd 2.20's route metrics name them (proxy.md §9.5).
-_POLICY_ERRORS = {"timeout": "REQUEST_TIMEOUT", "unclassified": "UNKNOWN"}
+_POLICY_ERRORS = {"timeout": "REQUEST_TIMEOUT", "idle": "IDLE_TIMEOUT", "unclassified": "UNKNOWN"}
 
 
 def record_route(settings: HttpSettings, route_labels: str, status: int, success: bool, start: float,

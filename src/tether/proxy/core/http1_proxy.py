@@ -165,7 +165,8 @@ class _Replay:
 class _Exchange:
     """One request and its response, across its attempts."""
 
-    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "attempt", "replay", "unsent", "held",
+    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
+                 "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
                  "chunked", "in_flight")
 
@@ -177,6 +178,8 @@ class _Exchange:
         self.route_labels = ""  # the route metrics' series ("" : not counted)
         self.timer: Timer | None = None  # the route's timeout
         self.attempt: Timer | None = None  # a client policy rule's per-attempt timeout, or its retry backoff
+        self.idle: Timer | None = None  # a client policy rule's idle timeout
+        self.active = 0.0  # when a byte last moved (the idle timeout's reference)
         self.replay = _Replay(0)
         self.unsent: list[Body | EndOfMessage] = []  # body events not yet written to the upstream in hand
         self.held = 0  # bytes in ``unsent``
@@ -285,6 +288,8 @@ class Http1Proxy:
         self._route(ex)
 
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
+        if ex.idle is not None:
+            ex.active = self.settings.clock()
         ex.replay.keep(event)
         up = ex.up
         if up is not None and ex.phase in (Phase.WAITING, Phase.RELAYING):
@@ -340,6 +345,10 @@ class Http1Proxy:
         if route.timeout is not None:
             left = ex.start + route.timeout - self.settings.clock()
             ex.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(ex))
+        idle = exchange.idle_timeout(route)
+        if idle is not None:
+            ex.active = self.settings.clock()
+            ex.idle = self.sink.call_later(idle, lambda: self._idle_check(ex, idle))
 
     def _checked_out(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
         if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
@@ -395,6 +404,8 @@ class Http1Proxy:
         ex = self.ex
         if ex is None or ex.up is not up:
             return  # not ours any more (the I/O side stops delivering at check-in)
+        if ex.idle is not None:
+            ex.active = self.settings.clock()
         client = ex.client
         assert client is not None
         try:
@@ -541,6 +552,35 @@ class Http1Proxy:
         if ex.attempt is not None:
             ex.attempt.cancel()
             ex.attempt = None
+
+    def _idle_check(self, ex: _Exchange, idle: float) -> None:
+        """The idle timer fired: re-armed if a byte moved meanwhile; else the request ends -- 504 before the
+        response head, a broken-off response after it (the client's connection closed)."""
+        ex.idle = None
+        if self.ex is not ex or ex.phase is Phase.OVER:
+            return
+        left = ex.active + idle - self.settings.clock()
+        if left > 0:
+            ex.idle = self.sink.call_later(left, lambda: self._idle_check(ex, idle))
+            return
+        if ex.up is not None:
+            self.sink.checkin(ex.up, reuse=False)
+            ex.up = None
+        pick = ex.pick
+        if ex.phase is Phase.RELAYING:
+            head = ex.head
+            assert head is not None and pick is not None
+            self.server.send_failed()
+            self._record(pick.labels, head.status, False, ex.start, "unclassified")
+            self._route_response(ex, head.status, False, "idle")
+            self._end(ex)
+            self._close()
+            return
+        metrics = self.settings.metrics
+        if pick is not None and not ex.counted and metrics is not None:
+            metrics.request(pick.labels)
+        self._answer(ex, errors.idle_timeout(idle), pick)
+        self._route_response(ex, 0, False, "idle")
 
     def _timed_out(self, ex: _Exchange) -> None:
         """The route's timeout passed before the final response head: 504, the connection closed."""
@@ -727,6 +767,9 @@ class Http1Proxy:
             ex.timer.cancel()
             ex.timer = None
         self._cancel_attempt(ex)
+        if ex.idle is not None:
+            ex.idle.cancel()
+            ex.idle = None
         if ex.pick is not None:
             ex.pick.release()
             ex.pick = None

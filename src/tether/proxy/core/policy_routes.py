@@ -111,6 +111,7 @@ class PolicyRoute(Route):
     retry: Retry | None = None
     route: OutboundRoute | None = None
     report: RouteReport | None = None
+    idle: float | None = None  # the rule's idle timeout: no byte either way for that long ends the request
 
     def finished(self, seconds: float, status: int, grpc_status: int | None, error: str) -> None:
         """The request is over (called by ``core.exchange.record_route``): its route metrics."""
@@ -177,13 +178,15 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     prepared = policy.prepared.get(id(rule))
     if prepared is None or prepared.report is not None and prepared.report.metrics is not metrics:
         prepared = policy.prepared[id(rule)] = _prepare(policy, route, rule, metrics)
-    request_route = prepared.shared or _request_route(route, rule.retry, prepared.timeout, prepared.report, draw)
+    request_route = prepared.shared or _request_route(route, rule.retry, prepared.timeout, prepared.report, draw,
+                                                      rule.timeouts.idle)
     consumed = False
     if rule.allow_l5d_request_headers:  # the client's l5d-retry-*/l5d-*-timeout headers (core.route_headers)
         asked = route_headers.overrides(request, rule.retry, rule.timeouts)
         if asked is not None:
             consumed = True
-            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), prepared.report, draw)
+            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), prepared.report, draw,
+                                           asked.timeouts.idle)
     if prepared.checks:
         refused = _filters(prepared.checks, rule, request, [], draw)
         if refused is not None:
@@ -218,15 +221,15 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
                          chain(modifiers), chain(rule.response_filters))
     if rule.retry is None or rule.retry.limit == 0:
         prepared.shared = PolicyRoute(MATCH_ALL, timeout=prepared.timeout, retry=rule.retry, route=route,
-                                      report=report)
+                                      report=report, idle=rule.timeouts.idle)
     return prepared
 
 
 def _request_route(route: OutboundRoute, retry: Retry | None, timeout: float | None, report: RouteReport | None,
-                   draw: Callable[[], float]) -> PolicyRoute:
+                   draw: Callable[[], float], idle: float | None) -> PolicyRoute:
     """A request's own route: its retries are counted per request."""
     budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
-    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report)
+    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report, idle=idle)
 
 
 def _timeout(t: Timeouts) -> float | None:

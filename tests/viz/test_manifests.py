@@ -41,7 +41,8 @@ def test_every_object_validates_against_kubernetes_1_35() -> None:
                                          "Deployment", "MutatingWebhookConfiguration",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole",
                                          "ClusterRoleBinding", "RoleBinding", "Role", "RoleBinding", "Secret", "Service",
-                                         "Deployment", "APIService"]
+                                         "Deployment", "APIService",
+                                         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     deployment = docs[6]
@@ -135,3 +136,19 @@ def test_tap_is_served_behind_its_apiservice_with_its_ca_and_the_identity_token(
         "linkerd-identity-trust-roots"]
     assert by_kind["ClusterRole", "linkerd-viz-tap-admin"]["rules"] == [
         {"apiGroups": ["tap.linkerd.io"], "resources": ["*"], "verbs": ["watch"]}]
+
+
+def test_the_dashboard_reads_the_cluster_and_taps_through_the_apiservice() -> None:
+    docs = _objects("--viz-namespace", "viz")
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    pod = by_kind["Deployment", "web"]["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["args"][:2] == ["viz", "dashboard"]
+    assert {"--platform=kubernetes", "--show=url", "--address=0.0.0.0",
+            "--prometheus-url=http://prometheus.viz.svc.cluster.local:9090"} <= set(container["args"])
+    assert pod["spec"]["serviceAccountName"] == "web" and pod["metadata"]["annotations"]["linkerd.io/inject"] == "enabled"
+    assert container["readinessProbe"] == {"tcpSocket": {"port": 8084}}
+    rules = by_kind["ClusterRole", "linkerd-viz-web"]["rules"]
+    assert {"apiGroups": ["tap.linkerd.io"], "resources": ["*"], "verbs": ["watch"]} in rules
+    assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in rules)  # read-only
+    assert by_kind["Service", "web"]["spec"]["ports"] == [{"name": "http", "port": 8084, "targetPort": "http"}]

@@ -12,6 +12,7 @@ lets alice watch ``deployments/tap`` only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -29,7 +30,10 @@ from k8s.kube_helpers import PODS, emulated_api, listing, write_kubeconfig
 from tether.api import viz_tap_pb2
 from tether.cli.install_cmd import webhook_certificate
 from tether.cli.main import cli
-from tether.platform.kubernetes.client import KubeClient
+from tether.platform.kubernetes.client import ClientSettings, KubeClient
+from tether.viz.dashboard.views import Views
+from tether.viz.metrics_api import Mesh
+from tether.viz.prometheus import Prometheus
 from tether.viz import tap_apiclient
 from tether.viz import tap_apiservice as rules
 from tether.viz import tap_apiservice_server as server
@@ -142,6 +146,24 @@ async def _exercise(lab: TapLab, tmp_path: Path) -> dict[str, Any]:
                 await tap_apiclient.stream(settings, request, take)
             await asyncio.wrap_future(feeder)
             out["events"] = events
+            for proxy in lab.proxies:  # that tap closed too, so the next one is the only one open
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                    asyncio.wait_for(lab.until_no_taps(proxy), 10), lab.loop))
+            # The dashboard's live tap on Kubernetes goes the same way: lines as they come, refusals in place.
+            views = Views(Prometheus("http://127.0.0.1:9"), _objects(), Mesh(), tap_api=settings)
+            lines: list[dict[str, Any]] = []
+            feeder = asyncio.run_coroutine_threadsafe(lab.serve_requests(["/api/c"]), lab.loop)
+            async with contextlib.aclosing(views.tap_events({"resource": "deploy/web", "namespace": NS})) as items:
+                async for item in items:  # closed on leaving, as the page's going away cancels it
+                    lines.append(item)
+                    if len(lines) >= 6:
+                        break
+            await asyncio.wrap_future(feeder)
+            out["dashboard"] = lines
+            mallory_views = Views(Prometheus("http://127.0.0.1:9"), _objects(), Mesh(),
+                                  tap_api=ClientSettings(kubeconfig=mallory))
+            out["dashboard mallory"] = [i async for i in mallory_views.tap_events(
+                {"resource": "deploy/web", "namespace": NS})]
         finally:
             await runner.cleanup()
             await kube.close()
@@ -174,5 +196,17 @@ def test_tap_goes_through_the_api_server_as_the_kubeconfig_s_user(lab: TapLab, t
     inits = [e for e in out["events"] if e.http.WhichOneof("event") == "request_init"]
     assert sorted((e.http.request_init.path, e.http.request_init.id.base) for e in inits) == [
         ("/api/b", 1), ("/api/b", 2)]
+    dashboard = out["dashboard"]
+    assert [d["kind"] for d in dashboard].count("request_init") == 2 and all("line" in d for d in dashboard)
+    assert all(":path=/api/c" in d["line"] for d in dashboard if d["kind"] == "request_init")
+    (refused,) = out["dashboard mallory"]
+    assert "user 'mallory' may not watch deployments/tap" in refused["error"]
     # Each tap was reviewed for the user the token named; mallory's was refused there.
     assert {s["user"] for s in out["reviews"]} == {"alice", "mallory"}
+
+
+def test_the_dashboard_on_kubernetes_refuses_a_local_tap_server(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["viz", "dashboard", "--platform", "kubernetes", "--tap-server", "127.0.0.1:1",
+                                      "--prometheus-url", "http://127.0.0.1:9", "--show", "url"],
+                                env={"TETHER_HOME": str(tmp_path)})
+    assert result.exit_code == 2 and "--tap-server: not used with --platform kubernetes" in result.output

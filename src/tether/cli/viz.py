@@ -610,10 +610,19 @@ def dashboard(address: str, port: int, show: str, enforced_host: str | None, win
         re.compile(pattern)
     except re.error as err:
         raise click.BadParameter(f"not a regular expression: {err}", param_hint="--enforced-host") from None
+    if kube is not None and tap_server is not None:
+        raise click.UsageError("--tap-server: not used with --platform kubernetes (tap goes through the API server)")
     ctx = Context(prometheus_url, kube)
     try:
-        tap_address = tap_server or (f"{local.LOOPBACK}:{ctx.settings.tap_port}" if ctx.settings else None)
-        server = Dashboard(Views(ctx.prometheus, ctx.objects, ctx.mesh, window, tap_address), address, port, pattern)
+        if kube is not None:
+            from tether.platform.kubernetes.client import ClientSettings
+
+            views = Views(ctx.prometheus, ctx.objects, ctx.mesh, window,
+                          tap_api=ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context))
+        else:
+            tap_address = tap_server or (f"{local.LOOPBACK}:{ctx.settings.tap_port}" if ctx.settings else None)
+            views = Views(ctx.prometheus, ctx.objects, ctx.mesh, window, tap_address)
+        server = Dashboard(views, address, port, pattern)
     except OSError as err:
         ctx.close()
         raise CliError(f"cannot serve on {address}:{port}: {err.strerror or err}") from None

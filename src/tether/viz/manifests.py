@@ -15,11 +15,12 @@ settings in kube-system and the trust roots in the control plane's
 namespace), its TLS Secret, Service (443 -> 8089), Deployment (with the
 projected token identity certifies the tap identity with) and the
 ``v1alpha1.tap.linkerd.io`` APIService with the CA as ``caBundle``; plus the
-``linkerd-<ns>-tap-admin`` ClusterRole to bind users to.  All in the viz
-namespace, labelled ``linkerd.io/extension: viz``.  The viz commands read
-Prometheus with ``--prometheus-url`` (for example through ``kubectl
-port-forward``) and tap through the API server.  The dashboard's Deployment is
-not part of these manifests yet.
+``linkerd-<ns>-tap-admin`` ClusterRole to bind users to -- and the dashboard
+(``web``: ``tether viz dashboard --platform kubernetes`` on 8084, reading the
+API server and Prometheus, tapping through the APIService as its service
+account).  All in the viz namespace, labelled ``linkerd.io/extension: viz``.
+The viz commands read Prometheus with ``--prometheus-url`` (for example
+through ``kubectl port-forward``) and tap through the API server.
 
 Pure (objects out; the webhook's certificates come in).  Callers:
 ``tether.cli.viz``; tests validate every object against Kubernetes 1.35.
@@ -42,6 +43,7 @@ DEFAULT_TETHER_IMAGE = "ghcr.io/tether-mesh/tether"
 TAP_INJECTOR_PORT = 8443
 TAP_INJECTOR_WEBHOOK = "linkerd-tap-injector-webhook-config"
 _TLS_DIR = "/var/run/linkerd/tls"
+_TLS_MOUNT = {"name": "tls", "mountPath": _TLS_DIR, "readOnly": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,8 @@ def render(*, tap_injector_tls: WebhookTls, tap_tls: WebhookTls, namespace: str 
     image = tether_image or f"{DEFAULT_TETHER_IMAGE}:{version or 'latest'}"
     return [*_prometheus(namespace, control_plane_ns, prometheus_image, scrape_interval, version),
             *_tap_injector(namespace, control_plane_ns, trust_domain, image, tap_injector_tls, version),
-            *_tap(namespace, control_plane_ns, trust_domain, cluster_domain, image, tap_tls, version)]
+            *_tap(namespace, control_plane_ns, trust_domain, cluster_domain, image, tap_tls, version),
+            *_web(namespace, cluster_domain, image, version)]
 
 
 def _prometheus(namespace: str, control_plane_ns: str, prometheus_image: str, scrape_interval: str,
@@ -253,7 +256,7 @@ def _tap(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domai
             volumes=[{"name": "tls", "secret": {"secretName": "tap-k8s-tls"}},
                      {"name": _TOKEN, "projected": {"sources": [{"serviceAccountToken": {
                          "path": _TOKEN, "expirationSeconds": 86400, "audience": "identity.l5d.io"}}]}}],
-            mounts=({"name": _TOKEN, "mountPath": _TOKEN_DIR, "readOnly": True},)),
+            mounts=(_TLS_MOUNT, {"name": _TOKEN, "mountPath": _TOKEN_DIR, "readOnly": True})),
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
          "metadata": {"name": f"v1alpha1.{TAP_API_GROUP}", **cluster_meta},
          "spec": {"group": TAP_API_GROUP, "version": "v1alpha1", "groupPriorityMinimum": 1000,
@@ -264,9 +267,9 @@ def _tap(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domai
 
 def _tether_deployment(name: str, meta: dict[str, Any], image: str, *, inject: str, args: list[str], port: int,
                        probe: dict[str, Any], volumes: list[dict[str, Any]], port_name: str = "",
-                       mounts: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    """A Deployment of one viz server in Tether's image: its own service account, non-root and read-only, its TLS
-    Secret (the first volume) mounted at ``_TLS_DIR``."""
+                       mounts: tuple[dict[str, Any], ...] = (_TLS_MOUNT,)) -> dict[str, Any]:
+    """A Deployment of one viz server in Tether's image: its own service account, non-root and read-only (its TLS
+    Secret mounted at ``_TLS_DIR`` unless ``mounts`` says otherwise)."""
     labels = meta["labels"]
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, **meta},
@@ -287,10 +290,46 @@ def _tether_deployment(name: str, meta: dict[str, Any], image: str, *, inject: s
                         "livenessProbe": probe,
                         "readinessProbe": probe,
                         "securityContext": _RESTRICTED,
-                        "volumeMounts": [{"name": "tls", "mountPath": _TLS_DIR, "readOnly": True}, *mounts],
+                        "volumeMounts": list(mounts),
                     }],
                     "volumes": volumes,
                 },
             },
         },
     }
+
+
+WEB_PORT = 8084
+
+
+def _web(namespace: str, cluster_domain: str, image: str, version: str) -> list[dict[str, Any]]:
+    """The dashboard (``tether viz dashboard --platform kubernetes``): read-only, reached with ``kubectl
+    port-forward`` (its Host check admits localhost only, as Linkerd's web by default)."""
+    labels = _labels("web", namespace)
+    annotations = {"linkerd.io/created-by": f"tether/cli {version}".strip()}
+    meta = {"namespace": namespace, "labels": labels, "annotations": annotations}
+    cluster_meta = {"labels": labels, "annotations": annotations}
+    role = f"linkerd-{namespace}-web"
+    rbac = "rbac.authorization.k8s.io"
+    read = ["get", "list", "watch"]
+    prometheus = f"http://prometheus.{namespace}.svc.{cluster_domain}:9090"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "web", **meta}},
+        # What the pages join with Prometheus' series, and the live tap as this service account.
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": role, **cluster_meta},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "services", "namespaces"], "verbs": read},
+                   {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": read},
+                   {"apiGroups": ["linkerd.io"], "resources": ["serviceprofiles"], "verbs": read},
+                   {"apiGroups": [TAP_API_GROUP], "resources": ["*"], "verbs": ["watch"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role, **cluster_meta},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "web", "namespace": namespace}]},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", **meta},
+         "spec": {"type": "ClusterIP", "selector": {"linkerd.io/extension": "viz", "component": "web"},
+                  "ports": [{"name": "http", "port": WEB_PORT, "targetPort": "http"}]}},
+        # TCP probes: the kubelet's Host header (the pod's IP) is not one the dashboard serves.
+        _tether_deployment("web", meta, image, inject="enabled", args=[
+            "viz", "dashboard", "--platform=kubernetes", "--address=0.0.0.0", f"--port={WEB_PORT}", "--show=url",
+            f"--prometheus-url={prometheus}"], port=WEB_PORT, port_name="http",
+            probe={"tcpSocket": {"port": WEB_PORT}}, volumes=[], mounts=()),
+    ]

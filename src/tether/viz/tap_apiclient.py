@@ -13,12 +13,12 @@ framed ``ApiError``: a user without the RBAC, no tappable pod, a body that does
 not match the path), else the API server's (``Status``; a 404 or 503 there
 means the APIService is not installed or its server is not available).
 
-Callers: the ``tether viz`` CLI with ``--platform kubernetes``.
+Callers: the ``tether viz`` CLI and the dashboard with ``--platform kubernetes``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from google.protobuf.message import DecodeError
 
@@ -47,9 +47,9 @@ def refusal(path: str, err: StreamRefused) -> str:
     return f"the Kubernetes API refused POST {path}: {err}{hint}"
 
 
-async def stream(settings: ClientSettings, request: viz_tap_pb2.TapByResourceRequest,
-                 show: Callable[[tap_pb2.TapEvent], None]) -> None:
-    """Each event of the tap, to ``show``, until the server ends the stream (or the caller is cancelled)."""
+async def events(settings: ClientSettings, request: viz_tap_pb2.TapByResourceRequest
+                 ) -> AsyncIterator[tap_pb2.TapEvent]:
+    """Each event of the tap as it arrives, until the server ends the stream (or the caller stops reading)."""
     path = rules.expected_path(request)
     client = KubeClient(settings)
     buffer = bytearray()
@@ -61,10 +61,17 @@ async def stream(settings: ClientSettings, request: viz_tap_pb2.TapByResourceReq
                     event = tap_pb2.TapEvent.FromString(message)
                 except DecodeError:
                     raise TapApiError(f"POST {path}: the answer is not a stream of tap events") from None
-                show(event)
+                yield event
     except StreamRefused as err:
         raise TapApiError(refusal(path, err)) from None
     except KubeError as err:
         raise TapApiError(f"cannot tap through the Kubernetes API (POST {path}): {err}") from None
     finally:
         await client.close()
+
+
+async def stream(settings: ClientSettings, request: viz_tap_pb2.TapByResourceRequest,
+                 show: Callable[[tap_pb2.TapEvent], None]) -> None:
+    """Each event of the tap, to ``show``, until the server ends the stream (or the caller is cancelled)."""
+    async for event in events(settings, request):
+        show(event)

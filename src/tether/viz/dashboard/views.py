@@ -7,7 +7,7 @@
 | ``/api/edges?namespace=NS`` | edges between deployments touching the namespace |
 | ``/api/routes?namespace=NS&resource=deploy/web`` | per-route rows of the resource's ServiceProfiles, as the namespace's clients see them |
 | ``/api/pods?namespace=NS`` | pods: meshed, identity, phase, whether tap is enabled |
-| ``/api/tap?namespace=NS&resource=deploy/web`` | live tap, as server-sent events (``tap_events``), through the tap server |
+| ``/api/tap?namespace=NS&resource=deploy/web`` | live tap, as server-sent events (``tap_events``), through the tap server (on Kubernetes, the API server's tap APIService) |
 
 Every answer is ``{"window": "1m", "items": [...]}`` or, when Prometheus or
 the question fails, ``{"error": "..."}`` with HTTP 502 or 400.  Nothing here
@@ -17,7 +17,7 @@ changes state.  Callers: ``tether.viz.dashboard.server``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.naming import InvalidName, WorkloadIdentity
 from tether.viz import metrics_api as api
@@ -26,6 +26,9 @@ from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.tap_injector import TAP_ENV
 from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, SERVICE, Target, TargetError, parse_one
 from tether.viz.workloads import MESHED_LABEL, PROXY_CONTAINER
+
+if TYPE_CHECKING:
+    from tether.platform.kubernetes.client import ClientSettings
 
 
 
@@ -38,9 +41,10 @@ TAP_MAX_RPS = 10.0  # the dashboard's live tap shows a sample, as Linkerd's does
 
 class Views:
     def __init__(self, prometheus: Prometheus, objects: api.Objects, mesh: api.Mesh, window: str = "1m",
-                 tap_address: str | None = None) -> None:
+                 tap_address: str | None = None, tap_api: ClientSettings | None = None) -> None:
         self.prometheus = prometheus
-        self.tap_address = tap_address
+        self.tap_address = tap_address  # the local tap server's TapByResource (gRPC)
+        self.tap_api = tap_api  # or, on Kubernetes, the API server's tap APIService (tap_apiclient)
         self.objects = objects
         self.mesh = mesh
         self.window = window
@@ -132,7 +136,7 @@ class Views:
 
         from tether.api import viz_tap_pb2, viz_tap_pb2_grpc
 
-        if self.tap_address is None:
+        if self.tap_address is None and self.tap_api is None:
             yield {"error": "no tap server: run `tether viz install`"}
             return
         try:
@@ -145,6 +149,16 @@ class Views:
                                                               name=target.name))
         if query.get("path"):
             request.match.http.path = query["path"]
+        if self.tap_api is not None:
+            from tether.viz import tap_apiclient
+
+            try:
+                async for event in tap_apiclient.events(self.tap_api, request):
+                    yield {"line": tables.tap_line(event), "kind": event.http.WhichOneof("event")}
+            except tap_apiclient.TapApiError as err:
+                yield {"error": str(err)}
+            return
+        assert self.tap_address is not None
         async with grpc.aio.insecure_channel(self.tap_address) as channel:
             try:
                 async for event in viz_tap_pb2_grpc.TapStub(channel).TapByResource(request):

@@ -127,7 +127,7 @@ def test_diagnostics_policy_errors_are_clear(running: Running) -> None:
     missing = running.diagnose("po/nope", "8080", "-n", NS)
     assert missing.returncode == 1 and "unknown pod emojivoto/nope" in missing.stderr
     bad = running.diagnose("deploy/web", "8080")
-    assert bad.returncode == 2 and "expected po/NAME or svc/NAME" in bad.stderr
+    assert bad.returncode == 2 and "expected po/NAME, externalworkload/NAME or svc/NAME" in bad.stderr
     no_cert = running.run("diagnostics", "policy", "po/web-0", "8080", "-n", NS, "--policy-addr", running.addr,
                           "--trust-anchors", str(running.pki.ca))
     assert no_cert.returncode == 1 and "cannot reach the policy controller" in no_cert.stderr
@@ -145,6 +145,15 @@ def test_authz_lists_what_applies_to_a_deployment(running: Running) -> None:
     assert doc["authorizations"] == [] and doc["default_policy"] == "all-unauthenticated"
     missing = running.run("authz", "deploy/nope", "-n", NS)
     assert missing.returncode == 1 and "deployment emojivoto/nope not found" in missing.stderr
+
+
+def test_diagnostics_policy_of_an_external_workload_port(running: Running) -> None:
+    out = running.diagnose("externalworkload/vm-1", "8080", "-n", NS)
+    assert out.returncode == 0, out.stderr
+    assert "server:         server/billing" in out.stdout
+    assert f"authorizationpolicy/billing-voters: {sa_id('vote')} from 0.0.0.0/0, ::/0" in out.stdout
+    missing = running.diagnose("externalworkload/web-0", "8080", "-n", NS)  # a pod's name is no workload's
+    assert missing.returncode == 1 and "unknown external workload emojivoto/web-0" in missing.stderr
 
 
 def test_authz_lists_what_applies_to_an_external_workload(running: Running) -> None:

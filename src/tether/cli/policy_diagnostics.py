@@ -29,14 +29,16 @@ from tether.policy.outbound.client import describe, get_outbound, policy_dict, s
 from tether.serving.channel import ClientTls, open_channel
 
 _FILE = click.Path(dir_okay=False, exists=True, path_type=Path)
-_KINDS = {"po": "pod", "pod": "pod", "pods": "pod", "svc": "service", "service": "service", "services": "service"}
+_KINDS = {"po": "pod", "pod": "pod", "pods": "pod", "svc": "service", "service": "service", "services": "service",
+          "externalworkload": "externalworkload", "externalworkloads": "externalworkload"}
+_USAGE = "po/NAME, externalworkload/NAME or svc/NAME"
 
 
 def parse_target(target: str) -> tuple[str, str]:
-    """``po/NAME`` or ``svc/NAME`` -> ("pod" | "service", NAME)."""
+    """``po/NAME``, ``externalworkload/NAME`` or ``svc/NAME`` -> ("pod" | "externalworkload" | "service", NAME)."""
     kind, sep, name = target.partition("/")
     if not sep or kind.lower() not in _KINDS or not name:
-        raise click.BadParameter(f"{target!r}: expected po/NAME or svc/NAME", param_hint="TARGET")
+        raise click.BadParameter(f"{target!r}: expected {_USAGE}", param_hint="TARGET")
     return _KINDS[kind.lower()], name
 
 
@@ -100,7 +102,8 @@ def policy(target: str, port: int, namespace: str, client_namespace: str | None,
            server_name: str | None, control_plane_ns: str, trust_domain: str, tls_cert: Path | None,
            tls_key: Path | None, insecure: bool, timeout: float, watch: bool, output: str,
            platform: Platform) -> None:
-    """The policy a proxy receives: po/NAME PORT (inbound) or svc/NAME PORT (outbound)."""
+    """The policy a proxy receives: po/NAME PORT or externalworkload/NAME PORT (inbound, a pod's or a VM's
+    proxy), or svc/NAME PORT (outbound)."""
     kind, name = parse_target(target)
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
@@ -120,23 +123,25 @@ def policy(target: str, port: int, namespace: str, client_namespace: str | None,
             print_server(doc)
 
     reach(platform, "policy", policy_addr, "--policy-addr", control_plane_ns, tls,
-          lambda addr, tls_: _run(addr, tls_, namespace, name, port, timeout, watch, show))
+          lambda addr, tls_: _run(addr, tls_, namespace, name, kind == "externalworkload", port, timeout, watch,
+                                  show))
 
 
-async def _run(addr: str, tls: ClientTls | None, namespace: str, pod: str, port: int, timeout: float, watch: bool,
-               show: Any) -> None:
+async def _run(addr: str, tls: ClientTls | None, namespace: str, pod: str, external: bool, port: int,
+               timeout: float, watch: bool, show: Any) -> None:
     channel = open_channel(addr, tls)
     try:
         if not watch:
-            show(await inbound_policy(channel, namespace, pod, port, timeout))
+            show(await inbound_policy(channel, namespace, pod, port, timeout, external=external))
             return
-        async for message in watch_port(channel, workload_string(namespace, pod), port):
+        async for message in watch_port(channel, workload_string(namespace, pod, external=external), port):
             show(server_dict(message))
     except TimeoutError:
         raise CliError(f"no answer from the policy controller at {addr} within {timeout:g}s") from None
     except PolicyError as exc:
         if exc.code is grpc.StatusCode.NOT_FOUND:
-            raise CliError(f"unknown pod {namespace}/{pod}: {exc.details}") from None
+            what = "external workload" if external else "pod"
+            raise CliError(f"unknown {what} {namespace}/{pod}: {exc.details}") from None
         if exc.code is grpc.StatusCode.UNAVAILABLE:
             raise CliError(f"cannot reach the policy controller at {addr}: {exc.details}") from None
         raise CliError(f"{namespace}/{pod}:{port}: {exc.code.name}: {exc.details}") from None

@@ -29,9 +29,10 @@ class PolicyError(Exception):
         self.details = details
 
 
-def workload_string(namespace: str, pod: str) -> str:
-    """The ``PortSpec.workload`` a proxy of that pod sends (JSON, as Linkerd's proxies)."""
-    return json.dumps({"ns": namespace, "pod": pod})
+def workload_string(namespace: str, pod: str, *, external: bool = False) -> str:
+    """The ``PortSpec.workload`` a proxy of that pod (or, ``external``, of that ExternalWorkload's VM) sends
+    (JSON, as Linkerd's proxies)."""
+    return json.dumps({"ns": namespace, "external_workload" if external else "pod": pod})
 
 
 def _net(net: net_pb2.IPNetwork) -> str:
@@ -140,10 +141,10 @@ async def watch_port(
 
 
 async def inbound_policy(channel: grpc.aio.Channel, namespace: str, pod: str, port: int,
-                         timeout: float | None = None) -> dict[str, Any]:
+                         timeout: float | None = None, *, external: bool = False) -> dict[str, Any]:
     """The inbound policy the proxy of pod ``namespace/pod`` receives for ``port``, readable (``server_dict``).
 
     The lookup behind ``tether diagnostics policy po/NAME PORT`` and ``tether diagnose``'s policy layer;
     raises ``PolicyError`` (``NOT_FOUND`` for a pod the controller does not know).
     """
-    return server_dict(await get_port(channel, workload_string(namespace, pod), port, timeout))
+    return server_dict(await get_port(channel, workload_string(namespace, pod, external=external), port, timeout))

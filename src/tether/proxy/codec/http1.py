@@ -354,6 +354,8 @@ class Http1Connection:
                                                 or _stuck(self.their_state, Input.EOF, False))
                             events.append(ConnectionClosed())
                         break
+                    if not (self._buf or self._eof):
+                        break  # nothing to read a head from (the usual case after start_next_cycle)
                     if not self._read_head(events):
                         break
                 elif state is State.BODY:

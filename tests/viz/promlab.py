@@ -191,21 +191,22 @@ def web_metrics(n: int) -> str:
     lines += _histogram("response_latency_ms", inbound, 12 * n, 3)
     lines += _histogram("route_response_latency_ms", route, 5 * n, 20)
     # Client policy (Linkerd 2.20's route families, as the proxy renders them): the HTTPRoute emoji-split on
-    # emoji:8080 -- 4 answered and 1 timed out per scrape, 2 retries, tries drawn 4:3 by emoji-v1 and emoji-v2.
+    # emoji:8080 -- 40 answered and 10 timed out per scrape, 20 retries, tries drawn 4:3 by emoji-v1 and emoji-v2
+    # (counts large enough that rounding increase() to whole requests stays small).
     parent = ('parent_group="core",parent_kind="Service",parent_namespace="emojivoto",parent_name="emoji",'
               'parent_port="8080",parent_section_name="",route_group="policy.linkerd.io",route_kind="HTTPRoute",'
               'route_namespace="emojivoto",route_name="emoji-split"')
     lines += [
-        f'outbound_http_route_request_statuses_total{{{parent},hostname="",http_status="200",error=""}} {4 * n}',
-        f'outbound_http_route_request_statuses_total{{{parent},hostname="",http_status="",error="REQUEST_TIMEOUT"}} {n}',
-        f'outbound_http_route_retry_requests_total{{{parent},hostname=""}} {2 * n}',
+        f'outbound_http_route_request_statuses_total{{{parent},hostname="",http_status="200",error=""}} {40 * n}',
+        f'outbound_http_route_request_statuses_total{{{parent},hostname="",http_status="",error="REQUEST_TIMEOUT"}} {10 * n}',
+        f'outbound_http_route_retry_requests_total{{{parent},hostname=""}} {20 * n}',
     ]
-    for backend, tries in (("emoji-v1", 4), ("emoji-v2", 3)):
+    for backend, tries in (("emoji-v1", 40), ("emoji-v2", 30)):
         lines.append(f'outbound_http_route_backend_requests_total{{{parent},backend_group="core",backend_kind="Service",'
                      f'backend_namespace="emojivoto",backend_name="{backend}",backend_port="8080",'
                      f'backend_section_name=""}} {tries * n}')
     for le in ("0.05", "0.5", "1", "10", "+Inf"):
-        lines.append(f'outbound_http_route_request_duration_seconds_bucket{{{parent},hostname="",le="{le}"}} {5 * n}')
+        lines.append(f'outbound_http_route_request_duration_seconds_bucket{{{parent},hostname="",le="{le}"}} {50 * n}')
     return "\n".join(lines) + "\n"
 
 

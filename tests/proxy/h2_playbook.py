@@ -19,17 +19,33 @@ answers the oldest pending one (and an HTTP/2 server's SETTINGS come in with
 it). An HTTP/1 connection to the app (a downgraded stream: ``Checkout``) is
 written and read as bytes (``SendUpBytes``, ``UpBytes``).
 No sockets and no event loop: timers and discovery waits are answered by
-the test (``Fire``, ``Waited``).
+the test (``Fire``, ``Waited``). The runner, and the inputs and calls that are
+not about bytes, are ``playbook.py``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import hpack
 import hyperframe.frame as hf
+
+from playbook import (
+    CallLater,
+    Checkin,
+    Close,
+    ConnectFailed,
+    Count,
+    DownLost,
+    Fire,
+    Playbook,
+    UpEof,
+    Wait,
+    Waited,
+    _Timer,
+)
 
 from tether.proxy.codec.http2 import CONNECTION_WINDOW, PREFACE, STREAM_WINDOW
 from tether.proxy.core.commands import Command, Connect as ConnectCommand, Failed
@@ -88,12 +104,10 @@ class Ping:
 
 Frame = Headers | Data | Rst | GoAway | Window | Ping
 
-# -- inputs ------------------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Down:
-    """The client sends these frames, in one read."""
+@dataclass(frozen=True, init=False)
+class _ToClient:
+    """Frames the client sends or is sent (``Down(f1, f2)``)."""
 
     frames: tuple[Frame, ...]
 
@@ -101,9 +115,9 @@ class Down:
         object.__setattr__(self, "frames", frames)
 
 
-@dataclass(frozen=True)
-class Up:
-    """Upstream connection ``n`` sends these frames, in one read."""
+@dataclass(frozen=True, init=False)
+class _ToUpstream:
+    """Frames upstream connection ``n`` sends or is sent (``Up(0, f1, f2)``)."""
 
     n: int
     frames: tuple[Frame, ...]
@@ -111,6 +125,17 @@ class Up:
     def __init__(self, n: int, *frames: Frame) -> None:
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "frames", frames)
+
+
+# -- inputs ------------------------------------------------------------------------------------------------------
+
+
+class Down(_ToClient):
+    """The client sends these frames, in one read."""
+
+
+class Up(_ToUpstream):
+    """Upstream connection ``n`` sends these frames, in one read."""
 
 
 @dataclass(frozen=True)
@@ -121,14 +146,6 @@ class UpBytes:
     data: bytes
 
 
-@dataclass(frozen=True)
-class DownLost:
-    pass
-
-
-@dataclass(frozen=True)
-class UpEof:
-    n: int
 
 
 @dataclass(frozen=True)
@@ -146,20 +163,7 @@ class Do:
     action: Callable[[], None]
 
 
-@dataclass(frozen=True)
-class ConnectFailed:
-    error: str = "i/o"
-    errno: str = "ECONNREFUSED"
 
-
-@dataclass(frozen=True)
-class Waited:
-    reply: Any
-
-
-@dataclass(frozen=True)
-class Fire:
-    """The oldest armed timer fires."""
 
 
 @dataclass(frozen=True)
@@ -173,22 +177,12 @@ class Writable:
 # -- sink calls --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SendDown:
-    frames: tuple[Frame, ...]
-
-    def __init__(self, *frames: Frame) -> None:
-        object.__setattr__(self, "frames", frames)
+class SendDown(_ToClient):
+    """Frames written to the client."""
 
 
-@dataclass(frozen=True)
-class SendUp:
-    n: int
-    frames: tuple[Frame, ...]
-
-    def __init__(self, n: int, *frames: Frame) -> None:
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "frames", frames)
+class SendUp(_ToUpstream):
+    """Frames written to upstream connection ``n``."""
 
 
 @dataclass(frozen=True)
@@ -211,31 +205,9 @@ class SendUpBytes:
     data: bytes
 
 
-@dataclass(frozen=True)
-class Checkin:
-    n: int
-    reuse: bool
 
 
-@dataclass(frozen=True)
-class Wait:
-    pass
 
-
-@dataclass(frozen=True)
-class CallLater:
-    delay: float
-
-
-@dataclass(frozen=True)
-class Count:
-    name: str
-    labels: str
-
-
-@dataclass(frozen=True)
-class Close:
-    pass
 
 
 # -- the wire ----------------------------------------------------------------------------------------------------
@@ -316,14 +288,6 @@ class _Side:
 
 # -- the sink ----------------------------------------------------------------------------------------------------
 
-
-class _Timer:
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class H2Sink:
@@ -406,48 +370,26 @@ def _joined(calls: list[object]) -> list[object]:
     return out
 
 
-@dataclass
-class H2Playbook:
-    """Inputs and expected sink calls, checked on ``bool()`` (``assert playbook``)."""
+class H2Playbook(Playbook):
+    """Inputs and expected sink calls of an ``Http2Proxy`` (``downgrade``: it honours ``l5d-orig-proto``),
+    checked on ``bool()`` as ``playbook.Playbook`` checks them; the handshake is done first."""
 
-    router: Router
-    settings: HttpSettings
-    downgrade: bool = False
-    steps: list[tuple[str, object]] = field(default_factory=list)
-    sink: H2Sink = field(default_factory=H2Sink)
-    core: Http2Proxy | None = None
+    def __init__(self, router: Router, settings: HttpSettings, downgrade: bool = False) -> None:
+        super().__init__(router, settings, sink=H2Sink())  # type: ignore[arg-type]
+        self.downgrade = downgrade
 
-    def __rshift__(self, event: object) -> H2Playbook:
-        self.steps.append(("in", event))
-        return self
-
-    def __lshift__(self, call: object) -> H2Playbook:
-        self.steps.append(("out", call))
-        return self
-
-    def __bool__(self) -> bool:
-        sink = self.sink
-        core = self.core = Http2Proxy(self.router, self.settings, sink, downgrade=self.downgrade)
+    def start(self) -> None:
+        core = Http2Proxy(self.router, self.settings, self.sink, downgrade=self.downgrade)  # type: ignore[arg-type]
+        self.core = core  # type: ignore[assignment]
         core.start()
         core.down_data(PREFACE + hf.SettingsFrame(0).serialize())
-        expected: list[object] = []
-        applied: list[object] = []
-        for kind, item in [*self.steps, ("in", None)]:
-            if kind == "out":
-                expected.append(item)
-                continue
-            got = _joined(sink.calls)
-            want = _joined(expected)
-            if got != want:
-                where = f"after {applied[-1]!r}" if applied else "at the start"
-                raise AssertionError(f"sink calls differ {where}:\n  expected {want}\n  got      {got}")
-            sink.calls.clear()
-            expected.clear()
-            if item is None:
-                return True
-            applied.append(item)
-            _apply(core, sink, item)
-        return True
+
+    def apply(self, event: object) -> None:
+        _apply(self.core, self.sink, event)  # type: ignore[arg-type]
+
+    @staticmethod
+    def joined(calls: list[object]) -> list[object]:
+        return _joined(calls)
 
 
 def _apply(core: Http2Proxy, sink: H2Sink, event: object) -> None:

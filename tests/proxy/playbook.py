@@ -260,17 +260,28 @@ class Playbook:
         self.steps.append(("out", call))
         return self
 
+    def start(self) -> None:
+        """Make the core (``tests/proxy/h2_playbook.py`` makes an HTTP/2 one)."""
+        self.core = Http1Proxy(self.router, self.settings, self.sink)
+
+    def apply(self, event: object) -> None:
+        _apply(self.core, self.sink, event)  # type: ignore[arg-type]
+
+    @staticmethod
+    def joined(calls: list[object]) -> list[object]:
+        return _joined(calls)
+
     def __bool__(self) -> bool:
         sink = self.sink
-        core = self.core = Http1Proxy(self.router, self.settings, sink)
+        self.start()
         expected: list[object] = []
         applied: list[object] = []
         for kind, item in [*self.steps, ("in", None)]:
             if kind == "out":
                 expected.append(item)
                 continue
-            got = _joined(sink.calls)
-            want = _joined(expected)
+            got = self.joined(sink.calls)
+            want = self.joined(expected)
             if got != want:
                 where = f"after {applied[-1]!r}" if applied else "at the start"
                 raise AssertionError(f"sink calls differ {where}:\n  expected {want}\n  got      {got}")
@@ -279,7 +290,7 @@ class Playbook:
             if item is None:
                 return True
             applied.append(item)
-            _apply(core, sink, item)
+            self.apply(item)
         return True
 
 

@@ -26,7 +26,7 @@ hand the accepted connection to a push-driven core over its sink
 (``io.http1_io``, ``io.http2_io``), which the transports' callbacks feed;
 upstream connections come from ``io.pool.Pool`` or are opened as ``Connect``
 does (``open_upstream``, metered until they close), and a discovery wait or a
-connect runs as a task that calls back (``Driver.run_blocking``).
+connect runs as a task that calls back (``Driver.run_then``).
 
 Metrics: a ``Meter`` per connection side (``tether.proxy.core.metrics``); ``Refuse``
 counts ``<direction>_tcp_errors_total{error}``.
@@ -476,12 +476,20 @@ class Driver:
     def count(self, name: str, labels: str) -> None:
         self._metrics.counter(name, HELP[name]).inc(labels)
 
-    def run_blocking(self, conn: _Conn, command: cmd.Command) -> Awaitable[Any]:
-        """Do a blocking command for a push-driven core (a router's ``Wait``)."""
+    def run_then(self, conn: _Conn, command: cmd.Command, done: Callable[[Any], None]) -> None:
+        """Do a blocking command for a push-driven core (a router's ``Wait``) in the background; ``done`` gets
+        its reply, unless the connection ended first (``_end_jobs`` cancels it)."""
         handler = self._blocking.get(type(command))
         if handler is None:
             raise TypeError(f"the driver does not know the command {command!r}")
-        return handler(conn, command)
+        job = asyncio.ensure_future(handler(conn, command))
+        conn.jobs[job] = command
+
+        def finished(j: asyncio.Future[Any]) -> None:
+            if conn.jobs.pop(j, None) is not None and not j.cancelled():
+                done(j.result())
+
+        job.add_done_callback(finished)
 
     async def open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
         """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent

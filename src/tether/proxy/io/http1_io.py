@@ -242,15 +242,11 @@ class Http1Io:
             stream.transport.close()
 
     def wait(self, command: Command, done: Callable[[Any], None]) -> None:
-        job = asyncio.ensure_future(self.driver.run_blocking(self.conn, command))
-        self.conn.jobs[job] = command
+        def waited(reply: Any) -> None:
+            done(reply)
+            self.flush()
 
-        def waited(j: asyncio.Future[Any]) -> None:
-            if self.conn.jobs.pop(j, None) is not None and not j.cancelled():
-                done(j.result())
-                self.flush()
-
-        job.add_done_callback(waited)
+        self.driver.run_then(self.conn, command, waited)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         def fire() -> None:

@@ -194,14 +194,7 @@ class Http2Io:
             stream.transport.pause_reading()
 
     def wait(self, command: Command, done: Callable[[Any], None]) -> None:
-        job = asyncio.ensure_future(self.driver.run_blocking(self.conn, command))
-        self.conn.jobs[job] = command
-
-        def waited(j: asyncio.Future[Any]) -> None:
-            if self.conn.jobs.pop(j, None) is not None and not j.cancelled():
-                done(j.result())
-
-        job.add_done_callback(waited)
+        self.driver.run_then(self.conn, command, done)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         return self.loop.call_later(delay, callback)

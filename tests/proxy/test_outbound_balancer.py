@@ -132,3 +132,19 @@ def test_endpoint_from_the_destination_api() -> None:
     uri = pb.WeightedAddr(addr=to_tcp_address("10.1.0.5", 8080))
     uri.tls_identity.uri_like_identity.uri = "spiffe://cluster.local/ns/x/sa/y"
     assert Endpoint.from_proto(uri).server_id is None  # a URI identity without a server name: no TLS
+
+
+def test_pooled_connections_to_one_pods_inbound_port_are_kept_per_target_port() -> None:
+    """Two ports of one pod reached through its inbound port: a pooled connection's transport header names its
+    own target port, so a request for the other port never reuses it (nor a plain connection to that port)."""
+    from tether.proxy.codec.transport_header import SessionProtocol
+    from tether.proxy.core.endpoint import plan
+
+    def key(port: int, transport: int | None) -> str:
+        endpoint = Endpoint(parse_socket_addr(f"10.0.0.5:{port}"), server_id="web.ns.serviceaccount.identity.linkerd.cluster.local",
+                            sni="web.ns.serviceaccount.identity.linkerd.cluster.local", opaque_transport_port=transport)
+        return plan(endpoint, local_ips=frozenset(), protocol=SessionProtocol.HTTP1, timeout=1.0).connect.pool_key
+
+    assert key(8080, 4143) != key(9090, 4143)
+    assert key(8080, 4143) == key(8080, 4143)
+    assert key(8080, None) != key(8080, 4143)

@@ -114,13 +114,18 @@ class Connect(Command):
     tls: ClientTls | None
     timeout: float
     labels: str
-    # What pooled connections are kept under: the address and the TLS setting, as one string (its hash is
-    # computed once, where a (SocketAddr, ClientTls) tuple would hash the address in Python on every lookup).
+    # The port a transport header sent on this connection names (0: none). Connections to one pod's inbound
+    # port for different target ports are not interchangeable: each is bound to its header's port.
+    header_port: int = 0
+    # What pooled connections are kept under: the address, the TLS setting and the header's port, as one
+    # string (its hash is computed once, where a tuple would hash the address in Python on every lookup).
     pool_key: str = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         tls = self.tls
         key = f"{self.addr}" if tls is None else f"{self.addr} {tls.server_id} {tls.sni} {tls.alpn}"
+        if self.header_port:
+            key = f"{key} ->{self.header_port}"
         object.__setattr__(self, "pool_key", key)
 
 

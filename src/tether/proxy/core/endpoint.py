@@ -115,4 +115,5 @@ def plan(
     tls = ClientTls(server_id=endpoint.server_id, sni=endpoint.sni, alpn=header is not None)
     tls_labels = labels.tls_connected(endpoint.server_id)
     return Plan(Connect(target, tls, timeout, labels.connect_outbound(addr, tls_labels, endpoint.dst_labels,
-                                                                      authority)), header)
+                                                                      authority),
+                        header_port=addr.port if header is not None else 0), header)

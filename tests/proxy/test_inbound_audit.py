@@ -20,7 +20,7 @@ from tether.proxy.codec.addrs import parse_socket_addr
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.inbound import inbound
-from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import translate
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
@@ -36,10 +36,10 @@ def audit_authz() -> pb.Authz:
 
 
 def check(policy: ServerPolicy, client_id: str | None, registry: Registry) -> object:
-    return InboundRequestPolicy(lambda: policy, port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
-                                mesh_tls=client_id is not None, client_id=client_id,
-                                target_labels='target_port="8080"', tls_labels="tls=\"true\"", registry=registry,
-                                clock=lambda: 0.0).check(request(b"/api/vote"))
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("10.0.0.7"), mesh_tls=client_id is not None,
+                            client_id=client_id, target_labels='target_port="8080"', tls_labels="tls=\"true\"",
+                            registry=registry)
+    return InboundRequestPolicy(lambda: policy, facts, clock=lambda: 0.0).check(request(b"/api/vote"))
 
 
 def test_the_audit_default_policy_allows_and_logs_each_request(caplog: pytest.LogCaptureFixture) -> None:

@@ -18,7 +18,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.authz import LOCALHOST, Authn, Authorization, Meta, Network, authorize
 from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.errors import ErrorKind
-from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import InvalidPolicy, translate
 from tether.proxy.core.server_policy import INVALID, Protocol, default_policy
@@ -186,10 +186,10 @@ def test_invalid_messages_are_refused_by_field(breakage: str) -> None:
 
 def checker(policy_message: pb.Server | None, *, client_id: str | None, registry: Registry) -> InboundRequestPolicy:
     policy = translate(policy_message) if policy_message is not None else INVALID
-    return InboundRequestPolicy(lambda: policy, port=8080, client_ip=ip("10.0.0.7"), mesh_tls=client_id is not None,
-                                client_id=client_id, target_labels='target_port="8080"',
-                                tls_labels=f'tls="true",client_id="{client_id or ""}"', registry=registry,
-                                clock=lambda: 0.0)
+    facts = ConnectionFacts(port=8080, client_ip=ip("10.0.0.7"), mesh_tls=client_id is not None, client_id=client_id,
+                            target_labels='target_port="8080"', tls_labels=f'tls="true",client_id="{client_id or ""}"',
+                            registry=registry)
+    return InboundRequestPolicy(lambda: policy, facts, clock=lambda: 0.0)
 
 
 def test_requests_are_routed_then_authorized_and_counted() -> None:

@@ -8,7 +8,7 @@ from tether.api import inbound_pb2 as pb
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.authz import Meta
 from tether.proxy.core.errors import ErrorKind
-from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import translate
 from tether.proxy.core.ratelimit import RateLimit
@@ -55,10 +55,10 @@ def test_requests_over_the_limit_get_429_counted_with_their_scope() -> None:
     policy = translate(message)
     registry = Registry(retain_idle=600)
     now = [0.0]
-    check = InboundRequestPolicy(lambda: policy, port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
-                                 mesh_tls=True, client_id=WEB, target_labels='target_port="8080"',
-                                 tls_labels=f'tls="true",client_id="{WEB}"', registry=registry,
-                                 clock=lambda: now[0]).check
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("10.0.0.7"), mesh_tls=True, client_id=WEB,
+                            target_labels='target_port="8080"', tls_labels=f'tls="true",client_id="{WEB}"',
+                            registry=registry)
+    check = InboundRequestPolicy(lambda: policy, facts, clock=lambda: now[0]).check
     head = RequestHead(b"GET", b"/", ((b"host", b"web"),))
     assert check(head) is None and check(head) is None
     refused = check(head)

@@ -12,7 +12,7 @@ from test_inbound_authz import VOTE, WEB, identities_authz, request, server_mess
 
 from tether.proxy.codec.addrs import parse_socket_addr
 from tether.proxy.core.http import Pick
-from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.policy_translation import translate
 from tether.proxy.core.routes import inbound_router
 
@@ -34,9 +34,9 @@ def test_each_request_is_labelled_with_its_route_and_authorization() -> None:
     extra.metadata.resource.name = "other"
     extra.rules.add().matches.add().path.prefix = "/other"
     policy = translate(message)
-    check = InboundRequestPolicy(lambda: policy, port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
-                                 mesh_tls=True, client_id=WEB, target_labels='target_port="8080"',
-                                 tls_labels="tls=\"true\"", registry=None, clock=lambda: 0.0)
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("10.0.0.7"), mesh_tls=True, client_id=WEB,
+                            target_labels='target_port="8080"', tls_labels="tls=\"true\"", registry=None)
+    check = InboundRequestPolicy(lambda: policy, facts, clock=lambda: 0.0)
     router = inbound_router(parse_socket_addr("10.1.0.5:8080"), 0.3, 'direction="inbound"', lambda: check.permit)
 
     assert check.check(request(b"/api/vote")) is None

@@ -20,7 +20,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ErrorKind, ProxyError
 from tether.proxy.core.http1_headers import edited
-from tether.proxy.core.inbound_authz import InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import InvalidPolicy, translate
 from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect
@@ -44,10 +44,10 @@ def modifier(**kwargs: object) -> pb.HttpRoute.Filter:
 def checker(message: pb.Server, *, client_id: str | None = WEB, draw: float = 0.0,
             registry: Registry | None = None) -> InboundRequestPolicy:
     policy = translate(message)
-    return InboundRequestPolicy(lambda: policy, port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
-                                mesh_tls=client_id is not None, client_id=client_id,
-                                target_labels='target_port="8080"', tls_labels='tls="true"', registry=registry,
-                                clock=lambda: 0.0, draw=lambda: draw)
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("10.0.0.7"), mesh_tls=client_id is not None,
+                            client_id=client_id, target_labels='target_port="8080"', tls_labels='tls="true"',
+                            registry=registry)
+    return InboundRequestPolicy(lambda: policy, facts, clock=lambda: 0.0, draw=lambda: draw)
 
 
 # -- header modifiers ----------------------------------------------------------------------------------------
@@ -179,9 +179,9 @@ def test_filters_apply_in_order_and_before_the_rate_limit() -> None:
 def test_the_invalid_policys_filter_is_never_reached_authorization_comes_first() -> None:
     from tether.proxy.core.server_policy import INVALID
 
-    policy = InboundRequestPolicy(lambda: INVALID, port=8080, client_ip=ipaddress.ip_address("127.0.0.1"),
-                                  mesh_tls=False, client_id=None, target_labels="", tls_labels="", registry=None,
-                                  clock=lambda: 0.0)
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("127.0.0.1"), mesh_tls=False, client_id=None,
+                            target_labels="", tls_labels="", registry=None)
+    policy = InboundRequestPolicy(lambda: INVALID, facts, clock=lambda: 0.0)
     answer = policy.check(request(b"/"))
     assert isinstance(answer, ProxyError) and answer.status == 403
 

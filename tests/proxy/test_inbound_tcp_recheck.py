@@ -11,6 +11,7 @@ tests/up/test_inbound_policy.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 from collections.abc import Callable
 
@@ -20,13 +21,14 @@ from test_inbound_layer import CLIENT, settings
 from test_policy_client import FakeController, default
 
 import grpc
+import pytest
 
 from tether.api import inbound_pb2 as pb
 from tether.ports import PortSet
 from tether.proxy.codec.addrs import parse_socket_addr
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.inbound import inbound
-from tether.proxy.core.inbound_authz import InboundRequestPolicy, TcpAuthzWatch
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy, TcpAuthzWatch
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_translation import translate
 from tether.proxy.core.config import DefaultPolicy
@@ -60,9 +62,28 @@ class Changes:
 
 
 def watch_for(current: list[ServerPolicy], changes: Changes, registry: Registry, client_id: str) -> TcpAuthzWatch:
-    return TcpAuthzWatch(lambda: current[0], changes, port=3306, client_ip=ipaddress.ip_address("10.1.0.9"),
-                         mesh_tls=True, client_id=client_id, target_labels='target_port="3306"',
-                         tls_labels=f'tls="true",client_id="{client_id}"', registry=registry)
+    facts = ConnectionFacts(port=3306, client_ip=ipaddress.ip_address("10.1.0.9"), mesh_tls=True, client_id=client_id,
+                            target_labels='target_port="3306"', tls_labels=f'tls="true",client_id="{client_id}"',
+                            registry=registry)
+    return TcpAuthzWatch(lambda: current[0], changes, facts)
+
+
+def test_one_connections_facts_decide_alike_for_the_request_check_and_the_tcp_watch() -> None:
+    """``ConnectionFacts`` is the one home of the connection's side of a decision: both checks read it."""
+    facts = ConnectionFacts(port=3306, client_ip=ipaddress.ip_address("10.1.0.9"), mesh_tls=True, client_id=VOTE,
+                            target_labels='target_port="3306"', tls_labels=f'tls="true",client_id="{VOTE}"',
+                            registry=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.client_id = WEB  # type: ignore[misc]
+    assert facts.client() == f"10.1.0.9 ({VOTE})"
+    for admitted, current in ((True, [translate(opaque_server(VOTE))]), (False, [translate(opaque_server(WEB))])):
+        assert (facts.admitting(current[0].authorizations) is not None) is admitted
+        assert (TcpAuthzWatch(lambda: current[0], Changes(), facts).allowed() is not None) is admitted
+    http = [translate(server_message(route_authz=[identities_authz("vote-only", VOTE)]))]
+    assert InboundRequestPolicy(lambda: http[0], facts, clock=lambda: 0.0).check(request(b"/api/vote")) is None
+    http[0] = translate(server_message(route_authz=[identities_authz("web-only", WEB)]))
+    denied = InboundRequestPolicy(lambda: http[0], facts, clock=lambda: 0.0).check(request(b"/api/vote"))
+    assert denied is not None and denied.status == 403
 
 
 def test_a_connection_no_longer_admitted_is_revoked_once_and_counted() -> None:
@@ -148,10 +169,10 @@ def test_subscribers_hear_each_update_and_keep_an_unlisted_port_watched() -> Non
 
 def test_an_http_connection_checks_each_request_against_the_policy_of_the_moment() -> None:
     current = [translate(server_message(route_authz=[identities_authz("web-only", WEB)]))]
-    connection = InboundRequestPolicy(lambda: current[0], port=8080, client_ip=ipaddress.ip_address("10.0.0.7"),
-                                      mesh_tls=True, client_id=VOTE, target_labels='target_port="8080"',
-                                      tls_labels=f'tls="true",client_id="{VOTE}"', registry=None,
-                                      clock=lambda: 0.0)
+    facts = ConnectionFacts(port=8080, client_ip=ipaddress.ip_address("10.0.0.7"), mesh_tls=True, client_id=VOTE,
+                            target_labels='target_port="8080"', tls_labels=f'tls="true",client_id="{VOTE}"',
+                            registry=None)
+    connection = InboundRequestPolicy(lambda: current[0], facts, clock=lambda: 0.0)
     denied = connection.check(request(b"/api/vote"))
     assert denied is not None and denied.status == 403
     current[0] = translate(server_message(route_authz=[identities_authz("both", WEB, VOTE)]))

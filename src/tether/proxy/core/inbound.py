@@ -54,8 +54,9 @@ from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import inbound_router
-from tether.proxy.core.authz import Meta, authorize
+from tether.proxy.core.authz import Meta
 from tether.proxy.core.inbound_authz import (
+    ConnectionFacts,
     InboundRequestPolicy,
     PolicyChanges,
     TcpAuthzWatch,
@@ -205,35 +206,29 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
     if policy.opaque:
         verdict = detect.Opaque()  # the port's policy says opaque: its bytes are not HTTP to the proxy
     accept = labels.accept_inbound(session.target, session.tls_labels, server_labels(policy, port))
-    decision = authorize(policy.authorizations, client_ip=client.ip, mesh_tls=session.mesh_tls,
-                         client_id=session.client_id)
+    facts = ConnectionFacts(port=port, client_ip=client.ip, mesh_tls=session.mesh_tls, client_id=session.client_id,
+                            target_labels=labels.target(session.target), tls_labels=session.tls_labels,
+                            registry=settings.registry)
+    decision = facts.admitting(policy.authorizations)
     if settings.http is not None and isinstance(verdict, (detect.Http1, detect.Http2)):
         # HTTP is authorized per request (core.inbound_authz), never refused here (proxy.md §8.3).
         yield SetLabels(accept)
         carry = PROTOCOL_LAYERS[type(verdict)]
-        policy_check = InboundRequestPolicy(lambda: settings.policy(port), port=port, client_ip=client.ip,
-                                            mesh_tls=session.mesh_tls, client_id=session.client_id,
-                                            target_labels=labels.target(session.target),
-                                            tls_labels=session.tls_labels, registry=settings.registry,
-                                            clock=settings.http.clock)
+        policy_check = InboundRequestPolicy(lambda: settings.policy(port), facts, clock=settings.http.clock)
         yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
         return
     server = server_labels(policy, port)
-    log_connection(policy, decision.meta if decision else None, client.ip, session.client_id)
+    log_connection(policy, decision.meta if decision else None, facts)
     if decision is None:
-        yield Count("inbound_tcp_authz_deny_total", labels.join(labels.target(session.target), server,
-                                                                session.tls_labels))
+        yield Count("inbound_tcp_authz_deny_total", labels.join(facts.target_labels, server, session.tls_labels))
         yield Refuse("unauthorized", accept)
         return
-    yield Count("inbound_tcp_authz_allow_total", labels.join(labels.target(session.target), server,
+    yield Count("inbound_tcp_authz_allow_total", labels.join(facts.target_labels, server,
                                                              decision.meta.labels("authz"), session.tls_labels))
     yield SetLabels(accept)
     watch = None
     if settings.policy_changes is not None:
-        watch = TcpAuthzWatch(lambda: settings.policy(port), settings.policy_changes, port=port,
-                              client_ip=client.ip, mesh_tls=session.mesh_tls, client_id=session.client_id,
-                              target_labels=labels.target(session.target), tls_labels=session.tls_labels,
-                              registry=settings.registry)
+        watch = TcpAuthzWatch(lambda: settings.policy(port), settings.policy_changes, facts)
     yield from tcp_forward(replace(session, authz=decision.meta, authz_watch=watch), settings)
 
 

@@ -25,6 +25,8 @@ port's policy re-checks it, and one no longer admitted is torn down and
 counted in ``inbound_tcp_authz_terminate_total`` (``target_*``, the new
 policy's ``srv_*``, ``tls``/``client_id``), as linkerd2-proxy does.
 
+Both take the connection's facts as one ``ConnectionFacts``.
+
 Caller: ``core.inbound`` (one ``InboundRequestPolicy`` per HTTP connection,
 one ``TcpAuthzWatch`` per forwarded connection).
 """
@@ -33,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from tether.proxy.codec.addrs import IpAddress
 from tether.proxy.codec.http1 import RequestHead
@@ -65,6 +68,31 @@ def server_labels(policy: ServerPolicy, port: int) -> str:
     return f'{policy.meta.labels("srv")},srv_port="{port}"'
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionFacts:
+    """What an inbound connection's authorization is decided on and counted under, fixed when it is accepted."""
+
+    port: int  # the target port: whose policy applies
+    client_ip: IpAddress
+    mesh_tls: bool  # the client presented a mesh identity over mesh TLS
+    client_id: str | None
+    target_labels: str  # target_addr, target_ip, target_port ...
+    tls_labels: str  # tls and client_id
+    registry: Registry | None  # None: nothing is counted
+
+    def admitting(self, authorizations: Sequence[Authorization]) -> Authorization | None:
+        """The first of ``authorizations`` that admits this client, or None."""
+        return authorize(authorizations, client_ip=self.client_ip, mesh_tls=self.mesh_tls, client_id=self.client_id)
+
+    def client(self) -> str:
+        """The client as log lines name it: its address and identity."""
+        return f"{self.client_ip} ({self.client_id or 'no identity'})"
+
+    def count(self, name: str, labels: str) -> None:
+        if self.registry is not None:
+            self.registry.counter(name, HELP[name]).inc(labels)
+
+
 class InboundRequestPolicy:
     """Route and authorization of each request on one inbound connection.
 
@@ -73,20 +101,12 @@ class InboundRequestPolicy:
     update is a new object, so the next request decides afresh).
     """
 
-    __slots__ = ("_policy", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels", "_tls_labels",
-                 "_registry", "_clock", "_draw", "permit", "_seen", "_srv", "_server", "_decided")
+    __slots__ = ("_policy", "_facts", "_clock", "_draw", "permit", "_seen", "_srv", "_server", "_decided")
 
-    def __init__(self, policy: Callable[[], ServerPolicy], *, port: int, client_ip: IpAddress, mesh_tls: bool,
-                 client_id: str | None, target_labels: str, tls_labels: str, registry: Registry | None,
-                 clock: Callable[[], float], draw: Callable[[], float] = random.random) -> None:
+    def __init__(self, policy: Callable[[], ServerPolicy], facts: ConnectionFacts, *, clock: Callable[[], float],
+                 draw: Callable[[], float] = random.random) -> None:
         self._policy = policy
-        self._port = port
-        self._client_ip = client_ip
-        self._mesh_tls = mesh_tls
-        self._client_id = client_id
-        self._target_labels = target_labels
-        self._tls_labels = tls_labels
-        self._registry = registry
+        self._facts = facts
         self._clock = clock
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
         # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
@@ -97,15 +117,16 @@ class InboundRequestPolicy:
         self._decided: dict[int, _Decision] = {}  # by id() of a route of ``_seen`` (which keeps it alive)
 
     def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None:
+        facts = self._facts
         policy = self._policy()
         if policy is not self._seen:
             self._seen = policy
-            self._srv = server_labels(policy, self._port)
-            self._server = f"{self._target_labels},{self._srv}"
+            self._srv = server_labels(policy, facts.port)
+            self._server = f"{facts.target_labels},{self._srv}"
             self._decided = {}
         selected = policy.select(request)
         if selected is None:
-            self._count("inbound_http_route_not_found_total", f"{self._server},{self._tls_labels}")
+            facts.count("inbound_http_route_not_found_total", f"{self._server},{facts.tls_labels}")
             return errors.route_not_found()
         route, rule = selected
         decision = self._decided.get(id(route))
@@ -115,13 +136,12 @@ class InboundRequestPolicy:
             decision.counter.inc(decision.labels)
         authz = decision.authz
         if authz is None:
-            log.info("inbound: request denied: server %s, route %s, client %s (%s)", _name(policy.meta),
-                     _name(route.meta), self._client_ip, self._client_id or "no identity")
+            log.info("inbound: request denied: server %s, route %s, client %s", _name(policy.meta),
+                     _name(route.meta), facts.client())
             return errors.unauthorized()
         if authz.meta == AUDIT:
-            log.info("inbound: request allowed: server %s, route %s, client %s (%s), authorization %s",
-                     _name(policy.meta), _name(route.meta), self._client_ip, self._client_id or "no identity",
-                     _name(authz.meta))
+            log.info("inbound: request allowed: server %s, route %s, client %s, authorization %s",
+                     _name(policy.meta), _name(route.meta), facts.client(), _name(authz.meta))
         self.permit = decision.permit
         edit = None
         if rule.filters:
@@ -131,9 +151,9 @@ class InboundRequestPolicy:
             edit = outcome
         limit = policy.ratelimit
         if limit is not None:
-            scope = limit.check(self._client_id if self._mesh_tls else None, self._clock())
+            scope = limit.check(facts.client_id if facts.mesh_tls else None, self._clock())
             if scope is not None:
-                self._count("inbound_http_local_ratelimit_total",
+                facts.count("inbound_http_local_ratelimit_total",
                             f'{decision.route_labels},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
                 return errors.rate_limited(scope)
         return edit
@@ -163,21 +183,17 @@ class InboundRequestPolicy:
         return chain(modifiers)
 
     def _decide(self, route: HttpRoute) -> _Decision:
+        facts = self._facts
         server_route = f"{self._server},{route.meta.labels('route')}"
-        authz = authorize(route.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
-                          client_id=self._client_id)
+        authz = facts.admitting(route.authorizations)
         permit = ""
         if authz is None:
-            name, labels = "inbound_http_authz_deny_total", f"{server_route},{self._tls_labels}"
+            name, labels = "inbound_http_authz_deny_total", f"{server_route},{facts.tls_labels}"
         else:
             permit = f"{self._srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
-            name, labels = "inbound_http_authz_allow_total", f"{self._target_labels},{permit},{self._tls_labels}"
-        counter = self._registry.counter(name, HELP[name]) if self._registry is not None else None
+            name, labels = "inbound_http_authz_allow_total", f"{facts.target_labels},{permit},{facts.tls_labels}"
+        counter = facts.registry.counter(name, HELP[name]) if facts.registry is not None else None
         return _Decision(authz, counter, labels, server_route, permit)
-
-    def _count(self, name: str, labels: str) -> None:
-        if self._registry is not None:
-            self._registry.counter(name, HELP[name]).inc(labels)
 
 
 class _Decision:
@@ -203,44 +219,31 @@ class TcpAuthzWatch:
     policy no longer admits the client.
     """
 
-    __slots__ = ("_policy", "_changes", "_port", "_client_ip", "_mesh_tls", "_client_id", "_target_labels",
-                 "_tls_labels", "_registry", "_revoked")
+    __slots__ = ("_policy", "_changes", "_facts", "_revoked")
 
-    def __init__(self, policy: Callable[[], ServerPolicy], changes: PolicyChanges, *, port: int,
-                 client_ip: IpAddress, mesh_tls: bool, client_id: str | None, target_labels: str, tls_labels: str,
-                 registry: Registry | None) -> None:
+    def __init__(self, policy: Callable[[], ServerPolicy], changes: PolicyChanges, facts: ConnectionFacts) -> None:
         self._policy = policy
         self._changes = changes
-        self._port = port
-        self._client_ip = client_ip
-        self._mesh_tls = mesh_tls
-        self._client_id = client_id
-        self._target_labels = target_labels
-        self._tls_labels = tls_labels
-        self._registry = registry
+        self._facts = facts
         self._revoked = False
 
     def watch(self, revoke: Callable[[], None]) -> Callable[[], None]:
-        return self._changes(self._port, lambda: self._changed(revoke))
+        return self._changes(self._facts.port, lambda: self._changed(revoke))
 
     def allowed(self) -> Meta | None:
         """The authorization that admits the connection under the port's current policy, or None."""
-        policy = self._policy()
-        authz = authorize(policy.authorizations, client_ip=self._client_ip, mesh_tls=self._mesh_tls,
-                          client_id=self._client_id)
+        authz = self._facts.admitting(self._policy().authorizations)
         return authz.meta if authz is not None else None
 
     def _changed(self, revoke: Callable[[], None]) -> None:
         if self._revoked or self.allowed() is not None:
             return
         self._revoked = True
-        policy = self._policy()
+        facts, policy = self._facts, self._policy()
         log.info("inbound: connection from %s to port %d terminated: the policy of %s/%s/%s no longer admits it",
-                 self._client_ip, self._port, policy.meta.group, policy.meta.kind, policy.meta.name)
-        if self._registry is not None:
-            name = "inbound_tcp_authz_terminate_total"
-            self._registry.counter(name, HELP[name]).inc(
-                f"{self._target_labels},{server_labels(policy, self._port)},{self._tls_labels}")
+                 facts.client_ip, facts.port, policy.meta.group, policy.meta.kind, policy.meta.name)
+        facts.count("inbound_tcp_authz_terminate_total",
+                    f"{facts.target_labels},{server_labels(policy, facts.port)},{facts.tls_labels}")
         revoke()
 
 
@@ -250,14 +253,13 @@ UNEXPECTED = errors.injected(500, errors.GRPC_INTERNAL, "unexpected error")
 AUDIT = Meta.default("audit")  # the authorization of the ``audit`` policy: allows, and each request is logged
 
 
-def log_connection(policy: ServerPolicy, authz: Meta | None, client_ip: IpAddress, client_id: str | None) -> None:
+def log_connection(policy: ServerPolicy, authz: Meta | None, facts: ConnectionFacts) -> None:
     """linkerd2-proxy's log lines for a connection authorized once: denied, or allowed by ``audit``."""
     if authz is None:
-        log.info("inbound: connection denied: server %s, client %s (%s)", _name(policy.meta), client_ip,
-                 client_id or "no identity")
+        log.info("inbound: connection denied: server %s, client %s", _name(policy.meta), facts.client())
     elif authz == AUDIT:
-        log.info("inbound: request allowed: server %s, client %s (%s), authorization %s", _name(policy.meta),
-                 client_ip, client_id or "no identity", _name(authz))
+        log.info("inbound: request allowed: server %s, client %s, authorization %s", _name(policy.meta),
+                 facts.client(), _name(authz))
 
 
 def _name(meta: Meta) -> str:

@@ -2,11 +2,12 @@
 
 ``cryptography`` (which they need) is about 12 MB of resident memory once
 loaded, and a loaded extension module is never unloaded; the serving proxy
-(``io.identity_client.certify_helper``, for ``io.identity_client`` and
-``io.spire_client``) forks a child that imports this module, answers one
-request and exits, once at start and once per certificate it receives, and
-holds only what ``ssl`` takes. Requests and answers are JSON-ready dicts
-(binary as base64, times as ISO 8601):
+(``io.identity_client.CertifyChild``, for ``io.identity_client`` and
+``io.spire_client``) runs ``python -m tether.proxy.certify`` as a child for
+each certificate round (``main``: one JSON request per line on stdin, one
+answer per line on stdout, until stdin closes), and holds only what ``ssl``
+takes. Requests and answers are JSON-ready dicts (binary as base64, times as
+ISO 8601):
 
 - ``{"op": "new", "name": N, "password": HEX}``: a new P-256 key and a DER
   CSR for the DNS name ``N`` (``csr``);
@@ -28,6 +29,8 @@ touches a disk.
 from __future__ import annotations
 
 import base64
+import json
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -83,3 +86,18 @@ def _certified(certified: Certified) -> dict[str, str]:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def main() -> None:
+    """Answer the requests on stdin, one per line, until it closes; whatever fails is answered, not raised."""
+    for line in sys.stdin.buffer:
+        try:
+            reply = answer(json.loads(line))
+        except Exception as exc:  # a malformed request: the proxy gets an answer naming it
+            reply = {"failed": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

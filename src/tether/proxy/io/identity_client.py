@@ -7,7 +7,7 @@ does not depend on where certificates come from is `Credentials`, which a SPIRE 
 client (``io.spire_client``) shares.
 
 The P-256 private key and the CSR are made, and each answer checked, by ``tether.proxy.certify``
-in a short-lived forked child (``certify_helper``; it needs ``cryptography``, ~12 MB of resident
+in a short-lived child interpreter (`CertifyChild`; it needs ``cryptography``, ~12 MB of resident
 memory the serving proxy does not load). The key comes back through a pipe as
 PKCS#8 PEM encrypted with a one-time password made here (``PrivateKey``), and is never written to
 disk: the ``ssl`` module only loads keys from paths, so it is handed over through an anonymous
@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib
 import json
 import logging
 import os
 import random
 import secrets
 import ssl
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from tether.api import identity_pb2
 from tether.proxy.core.certified import Certified, RefreshPolicy
@@ -213,11 +213,16 @@ class IdentityClient(Credentials):
         return self._config.refresh.after_success(certified.valid_until, self._clock())
 
     async def _certify(self) -> Certified:
+        # One child for the round: started now, it loads while the key is made or the call is in flight.
+        async with CertifyChild() as child:
+            return await self._certify_with(child)
+
+    async def _certify_with(self, child: CertifyChild) -> Certified:
         config = self._config
         key = self._key
         if key is None:
             password = secrets.token_bytes(32)
-            made = await certify_helper({"op": "new", "name": config.local_name, "password": password.hex()})
+            made = await child.ask({"op": "new", "name": config.local_name, "password": password.hex()})
             key = self._key = PrivateKey.of(made, password)
             self._csr = base64.b64decode(made["csr"])
         try:
@@ -234,7 +239,7 @@ class IdentityClient(Credentials):
         except RpcError as exc:
             raise IdentityUnavailable(f"{exc.code.name}: {exc.details}") from None
         valid_until = response.valid_until.ToDatetime(UTC) if response.HasField("valid_until") else None
-        checked = await certify_helper({
+        checked = await child.ask({
             "op": "check", "key": key.pem.decode(), "password": key.password.hex(), "name": config.local_name,
             "anchors": config.trust_anchors_pem.decode(),
             "leaf": base64.b64encode(response.leaf_certificate).decode(),
@@ -291,59 +296,68 @@ def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKey) -> None:
         os.close(fd)
 
 
-async def certify_helper(request: dict[str, Any]) -> dict[str, Any]:
-    """One request to ``tether.proxy.certify`` (see its docstring), answered in a forked child of this process.
+class CertifyChild:
+    """A child interpreter running ``tether.proxy.certify`` for one round of requests (see its docstring).
 
-    Forked, not a new interpreter: nothing is executed from disk (a proxy that dropped its privileges may
-    not be allowed to run the interpreter it came from), the child starts at once with what is loaded, and
-    what it loads (``cryptography``) and allocates goes away with it. The child only computes, writes its
-    answer to a pipe and exits; it never comes back to the event loop.
+    Spawned (``sys.executable -m tether.proxy.certify``), never forked: a proxy process may hold threads
+    (grpcio's, or a test harness's), and a fork taken while another thread holds a lock aborts or
+    deadlocks; a forked child would also hold every open socket of the proxy until it exits, delaying
+    their FINs. Requests go to its stdin and answers come from its stdout, one JSON document per line; it
+    exits when its stdin closes, so what it loads (``cryptography``) and allocates goes away with it, and
+    a proxy that dies takes it along. Starting it costs about 0.3 s of CPU, once per certificate round.
     """
-    read_fd, write_fd = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
-    if pid == 0:  # pragma: no cover - the child (coverage does not follow it)
-        _certify_child(request, read_fd, write_fd)
-    os.close(write_fd)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                os.fdopen(read_fd, "rb", buffering=0))
-    try:
-        out = await reader.read()
-    finally:
-        transport.close()
-        os.waitpid(pid, 0)  # it exits right after its last write: reaped at once
-    try:
-        answer: dict[str, Any] = json.loads(out)
-    except ValueError:
-        raise IdentityUnavailable("tether.proxy.certify gave no answer") from None
-    if "failed" in answer:
-        raise IdentityUnavailable(f"tether.proxy.certify failed: {answer['failed']}")
-    return answer
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> CertifyChild:
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tether.proxy.certify",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_ANSWER_LIMIT)
+        except OSError as exc:
+            raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        process = self._process
+        if process is None:
+            return
+        self._process = None
+        if process.returncode is None and exc_info[0] is None:
+            assert process.stdin is not None
+            process.stdin.close()  # its end of input: it exits
+        else:
+            process.kill()  # cancelled or failed mid-round: no answer is awaited any more
+        await process.wait()
+
+    async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Its answer to one request; `IdentityUnavailable` when it failed or gave none."""
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            await process.stdin.drain()
+            line = await process.stdout.readline()
+        except (OSError, ValueError) as exc:  # ValueError: an answer longer than _ANSWER_LIMIT
+            raise IdentityUnavailable(f"tether.proxy.certify: {exc}") from None
+        try:
+            answer: dict[str, Any] = json.loads(line)
+        except ValueError:
+            raise IdentityUnavailable("tether.proxy.certify gave no answer") from None
+        if "failed" in answer:
+            raise IdentityUnavailable(f"tether.proxy.certify failed: {answer['failed']}")
+        return answer
 
 
-def _certify_child(request: dict[str, Any], read_fd: int, write_fd: int) -> NoReturn:  # pragma: no cover
-    """The forked child: answer, write, exit (``os._exit``: none of the parent's cleanups run twice)."""
-    code = 0
-    try:
-        os.close(read_fd)
-        # Imported here only: the serving process never loads it (import-linter's proxy-no-cryptography).
-        certify = importlib.import_module("tether.proxy.certify")
-        data = json.dumps(certify.answer(request)).encode()
-    except BaseException as exc:  # whatever happened, the parent gets an answer and the child exits
-        data = json.dumps({"failed": f"{type(exc).__name__}: {exc}"}).encode()
-        code = 1
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view):]
-    finally:
-        os._exit(code)
+# An answer holds two PEM keys and a certificate chain: a few KiB, a long chain a few tens.
+_ANSWER_LIMIT = 1 << 20
+
+
+async def certify_helper(request: dict[str, Any]) -> dict[str, Any]:
+    """One request answered by a `CertifyChild` of its own."""
+    async with CertifyChild() as child:
+        return await child.ask(request)
 
 
 def certified_of(answer: dict[str, Any]) -> Certified:

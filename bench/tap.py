@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import time
+from collections.abc import Sequence
 
 from tether.api import tap_pb2
 from tether.proxy.codec.http1 import RequestHead
@@ -33,6 +34,8 @@ LABELS = ('direction="inbound",target_addr="10.0.0.7:8080",target_ip="10.0.0.7",
           'srv_name="all-unauthenticated"')
 HEAD = RequestHead(b"GET", b"/api/list", ((b"host", b"web.emojivoto.svc.cluster.local:80"),
                                           (b"user-agent", b"vote-bot"), (b"accept", b"*/*")))
+CLIENT = ("10.0.0.5", 41234)
+RESPONSE = ((b"content-type", b"application/json"), (b"content-length", b"2"))
 M = tap_pb2.ObserveRequest.Match
 
 
@@ -42,9 +45,9 @@ def _requests(observer: TapObserver | _NoopObserver | None, taps: Taps, n: int) 
     start = time.perf_counter()
     for _ in range(n):
         if observer is not None:
-            observer.request(stream, HEAD, LABELS)
+            observer.request(stream, HEAD, LABELS, CLIENT)
         if observer is not None:
-            observer.response(stream, 200)
+            observer.response(stream, 200, RESPONSE)
         if observer is not None:
             observer.end(stream, 200, None)
         for tap in taps.taps:
@@ -55,10 +58,10 @@ def _requests(observer: TapObserver | _NoopObserver | None, taps: Taps, n: int) 
 class _NoopObserver:
     """The hook's three calls doing nothing: what any observer costs before it does any work."""
 
-    def request(self, stream: object, request: RequestHead, labels: str) -> None:
+    def request(self, stream: object, request: RequestHead, labels: str, client: tuple[str, int] | None) -> None:
         return None
 
-    def response(self, stream: object, status: int) -> None:
+    def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None:
         return None
 
     def end(self, stream: object, status: int | None, error: object) -> None:

@@ -18,5 +18,5 @@ def test_every_case_is_timed_and_rendered() -> None:
     # The matching case's tap really takes the requests (its events are built, then drained).
     observer, taps = tap._setup("one tap, matching")
     assert observer is not None
-    observer.request(object(), tap.HEAD, tap.LABELS)
+    observer.request(object(), tap.HEAD, tap.LABELS, tap.CLIENT)
     assert [e.http.WhichOneof("event") for e in taps.taps[0].events] == ["request_init"]

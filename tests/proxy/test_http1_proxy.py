@@ -503,3 +503,4 @@ def test_the_policy_and_tap_hooks_see_each_request() -> None:
             << Close())
     assert hooks.seen == [("check", b"/r"), ("request", b"/r"), ("response", 200), ("end", 200),
                           ("check", b"/no"), ("end", 503)]
+    assert [[(n.lower(), v) for n, v in h] for h in hooks.response_headers] == [[(b"content-length", b"2")]]

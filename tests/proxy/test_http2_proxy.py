@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import hpack
@@ -489,16 +489,20 @@ class Observed:
     def __init__(self, refuse: bytes = b"") -> None:
         self.refuse = refuse
         self.seen: list[tuple[str, object]] = []
+        self.clients: list[tuple[str, int] | None] = []
+        self.response_headers: list[list[tuple[bytes, bytes]]] = []
 
     def check(self, request: RequestHead) -> ProxyError | None:
         self.seen.append(("check", request.target))
         return errors.load_shed() if request.target == self.refuse else None
 
-    def request(self, stream: object, request: RequestHead, labels: str) -> None:
+    def request(self, stream: object, request: RequestHead, labels: str, client: tuple[str, int] | None) -> None:
         self.seen.append(("request", request.target))
+        self.clients.append(client)
 
-    def response(self, stream: object, status: int) -> None:
+    def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None:
         self.seen.append(("response", status))
+        self.response_headers.append(list(headers))
 
     def end(self, stream: object, status: int | None, error: ProxyError | None) -> None:
         self.seen.append(("end", status))
@@ -518,6 +522,7 @@ def test_the_policy_and_tap_hooks_see_each_stream() -> None:
     assert ("end", 503) in told and ("request", b"/no") not in told  # refused: never routed, but it ended
     told.remove(("end", 503))
     assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]
+    assert [h for h in hooks.response_headers[0] if h[0] == b":status"] == [(b":status", b"200")]  # as relayed
 
 
 def test_a_refused_stream_is_sent_again_once() -> None:

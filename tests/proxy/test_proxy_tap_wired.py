@@ -20,6 +20,7 @@ from test_http1_mesh import Web, request
 from test_http2_mesh import Names, grpc_server
 
 from tether.api import http_types_pb2, tap_pb2, tap_pb2_grpc
+from tether.api.addresses import from_tcp_address
 from tether.proxy.app import Proxy
 from tether.proxy.io.tap_server import UNAUTHORIZED
 
@@ -99,7 +100,8 @@ def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_p
                                 headers=tap_pb2.ObserveRequest.Extract.Http.Headers()))))
                     await _opened(server_proxy, 1)
                     await _opened(client_proxy, 1)
-                    async with connection(svc, 80) as (reader, writer):
+                    async with connection(svc, 80, local_addr=(client.ip, 0)) as (reader, writer):
+                        app_socket = writer.get_extra_info("sockname")[:2]
                         for path in ("/other", "/api/list"):
                             head, _ = await request(reader, writer, "GET", path)
                             assert head.status == 200
@@ -125,9 +127,20 @@ def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_p
             assert out_init.destination_meta.labels["tls"] == "true"
             in_init = next(e for e in inbound.events if e.http.WhichOneof("event") == "request_init")
             assert in_init.source_meta.labels["client_id"] == client.identity
-            # Headers only where they were asked for.
+            # The source is the connection's client: outbound the app's socket (the HTTP/1 request's, bound to
+            # the client pod's address), inbound the client proxy's connection (from a loopback address).
+            assert from_tcp_address(out_init.source) == app_socket
+            for e in inbound.events:
+                ip, port = from_tcp_address(e.source)
+                assert ip.startswith("127.") and port > 0
+            # Headers only where they were asked for, the response's too (the gRPC call's content-type).
             assert any(h.name == "host" for h in out_init.http.request_init.headers.headers)
             assert not in_init.http.request_init.headers.headers
+            out_responses = [e.http.response_init for e in outbound.events if e.http.HasField("response_init")]
+            assert [h.value for h in out_responses[1].headers.headers if h.name == "content-type"] == [
+                b"application/grpc"]
+            assert not any(h.name.startswith(":") for r in out_responses for h in r.headers.headers)
+            assert not any(e.http.response_init.headers.headers for e in inbound.events)
             # The finished taps are gone: the request path is back to an empty list.
             for proxy in (server_proxy, client_proxy):
                 assert proxy.tap is not None and proxy.tap.taps.taps == []

@@ -276,16 +276,16 @@ def test_the_observer_turns_the_layers_calls_into_events() -> None:
               'server_id="emoji.emojivoto.serviceaccount.identity.linkerd.cluster.local",dst_deployment="emoji",'
               'dst_namespace="emojivoto"')
     first, second = object(), object()
-    observer.request(first, head, labels)  # no tap open: nothing kept
+    observer.request(first, head, labels, ("10.0.0.4", 40001))  # no tap open: nothing kept
     assert taps.begin(req(), 0.0) is None
     extract = tap_pb2.ObserveRequest.Extract(http=tap_pb2.ObserveRequest.Extract.Http(
         headers=tap_pb2.ObserveRequest.Extract.Http.Headers()))
     tap = new_tap(tap_pb2.ObserveRequest(limit=5, extract=extract, match=M(
         destination_label=M.Label(key="deployment", value="emoji"))), lambda: None)
     taps.add(tap)
-    observer.request(second, head, labels)
+    observer.request(second, head, labels, ("10.0.0.4", 40002))
     now[0] = 10.004
-    observer.response(second, 200)
+    observer.response(second, 200, ((b":status", b"200"), (b"Content-Type", b"application/json")))
     now[0] = 10.005
     observer.end(second, 200, None)
     observer.end(first, 200, None)  # never tapped: nothing
@@ -295,7 +295,11 @@ def test_the_observer_turns_the_layers_calls_into_events() -> None:
     assert [(h.name, h.value) for h in r.headers.headers][1] == ("x-id", b"7")
     assert init.destination.port == 8080 and init.destination_meta.labels["deployment"] == "emoji"
     assert init.destination_meta.labels["tls"] == "true"
+    assert (init.source.ip.ipv4, init.source.port) == (0x0A000004, 40002)  # the connection's client
     assert rsp.http.response_init.http_status == 200
+    # The response's headers, asked for: names lower-cased, no HTTP/2 pseudo-headers.
+    assert [(h.name, h.value) for h in rsp.http.response_init.headers.headers] == [
+        ("content-type", b"application/json")]
     assert rsp.http.response_init.since_request_init.ToNanoseconds() == pytest.approx(4_000_000, abs=1000)
     assert end.http.response_end.since_response_init.ToNanoseconds() == pytest.approx(1_000_000, abs=1000)
 
@@ -310,10 +314,12 @@ def test_an_answer_without_a_relayed_response_still_ends_the_stream() -> None:
     observer = TapObserver(taps, INBOUND, lambda: 1.0)
     stream = object()
     observer.request(stream, RequestHead(b"POST", b"/x", ((b"host", b"web"),)),
-                     'direction="inbound",target_addr="10.0.0.2:8080",tls="true",client_id="a\\"b"')
+                     'direction="inbound",target_addr="10.0.0.2:8080",tls="true",client_id="a\\"b"', None)
     observer.end(stream, 503, None)  # e.g. load shed: the proxy's own answer
     assert [e.http.WhichOneof("event") for e in tap.events] == ["request_init", "response_init", "response_end"]
     assert tap.events[1].http.response_init.http_status == 503
     assert tap.events[0].source_meta.labels["client_id"] == 'a"b'
+    assert (tap.events[0].source.ip.ipv4, tap.events[0].source.port) == (0, 0)  # no client address given
+    assert not tap.events[1].http.response_init.headers.headers  # not asked for
     assert tap.finished
     assert parse_labels('a="x\\\\y",b=""') == {"a": "x\\y", "b": ""}

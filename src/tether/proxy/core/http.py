@@ -18,7 +18,7 @@ Callers: ``core.http1_proxy`` (HTTP/1), ``core.http2_proxy`` (HTTP/2), ``core.ex
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,6 +35,8 @@ L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
 L5D_CLIENT_ID = b"l5d-client-id"
 L5D_DST_OVERRIDE = b"l5d-dst-override"
 L5D_DST_CANONICAL = b"l5d-dst-canonical"
+
+ClientAddr = tuple[str, int]  # the accepted connection's peer (ip, port), as tap reports it
 
 MAX_REPLAY = 64 * 1024  # request body bytes kept for a retry (Linkerd's); a larger body is not retried
 
@@ -111,14 +113,15 @@ class RequestPolicy(Protocol):
 class StreamObserver(Protocol):
     """Stream-scoped events for tap (issue #16): told, never asked; must not block or raise.
 
-    ``request`` when a request head is routed (with the endpoint's labels), ``response`` at its
-    response head, ``end`` when the exchange is over (status None: no response was sent; ``error``:
-    the error kind the proxy answered, if it did).
+    ``request`` when a request head is routed (with the endpoint's labels and the connection's client
+    address, None when the transport did not say), ``response`` at its response head (the headers the
+    client gets), ``end`` when the exchange is over (status None: no response was sent; ``error``: the
+    error kind the proxy answered, if it did).
     """
 
-    def request(self, stream: object, request: RequestHead, labels: str) -> None: ...
+    def request(self, stream: object, request: RequestHead, labels: str, client: ClientAddr | None) -> None: ...
 
-    def response(self, stream: object, status: int) -> None: ...
+    def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None: ...
 
     def end(self, stream: object, status: int | None, error: ProxyError | None) -> None: ...
 

@@ -73,7 +73,7 @@ from tether.proxy.codec.http1 import (
 from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http import MAX_REPLAY, HttpSettings, Pick, Router
+from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router
 from tether.proxy.core.http1_headers import downstream_response, edited, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
 from tether.proxy.core.retries import Settled
@@ -200,8 +200,10 @@ class _Exchange:
 class Http1Proxy:
     """One accepted HTTP/1 connection (see the module docstring), answering through ``sink``."""
 
-    def __init__(self, router: Router, settings: HttpSettings, sink: Http1Sink) -> None:
+    def __init__(self, router: Router, settings: HttpSettings, sink: Http1Sink, *,
+                 client: ClientAddr | None = None) -> None:
         self.router = router
+        self.client = client  # the connection's peer, for tap
         self.settings = settings
         self.sink = sink
         self.server = Http1Connection(Role.SERVER, max_head_size=settings.max_head_size)
@@ -383,7 +385,7 @@ class Http1Proxy:
             if settings.metrics is not None:
                 settings.metrics.request(pick.labels)
             if settings.observer is not None:
-                settings.observer.request(ex, ex.request, pick.labels)
+                settings.observer.request(ex, ex.request, pick.labels, self.client)
         out = client.send_head(upstream_request(ex.request, pick, settings))
         for event in ex.unsent:
             out += client.send_body(event.data) if isinstance(event, Body) else client.send_end(event.trailers)
@@ -607,7 +609,7 @@ class Http1Proxy:
         up, pick, client = ex.up, ex.pick, ex.client
         assert up is not None and pick is not None and client is not None
         if self.settings.observer is not None:
-            self.settings.observer.response(ex, head.status)
+            self.settings.observer.response(ex, head.status, head.headers)
         if client.switched:
             if server.their_state is not State.DONE:
                 self.sink.checkin(up, reuse=False)

@@ -84,6 +84,7 @@ from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import (
     MAX_REPLAY,
+    ClientAddr,
     HttpSettings,
     Pick,
     Router,
@@ -292,8 +293,10 @@ class _Stream:
 class Http2Proxy:
     """One accepted HTTP/2 connection (see the module docstring), answering through ``sink``."""
 
-    def __init__(self, router: Router, settings: HttpSettings, sink: Http2Sink, *, downgrade: bool = False) -> None:
+    def __init__(self, router: Router, settings: HttpSettings, sink: Http2Sink, *, downgrade: bool = False,
+                 client: ClientAddr | None = None) -> None:
         self.router = router
+        self.client = client  # the connection's peer, for tap
         self.settings = settings
         self.sink = sink
         self.downgrade = downgrade
@@ -600,7 +603,7 @@ class Http2Proxy:
             if self.settings.metrics is not None:
                 self.settings.metrics.request(result.labels)
             if self.settings.observer is not None:  # tap (core.http.StreamObserver)
-                self.settings.observer.request(stream, stream.request_head(), result.labels)
+                self.settings.observer.request(stream, stream.request_head(), result.labels, self.client)
         self._go(stream, Step.PICKED)
         if stream.orig_proto is not None:
             self._checkout_h1(stream, result)
@@ -782,11 +785,11 @@ class Http2Proxy:
         if stream.route is not None and self._retried(stream, stream.status,
                                                       stream.grpc_status if stream.grpc else None):
             return
-        self._headed(stream)
+        self._headed(stream, headers)
         self.down.send_headers(stream.sid, headers, end_stream=end)
         stream.head_ended = end
 
-    def _headed(self, stream: _Stream) -> None:
+    def _headed(self, stream: _Stream, headers: Headers) -> None:
         """The final response head goes to the client: the route's timers stop."""
         self._go(stream, Step.HEAD)
         self._stop_attempt(stream)
@@ -794,7 +797,7 @@ class Http2Proxy:
             stream.timer.cancel()
             stream.timer = None
         if self.settings.observer is not None:
-            self.settings.observer.response(stream, stream.status or 0)
+            self.settings.observer.response(stream, stream.status or 0, headers)
 
     def _sample(self, stream: _Stream) -> None:
         if not stream.sampled and stream.pick is not None:
@@ -1332,5 +1335,5 @@ class Http2Proxy:
             headers.append((low, value))
         headers.append((L5D_ORIG_PROTO, b"HTTP/" + head.version))
         stream.status = head.status
-        self._headed(stream)
+        self._headed(stream, headers)
         self.down.send_headers(stream.sid, headers)

@@ -21,9 +21,9 @@ channel drops them) and calls its ``wake`` hook when one arrives; it is
 ``TapObserver`` is the ``core.http.StreamObserver`` the HTTP layers call
 (request routed, response head, end): it reads the request head and the
 endpoint's metric labels (``target_addr``, ``tls``, ``client_id``/``server_id``,
-``dst_*``) into a ``TapRequest``.  The hook passes neither the client's
-address nor the response's headers, so events carry source ``0.0.0.0:0`` and
-no response headers (request headers are extracted when asked).
+``dst_*``) and the connection's client address (the source) into a
+``TapRequest``; headers (the request's, the response's without HTTP/2
+pseudo-headers) are extracted when a tap asks for them.
 
 Times are seconds from the caller's monotonic clock; nothing here does I/O.
 Callers: ``tether.proxy.io.tap_server`` (Observe) and the HTTP layers (through ``TapObserver``).
@@ -196,7 +196,8 @@ def scheme_message(scheme: str) -> http_types_pb2.Scheme:
 
 
 def headers_message(headers: Sequence[Header]) -> http_types_pb2.Headers:
-    return http_types_pb2.Headers(headers=[http_types_pb2.Headers.Header(name=n.decode("latin-1"), value=v)
+    # Names lower-cased, as HTTP/2 carries them and linkerd2-proxy reports HTTP/1's.
+    return http_types_pb2.Headers(headers=[http_types_pb2.Headers.Header(name=n.decode("latin-1").lower(), value=v)
                                            for n, v in headers])
 
 
@@ -414,12 +415,16 @@ def endpoint_of(labels: str, direction: int) -> _Endpoint:
                      {**dst, **tls} if direction == OUTBOUND else dst)
 
 
-def request_of(head: RequestHead, endpoint: _Endpoint, direction: int) -> TapRequest:
-    """What tap sees of a routed request: its head, and its endpoint's labels."""
+UNKNOWN_SOURCE = ("0.0.0.0", 0)  # the transport did not say who the client is (it was closing)
+
+
+def request_of(head: RequestHead, endpoint: _Endpoint, direction: int,
+               client: tuple[str, int] | None = None) -> TapRequest:
+    """What tap sees of a routed request: its head, its connection's client, and its endpoint's labels."""
     authority = next((v for n, v in head.headers if n.lower() == b"host"), b"")
     return TapRequest(
         direction=direction,
-        source=("0.0.0.0", 0),  # the hook does not pass the client's address
+        source=client or UNKNOWN_SOURCE,
         destination=endpoint.destination,
         method=head.method.decode("latin-1"),
         scheme="http",
@@ -447,7 +452,7 @@ class TapObserver:
         self._streams: dict[int, TappedStream] = {}
         self._endpoints: dict[str, _Endpoint] = {}
 
-    def request(self, stream: object, request: RequestHead, labels: str) -> None:
+    def request(self, stream: object, request: RequestHead, labels: str, client: tuple[str, int] | None) -> None:
         if not self.taps.taps:
             return
         endpoint = self._endpoints.get(labels)
@@ -455,14 +460,14 @@ class TapObserver:
             if len(self._endpoints) >= ENDPOINT_CACHE:
                 self._endpoints.clear()
             endpoint = self._endpoints[labels] = endpoint_of(labels, self.direction)
-        tapped = self.taps.begin(request_of(request, endpoint, self.direction), self.clock())
+        tapped = self.taps.begin(request_of(request, endpoint, self.direction, client), self.clock())
         if tapped is not None:
             self._streams[id(stream)] = tapped
 
-    def response(self, stream: object, status: int) -> None:
+    def response(self, stream: object, status: int, headers: Sequence[Header]) -> None:
         tapped = self._streams.get(id(stream))
         if tapped is not None:
-            tapped.response_init(status, (), self.clock())
+            tapped.response_init(status, [h for h in headers if h[0][:1] != b":"], self.clock())
 
     def end(self, stream: object, status: int | None, error: object) -> None:
         tapped = self._streams.pop(id(stream), None)

@@ -33,7 +33,7 @@ from tether.proxy.core.http1_proxy import Http1Proxy, Timer
 from tether.proxy.core.http_commands import Upstream
 
 from tether.proxy.io.pool import Waiter
-from tether.proxy.io.streams import Stream, link
+from tether.proxy.io.streams import Stream, client_addr, link
 
 if TYPE_CHECKING:
     from tether.proxy.io.driver import Driver, _Conn
@@ -67,7 +67,9 @@ class Http1Io:
         self.to_up: list[bytes] = []
         self.to_up_on: Upstream | None = None
         self.waiting: set[Waiter] = set()  # the pool's waits for the core's checkouts
-        self.core = Http1Proxy(router, settings, self)
+        # The client's address only for tap, its one reader.
+        self.core = Http1Proxy(router, settings, self,
+                               client=client_addr(down) if settings.observer is not None else None)
 
     def start(self) -> None:
         """Take over the client's stream, with what it already holds (sniffed bytes, an EOF)."""

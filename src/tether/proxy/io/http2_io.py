@@ -29,7 +29,7 @@ from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http2_proxy import Http2Proxy, Timer
 from tether.proxy.core.http_commands import Upstream
 
-from tether.proxy.io.streams import Stream
+from tether.proxy.io.streams import Stream, client_addr
 
 if TYPE_CHECKING:
     from tether.proxy.io.driver import Driver, _Conn
@@ -55,7 +55,8 @@ class Http2Io:
         self.ups: dict[Stream, Upstream] = {}  # the upstream connections the core holds, by their stream
         self.closed = False
         self.flooded: set[Stream] = set()  # streams not read for FLOOD_LIMIT unwritten
-        self.core = Http2Proxy(router, settings, self, downgrade=downgrade)
+        self.core = Http2Proxy(router, settings, self, downgrade=downgrade,
+                               client=client_addr(down) if settings.observer is not None else None)
 
     def start(self) -> None:
         """Take over the client's stream, with what it already holds (the preface, sniffed)."""

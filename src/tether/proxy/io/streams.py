@@ -201,6 +201,17 @@ class Stream(asyncio.BufferedProtocol):
                 waiter.set_result(None)
 
 
+def client_addr(stream: Stream) -> tuple[str, int] | None:
+    """The (ip, port) of ``stream``'s peer: what tap reports as a request's source. None when the transport
+    does not say (it is closing)."""
+    peer = stream.transport.get_extra_info("peername") if stream.transport is not None else None
+    if not (isinstance(peer, tuple) and len(peer) >= 2):
+        return None
+    ip = str(peer[0])
+    # An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d; Linkerd reports it as IPv4.
+    return (ip[7:] if ip.startswith("::ffff:") and "." in ip else ip), int(peer[1])
+
+
 def link(a: Stream, b: Stream) -> None:
     """Join two streams: what each buffered goes to the other first, then every read."""
     a.peer, b.peer = b, a

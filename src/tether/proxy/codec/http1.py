@@ -666,13 +666,26 @@ class Http1Connection:
 
 
 class _Llhttp:
-    """A connection's llhttp parser, and what its callbacks collect of the head in hand: its headers, the
-    framing-relevant values, the Host count and whether anything in it is to be rewritten."""
+    """A connection's llhttp parser and the collector of its callbacks.
 
-    __slots__ = ("parser", "headers", "found", "hosts", "rewrite")
+    The parser holds the collector (its callbacks' object), and the collector does not hold the parser: a
+    parser that held itself through its callbacks would be a reference cycle, freed only by the cyclic
+    garbage collector, per connection (see docs/benchmarks.md on the collector's pauses)."""
+
+    __slots__ = ("parser", "head")
 
     def __init__(self, is_request: bool) -> None:
-        self.parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(self)
+        self.head = _HeadCollector()
+        self.parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(self.head)
+
+
+class _HeadCollector:
+    """What llhttp's callbacks collect of the head in hand: its headers, the framing-relevant values, the Host
+    count and whether anything in it is to be rewritten."""
+
+    __slots__ = ("headers", "found", "hosts", "rewrite")
+
+    def __init__(self) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.found: dict[bytes, list[bytes]] = {}
         self.hosts = 0
@@ -715,10 +728,11 @@ def _parse_head(head: bytes, llhttp: _Llhttp) -> tuple[Headers, dict[bytes, list
     ``llhttp`` is the connection's, fed every head (and what follows it,
     where it frames it as the codec does) from the connection's first byte.
     """
-    llhttp.headers = []
-    llhttp.found = {}
-    llhttp.hosts = 0
-    llhttp.rewrite = False
+    collected = llhttp.head
+    collected.headers = []
+    collected.found = {}
+    collected.hosts = 0
+    collected.rewrite = False
     going = True
     try:
         llhttp.parser.feed_data(head + b"\r\n")
@@ -730,7 +744,7 @@ def _parse_head(head: bytes, llhttp: _Llhttp) -> tuple[Headers, dict[bytes, list
         rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
         found = {name: values for name, values in scan_framing(headers).items() if values}
         return headers, found, names.count(b"host"), rewrite, False
-    return tuple(llhttp.headers), llhttp.found, llhttp.hosts, llhttp.rewrite, going
+    return tuple(collected.headers), collected.found, collected.hosts, collected.rewrite, going
 
 
 def _parse_headers(lines: list[bytes]) -> Headers:

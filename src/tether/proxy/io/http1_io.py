@@ -24,6 +24,7 @@ Caller: ``io.driver.Driver`` (the ``ServeHttp1`` command).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ class Http1Io:
 
     __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
                  "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on",
-                 "waiting")
+                 "waiting", "__weakref__")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  idle: IdleClients) -> None:
@@ -67,8 +68,11 @@ class Http1Io:
         self.to_up: list[bytes] = []
         self.to_up_on: Upstream | None = None
         self.waiting: set[Waiter] = set()  # the pool's waits for the core's checkouts
-        # The client's address only for tap, its one reader.
-        self.core = Http1Proxy(router, settings, self,
+        # The core holds its sink weakly: this object holds the core, and a cycle would leave every closed
+        # connection to the cyclic garbage collector, whose full passes stall the loop (docs/benchmarks.md).
+        # Whatever calls into the core comes through this object (its streams' callbacks, its timers', its
+        # waits'), which is alive while they can. The client's address only for tap, its one reader.
+        self.core = Http1Proxy(router, settings, weakref.proxy(self),
                                client=client_addr(down) if settings.observer is not None else None)
 
     def start(self) -> None:

@@ -45,7 +45,10 @@ Opener = Callable[[], Awaitable["Upstream | Failed"]]
 
 
 class Waiter:
-    """A request waiting for a connection of ``key``; ``cancel`` when it no longer needs one."""
+    """A request waiting for a connection of ``key``; ``cancel`` when it no longer needs one.
+
+    ``done`` is let go once called or cancelled: it usually holds its connection's I/O side, which holds this
+    waiter, and a cycle would leave the connection for the cyclic garbage collector."""
 
     __slots__ = ("key", "done", "live")
 
@@ -54,8 +57,18 @@ class Waiter:
         self.done = done
         self.live = True
 
+    def answer(self, reply: Upstream | Failed) -> None:
+        done = self.done
+        self.done = _unwanted
+        done(reply)
+
     def cancel(self) -> None:
         self.live = False
+        self.done = _unwanted
+
+
+def _unwanted(reply: Upstream | Failed) -> None:
+    """What a cancelled waiter is answered with: nothing (``next_waiter`` skips it)."""
 
 
 class _Key:
@@ -137,7 +150,7 @@ class Pool:
             return
         if isinstance(reply, Failed):
             while (waiter := state.next_waiter()) is not None:
-                waiter.done(reply)
+                waiter.answer(reply)
             self._forget(key, state)
             return
         self.put(reply, fresh=True)
@@ -157,7 +170,7 @@ class Pool:
         if waiter is not None:
             if not fresh:
                 _reused(up)
-            waiter.done(up)
+            waiter.answer(up)
             return
         entries = state.idle
         if len(entries) >= self._max_idle:

@@ -135,10 +135,19 @@ class Stream(asyncio.BufferedProtocol):
         self._drained()
         handler = self.handler
         if handler is not None:
+            self.handler = None
             handler.on_lost(self)
         peer = self.peer
-        if peer is not None and not peer.lost:
-            peer.transport.close()  # after what is buffered for it has been written
+        if peer is not None:
+            self.peer = None
+            if not peer.lost:
+                peer.transport.close()  # after what is buffered for it has been written
+        # Nothing more comes from a lost connection, so it lets go of what it pointed to (its handler, its
+        # peer), and a TLS transport of it: uvloop's TLS protocol keeps this stream's bound get_buffer and
+        # buffer_updated after the connection is lost, a cycle through the transport this stream holds. Each
+        # would leave every closed connection to the cyclic garbage collector (docs/benchmarks.md).
+        if self.tls:
+            self.transport.set_protocol(_LOST)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -210,6 +219,19 @@ def client_addr(stream: Stream) -> tuple[str, int] | None:
     ip = str(peer[0])
     # An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d; Linkerd reports it as IPv4.
     return (ip[7:] if ip.startswith("::ffff:") and "." in ip else ip), int(peer[1])
+
+
+class _Lost(asyncio.BufferedProtocol):
+    """What a lost TLS stream's transport is left pointing to (see ``Stream.connection_lost``)."""
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return READ_BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        pass
+
+
+_LOST = _Lost()
 
 
 def link(a: Stream, b: Stream) -> None:

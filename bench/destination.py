@@ -5,7 +5,10 @@
 The destination runs as its own process (``tether destination serve`` over TLS,
 on a store in a temp dir); this process is every client and the writer.  Each
 round writes one pod's readiness (ready, then unready, alternately) to the
-store and stamps the time just before the write; every subscribed stream
+store, with its Service's EndpointSlices as the local platform's EndpointSlice
+controller (``tether platform run``) would write them -- the destination reads
+slices, and that controller is not part of what is measured -- and stamps the
+time just before the write; every subscribed stream
 stamps the time its diff arrives (``time.monotonic`` is system-wide, so the
 stamps compare across processes).  Printed per case: p50 and p99 of the
 per-stream delay, p50 and p99 of the per-round time until the *last* stream
@@ -27,7 +30,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,8 +48,11 @@ from cryptography.x509.oid import NameOID
 from rich.console import Console
 from rich.table import Table
 
+from bench.dataplane.procs import stop_process
+from bench.dataplane.procstat import MIB, cpu_seconds, peak_rss_bytes, rss_bytes
 from tether.api import destination_pb2
 from tether.naming import control_plane_identity
+from tether.platform.local.endpointslices import desired_slices
 from tether.store import Store
 
 NS = "bench"
@@ -116,10 +121,7 @@ class Destination:
 
     def rss_mb(self) -> tuple[float, float]:
         """(current, peak) resident set size of the destination process, MiB."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        values = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in status.splitlines()
-                                                     if line.startswith(("VmRSS", "VmHWM")))}
-        return values["VmRSS"] / 1024, values["VmHWM"] / 1024
+        return rss_bytes(self.proc.pid) / MIB, peak_rss_bytes(self.proc.pid) / MIB
 
     def lag_p99(self) -> float | None:
         """The destination's own p99 delivery lag (event seen -> stream write), from its histogram."""
@@ -134,16 +136,10 @@ class Destination:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system, every thread) the destination process has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 30)
 
 
 def _start_destination(tmp: Path, store_path: Path, cert: Path, key: Path) -> Destination:
@@ -160,7 +156,7 @@ def _start_destination(tmp: Path, store_path: Path, cert: Path, key: Path) -> De
         if proc.poll() is not None:
             raise RuntimeError(f"the destination exited: {log.read_text()}")
         if time.monotonic() > deadline:
-            proc.kill()
+            stop_process(proc, 30)
             raise RuntimeError("the destination did not start in time")
         time.sleep(0.05)
     return Destination(proc, int(match[1]), int(match[2]), log)
@@ -245,8 +241,29 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _rounds(store: Store, subscribers: Subscribers, targets: list[tuple[str, int, str]], rounds: int,
-                  streams_per_round: int, destination: Destination) -> tuple[list[float], list[float], float, float]:
+class Cluster:
+    """The Services and pods written so far, to write each change with its Service's EndpointSlices."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # by Service, then pod name
+
+    def add(self, service: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``service``, ``pods`` and the service's slices, to store."""
+        name = service["metadata"]["name"]
+        self.services[name] = service
+        self.pods[name] = {pod["metadata"]["name"]: pod for pod in pods}
+        return [service, *pods, *desired_slices(service, pods)]
+
+    def put(self, app: str, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """``pod`` (new or changed) and its Service's slices as they become, to store."""
+        self.pods[app][pod["metadata"]["name"]] = pod
+        return [pod, *desired_slices(self.services[app], self.pods[app].values())]
+
+
+async def _rounds(store: Store, cluster: Cluster, subscribers: Subscribers, targets: list[tuple[str, int, str]],
+                  rounds: int, streams_per_round: int,
+                  destination: Destination) -> tuple[list[float], list[float], float, float]:
     """Flip one pod per round (service chosen round-robin over ``targets``) and time the diffs.
 
     Returns the per-stream and per-round delays, and the destination's and this process's CPU
@@ -263,7 +280,7 @@ async def _rounds(store: Store, subscribers: Subscribers, targets: list[tuple[st
         await asyncio.sleep(0.05)  # let the previous round's stragglers settle
         server_before, client_before = destination.cpu_seconds(), time.process_time()
         start = time.monotonic()
-        store.apply(_pod(app, index, ip, ready[app]))
+        store.apply_many(cluster.put(app, _pod(app, index, ip, ready[app])))
         await subscribers.wait(streams_per_round, timeout=60)
         if round_ < 2:
             continue
@@ -282,9 +299,9 @@ async def _case(tmp: Path, services: int, pods: int, streams: int, rounds: int, 
     store = Store(store_path)
     begin = time.monotonic()
     objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}]
+    cluster = Cluster()
     for s in range(services):
-        objects.append(_service(f"svc-{s}"))
-        objects.extend(_pod(f"svc-{s}", i, _ip(s, i), True) for i in range(pods))
+        objects += cluster.add(_service(f"svc-{s}"), [_pod(f"svc-{s}", i, _ip(s, i), True) for i in range(pods)])
     for chunk in range(0, len(objects), 2000):
         store.apply_many(objects[chunk:chunk + 2000])
     _progress(f"stored {len(objects):,} objects in {time.monotonic() - begin:.1f}s")
@@ -302,7 +319,7 @@ async def _case(tmp: Path, services: int, pods: int, streams: int, rounds: int, 
         targets = [(f"svc-{s}", pods, _ip(s, pods)) for s in random.Random(7).sample(range(services),
                                                                                      min(services, rounds))]
         per_stream, per_round, server_cpu, client_cpu = await _rounds(
-            store, subscribers, targets, rounds, per_service, destination
+            store, cluster, subscribers, targets, rounds, per_service, destination
         )
         rss_now, rss_peak = destination.rss_mb()
         lag = destination.lag_p99()

@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from typing import Any
 
 import grpc
 
+from bench.dataplane.procs import stop_process
+from bench.dataplane.procstat import MIB, cpu_seconds, peak_rss_bytes, rss_bytes
 from tether.api import inbound_pb2
 from tether.identity import pem, pki
 from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer
@@ -119,22 +120,14 @@ class Controller:
             time.sleep(0.2)
 
     def rss_mb(self) -> tuple[float, float]:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        values = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in status.splitlines()
-                                                     if line.startswith(("VmRSS", "VmHWM")))}
-        return values["VmRSS"] / 1024, values["VmHWM"] / 1024
+        """(current, peak) resident set size of the controller process, MiB."""
+        return rss_bytes(self.proc.pid) / MIB, peak_rss_bytes(self.proc.pid) / MIB
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 30)
 
 
 def _listening_ports(pid: int) -> list[int]:

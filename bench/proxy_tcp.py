@@ -40,9 +40,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench.dataplane.procs import stop_process
+from bench.dataplane.procstat import MIB, cpu_seconds, rss_bytes
+
 GIB = 1 << 30
-_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 PORT = 3306  # opaque by default in Linkerd (MySQL): no detection in the way
 
 
@@ -77,16 +78,16 @@ def _mesh_benchmark(tmp: Path, total: int, streams: list[int], rounds: int) -> N
     try:
         server = _start_proxy(plane.proxy_env("server", server_ip, []), procs)
         client = _start_proxy(plane.proxy_env("client", client_ip, [f"{service_ip}:{PORT}"]), procs)
-        idle_rss = _rss(client.pid)
-        print(f"idle RSS of a ready proxy: {idle_rss / (1 << 20):.1f} MiB (server proxy {_rss(server.pid) / (1 << 20):.1f} MiB)")
+        idle_rss = rss_bytes(client.pid)
+        print(f"idle RSS of a ready proxy: {idle_rss / MIB:.1f} MiB (server proxy {rss_bytes(server.pid) / MIB:.1f} MiB)")
         rows = []
         for n in streams:
             direct = max(_transfer(server_ip, server_ip, total, n) for _ in range(rounds))
             best, cpu = 0.0, (0.0, 0.0)
             for _ in range(rounds):
-                before = (_cpu(client.pid), _cpu(server.pid))
+                before = (cpu_seconds(client.pid), cpu_seconds(server.pid))
                 rate = _transfer(server_ip, service_ip, total, n)
-                after = (_cpu(client.pid), _cpu(server.pid))
+                after = (cpu_seconds(client.pid), cpu_seconds(server.pid))
                 if rate > best:
                     best = rate
                     cpu = ((after[0] - before[0]) / (total / GIB), (after[1] - before[1]) / (total / GIB))
@@ -96,19 +97,13 @@ def _mesh_benchmark(tmp: Path, total: int, streams: list[int], rounds: int) -> N
         print(f"{'streams':>8} {'direct MiB/s':>13} {'via proxies MiB/s':>18} {'ratio':>6} "
               f"{'client proxy CPU s/GiB':>23} {'server proxy CPU s/GiB':>23}")
         for n, direct, via, (c_cpu, s_cpu) in rows:
-            print(f"{n:>8} {direct / (1 << 20):>13,.0f} {via / (1 << 20):>18,.0f} {via / direct:>6.2f} "
+            print(f"{n:>8} {direct / MIB:>13,.0f} {via / MIB:>18,.0f} {via / direct:>6.2f} "
                   f"{c_cpu:>23.2f} {s_cpu:>23.2f}")
-        print(f"RSS after the runs: client proxy {_rss(client.pid) / (1 << 20):.1f} MiB, "
-              f"server proxy {_rss(server.pid) / (1 << 20):.1f} MiB")
+        print(f"RSS after the runs: client proxy {rss_bytes(client.pid) / MIB:.1f} MiB, "
+              f"server proxy {rss_bytes(server.pid) / MIB:.1f} MiB")
     finally:
         for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 10)
         plane.stop()
 
 
@@ -219,17 +214,6 @@ def _load(args: dict) -> None:
     for thread in threads:
         thread.join()
     print(f"started {started}", flush=True)
-
-
-def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[21]) * _PAGE
 
 
 class _ControlPlane:
@@ -393,16 +377,16 @@ def _tls_benchmark(tmp: Path, total: int, rounds: int) -> None:
                                                      "upstream": upstream, "dir": str(tmp)})
                     procs.append(proc)
                     _expect(proc, b"listening")
-                before = [_cpu(p.pid) for p in procs]
+                before = [cpu_seconds(p.pid) for p in procs]
                 rate = _transfer_to(ip, ports[0], total)
-                after = [_cpu(p.pid) for p in procs]
+                after = [cpu_seconds(p.pid) for p in procs]
                 if rate > best[0]:
                     best = (rate, (after[1] - before[1]) / (total / GIB), (after[0] - before[0]) / (total / GIB))
             finally:
                 for proc in procs:
                     proc.kill()
                     proc.wait()
-        print(f"{variant:>12} {best[0] / (1 << 20):>8,.0f} {best[1]:>22.2f} {best[2]:>22.2f}")
+        print(f"{variant:>12} {best[0] / MIB:>8,.0f} {best[1]:>22.2f} {best[2]:>22.2f}")
 
 
 def _transfer_to(ip: str, port: int, total: int) -> float:

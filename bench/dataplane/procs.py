@@ -193,16 +193,7 @@ class Supervisor:
         return proc
 
     def stop(self, proc: Proc, grace: float = 3.0) -> None:
-        if proc.popen.poll() is None:
-            _signal_group(proc.popen.pid, signal.SIGTERM)
-            try:
-                proc.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=grace)
-        else:
-            # The leader is gone; make sure nothing it forked stays behind.
-            _signal_group(proc.popen.pid, signal.SIGKILL)
+        stop_process(proc.popen, grace, group=True)
         if proc in self.procs:
             self.procs.remove(proc)
 
@@ -220,6 +211,29 @@ class Supervisor:
             self.tmpdirs.clear()
         finally:
             signal.signal(signal.SIGINT, old_int)
+
+
+def stop_process(popen: subprocess.Popen[bytes], grace: float, *, group: bool = False) -> None:
+    """SIGTERM, and SIGKILL if it has not exited ``grace`` seconds later; then reap it.
+
+    ``group``: signal the process group ``popen`` leads (started with ``start_new_session``), and kill what
+    is left of it even when the leader is already gone.
+    """
+    def send(sig: int) -> None:
+        if group:
+            _signal_group(popen.pid, sig)
+        elif popen.poll() is None:
+            popen.send_signal(sig)
+
+    if popen.poll() is None:
+        send(signal.SIGTERM)
+        try:
+            popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            send(signal.SIGKILL)
+            popen.wait(timeout=grace)
+    elif group:
+        send(signal.SIGKILL)  # the leader is gone; make sure nothing it forked stays behind
 
 
 def _signal_group(pid: int, sig: int) -> None:

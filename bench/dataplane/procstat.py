@@ -1,4 +1,4 @@
-"""What the harness reads from /proc: a process's RSS and CPU time, the machine's busy time."""
+"""What the harness reads from /proc: a process's RSS (now and peak) and CPU time, the machine's busy time."""
 
 from __future__ import annotations
 
@@ -6,14 +6,24 @@ import os
 from dataclasses import dataclass
 
 _TICK = os.sysconf("SC_CLK_TCK")
+MIB = 1 << 20
 
 
 def rss_bytes(pid: int) -> int:
     """Resident set size now (VmRSS), 0 if the process is gone."""
+    return _status_bytes(pid, "VmRSS:")
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The highest resident set size the process has had (VmHWM), 0 if it is gone."""
+    return _status_bytes(pid, "VmHWM:")
+
+
+def _status_bytes(pid: int, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
         pass

@@ -30,8 +30,8 @@ from bench.dataplane import callcount  # noqa: E402
 from bench.dataplane.backend import GRPC_RESPONSE, GRPC_RESPONSE_MESSAGE, grpc_frame  # noqa: E402
 from bench.dataplane.closedloop import H2Load, h2load_argv, h2load_binary, parse_h2load, parse_wrk, wrk_binary  # noqa: E402
 from bench.dataplane.pki import issue_mesh_certs  # noqa: E402
-from bench.dataplane.procs import Pinning, Supervisor  # noqa: E402
-from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, rss_bytes  # noqa: E402
+from bench.dataplane.procs import Pinning, Supervisor, stop_process  # noqa: E402
+from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, peak_rss_bytes, rss_bytes  # noqa: E402
 from bench.dataplane.variants import VARIANTS, Context  # noqa: E402
 from bench.dataplane.variants.envoy import envoy_configs  # noqa: E402
 from bench.dataplane.variants.haproxy import haproxy_configs  # noqa: E402
@@ -207,8 +207,25 @@ def test_proc_readings() -> None:
     assert parse_stat_cpu(line) == pytest.approx(300 / os.sysconf("SC_CLK_TCK"))
     assert rss_bytes(os.getpid()) > 1_000_000 and cpu_seconds(os.getpid()) > 0
     assert rss_bytes(2**22 + 12345) == 0
+    assert peak_rss_bytes(os.getpid()) >= rss_bytes(os.getpid()) and peak_rss_bytes(2**22 + 12345) == 0
     t = MachineTimes.parse("cpu  100 0 50 800 50 7 9 0 0 0")
     assert t.busy * os.sysconf("SC_CLK_TCK") == pytest.approx(150)
+
+
+def test_stop_process_terminates_and_kills_what_ignores_sigterm() -> None:
+    import signal
+    import subprocess
+
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    stop_process(polite, 30)
+    assert polite.returncode == -signal.SIGTERM
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True)\n"
+                                 "time.sleep(600)"], stdout=subprocess.PIPE)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    stop_process(stubborn, 0.2)
+    assert stubborn.returncode == -signal.SIGKILL
+    stop_process(stubborn, 0.2)  # already gone: nothing to do
 
 
 # -- certificates and proxy configs ----------------------------------------------------------

@@ -29,6 +29,7 @@ class Running:
     store: Store
     pki: Pki
     home: Path
+    pid: int  # the controller process
 
     def run(self, *args: str, tls: bool = True) -> subprocess.CompletedProcess[str]:
         tls_args = ["--trust-anchors", str(self.pki.ca)] if tls else []
@@ -63,7 +64,7 @@ def running(tmp_path: Path, pki: Pki) -> Iterator[Running]:
             assert proc.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the destination did not start"
             time.sleep(0.05)
-        yield Running(f"127.0.0.1:{match[1]}", int(match[2]), store, pki, home)
+        yield Running(f"127.0.0.1:{match[1]}", int(match[2]), store, pki, home, proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log_path.read_text()
@@ -123,6 +124,11 @@ def test_the_client_verifies_the_destination_identity(running: Running) -> None:
     assert "cannot reach the destination" in wrong.stderr
     plaintext = running.run("endpoints", AUTHORITY, "--insecure", tls=False)
     assert plaintext.returncode == 1
+
+
+def test_on_the_local_platform_the_destination_does_not_load_the_kubernetes_client(running: Running) -> None:
+    # kubernetes_asyncio brings aiohttp (compiled, so in the process's mappings) and ~45 MiB resident with it.
+    assert "/aiohttp/" not in Path(f"/proc/{running.pid}/maps").read_text()
 
 
 def test_admin_port_of_the_process(running: Running) -> None:

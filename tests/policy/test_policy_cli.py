@@ -69,6 +69,7 @@ class Running:
     admin_port: int
     pki: Pki
     home: Path
+    pid: int  # the controller process
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "TETHER_HOME": str(self.home), "NO_COLOR": "1", "COLUMNS": "200"}
@@ -104,10 +105,15 @@ def running(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Runn
             assert proc.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the policy controller did not start"
             time.sleep(0.05)
-        yield Running(f"127.0.0.1:{match[1]}", int(match[2]), pki, home)
+        yield Running(f"127.0.0.1:{match[1]}", int(match[2]), pki, home, proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log_path.read_text()
+
+
+def test_on_the_local_platform_the_controller_does_not_load_the_kubernetes_client(running: Running) -> None:
+    # kubernetes_asyncio brings aiohttp (compiled, so in the process's mappings) and ~45 MiB resident with it.
+    assert "/aiohttp/" not in Path(f"/proc/{running.pid}/maps").read_text()
 
 
 def test_diagnostics_policy_of_a_pod_port(running: Running) -> None:

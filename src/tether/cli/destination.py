@@ -25,7 +25,7 @@ from tether.naming import (
     DEFAULT_CONTROL_PLANE_NS,
     DEFAULT_TRUST_DOMAIN,
 )
-from tether.cli.platform_opts import Platform, platform_options
+from tether.cli.platform_opts import Platform, kubernetes_watcher, platform_options
 from tether.platform.watch import ResourceWatcher
 from tether.ports import DEFAULT_OPAQUE_PORTS, PortSet
 from tether.store import Store, StoreError
@@ -94,9 +94,8 @@ def serve(
 async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
     service = DestinationService(config, watcher)
     Platform.export_metrics(watcher, service.metrics.registry)
-    from tether.platform.kubernetes.watch import KubernetesResourceWatcher
-
-    if not isinstance(watcher, KubernetesResourceWatcher):  # the local platform's process runs its own
+    kubernetes = kubernetes_watcher(watcher)
+    if kubernetes is None:  # the local platform's process runs its own
         await run_until_signalled(service)
         return
     import socket
@@ -107,10 +106,10 @@ async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
 
     # As Linkerd's destination does: EndpointSlices for Services that select ExternalWorkloads,
     # written by the one replica that holds the Lease (every replica serves discovery).
-    elector = LeaseElector(watcher.client, config.control_plane_ns, LEASE_NAME,
+    elector = LeaseElector(kubernetes.client, config.control_plane_ns, LEASE_NAME,
                            f"{socket.gethostname()}_{uuid.uuid4()}")
     tasks = [asyncio.create_task(elector.run()),
-             asyncio.create_task(external_workload_controller(watcher, elector.leading).run())]
+             asyncio.create_task(external_workload_controller(kubernetes, elector.leading).run())]
     try:
         await run_until_signalled(service)
     finally:

@@ -12,6 +12,7 @@ in-cluster or from ``--kubeconfig``/``--kube-context`` (``tether.platform.kubern
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from tether.platform.watch import ResourceWatcher
 
 if TYPE_CHECKING:  # prometheus_client is imported by the servers that export metrics, not by every command
     from prometheus_client import CollectorRegistry
+
+    from tether.platform.kubernetes.watch import KubernetesResourceWatcher
 
 PLATFORMS = ("local", "kubernetes")
 
@@ -79,6 +82,19 @@ class Platform:
         from tether.platform.kubernetes.client import ClientSettings
 
         return ClientSettings(kubeconfig=self.kubeconfig, context=self.kube_context)
+
+
+def kubernetes_watcher(watcher: ResourceWatcher) -> KubernetesResourceWatcher | None:
+    """``watcher`` if it watches a Kubernetes API server, else None.
+
+    Asked without importing ``tether.platform.kubernetes.watch``: that loads the Kubernetes client
+    (kubernetes_asyncio, aiohttp, jsonschema: ~45 MiB resident), which a controller on the local platform
+    never needs. A watcher of that class exists only once its module is loaded.
+    """
+    module = sys.modules.get("tether.platform.kubernetes.watch")
+    if module is not None and isinstance(watcher, module.KubernetesResourceWatcher):
+        return watcher
+    return None
 
 
 def platform_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from tether.cli.controller_opts import (
     FILE, domain, namespace, opaque_ports, run_until_signalled, serving_options, serving_tls,
 )
 from tether.cli.errors import CliError
-from tether.cli.platform_opts import Platform, platform_options
+from tether.cli.platform_opts import Platform, kubernetes_watcher, platform_options
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN
 from tether.platform.watch import ResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
@@ -139,9 +139,8 @@ def serve(
 
 
 async def _serve(config: PolicyConfig, watcher: ResourceWatcher, writer: LocalStatusWriter | None) -> None:
-    from tether.platform.kubernetes.watch import KubernetesResourceWatcher
-
-    if not isinstance(watcher, KubernetesResourceWatcher):
+    kubernetes = kubernetes_watcher(watcher)
+    if kubernetes is None:
         service = PolicyService(config, watcher, writer)
         Platform.export_metrics(watcher, service.metrics.registry)
         await run_until_signalled(service)
@@ -153,9 +152,10 @@ async def _serve(config: PolicyConfig, watcher: ResourceWatcher, writer: LocalSt
     from tether.policy.kubernetes_status import LEASE_NAME, KubeStatusWriter
 
     # As Linkerd's: every replica serves; the one holding the Lease writes status (the status subresource).
-    elector = LeaseElector(watcher.client, config.control_plane_ns, LEASE_NAME, f"{socket.gethostname()}_{uuid.uuid4()}")
-    service = PolicyService(config, watcher, KubeStatusWriter(watcher.client), leading=elector.leading)
-    Platform.export_metrics(watcher, service.metrics.registry)
+    elector = LeaseElector(kubernetes.client, config.control_plane_ns, LEASE_NAME,
+                           f"{socket.gethostname()}_{uuid.uuid4()}")
+    service = PolicyService(config, kubernetes, KubeStatusWriter(kubernetes.client), leading=elector.leading)
+    Platform.export_metrics(kubernetes, service.metrics.registry)
     lease = asyncio.create_task(elector.run(), name="status lease")
     try:
         await run_until_signalled(service)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from tether.http_request import HttpError, parse_head
+
 MAX_HEAD = 8 * 1024
 READ_TIMEOUT_S = 5.0
 _TEXT = "text/plain; charset=utf-8"
@@ -61,10 +63,9 @@ class AdminServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
-            path = rest.partition(" ")[0].partition("?")[0]
-            status, content_type, body = self.respond(method, path)
+            request = parse_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S))
+            method = request.method
+            status, content_type, body = self.respond(method, request.path)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
                 "Connection: close\r\n\r\n".encode("latin-1")
@@ -72,7 +73,7 @@ class AdminServer:
             if method != "HEAD":
                 writer.write(body)
             await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+        except (HttpError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             pass  # a client that sent junk or left gets no answer
         finally:
             writer.close()

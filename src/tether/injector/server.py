@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tether.http_request import Request
 from tether.injector.admission import Admission
 from tether.serving import http
 from tether.serving.webhook import MAX_BODY, ConnectionTasks, WebhookConfig, WebhookServer, tls_context
@@ -101,7 +102,7 @@ class InjectorServer:
             await self._admin.wait_closed()
             self._admin = None
 
-    async def _admin_reply(self, request: http.Request) -> tuple[int, bytes, str]:
+    async def _admin_reply(self, request: Request) -> tuple[int, bytes, str]:
         if request.method not in ("GET", "HEAD"):
             return 405, b"method not allowed\n", _TEXT
         if request.path == "/metrics":

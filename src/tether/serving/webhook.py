@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tether.http_request import HttpError, Request, read_request
 from tether.serving import http
 from tether.serving.admission_review import TEXT, Reply
 
 MAX_BODY = 10 * 1024 * 1024
 
-Handler = Callable[[http.Request], Awaitable[tuple[int, bytes, str]]]
+Handler = Callable[[Request], Awaitable[tuple[int, bytes, str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,8 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
     try:
         while True:
             try:
-                request = await asyncio.wait_for(http.read_request(reader, max_body), idle_timeout)
-            except http.HttpError as err:
+                request = await asyncio.wait_for(read_request(reader, max_body), idle_timeout)
+            except HttpError as err:
                 writer.write(http.response(err.status, f"{err.message}\n".encode(), TEXT, keep_alive=False))
                 await writer.drain()
                 return
@@ -164,7 +165,7 @@ class WebhookServer:
             self._cert_stamp = stamp
             self._log.info("reloaded the TLS certificate from %s", self.config.tls_cert)
 
-    async def _reply(self, request: http.Request) -> tuple[int, bytes, str]:
+    async def _reply(self, request: Request) -> tuple[int, bytes, str]:
         if request.method != "POST":
             return 405, b"the webhook takes POSTed AdmissionReviews\n", TEXT
         try:

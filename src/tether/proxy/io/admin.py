@@ -1,7 +1,8 @@
 """The admin server (port 4191): metrics, readiness, liveness, the environment, log level, shutdown (proxy.md §10.1).
 
 A small HTTP/1.1 server on asyncio streams, with bounded heads (16 KiB) and
-bodies (64 KiB), keep-alive, and Linkerd's answers:
+bodies (64 KiB), keep-alive, and Linkerd's answers (requests are read by
+``tether.http_request``, as the control plane's small servers read theirs):
 
 - ``/live``: 200 ``live``; ``/ready``: 200 ``ready`` once the proxy has its
   certificate, else 503 ``not ready``;
@@ -28,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from tether.http_request import HttpError, read_request
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
 _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 406: "Not Acceptable", 413: "Payload Too Large",
+            405: "Method Not Allowed", 406: "Not Acceptable", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
@@ -48,6 +50,7 @@ class Request:
     headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
     body: bytes
     client: ipaddress.IPv4Address | ipaddress.IPv6Address | None
+    keep_alive: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,7 @@ class AdminServer:
                 if request is None:
                     break
                 response = self.handle(request)
-                keep_alive = request.headers.get("connection", "").lower() != "close"
+                keep_alive = request.keep_alive
                 _write(writer, response, keep_alive=keep_alive,
                        gzip_ok="gzip" in request.headers.get("accept-encoding", ""))
                 await writer.drain()
@@ -181,36 +184,13 @@ async def _read_request(
 ) -> Request | Response | None:
     """The next request; None at a clean EOF; an error ``Response`` for a request we will not read."""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as exc:
-        return None if not exc.partial.strip() else Response(400)
-    except asyncio.LimitOverrunError:
-        return Response(431)
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        return Response(400)
-    method, target, _ = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            return Response(400)
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
-    if "transfer-encoding" in headers:
-        return Response(400)  # the admin API takes small bodies with a content-length only
-    length_s = headers.get("content-length", "0")
-    if not length_s.isdigit():
-        return Response(400)
-    length = int(length_s)
-    if length > MAX_BODY:
-        return Response(413)
-    body = await reader.readexactly(length) if length else b""
-    path, _, query = target.partition("?")
-    return Request(method, path, query, headers, body, client)
+        request = await read_request(reader, MAX_BODY)
+    except HttpError as exc:
+        return Response(exc.status)
+    if request is None:
+        return None
+    return Request(request.method, request.path, request.query, request.headers, request.body, client,
+                   request.keep_alive)
 
 
 def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> None:

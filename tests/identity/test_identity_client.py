@@ -79,7 +79,7 @@ def test_failures_back_off_exponentially_with_bounded_jitter() -> None:
     held = now + timedelta(hours=24)
     no_jitter = [policy.after_failure(n, held, now, lambda: 0.0) for n in range(1, 12)]
     assert no_jitter[:4] == [timedelta(milliseconds=100 * 2**i) for i in range(4)]
-    assert no_jitter[-1] == timedelta(seconds=60)  # backoff_max
+    assert no_jitter[-1] == timedelta(seconds=60)  # the backoff's max
     assert policy.after_failure(1, held, now, lambda: 1.0) == timedelta(milliseconds=110)
     # Without a certificate, retries never wait past min_refresh.
     assert policy.after_failure(20, None, now, lambda: 1.0) == timedelta(seconds=10)
@@ -95,7 +95,7 @@ def test_a_retry_always_comes_before_the_held_certificate_is_due(failures: int, 
     policy = RefreshPolicy()
     held = now + timedelta(seconds=remaining)
     delay = policy.after_failure(failures, held, now, lambda: jitter)
-    assert timedelta() < delay <= min(policy.backoff_max, policy.after_success(held, now))
+    assert timedelta() < delay <= min(policy.backoff.max, policy.after_success(held, now))
 
 
 # --- checking a Certify answer (pure) ----------------------------------------------------------------------

@@ -340,3 +340,18 @@ def test_any_environment_gives_a_config_or_a_config_error(
         load(minimal_env, **changes)
     except ConfigError as err:
         assert err.variable.startswith(P)
+
+
+def test_backoff_doubles_to_its_max_with_jitter_inside_it_and_discovery_waits_by_it() -> None:
+    import random
+
+    from tether.proxy.io.discovery import Discovery
+
+    backoff = Backoff(ms(100), s(1), 0.5)
+    assert [backoff.delay(n, 0.0) for n in (1, 2, 3, 4, 5, 10_000)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert backoff.delay(1, 0.999) == pytest.approx(0.1 + 0.05 * 0.999)
+    assert backoff.delay(4, 0.999) == 1.0  # jitter never takes it past the max
+    discovery = Discovery(context_token="", idle_timeout=1.0, backoff=backoff, failfast=1.0, clock=lambda: 0.0,
+                          rng=random.Random(7))
+    draws = random.Random(7)
+    assert [discovery.backoff_delay(n) for n in (1, 2, 3)] == [backoff.delay(n, draws.random()) for n in (1, 2, 3)]

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tether.proxy.core.config import Backoff
+
 REFRESH_FRACTION = 0.7  # renew at 70 % of the remaining lifetime, as linkerd2-proxy
 
 
@@ -33,16 +35,14 @@ class RefreshPolicy:
     """When to call Certify again.
 
     After a success: 70 % of the remaining lifetime, kept within ``[min_refresh, max_refresh]``.
-    After failures: exponential backoff from ``backoff_min`` (doubling, up to ``backoff_max``,
-    plus up to ``jitter`` of itself at random), but never later than the success schedule of the
+    After failures: ``backoff`` (``core.config.Backoff``: doubling from its min up to its max,
+    plus up to its jitter of itself at random), but never later than the success schedule of the
     certificate still held, so a retry always comes before it expires.
     """
 
     min_refresh: timedelta = timedelta(seconds=10)
     max_refresh: timedelta = timedelta(hours=24)
-    backoff_min: timedelta = timedelta(milliseconds=100)
-    backoff_max: timedelta = timedelta(seconds=60)
-    jitter: float = 0.1
+    backoff: Backoff = Backoff(timedelta(milliseconds=100), timedelta(seconds=60), 0.1)
 
     def after_success(self, valid_until: datetime | None, now: datetime) -> timedelta:
         if valid_until is None or valid_until <= now:
@@ -53,7 +53,6 @@ class RefreshPolicy:
         self, failures: int, valid_until: datetime | None, now: datetime, random: Callable[[], float]
     ) -> timedelta:
         """The wait after ``failures`` consecutive failures (1 for the first)."""
-        base = min(self.backoff_min * 2 ** min(failures - 1, 32), self.backoff_max)  # 2**32 caps any sane max
-        backoff = min(base + base * self.jitter * random(), self.backoff_max)
+        backoff = timedelta(seconds=self.backoff.delay(failures, random()))
         wait: timedelta = min(backoff, self.after_success(valid_until, now))
         return wait

@@ -575,9 +575,7 @@ class Discovery:
                                backoff=lambda n: self.backoff_delay(n))
 
     def backoff_delay(self, failures: int) -> float:
-        b = self._backoff
-        base = min(b.min.total_seconds() * 2 ** min(failures - 1, 32), b.max.total_seconds())
-        return min(base + base * b.jitter * self._rng.random(), b.max.total_seconds())
+        return self._backoff.delay(failures, self._rng.random())
 
     # -- the channel --------------------------------------------------------------------------------------------
 

@@ -301,7 +301,15 @@ def test_a_crd_for_every_mesh_kind_of_the_resource_model() -> None:
         assert [v["storage"] for v in crd["spec"]["versions"]] == [True] + [False] * (len(rtype.versions) - 1)
         assert crd["spec"]["names"].get("shortNames", []) == list(rtype.short_names)
     with_gateway = crds_by_kind("--set", "installGatewayAPI=true")
-    assert {kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key} <= set(with_gateway)
+    assert {kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key, kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key} <= set(
+        with_gateway)
+    tls = with_gateway[kinds.TLS_ROUTE.key]
+    assert tls["metadata"]["annotations"]["gateway.networking.k8s.io/channel"] == "experimental"
+    schema = tls["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    egress = {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute", "metadata": {},
+              "spec": {"hostnames": ["httpbin.org"], "rules": [{"backendRefs": [{"name": "e", "kind": "EgressNetwork"}]}],
+                       "parentRefs": [{"name": "e", "kind": "EgressNetwork", "port": 443}]}}
+    jsonschema.validate(egress, schema)
 
 
 def _structural_problems(schema: dict[str, Any], path: str) -> list[str]:

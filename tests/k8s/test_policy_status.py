@@ -29,6 +29,7 @@ WATCHED_CRDS = ("policy.linkerd.io/v1beta3/servers", "policy.linkerd.io/v1beta1/
                 "policy.linkerd.io/v1alpha1/networkauthentications",
                 "policy.linkerd.io/v1alpha1/httplocalratelimitpolicies", "policy.linkerd.io/v1beta3/httproutes",
                 "gateway.networking.k8s.io/v1/httproutes", "gateway.networking.k8s.io/v1/grpcroutes",
+                "gateway.networking.k8s.io/v1alpha2/tlsroutes", "gateway.networking.k8s.io/v1alpha2/tcproutes",
                 "policy.linkerd.io/v1alpha1/egressnetworks", "coordination.k8s.io/v1/leases", "v1/pods", "v1/services",
                 "workload.linkerd.io/v1beta1/externalworkloads")
 

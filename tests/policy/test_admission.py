@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from policy_helpers import NS, SERVER_NAME, Harness, Pki, mesh_tls, namespace, policy, server
 
+from tether.policy.admission import PolicyAdmission
 from tether.policy.config import WebhookSettings
 
 P = "policy.linkerd.io"
@@ -97,3 +98,25 @@ async def test_tether_apply_refuses_with_the_webhooks_message(workdir: Path, pki
     assert applied.returncode != 0 and "Traceback" not in applied.stderr
     field_message = message.split(": ", 1)[-1] if "spec." not in message.split(": ", 1)[0] else message
     assert field_message.split("spec.", 1)[1] in applied.stderr, (message, applied.stderr)
+
+
+def test_gateway_routes_that_break_linkerds_rules_are_denied_and_unreadable_ones_admitted() -> None:
+    def verdict(obj: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(PolicyAdmission().review(json.dumps(review(obj)).encode()).body)["response"]
+
+    egress_parent = {"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "all"}
+    backend = {"name": "all", "group": "policy.linkerd.io", "kind": "EgressNetwork"}
+    for kind in ("TLSRoute", "TCPRoute"):
+        route = {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": kind,
+                 "metadata": {"name": "r", "namespace": NS},
+                 "spec": {"parentRefs": [{**egress_parent, "port": 443}], "rules": [{"backendRefs": [backend]}]}}
+        assert verdict(route) == {"uid": "u-1", "allowed": True}
+        two_rules = {**route, "spec": {**route["spec"], "rules": [{}, {}]}}
+        denied = verdict(two_rules)
+        assert denied["allowed"] is False
+        assert denied["status"]["message"] == f"{kind} r: spec.rules: {kind} supports a single rule only (Linkerd), got 2"
+        no_port = {**route, "spec": {**route["spec"], "parentRefs": [egress_parent]}}
+        assert "spec.parentRefs[0].port: required for an EgressNetwork parent" in verdict(no_port)["status"]["message"]
+        unreadable = {**route, "spec": {**route["spec"], "rules": [{"backendRefs": [{"name": "svc"}]}]}}
+        lenient = verdict(unreadable)  # another controller's route, maybe: admitted, with a warning
+        assert lenient["allowed"] is True and "required for a Service backend" in lenient["warnings"][0]

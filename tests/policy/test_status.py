@@ -80,6 +80,32 @@ async def test_an_http_route_on_a_service_port_with_a_grpc_route_is_conflicted(w
         await until(h, kinds.GATEWAY_HTTP_ROUTE.key, "split", Accepted=("True", "Accepted"))
 
 
+def stream_route(kind: str, name: str, backend: str) -> dict[str, Any]:
+    return {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": kind,
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web", "port": 80}],
+                     "rules": [{"backendRefs": [{"name": backend, "port": 80}]}]}}
+
+
+async def test_tls_and_tcp_routes_yield_to_routes_of_higher_precedence_on_their_port(workdir: Path, pki: Pki) -> None:
+    tls, tcp = kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key
+    async with Harness(workdir, pki, namespace(), service("web"), stream_route("TCPRoute", "tcp", "gone"),
+                       status_writer=LocalStatusWriter) as h:
+        route = await until(h, tcp, "tcp", Accepted=("True", "Accepted"), ResolvedRefs=("False", "BackendNotFound"))
+        assert route["status"]["parents"][0]["parentRef"] == {"group": "", "kind": "Service", "name": "web",
+                                                              "port": 80}
+        h.apply(stream_route("TLSRoute", "tls", "web"))  # TLSRoute over TCPRoute (GEP-1426, as Linkerd)
+        await until(h, tcp, "tcp", Accepted=("False", "RouteReasonConflicted"))
+        await until(h, tls, "tls", Accepted=("True", "Accepted"), ResolvedRefs=("True", "ResolvedRefs"))
+        h.apply(service_route("split", "web", "web"))  # HTTPRoute over both
+        obj = await until(h, tls, "tls", Accepted=("False", "RouteReasonConflicted"))
+        message = obj["status"]["parents"][0]["conditions"][0]["message"]
+        assert message == f"HTTPRoute {NS}/split is on the same Service port (HTTPRoutes take precedence over TLSRoutes)"
+        h.delete("httproutes.gateway.networking.k8s.io", "split")
+        h.delete("tlsroutes", "tls")
+        await until(h, tcp, "tcp", Accepted=("True", "Accepted"))
+
+
 async def test_rate_limits_one_per_server_and_a_target_that_exists(workdir: Path, pki: Pki) -> None:
     key = kinds.HTTP_LOCAL_RATE_LIMIT_POLICY.key
     async with Harness(workdir, pki, namespace(), server("web"),

@@ -3,6 +3,7 @@
 import pytest
 
 from tether.resources import kinds
+from tether.resources.errors import PolicyRuleViolation, ValidationError
 from tether.resources.model import parse
 from tether.resources.references import ParentRef
 from tether.resources.routes import (
@@ -146,3 +147,56 @@ def test_grpc_route(manifest, edits):
     assert anything.matches == ()
     regex = edits.set(manifest(*GRPC_ROUTE), "spec.rules[0].matches[0].method", {"type": "RegularExpression", "service": "emojivoto\\..*"})
     assert parse(regex).spec.rules[0].matches[0].method.service == "emojivoto\\..*"
+
+
+TLS_ROUTE = ("TLSRoute.gateway.networking.k8s.io", "tls-egress")
+TCP_ROUTE = ("TCPRoute.gateway.networking.k8s.io", "db-split")
+
+
+def test_tls_route_on_an_egress_network_with_sni_hostnames(manifest):
+    route = parse(manifest(*TLS_ROUTE))
+    assert route.type is kinds.TLS_ROUTE
+    [parent] = route.spec.parent_refs
+    assert parent == ParentRef("policy.linkerd.io", "EgressNetwork", "all-egress-traffic", port=443)
+    assert route.spec.hostnames == ("httpbin.org", "*.example.com")
+    [rule] = route.spec.rules
+    [backend] = rule.backend_refs
+    assert backend.targets(kinds.EGRESS_NETWORK) and backend.weight == 1
+
+
+def test_tcp_route_splits_between_service_backends(manifest):
+    route = parse(manifest(*TCP_ROUTE))
+    assert route.type is kinds.TCP_ROUTE
+    assert route.spec.parent_refs == (ParentRef("", "Service", "db", port=5432),)
+    [rule] = route.spec.rules
+    assert rule.backend_refs == (BackendRef("db-primary", port=5432, weight=9),
+                                 BackendRef("db-replica", port=5432, weight=1))
+
+
+@pytest.mark.parametrize("key", [TLS_ROUTE, TCP_ROUTE], ids=lambda k: k[0].partition(".")[0])
+def test_stream_routes_take_exactly_one_rule_as_linkerd(manifest, edits, key):
+    kind = key[0].partition(".")[0]
+    for rules in ([], [{}, {}]):
+        with pytest.raises(PolicyRuleViolation) as info:
+            parse(edits.set(manifest(*key), "spec.rules", rules))
+        assert str(info.value) == f"{kind} {key[1]}: spec.rules: {kind} supports a single rule only (Linkerd), " \
+                                  f"got {len(rules)}"
+    with pytest.raises(ValidationError, match="spec.rules: required"):
+        parse(edits.delete(manifest(*key), "spec.rules"))
+
+
+@pytest.mark.parametrize("key", [TLS_ROUTE, TCP_ROUTE], ids=lambda k: k[0].partition(".")[0])
+def test_stream_route_errors_name_the_field(manifest, edits, key, parse_error):
+    kind = key[0].partition(".")[0]
+    no_port = edits.delete(manifest(*key), "spec.parentRefs[0].port") if key is TLS_ROUTE else edits.set(
+        manifest(*key), "spec.parentRefs", [{"name": "n", "kind": "EgressNetwork", "group": "policy.linkerd.io"}])
+    with pytest.raises(PolicyRuleViolation, match=r"spec.parentRefs\[0\].port: required for an EgressNetwork parent"):
+        parse(no_port)
+    service_backend = edits.set(manifest(*key), "spec.rules[0].backendRefs", [{"name": "svc"}])
+    assert parse_error(service_backend) == f"{kind} {key[1]}: spec.rules[0].backendRefs[0].port: " \
+                                           "required for a Service backend"
+    filtered = edits.set(manifest(*key), "spec.rules[0].backendRefs[0].filters",
+                         [{"type": "RequestHeaderModifier", "requestHeaderModifier": {}}])
+    assert "spec.rules[0].backendRefs[0].filters[0].type" in parse_error(filtered)
+    if key is TLS_ROUTE:
+        assert "spec.hostnames[0]" in parse_error(edits.set(manifest(*key), "spec.hostnames", ["Not A Host"]))

@@ -4,8 +4,12 @@ Kubernetes POSTs an AdmissionReview for every CREATE and UPDATE of a policy
 resource (``linkerd-policy-validator-webhook-config``); the answer is the verdict
 of ``tether.resources.model.parse``, the same function ``tether apply`` runs on
 the local platform, so a manifest refused locally is refused on a cluster with
-the same message naming the field.  Gateway API routes that do not parse are
-admitted with a warning, as Linkerd does (other controllers may own them).
+the same message naming the field.  Gateway API routes (HTTPRoute, GRPCRoute,
+TLSRoute, TCPRoute) that do not parse are admitted with a warning, as Linkerd
+does (other controllers may own them); those that read but break one of
+Linkerd's rules (an EgressNetwork parent without a port, a TLSRoute or TCPRoute
+with other than one rule: a ``PolicyRuleViolation``) are denied, as Linkerd's
+``validate`` denies them.
 Served over HTTPS on 9443 by ``tether.serving.webhook`` from the policy process.
 """
 
@@ -16,7 +20,7 @@ import logging
 from typing import Any
 
 from tether.resources import kinds
-from tether.resources.errors import ValidationError
+from tether.resources.errors import PolicyRuleViolation, ValidationError
 from tether.resources.model import parse
 from tether.serving.admission_review import MalformedReview, Reply, answer, malformed, parse_review
 
@@ -34,6 +38,8 @@ VALIDATED = {
     (kinds.EGRESS_NETWORK.group, kinds.EGRESS_NETWORK.plural),
     (kinds.GATEWAY_HTTP_ROUTE.group, kinds.GATEWAY_HTTP_ROUTE.plural),
     (kinds.GRPC_ROUTE.group, kinds.GRPC_ROUTE.plural),
+    (kinds.TLS_ROUTE.group, kinds.TLS_ROUTE.plural),
+    (kinds.TCP_ROUTE.group, kinds.TCP_ROUTE.plural),
 }
 _LENIENT_GROUP = kinds.GATEWAY_HTTP_ROUTE.group
 
@@ -66,7 +72,7 @@ class PolicyAdmission:
         try:
             parse(obj)
         except ValidationError as err:
-            if group == _LENIENT_GROUP:
+            if group == _LENIENT_GROUP and not isinstance(err, PolicyRuleViolation):
                 self.allowed += 1
                 return answer(review, {"allowed": True, "warnings": [f"linkerd-policy: {err}"[:500]]})
             return self._deny(review, str(err))

@@ -7,8 +7,10 @@ object, the status this controller owns:
 
 * routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
   Server, Service or EgressNetwork does not exist; ``RouteReasonConflicted`` for
-  an HTTPRoute on a Service or EgressNetwork port a GRPCRoute also has, which
-  the outbound policy serves instead; ``InvalidKind`` for another kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
+  a route on a Service or EgressNetwork port that a route of a kind of higher
+  precedence also has -- GRPCRoute over HTTPRoute over TLSRoute over TCPRoute,
+  Linkerd's order (GEP-1426), which is also the one the outbound policy serves;
+  ``InvalidKind`` for another kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
   Service backend does not exist), under controller ``linkerd.io/policy-controller``;
   parents other controllers wrote are kept;
 * HTTPLocalRateLimitPolicies: ``Accepted`` (``Accepted``; ``NoMatchingTarget``
@@ -53,14 +55,20 @@ from tether.policy.metrics import PolicyMetrics
 from tether.resources import kinds
 from tether.resources.errors import ValidationError
 from tether.resources.policy import Network
-from tether.resources.routes import GRPCRouteSpec
 from tether.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "linkerd.io/policy-controller"
 RECONCILE_PERIOD_S = 10.0  # Linkerd's status reconciliation period
-ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE)
+ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE, kinds.TLS_ROUTE, kinds.TCP_ROUTE)
+# A route kind -> the kinds that win a Service or EgressNetwork port over it (Linkerd's conflict rule).
+_PRECEDED_BY = {
+    kinds.GRPC_ROUTE.kind: (),
+    kinds.GATEWAY_HTTP_ROUTE.kind: (kinds.GRPC_ROUTE,),
+    kinds.TLS_ROUTE.kind: (kinds.GRPC_ROUTE, kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE),
+    kinds.TCP_ROUTE.kind: (kinds.GRPC_ROUTE, kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.TLS_ROUTE),
+}
 
 Key = tuple[str, str, str]  # (type key, namespace, name)
 Status = dict[str, Any]
@@ -81,8 +89,8 @@ def _parent_ref(parent: Any) -> dict[str, Any]:
     return ref
 
 
-def _route_parent(route: Named, parent: Any, inbound: InboundIndex, services: Mapping[tuple[str, str], Any],
-                  egress: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
+                  services: Mapping[tuple[str, str], Any], egress: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
     ns = parent.namespace or route.namespace
     if parent.targets(kinds.SERVER):
         exists = parent.name in inbound.objects[kinds.SERVER.key].get(ns, {}) and ns == route.namespace
@@ -95,12 +103,13 @@ def _route_parent(route: Named, parent: Any, inbound: InboundIndex, services: Ma
         return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [
             _condition("Accepted", False, "InvalidKind", f"{parent.kind} is not a Server, Service or EgressNetwork"),
             _condition("ResolvedRefs", True, "ResolvedRefs")]}
-    grpc = None if isinstance(route.spec, GRPCRouteSpec) or not exists else _grpc_route_on(parent, ns, inbound)
+    winner = None if not exists or what == "Server" else _winning_route_on(kind, parent, ns, inbound)
     if not exists:
         accepted = _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist")
-    elif grpc is not None:
+    elif winner is not None:
         accepted = _condition("Accepted", False, "RouteReasonConflicted",
-                              f"GRPCRoute {grpc} is on the same {what} port (gRPC routes take precedence)")
+                              f"{winner} is on the same {what} port ({winner.partition(' ')[0]}s take precedence "
+                              f"over {kind}s)")
     else:
         accepted = _condition("Accepted", True, "Accepted")
     missing = [f"{b.namespace or route.namespace}/{b.name}" for rule in route.spec.rules for b in rule.backend_refs
@@ -110,15 +119,17 @@ def _route_parent(route: Named, parent: Any, inbound: InboundIndex, services: Ma
     return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [accepted, resolved]}
 
 
-def _grpc_route_on(parent: Any, namespace: str, inbound: InboundIndex) -> str | None:
-    """A GRPCRoute on the same Service or EgressNetwork and port (either port unset: any), as ``ns/name``."""
+def _winning_route_on(kind: str, parent: Any, namespace: str, inbound: InboundIndex) -> str | None:
+    """A route of a kind that takes precedence over ``kind`` on the same Service or EgressNetwork and port
+    (either port unset: any), as ``Kind ns/name``."""
     rtype = kinds.SERVICE if parent.targets(kinds.SERVICE) else kinds.EGRESS_NETWORK
-    for routes in inbound.objects[kinds.GRPC_ROUTE.key].values():
-        for other in sorted(routes.values(), key=lambda r: r.order):
-            for ref in other.spec.parent_refs:
-                if (ref.targets(rtype) and (ref.name, ref.namespace or other.namespace) == (parent.name, namespace)
-                        and (not ref.port or not parent.port or ref.port == parent.port)):
-                    return f"{other.namespace}/{other.name}"
+    for winner in _PRECEDED_BY[kind]:
+        for routes in inbound.objects[winner.key].values():
+            for other in sorted(routes.values(), key=lambda r: r.order):
+                for ref in other.spec.parent_refs:
+                    if (ref.targets(rtype) and (ref.name, ref.namespace or other.namespace) == (parent.name, namespace)
+                            and (not ref.port or not parent.port or ref.port == parent.port)):
+                        return f"{winner.kind} {other.namespace}/{other.name}"
     return None
 
 
@@ -130,7 +141,8 @@ def desired_statuses(inbound: InboundIndex, services: Mapping[tuple[str, str], A
         for routes in inbound.objects[rtype.key].values():
             for route in routes.values():
                 out[(rtype.key, route.namespace, route.name)] = {"parents": [
-                    _route_parent(route, parent, inbound, services, egress) for parent in route.spec.parent_refs]}
+                    _route_parent(rtype.kind, route, parent, inbound, services, egress)
+                    for parent in route.spec.parent_refs]}
     limit_kind = kinds.HTTP_LOCAL_RATE_LIMIT_POLICY
     for namespace, policies in inbound.objects[limit_kind.key].items():
         servers = inbound.objects[kinds.SERVER.key].get(namespace, {})

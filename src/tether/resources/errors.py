@@ -1,4 +1,4 @@
-"""The two errors bad manifests produce: `ValidationError` and `UnknownKind`.
+"""The errors bad manifests produce: `ValidationError` (and its `PolicyRuleViolation`) and `UnknownKind`.
 
 Every check in `tether.resources` raises `ValidationError` with the field path
 it was looking at; `model.parse` and `loading` then fill in where the object
@@ -44,8 +44,8 @@ class ValidationError(Exception):
         kind: str | None = None,
         name: str | None = None,
     ) -> "ValidationError":
-        """A copy with the object's whereabouts filled in where still unknown."""
-        return ValidationError(
+        """A copy (of the same class) with the object's whereabouts filled in where still unknown."""
+        return type(self)(
             self.message,
             path=self.path,
             source=self.source if self.source is not None else source,
@@ -67,6 +67,15 @@ class ValidationError(Exception):
         parts.append(self.path)
         parts.append(self.message)
         return ": ".join(p for p in parts if p)
+
+
+class PolicyRuleViolation(ValidationError):
+    """A manifest that reads but breaks one of Linkerd's admission rules (say a second TCPRoute rule).
+
+    Linkerd's webhook admits Gateway API routes it cannot read (another
+    controller may own them) but denies those that break its rules; this class
+    lets the webhook tell the two apart.
+    """
 
 
 class UnknownKind(Exception):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from tether.resources.durations import parse_duration
-from tether.resources.errors import ValidationError
+from tether.resources.errors import PolicyRuleViolation, ValidationError
 from tether.resources.quantities import Quantity, parse_quantity
 
 T = TypeVar("T")
@@ -86,9 +86,13 @@ class Fields:
     def at(self, key: str) -> str:
         return join(self.path, key)
 
-    def error(self, key: str | None, message: str) -> ValidationError:
-        """An error about ``key`` (or this mapping itself when ``key`` is None)."""
-        return ValidationError(message, path=self.path if key is None else self.at(key))
+    def error(self, key: str | None, message: str, *, rule: bool = False) -> ValidationError:
+        """An error about ``key`` (or this mapping itself when ``key`` is None).
+
+        ``rule``: the value reads but breaks a Linkerd admission rule (a `PolicyRuleViolation`).
+        """
+        cls = PolicyRuleViolation if rule else ValidationError
+        return cls(message, path=self.path if key is None else self.at(key))
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None

@@ -80,6 +80,8 @@ POLICY_HTTP_ROUTE = ResourceType(
 )
 GATEWAY_HTTP_ROUTE = ResourceType("gateway.networking.k8s.io", "HTTPRoute", ("v1", "v1beta1", "v1alpha2"), "httproutes")
 GRPC_ROUTE = ResourceType("gateway.networking.k8s.io", "GRPCRoute", ("v1", "v1alpha2"), "grpcroutes")
+TLS_ROUTE = ResourceType("gateway.networking.k8s.io", "TLSRoute", ("v1alpha2",), "tlsroutes")
+TCP_ROUTE = ResourceType("gateway.networking.k8s.io", "TCPRoute", ("v1alpha2",), "tcproutes")
 HTTP_LOCAL_RATE_LIMIT_POLICY = ResourceType(
     "policy.linkerd.io", "HTTPLocalRateLimitPolicy", ("v1alpha1",), "httplocalratelimitpolicies"
 )
@@ -108,6 +110,8 @@ REGISTRY: tuple[ResourceType, ...] = (
     POLICY_HTTP_ROUTE,
     GATEWAY_HTTP_ROUTE,
     GRPC_ROUTE,
+    TLS_ROUTE,
+    TCP_ROUTE,
     HTTP_LOCAL_RATE_LIMIT_POLICY,
     EGRESS_NETWORK,
     EXTERNAL_WORKLOAD,

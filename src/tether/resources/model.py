@@ -42,6 +42,8 @@ Spec = (
     | policy.EgressNetworkSpec
     | routes.HTTPRouteSpec
     | routes.GRPCRouteSpec
+    | routes.TLSRouteSpec
+    | routes.TCPRouteSpec
     | discovery.EndpointSliceSpec
     | core.EventSpec
 )
@@ -65,6 +67,8 @@ PARSERS: dict[ResourceType, KindParser] = {
     kinds.POLICY_HTTP_ROUTE: routes.parse_policy_http_route,
     kinds.GATEWAY_HTTP_ROUTE: routes.parse_gateway_http_route,
     kinds.GRPC_ROUTE: routes.parse_grpc_route,
+    kinds.TLS_ROUTE: routes.parse_tls_route,
+    kinds.TCP_ROUTE: routes.parse_tcp_route,
     kinds.HTTP_LOCAL_RATE_LIMIT_POLICY: policy.parse_http_local_rate_limit_policy,
     kinds.EGRESS_NETWORK: policy.parse_egress_network,
     kinds.EXTERNAL_WORKLOAD: workloads.parse_external_workload,

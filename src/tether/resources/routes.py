@@ -1,4 +1,4 @@
-"""Typed specs of the route kinds: HTTPRoute (policy.linkerd.io and Gateway API) and GRPCRoute.
+"""Typed specs of the route kinds: HTTPRoute (policy.linkerd.io and Gateway API), GRPCRoute, TLSRoute, TCPRoute.
 
 The two HTTPRoute groups share one shape (`HTTPRouteSpec`) and differ in the
 CRD defaults of a parent reference's group and in the filters Linkerd accepts:
@@ -6,6 +6,10 @@ its own HTTPRoute allows only header modifiers and redirects, while Gateway API
 routes take every standard filter (other controllers may own them). Defaults a
 Kubernetes API server would fill in from the CRD schema are applied here
 (a rule without matches matches every path, a backend's weight is 1, ...).
+TLSRoute and TCPRoute (Gateway API v1alpha2) route whole connections: parent
+references, TLSRoute's SNI ``hostnames``, and exactly one rule of backends, the
+one rule Linkerd allows (a `PolicyRuleViolation`, which its webhook denies even
+though it admits Gateway API routes it cannot read).
 `model.parse` calls the ``parse_*`` functions; the policy controller's inbound
 and outbound indexes read the specs and the ``status.parents`` acceptance.
 """
@@ -24,6 +28,8 @@ from tether.resources.kinds import (
     GRPC_ROUTE,
     POLICY_HTTP_ROUTE,
     SERVICE,
+    TCP_ROUTE,
+    TLS_ROUTE,
     ResourceType,
 )
 from tether.resources.meta import Condition, ObjectMeta, parse_conditions
@@ -194,6 +200,28 @@ class GRPCRouteSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamRouteRule:
+    """The rule of a TLSRoute or TCPRoute: where its connections go (no matches, no filters)."""
+
+    backend_refs: tuple[BackendRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TLSRouteSpec:
+    """``hostnames``: the SNI names the route takes (``*.`` wildcards allowed); empty takes every name."""
+
+    parent_refs: tuple[ParentRef, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[StreamRouteRule, ...] = (StreamRouteRule(),)
+
+
+@dataclass(frozen=True, slots=True)
+class TCPRouteSpec:
+    parent_refs: tuple[ParentRef, ...] = ()
+    rules: tuple[StreamRouteRule, ...] = (StreamRouteRule(),)
+
+
+@dataclass(frozen=True, slots=True)
 class RouteParentStatus:
     parent_ref: ParentRef
     controller_name: str
@@ -235,6 +263,32 @@ def parse_grpc_route(doc: Fields, meta: ObjectMeta) -> tuple[GRPCRouteSpec, Rout
     )
 
 
+def parse_tls_route(doc: Fields, meta: ObjectMeta) -> tuple[TLSRouteSpec, RouteStatus]:
+    spec = doc.child("spec")
+    return (
+        TLSRouteSpec(_parent_refs(spec, TLS_ROUTE.group), spec.strings("hostnames", check=_hostname),
+                     _stream_rules(spec, "TLSRoute")),
+        _route_status(doc, TLS_ROUTE.group),
+    )
+
+
+def parse_tcp_route(doc: Fields, meta: ObjectMeta) -> tuple[TCPRouteSpec, RouteStatus]:
+    spec = doc.child("spec")
+    return (
+        TCPRouteSpec(_parent_refs(spec, TCP_ROUTE.group), _stream_rules(spec, "TCPRoute")),
+        _route_status(doc, TCP_ROUTE.group),
+    )
+
+
+def _stream_rules(spec: Fields, kind: str) -> tuple[StreamRouteRule, ...]:
+    # Gateway API's schema asks for 1-16 rules; Linkerd's controller takes exactly one.
+    rules = spec.children("rules", required=True)
+    if len(rules) != 1:
+        raise spec.error("rules", f"{kind} supports a single rule only (Linkerd), got {len(rules)}", rule=True)
+    # Their backendRefs take no filters: any ``filters`` given is refused by name.
+    return tuple(StreamRouteRule(backend_refs=_backend_refs(rule, ())) for rule in rules)
+
+
 def _http_route(doc: Fields, parent_group: str, filter_types: tuple[str, ...]) -> tuple[HTTPRouteSpec, RouteStatus]:
     spec = doc.child("spec")
     rules = HTTPRouteSpec().rules
@@ -261,7 +315,7 @@ def _parent_refs(spec: Fields, default_group: str) -> tuple[ParentRef, ...]:
     for node in spec.children("parentRefs"):
         ref = parse_parent_ref(node, default_group)
         if ref.targets(EGRESS_NETWORK) and ref.port is None:
-            raise node.error("port", "required for an EgressNetwork parent")
+            raise node.error("port", "required for an EgressNetwork parent", rule=True)
         refs.append(ref)
     return tuple(refs)
 

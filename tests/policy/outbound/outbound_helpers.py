@@ -20,6 +20,8 @@ TYPE_KEYS = {
     "HTTPRoute": "HTTPRoute.policy.linkerd.io",
     "GatewayHTTPRoute": "HTTPRoute.gateway.networking.k8s.io",
     "GRPCRoute": "GRPCRoute.gateway.networking.k8s.io",
+    "TLSRoute": "TLSRoute.gateway.networking.k8s.io",
+    "TCPRoute": "TCPRoute.gateway.networking.k8s.io",
 }
 
 
@@ -105,3 +107,18 @@ def backend(name: str, port: int = 80, weight: int | None = None, **extra: Any) 
     if weight is not None:
         out["weight"] = weight
     return out
+
+
+def stream_route(kind: str, name: str, parent: str, backends: list[dict[str, Any]], ns: str = NS,
+                 port: int | None = 80, parent_kind: str = "Service", hostnames: list[str] | None = None,
+                 created: str | None = None) -> dict[str, Any]:
+    """A TLSRoute or TCPRoute (``kind``) with its one rule."""
+    ref: dict[str, Any] = {"name": parent, "kind": parent_kind,
+                           "group": "core" if parent_kind == "Service" else "policy.linkerd.io"}
+    if port is not None:
+        ref["port"] = port
+    spec: dict[str, Any] = {"parentRefs": [ref], "rules": [{"backendRefs": backends}]}
+    if hostnames:
+        spec["hostnames"] = hostnames
+    return {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": kind,
+            "metadata": meta(name, ns, None, created), "spec": spec}

@@ -15,6 +15,7 @@ from outbound_helpers import (
     namespace,
     remove,
     service,
+    stream_route,
 )
 
 from tether.api import outbound_pb2 as pb
@@ -361,6 +362,93 @@ def test_grpc_routes_win_and_carry_rpc_matches_and_grpc_retries(index) -> None:
     assert rule.filters[0].request_header_modifier.set.headers[0].name == "x"
     assert rule.retry.conditions.unavailable and rule.retry.conditions.deadine_exceeded
     assert not rule.retry.conditions.internal
+
+
+# -- TLSRoute and TCPRoute ----------------------------------------------------------------------------------
+
+
+def weighted(rule) -> list[tuple[str, int]]:
+    return [(b.backend.backend.metadata.resource.name, b.weight) for b in rule.backends.random_available.backends]
+
+
+def test_the_first_tcp_route_takes_an_opaque_port_and_splits_by_weight(index) -> None:
+    feed(index, service("db", "10.96.0.40", [{"name": "pg", "port": 5432, "appProtocol": "linkerd.io/tcp"}]))
+    db = "db.emojivoto.svc.cluster.local:5432"
+    assert policy_for(index, db).protocol.opaque.routes[0].metadata.default == "opaq"
+    first = stream_route("TCPRoute", "split", "db", [backend("api", 5432, 9), backend("api-v2", 5432, 1)], port=5432,
+                         created="2024-01-01T00:00:00Z")
+    later = stream_route("TCPRoute", "later", "db", [backend("web", 5432)], port=5432, created="2024-02-01T00:00:00Z")
+    feed(index, later, first)
+    policy = policy_for(index, db)
+    (route,) = policy.protocol.opaque.routes  # Linkerd's MAXIMUM_ALLOWED_TCP_ROUTES: the oldest only
+    assert (route.metadata.resource.kind, route.metadata.resource.name) == ("TCPRoute", "split")
+    (rule,) = route.rules
+    assert weighted(rule) == [("api", 9), ("api-v2", 1)] and not rule.filters
+    balancer = rule.backends.random_available.backends[0].backend.backend.balancer
+    assert balancer.discovery.dst.path == "api.emojivoto.svc.cluster.local:5432" and balancer.HasField("peak_ewma")
+    remove(index, first)
+    assert policy_for(index, db).protocol.opaque.routes[0].metadata.resource.name == "later"
+
+
+def test_detect_ports_take_grpc_then_http_then_tls_then_tcp_routes(index) -> None:
+    def kinds_served() -> tuple[str, list[str]]:
+        policy = policy_for(index)
+        kind = policy.protocol.WhichOneof("kind")
+        section = policy.protocol.detect.http1 if kind == "detect" else getattr(policy.protocol, kind)
+        return kind, [r.metadata.resource.kind or r.metadata.default for r in section.routes]
+
+    assert kinds_served() == ("detect", ["http"])
+    feed(index, stream_route("TCPRoute", "tcp", "web", [backend("api")]))
+    assert kinds_served() == ("opaque", ["TCPRoute"])
+    feed(index, stream_route("TLSRoute", "tls", "web", [backend("api")], hostnames=["web.example.com"]))
+    assert kinds_served() == ("tls", ["TLSRoute"])
+    feed(index, http_route("http", "web", [{}], gateway=True))
+    assert kinds_served() == ("detect", ["HTTPRoute"])
+    feed(index, grpc_route("rpc", "web", [{}]))
+    assert kinds_served() == ("grpc", ["GRPCRoute"])
+    # An HTTP port ignores TLS and TCP routes, as Linkerd's http1/http2 branches do.
+    feed(index, service("h1", "10.96.0.41", [{"name": "h", "port": 80, "appProtocol": "http"}]),
+         stream_route("TLSRoute", "h1-tls", "h1", [backend("api")]))
+    h1 = policy_for(index, "h1.emojivoto.svc.cluster.local:80")
+    assert h1.protocol.http1.routes[0].metadata.default == "http"
+
+
+def test_tls_routes_match_sni_and_carry_invalid_backends_as_filters(index) -> None:
+    feed(index, stream_route("TLSRoute", "b-names", "web", [backend("api", 443, 3), backend("ghost", 443, 1),
+                                                            {"name": "x", "kind": "Pod", "group": "core"}],
+                             hostnames=["web.example.com", "*.example.org"], created="2024-01-02T00:00:00Z"),
+         stream_route("TLSRoute", "a-any", "web", [], created="2024-01-02T00:00:00Z"))
+    policy = policy_for(index)
+    routes = policy.protocol.tls.routes
+    assert [r.metadata.resource.name for r in routes] == ["a-any", "b-names"]  # same age: by name
+    any_name, names = routes
+    assert not any_name.snis
+    default = any_name.rules[0].backends.first_available.backends[0].backend  # no backendRefs: the parent
+    assert default.balancer.discovery.dst.path == WEB
+    assert [m.exact for m in names.snis] == ["web.example.com", ""]
+    assert list(names.snis[1].suffix.reverse_labels) == ["org", "example"]
+    good, missing, unsupported = names.rules[0].backends.random_available.backends
+    assert good.weight == 3 and not good.backend.filters and good.backend.backend.HasField("balancer")
+    assert missing.backend.filters[0].invalid.message == "Service not found ghost"
+    assert not missing.backend.backend.WhichOneof("kind")
+    assert unsupported.backend.filters[0].invalid.message == "unsupported backend type core Pod"
+    assert any("tls route" in line and "*.example.org" in line for line in describe(policy))
+
+
+def test_tls_and_tcp_routes_on_an_egress_network(index) -> None:
+    feed(index, egress_network("ext", "Deny", [{"cidr": "1.2.3.0/24"}]))
+    own = {"name": "ext", "kind": "EgressNetwork", "group": "policy.linkerd.io"}
+    feed(index, stream_route("TLSRoute", "allow-api", "ext", [own], ns=EGRESS_NS, port=443, parent_kind="EgressNetwork",
+                             hostnames=["api.example.com"]))
+    routes = policy_at(index, "1.2.3.4", 443).protocol.tls.routes
+    assert [r.metadata.resource.name or r.metadata.default for r in routes] == ["allow-api", "tls-egress-deny"]
+    forward = routes[0].rules[0].backends.random_available.backends[0].backend.backend.forward
+    assert forward.addr.port == 443
+    assert routes[1].rules[0].filters[0].HasField("forbidden")
+    # A TCPRoute is sent alone: Linkerd adds the EgressNetwork's route only to an empty list.
+    feed(index, stream_route("TCPRoute", "db", "ext", [own], ns=EGRESS_NS, port=5432, parent_kind="EgressNetwork"))
+    routes = policy_at(index, "1.2.3.4", 5432).protocol.opaque.routes
+    assert [r.metadata.resource.name for r in routes] == ["db"]
 
 
 # -- egress -------------------------------------------------------------------------------------------------

@@ -19,9 +19,7 @@ from policy_helpers import Pki, pod
 
 from tether.api import outbound_pb2 as pb
 from tether.policy.admission import VALIDATED, PolicyAdmission
-from tether.resources.errors import ValidationError
 from tether.resources.loading import load_text
-from tether.resources.model import parse
 
 TUTORIALS = Path(__file__).parent / "tutorials"
 ALL = ["0.0.0.0/0", "::/0"]
@@ -164,15 +162,32 @@ async def test_books_routes_then_retries_and_a_timeout_by_annotation(workdir: Pa
         watch.cancel()
 
 
-async def test_egress_all_traffic_with_routes_and_a_tls_route_refused_by_name(workdir: Path, pki: Pki) -> None:
-    docs = tutorial("egress.yaml")
-    tls_routes = [d for d in docs if d["kind"] == "TLSRoute"]
-    assert tls_routes, "the tutorial has TLSRoutes"
-    for doc in tls_routes:  # not implemented: refused by name rather than stored and ignored
-        with pytest.raises(ValidationError, match="TLSRoute"):
-            parse(doc)
-    kept = [d for d in docs if d["kind"] != "TLSRoute"]
-    async with Harness(workdir, pki, ns("egress-test"), *kept) as h:
+async def test_egress_all_traffic_with_routes_and_tls_routes(workdir: Path, pki: Pki) -> None:
+    docs = tutorial("egress.yaml")  # the TLSRoutes included: admitted, and served on port 443
+    first_tls = next(i for i, d in enumerate(docs) if d["kind"] == "TLSRoute")
+    async with Harness(workdir, pki, ns("egress-test"), *docs[: first_tls + 1]) as h:
+        # The tutorial's first TLSRoute: SNI httpbin.org to the original destination, then the
+        # EgressNetwork's own allow route for every other name (Linkerd's tls.rs).
+        policy = await h.get_outbound(addr=("34.117.59.81", 443), ns="egress-test")
+        assert policy.protocol.WhichOneof("kind") == "tls"
+        tls_egress, allow = policy.protocol.tls.routes
+        assert (tls_egress.metadata.resource.kind, tls_egress.metadata.resource.name) == ("TLSRoute", "tls-egress")
+        assert [m.exact for m in tls_egress.snis] == ["httpbin.org"]
+        [rule] = tls_egress.rules
+        [weighted] = rule.backends.random_available.backends
+        assert not weighted.backend.filters
+        forward = weighted.backend.backend.forward.addr
+        assert (forward.ip.ipv4, forward.port) == (0x22753B51, 443)
+        assert allow.metadata.default == "tls-egress-allow" and not allow.snis and not allow.rules[0].filters
+        watch = h.watch_outbound(addr=("34.117.59.81", 443), ns="egress-test")
+        assert (await next_policy(watch)) == policy
+        h.apply(*docs[first_tls + 1:])
+        # The tutorial's second TLSRoute replaces the first: no hostnames, every SNI.
+        policy = await next_policy(watch)
+        assert [r.metadata.resource.name or r.metadata.default for r in policy.protocol.tls.routes] == [
+            "tls-egress", "tls-egress-allow"]
+        assert not policy.protocol.tls.routes[0].snis
+        watch.cancel()
         policy = await h.get_outbound(addr=("34.117.59.81", 80), ns="egress-test")
         assert (policy.metadata.resource.kind, policy.metadata.resource.name) == (
             "EgressNetwork", "all-egress-traffic")

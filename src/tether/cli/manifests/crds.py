@@ -6,7 +6,7 @@ model knows has a CRD; the schemas follow Linkerd's CRDs (control-plane.md §5.2
 and are structural, as the API server requires.  Every served version of a kind
 shares one schema (a superset where versions differ) and the model's preferred
 version is the storage version; like Linkerd's CRDs they convert with ``None``
-(only ``apiVersion`` changes).  Gateway API HTTPRoute/GRPCRoute CRDs are included
+(only ``apiVersion`` changes).  Gateway API HTTPRoute/GRPCRoute/TLSRoute/TCPRoute CRDs are included
 only with ``installGatewayAPI: true``, as Linkerd does; their schemas here cover the
 fields the mesh reads, not all of Gateway API.
 """
@@ -119,6 +119,18 @@ def http_route_spec() -> Schema:
             "timeouts": obj({"request": DURATION, "backendRequest": DURATION}),
         }), maxItems=16),
     })
+
+
+def stream_route_spec(*, hostnames: bool) -> Schema:
+    """TLSRoute (with SNI ``hostnames``) and TCPRoute: one rule of backends, which take no filters."""
+    backend_ref = obj({k: v for k, v in BACKEND_REF["properties"].items() if k != "filters"}, required=["name"])
+    properties: dict[str, Schema] = {
+        "parentRefs": arr(PARENT_REF, maxItems=32),
+        "rules": arr(obj({"backendRefs": arr(backend_ref, maxItems=16)}), minItems=1, maxItems=16),
+    }
+    if hostnames:
+        properties["hostnames"] = arr(string(), maxItems=16)
+    return obj(properties, required=["rules"])
 
 
 def grpc_route_spec() -> Schema:
@@ -272,9 +284,14 @@ _KINDS: dict[str, tuple[Schema, Schema | None, bool, list[dict[str, Any]]]] = {
         ("Hostnames", "string", ".spec.hostnames"), AGE)),
     kinds.GRPC_ROUTE.key: (grpc_route_spec(), ROUTE_STATUS, True, _columns(("Hostnames", "string", ".spec.hostnames"),
                                                                           AGE)),
+    kinds.TLS_ROUTE.key: (stream_route_spec(hostnames=True), ROUTE_STATUS, True, _columns(
+        ("Hostnames", "string", ".spec.hostnames"), AGE)),
+    kinds.TCP_ROUTE.key: (stream_route_spec(hostnames=False), ROUTE_STATUS, True, _columns(AGE)),
 }
 
-GATEWAY_API_KINDS = (kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key)
+GATEWAY_API_KINDS = (kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key, kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key)
+# Gateway API ships its v1alpha2 kinds in the experimental channel only.
+_EXPERIMENTAL = (kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key)
 GATEWAY_API_BUNDLE_VERSION = "v1.1.1"  # the Gateway API release Linkerd bundles (control-plane.md §5.2)
 MESH_KINDS = tuple(key for key in _KINDS if key not in GATEWAY_API_KINDS)
 
@@ -310,7 +327,8 @@ def crd(rtype: ResourceType, labels: dict[str, str]) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": f"{rtype.plural}.{rtype.group}", "labels": dict(labels)}
     if rtype.group == "gateway.networking.k8s.io":
         metadata["annotations"] = {"gateway.networking.k8s.io/bundle-version": GATEWAY_API_BUNDLE_VERSION,
-                                   "gateway.networking.k8s.io/channel": "standard"}
+                                   "gateway.networking.k8s.io/channel":
+                                       "experimental" if rtype.key in _EXPERIMENTAL else "standard"}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

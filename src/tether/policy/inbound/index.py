@@ -99,9 +99,13 @@ WATCHED = (
     kinds.POLICY_HTTP_ROUTE.key,
     kinds.GATEWAY_HTTP_ROUTE.key,
     kinds.GRPC_ROUTE.key,
+    kinds.TLS_ROUTE.key,
+    kinds.TCP_ROUTE.key,
 )
 # Namespaced policy kinds kept as ``Named`` facts, per namespace.
 _POLICY_KINDS = WATCHED[3:]
+# Kept only for the status controller, which reads every route from here: no inbound policy has these routes.
+_STATUS_ONLY_KINDS = (kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key)
 _AUTHN_KINDS = (kinds.MESH_TLS_AUTHENTICATION.key, kinds.NETWORK_AUTHENTICATION.key)
 _ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE.key, kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key)
 _ALL = "*"  # the dirty mark meaning every namespace
@@ -201,6 +205,8 @@ class InboundIndex:
                 self.external_workloads[(ns, name)] = external_workload_facts(resource)
             else:
                 self.objects[type_key].setdefault(ns, {})[name] = named(resource)
+        if type_key in _STATUS_ONLY_KINDS:
+            return  # no port's policy depends on them
         self._mark(_ALL if type_key in _AUTHN_KINDS else ns, event.received_at)
 
     @staticmethod

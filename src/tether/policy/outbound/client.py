@@ -139,7 +139,8 @@ def describe(policy: pb.OutboundPolicy) -> list[str]:
             which = accrual.WhichOneof("kind")
             lines.append(f"failure accrual: {which} {MessageToDict(getattr(accrual, which))}")
         for route in section.routes:
-            hosts = [h.exact or "*." + ".".join(reversed(h.suffix.reverse_labels)) for h in getattr(route, "hosts", [])]
+            names = (*getattr(route, "hosts", ()), *getattr(route, "snis", ()))  # HTTP hosts or TLS SNI names
+            hosts = [h.exact or "*." + ".".join(reversed(h.suffix.reverse_labels)) for h in names]
             lines.append(f"{name} route {_meta(route.metadata)}" + (f" hosts {', '.join(hosts)}" if hosts else ""))
             for rule in route.rules:
                 if isinstance(rule, (pb.OpaqueRoute.Rule, pb.TlsRoute.Rule)):

@@ -42,6 +42,8 @@ from tether.resources.routes import (
     HTTPRouteSpec,
     HTTPRouteTimeouts,
     RouteFilter,
+    TCPRouteSpec,
+    TLSRouteSpec,
 )
 
 log = logging.getLogger(__name__)
@@ -136,10 +138,12 @@ class RuleFacts:
 
 @dataclass(frozen=True, slots=True)
 class RouteFacts:
-    """An HTTPRoute (either group) or GRPCRoute with outbound parents; ``problem`` set: it applies nowhere."""
+    """An HTTPRoute (either group), GRPCRoute, TLSRoute or TCPRoute with outbound parents; ``problem`` set: it
+    applies nowhere.  TLSRoutes and TCPRoutes have one rule without matches or filters; ``hostnames`` of a
+    TLSRoute are SNI names."""
 
     group: str
-    kind: str  # HTTPRoute or GRPCRoute
+    kind: str  # HTTPRoute, GRPCRoute, TLSRoute or TCPRoute
     namespace: str
     name: str
     created: datetime | None
@@ -154,6 +158,11 @@ class RouteFacts:
     @property
     def is_grpc(self) -> bool:
         return self.kind == "GRPCRoute"
+
+    @property
+    def is_stream(self) -> bool:
+        """A TLSRoute or TCPRoute: it routes connections, not requests."""
+        return self.kind in (kinds.TLS_ROUTE.kind, kinds.TCP_ROUTE.kind)
 
     def order_key(self) -> tuple[int, datetime | None, str]:
         """Linkerd's route order: by creation time (routes with one first), then name."""
@@ -177,10 +186,13 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
         return _egress_network(resource)
     if rtype is kinds.NAMESPACE:
         return NamespaceFacts(resource.name, resource.annotations.get(OPAQUE_PORTS_ANNOTATION))
-    if rtype in (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE):
+    if rtype in (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE, kinds.TLS_ROUTE,
+                 kinds.TCP_ROUTE):
         # Routes whose parents are all Servers are the inbound index's business.
         parents = resource.spec.parent_refs  # type: ignore[union-attr]
-        return _route(resource) if any(_outbound_parent(ref) for ref in parents) else None
+        if not any(_outbound_parent(ref) for ref in parents):
+            return None
+        return _stream_route(resource) if rtype in (kinds.TLS_ROUTE, kinds.TCP_ROUTE) else _route(resource)
     return None
 
 
@@ -332,4 +344,21 @@ def _route(resource: Resource) -> RouteFacts:
         retry=retry,
         problem=first,
         warnings=tuple(warnings),
+    )
+
+
+def _stream_route(resource: Resource) -> RouteFacts:
+    """A TLSRoute or TCPRoute: its one rule's backends (and a TLSRoute's SNI names); Linkerd reads no
+    retry or timeout annotations on these."""
+    spec = resource.spec
+    assert isinstance(spec, (TLSRouteSpec, TCPRouteSpec))
+    return RouteFacts(
+        group=resource.type.group,
+        kind=resource.type.kind,
+        namespace=resource.namespace or "",
+        name=resource.name,
+        created=resource.metadata.creation_timestamp,
+        parents=spec.parent_refs,
+        hostnames=spec.hostnames if isinstance(spec, TLSRouteSpec) else (),
+        rules=tuple(RuleFacts(matches=(), filters=(), backends=rule.backend_refs) for rule in spec.rules),
     )

@@ -16,9 +16,11 @@ destination's cluster index), it answers two questions:
   EgressNetwork and port), the port's protocol (``appProtocol``, else opaque
   by ``config.linkerd.io/opaque-ports`` of the Service, else of its namespace,
   else the defaults), the parent's annotations (``Settings``), and its
-  HTTPRoutes (both groups) and GRPCRoutes, each resolved: backends checked
-  against the Services and EgressNetworks that exist, rule timeouts and
-  retries with the route's and then the parent's annotations filled in.
+  HTTPRoutes (both groups), GRPCRoutes, TLSRoutes and TCPRoutes, each
+  resolved: backends checked against the Services and EgressNetworks that
+  exist, rule timeouts and retries (HTTP and gRPC only) with the route's and
+  then the parent's annotations filled in.  Which route kind the proxy gets is
+  the translator's choice (Linkerd's precedence); the state keeps them all.
 
 Producer and consumer routes: a route in the parent's namespace applies to
 clients of every namespace; a route in another namespace applies only to
@@ -77,10 +79,13 @@ WATCHED: tuple[str, ...] = (
     kinds.POLICY_HTTP_ROUTE.key,
     kinds.GATEWAY_HTTP_ROUTE.key,
     kinds.GRPC_ROUTE.key,
+    kinds.TLS_ROUTE.key,
+    kinds.TCP_ROUTE.key,
 )
-_ROUTE_TYPES = (kinds.POLICY_HTTP_ROUTE.key, kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key)
+_ROUTE_TYPES = WATCHED[3:]
 
 Key = tuple[str, str]  # (namespace, name)
+
 ParentKind = Literal["Service", "EgressNetwork"]
 
 
@@ -172,6 +177,12 @@ class OutboundState:
     settings: Settings
     http_routes: tuple[ResolvedRoute, ...] = ()
     grpc_routes: tuple[ResolvedRoute, ...] = ()
+    tls_routes: tuple[ResolvedRoute, ...] = ()
+    tcp_routes: tuple[ResolvedRoute, ...] = ()
+
+    @property
+    def routes(self) -> tuple[ResolvedRoute, ...]:
+        return (*self.http_routes, *self.grpc_routes, *self.tls_routes, *self.tcp_routes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +217,7 @@ class _Watch:
         # and EgressNetwork): a change elsewhere cannot change it.
         if isinstance(state, OutboundState):
             self.namespaces = {state.parent.namespace}
-            for route in (*state.http_routes, *state.grpc_routes):
+            for route in state.routes:
                 self.namespaces.update(b.namespace for rule in route.rules for b in rule.backends)
         elif isinstance(state, UndefinedPort):
             self.namespaces = {state.namespace}
@@ -515,8 +526,8 @@ class OutboundIndex:
 
     def _with_routes(self, state: OutboundState, source_ns: str) -> OutboundState:
         parent = state.parent
-        http: list[RouteFacts] = []
-        grpc: list[RouteFacts] = []
+        # Both HTTPRoute groups share the kind name, and one list.
+        by_kind: dict[str, list[RouteFacts]] = {"HTTPRoute": [], "GRPCRoute": [], "TLSRoute": [], "TCPRoute": []}
         for key in self._routes_by_parent.get((parent.kind, parent.namespace, parent.name), ()):
             route = self.routes[key]
             if route.problem is not None:
@@ -526,17 +537,22 @@ class OutboundIndex:
                 continue
             if not any(_attaches(ref, route.namespace, parent) for ref in route.parents):
                 continue
-            (grpc if route.is_grpc else http).append(route)
-        if not http and not grpc:
+            by_kind[route.kind].append(route)
+        if not any(by_kind.values()):
             return state
-        return replace(
-            state,
-            http_routes=tuple(self._resolve_route(r, state) for r in sorted(http, key=RouteFacts.order_key)),
-            grpc_routes=tuple(self._resolve_route(r, state) for r in sorted(grpc, key=RouteFacts.order_key)),
-        )
+        resolved = {kind: tuple(self._resolve_route(r, state) for r in sorted(routes, key=RouteFacts.order_key))
+                    for kind, routes in by_kind.items()}
+        return replace(state, http_routes=resolved["HTTPRoute"], grpc_routes=resolved["GRPCRoute"],
+                       tls_routes=resolved["TLSRoute"], tcp_routes=resolved["TCPRoute"])
 
     def _resolve_route(self, route: RouteFacts, state: OutboundState) -> ResolvedRoute:
         settings = state.settings
+        if route.is_stream:
+            # Connections: no timeouts, retries or filters (Linkerd reads no annotations on these routes).
+            return ResolvedRoute(route.group, route.kind, route.namespace, route.name, route.hostnames, tuple(
+                ResolvedRule((), (), tuple(self._backend(b, route.namespace, ()) for b in rule.backends),
+                             ann.Timeouts(), None)
+                for rule in route.rules))
         parent_retry = settings.grpc_retry if route.is_grpc else settings.http_retry
         allowed = GRPC_ROUTE_FILTERS if route.is_grpc else HTTP_ROUTE_FILTERS
         return ResolvedRoute(

@@ -8,10 +8,14 @@
   (``opaq``).  A route named ``default`` is what tells a linkerd2-proxy that no
   HTTPRoute applies, so it uses the Service's ServiceProfile instead (Linkerd
   2.20's fallback).
-* **Service with routes**: GRPCRoutes win over HTTPRoutes (``grpc`` protocol);
-  HTTPRoutes go into ``detect`` (or ``http1``/``http2`` when ``appProtocol``
-  says so); an opaque port (``appProtocol`` opaque or unknown, or an opaque
-  port) gets ``opaque`` with the default opaque route.
+* **Service with routes**, Linkerd 2.20's precedence: ``appProtocol``
+  ``http``/``h2c`` take HTTPRoutes (GRPCRoutes first on ``h2c``); an opaque
+  port (``appProtocol`` opaque or unknown, or an opaque port) takes its first
+  TCPRoute (Linkerd's ``MAXIMUM_ALLOWED_TCP_ROUTES`` = 1) as an ``opaque``
+  route, else the default opaque route; otherwise (detect) GRPCRoutes win
+  (``grpc``), then HTTPRoutes (``detect``), then TLSRoutes (``tls``, one
+  route per TLSRoute with its SNI matches), then the first TCPRoute
+  (``opaque``), else the default ``detect``.
 * Rules: matches, filters, weighted backends (``random_available``; none
   listed: first-available to the parent), ``timeouts`` (and the deprecated
   ``requestTimeout``), retries (backoff 25ms-250ms, jitter 1, 64 KiB bodies),
@@ -19,9 +23,15 @@
   penalty estimator under ``penalize-failures``) with queue 100 / failfast 3s.
   A missing or unsupported backend stays in the distribution with its weight
   and a failure-injector filter (HTTP 500, or gRPC code 500 as Linkerd sends).
+* TLSRoute and TCPRoute rules: weighted backends (``random_available``) or,
+  none listed, first-available to the parent; Service backends balanced by
+  plain peak EWMA; a missing or unsupported backend carries an ``Invalid``
+  filter (the proxy refuses the connection).
 * **EgressNetwork**: the routes plus a default route that forwards to the
   original destination (Allow) or fails it (Deny: HTTP 403, gRPC
-  PERMISSION_DENIED, opaque ``Forbidden``).
+  PERMISSION_DENIED, opaque and TLS ``Forbidden``) -- for TLSRoutes too
+  (``tls-egress-allow``/``-deny``), but not after a TCPRoute, which Linkerd
+  sends alone.
 * **Undefined port**: opaque, no backends, ``Forbidden``.  **Egress fallback**:
   ``detect`` forwarding to the original destination (``egress-fallback``).
 """
@@ -34,7 +44,7 @@ from typing import Any, cast
 
 from google.protobuf.duration_pb2 import Duration
 
-from tether.api import destination_pb2, grpc_route_pb2, http_route_pb2, meta_pb2, opaque_route_pb2
+from tether.api import destination_pb2, grpc_route_pb2, http_route_pb2, meta_pb2, opaque_route_pb2, tls_route_pb2
 from tether.api import outbound_pb2 as pb
 from tether.api.addresses import to_tcp_address
 from tether.policy import route_translator as rt
@@ -64,6 +74,7 @@ RETRY_MIN_BACKOFF = 0.025
 RETRY_MAX_BACKOFF = 0.250
 RETRY_MAX_REQUEST_BYTES = 64 * 1024
 GRPC_PERMISSION_DENIED = 7
+MAXIMUM_ALLOWED_TCP_ROUTES = 1  # Linkerd's: a TCPRoute cannot select, so only the first one counts
 
 _GRPC_CONDITION_FIELDS = {
     "cancelled": "cancelled",
@@ -269,6 +280,14 @@ _GRPC = _RouteKind(
 )
 
 
+def sni_match(hostname: str) -> tls_route_pb2.SniMatch:
+    """``*.example.com`` -> a suffix (labels reversed, as the proto wants), else an exact name."""
+    if hostname.startswith("*."):
+        return tls_route_pb2.SniMatch(suffix=tls_route_pb2.SniMatch.Suffix(
+            reverse_labels=list(reversed(hostname[2:].split(".")))))
+    return tls_route_pb2.SniMatch(exact=hostname)
+
+
 # -- one Service or EgressNetwork policy -------------------------------------------------------------------
 
 
@@ -324,9 +343,15 @@ class _Encoder:
                                                                     failure_accrual=accrual))
             return pb.ProxyProtocol(http2=pb.ProxyProtocol.Http2(routes=self._http_routes(), failure_accrual=accrual))
         if protocol is not None:  # opaque, or an appProtocol Linkerd does not know
+            if s.tcp_routes:
+                return pb.ProxyProtocol(opaque=pb.ProxyProtocol.Opaque(routes=self._tcp_routes()))
             return pb.ProxyProtocol(opaque=pb.ProxyProtocol.Opaque(routes=[self._opaque_route()]))
         if s.grpc_routes:
             return pb.ProxyProtocol(grpc=pb.ProxyProtocol.Grpc(routes=self._grpc_routes(), failure_accrual=accrual))
+        if not s.http_routes and s.tls_routes:
+            return pb.ProxyProtocol(tls=pb.ProxyProtocol.Tls(routes=self._tls_routes()))
+        if not s.http_routes and s.tcp_routes:
+            return pb.ProxyProtocol(opaque=pb.ProxyProtocol.Opaque(routes=self._tcp_routes()))
         routes = self._http_routes()
         return pb.ProxyProtocol(detect=pb.ProxyProtocol.Detect(
             timeout=_duration(DETECT_TIMEOUT),
@@ -351,6 +376,49 @@ class _Encoder:
                 backends=[pb.OpaqueRoute.RouteBackend(backend=self.default_backend)])),
             filters=filters,
         )])
+
+    # -- TLS and TCP routes ---------------------------------------------------------------------------------
+
+    def _tcp_routes(self) -> list[pb.OpaqueRoute]:
+        # An EgressNetwork's default route would follow only an empty list, which cannot happen here (as Linkerd).
+        return [self._stream_route(pb.OpaqueRoute, r) for r in self.state.tcp_routes[:MAXIMUM_ALLOWED_TCP_ROUTES]]
+
+    def _tls_routes(self) -> list[pb.TlsRoute]:
+        routes = [self._stream_route(pb.TlsRoute, r) for r in self.state.tls_routes]
+        if self.egress:
+            deny = self.parent.traffic_policy == "Deny"
+            routes.append(pb.TlsRoute(
+                metadata=_default_meta(f"tls-egress-{'deny' if deny else 'allow'}"),
+                rules=[pb.TlsRoute.Rule(
+                    backends=pb.TlsRoute.Distribution(first_available=pb.TlsRoute.Distribution.FirstAvailable(
+                        backends=[pb.TlsRoute.RouteBackend(backend=self.default_backend)])),
+                    filters=[pb.TlsRoute.Filter(forbidden=opaque_route_pb2.Forbidden())] if deny else [],
+                )],
+            ))
+        return routes
+
+    def _stream_route(self, kind: Any, route: ResolvedRoute) -> Any:
+        """A TCPRoute as an ``OpaqueRoute`` or a TLSRoute as a ``TlsRoute`` (``kind``): its one rule's backends."""
+        rules = []
+        for rule in route.rules:
+            out = kind.Rule()
+            if rule.backends:
+                out.backends.random_available.backends.extend(
+                    self._stream_backend(kind, b) for b in rule.backends)
+            else:
+                out.backends.first_available.backends.append(kind.RouteBackend(backend=self.default_backend))
+            rules.append(out)
+        message = kind(metadata=_resource_meta(route.group, route.kind, route.namespace, route.name),
+                             rules=rules)
+        if kind is pb.TlsRoute:
+            message.snis.extend(sni_match(h) for h in route.hostnames)
+        return message
+
+    def _stream_backend(self, kind: Any, b: ResolvedBackend) -> Any:
+        # Connections are balanced on connect time: plain peak EWMA, never the response-code penalty.
+        backend, message = self._backend(b, self._load(plain=True))
+        filters = [] if message is None else [kind.Filter(invalid=opaque_route_pb2.Invalid(message=message))]
+        return kind.WeightedRouteBackend(weight=b.weight, backend=kind.RouteBackend(backend=backend, filters=filters))
 
     # -- HTTP and gRPC --------------------------------------------------------------------------------------
 
@@ -424,12 +492,12 @@ class _Encoder:
 
     # -- backends -----------------------------------------------------------------------------------------
 
-    def _backend(self, b: ResolvedBackend) -> tuple[pb.Backend, str | None]:
-        """The backend message, and why it is invalid (None when it is usable)."""
+    def _backend(self, b: ResolvedBackend, load: dict[str, object] | None = None) -> tuple[pb.Backend, str | None]:
+        """The backend message (balanced by ``load``, else the parent's), and why it is invalid (None: usable)."""
         if b.kind == "Service":
             meta = _resource_meta("core", "Service", b.namespace, b.name, b.port or 0)
             if b.message is None and b.authority is not None:
-                return self._balancer(meta, b.authority, self.load), None
+                return self._balancer(meta, b.authority, self.load if load is None else load), None
             return pb.Backend(metadata=meta, queue=_queue()), b.message
         if b.kind == "EgressNetwork":
             port = b.port or (self.original[1] if self.original else 0)

@@ -192,7 +192,7 @@ def test_requests_over_the_in_flight_limit_are_shed_with_503() -> None:
     limit.count = 1  # another connection's request
     assert (Playbook(router(events), settings(in_flight=limit))
             >> DownData(GET)
-            << Count("outbound_http_errors_total", 'error="load shed"')
+            << Count("outbound_http_errors_total", 'error="loadshed"')
             << SendDown(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
                         b"l5d-proxy-error: service unavailable: too many requests in flight\r\n"
                         b"connection: close\r\n\r\n")
@@ -496,7 +496,7 @@ def test_the_policy_and_tap_hooks_see_each_request() -> None:
             << SendDown(OK)
             << Checkin(0, reuse=True)
             >> DownData(b"GET /no HTTP/1.1\r\nHost: web\r\n\r\n")
-            << Count("outbound_http_errors_total", 'error="load shed"')
+            << Count("outbound_http_errors_total", 'error="loadshed"')
             << SendDown(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
                         b"l5d-proxy-error: service unavailable: too many requests in flight\r\n"
                         b"connection: close\r\n\r\n")

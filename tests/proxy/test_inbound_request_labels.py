@@ -71,5 +71,5 @@ def test_an_inbound_connections_settings_label_errors_with_target_and_server_and
     assert isinstance(plain, ServeHttp1) and isinstance(meshed, ServeHttp1)
     assert not plain.settings.informational and meshed.settings.informational
     assert exchange.error_labels(plain.settings, errors.load_shed().metric) == (
-        'error="load shed",target_addr="10.1.0.5:8080",target_ip="10.1.0.5",target_port="8080",'
+        'error="loadshed",target_addr="10.1.0.5:8080",target_ip="10.1.0.5",target_port="8080",'
         'srv_group="policy.linkerd.io",srv_kind="server",srv_name="voting-grpc",srv_port="8080"')

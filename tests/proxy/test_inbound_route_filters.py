@@ -151,7 +151,7 @@ def failing(numerator: int = 0, denominator: int = 0, status: int = 503) -> pb.H
 
 def test_an_injected_failure_is_an_unexpected_error_inbound() -> None:
     answer = checker(routed(failing())).check(request(b"/api/vote"))
-    assert isinstance(answer, ProxyError) and answer.kind is ErrorKind.INJECTED
+    assert isinstance(answer, ProxyError) and answer.kind is ErrorKind.UNEXPECTED
     assert answer.status == 500 and answer.message == "unexpected error" and errors.grpc_status(answer) == 13
 
 
@@ -171,9 +171,9 @@ def test_filters_apply_in_order_and_before_the_rate_limit() -> None:
     message.protocol.detect.http_local_rate_limit.total.requestsPerSecond = 1
     policy = checker(message)
     first = policy.check(request(b"/api/vote"))
-    assert isinstance(first, ProxyError) and first.kind is ErrorKind.INJECTED
+    assert isinstance(first, ProxyError) and first.kind is ErrorKind.UNEXPECTED
     second = policy.check(request(b"/api/vote"))
-    assert isinstance(second, ProxyError) and second.kind is ErrorKind.INJECTED  # the limit never consumed
+    assert isinstance(second, ProxyError) and second.kind is ErrorKind.UNEXPECTED  # the limit never consumed
 
 
 def test_the_invalid_policys_filter_is_never_reached_authorization_comes_first() -> None:
@@ -200,8 +200,8 @@ def test_informational_headers_only_when_allowed() -> None:
 
 # -- through the HTTP/1 core (a playbook: bytes in, sink calls out) ------------------------------------------
 
-def test_the_http1_core_sends_the_edited_request_and_answers_redirects() -> None:
-    from playbook import Checkin, Checkout, Close, Connected, DownData, Playbook, SendDown, SendUp, UpData
+def test_the_http1_core_sends_the_edited_request_and_answers_redirects_keeping_the_connection() -> None:
+    from playbook import Checkin, Checkout, Close, Connected, Count, DownData, Playbook, SendDown, SendUp, UpData
     from test_http1_proxy import ADDR, OK, router
 
     from tether.proxy.core.http import HttpSettings
@@ -219,8 +219,18 @@ def test_the_http1_core_sends_the_edited_request_and_answers_redirects() -> None
             << SendDown(OK)
             << Checkin(0, reuse=True))
     unmeshed = HttpSettings("inbound", lambda: 0.0, policy=redirecting, informational=False)
+    moved = (b"HTTP/1.1 307 Temporary Redirect\r\ncontent-length: 0\r\n"
+             b"location: http://new.example.com/api/vote\r\n\r\n")
     assert (Playbook(router(events), unmeshed)
             >> DownData(b"GET /api/vote HTTP/1.1\r\nHost: web\r\n\r\n")
-            << SendDown(b"HTTP/1.1 307 Temporary Redirect\r\ncontent-length: 0\r\n"
-                        b"location: http://new.example.com/api/vote\r\nconnection: close\r\n\r\n")
-            << Close())
+            << Count("inbound_http_errors_total", 'error="unexpected"')  # as linkerd2-proxy counts a redirect
+            << SendDown(moved)
+            >> DownData(b"GET /api/vote HTTP/1.1\r\nHost: web\r\n\r\n")  # the connection goes on
+            << Count("inbound_http_errors_total", 'error="unexpected"')
+            << SendDown(moved))
+    failing_policy = checker(routed(failing()))
+    assert (Playbook(router(events), HttpSettings("inbound", lambda: 0.0, policy=failing_policy, informational=False))
+            >> DownData(b"GET /api/vote HTTP/1.1\r\nHost: web\r\n\r\n")
+            << Count("inbound_http_errors_total", 'error="unexpected"')
+            << SendDown(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            << Close())  # an inbound injected failure is Linkerd's unexpected error: the connection is closed

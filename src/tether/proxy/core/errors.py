@@ -1,10 +1,14 @@
 """The responses the proxy makes itself, as Linkerd makes them (proxy.md §7.8, §7.9).
 
 An empty body with ``content-length: 0`` and the error in ``l5d-proxy-error``;
-errors that end the connection also say ``connection: close`` (and, toward a
-meshed client, ``l5d-proxy-connection: close``). The HTTP/1 layer writes them
-with its connection's codec, so a synthesized response is framed like any
-other.
+errors that end the connection (``ProxyError.close``) also say ``connection:
+close`` (and, toward a meshed client, ``l5d-proxy-connection: close``). The
+answers linkerd2-proxy makes without closing (``close_connection: false`` in
+its ``SyntheticHttpResponse``) are policy's: 404 no route, 403, 429, a
+redirect, an outbound injected failure, a client policy route's timeouts;
+after them the HTTP/1 core reads the rest of the request and goes on with the
+next. The HTTP/1 layer writes them with its connection's codec, so a
+synthesized response is framed like any other.
 
 A gRPC request (HTTP/2, ``content-type: application/grpc...``) gets instead a
 trailers-only ``200`` whose ``grpc-status`` says what went wrong
@@ -54,7 +58,7 @@ class ErrorKind(enum.Enum):
     LOOP = (502, GRPC_UNAVAILABLE, "i/o", True, "the endpoint is this proxy")
     UNKNOWN_OVERRIDE = (502, GRPC_UNAVAILABLE, "i/o", True, "l5d-dst-override names no known service")
     BAD_OVERRIDE = (400, GRPC_INTERNAL, "", False, "l5d-dst-override is not host[:port]")
-    LOAD_SHED = (503, GRPC_UNAVAILABLE, "load shed", False, "too many requests in flight")
+    LOAD_SHED = (503, GRPC_UNAVAILABLE, "loadshed", False, "too many requests in flight")
     RESPONSE_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", False, "a route's timeout passed")
     ATTEMPT_TIMEOUT = (504, GRPC_DEADLINE_EXCEEDED, "response timeout", True,
                        "a policy rule's per-attempt timeout passed (retried while retries are left)")
@@ -63,16 +67,21 @@ class ErrorKind(enum.Enum):
     # A request the codec refuses (smuggling, a bad head...): Linkerd's catch-all label, so they leave a trace.
     BAD_REQUEST = (400, GRPC_INTERNAL, "unexpected", False, "a malformed request")
     HEAD_TOO_LARGE = (431, GRPC_INTERNAL, "unexpected", False, "a request head over the size limit")
-    # Inbound policy (proxy.md §8.3): counted by their own metrics (inbound_http_authz_deny_total...).
+    # Inbound policy (proxy.md §8.3): a denial is counted by its own metrics (inbound_http_authz_deny_total,
+    # inbound_http_route_not_found_total) and not as an error; every other policy answer is an error to
+    # linkerd2-proxy's error metrics, which have no name for it: "unexpected".
     ROUTE_NOT_FOUND = (404, GRPC_NOT_FOUND, "", False, "no route of the server's policy matches the request")
     UNAUTHORIZED = (403, GRPC_PERMISSION_DENIED, "", False, "no authorization of the route admits the client")
-    RATE_LIMITED = (429, GRPC_RESOURCE_EXHAUSTED, "", False, "the server's local rate limit is reached")
+    RATE_LIMITED = (429, GRPC_RESOURCE_EXHAUSTED, "unexpected", False, "the server's local rate limit is reached")
+    # An error linkerd2-proxy's inbound error mapper has no case for (an injected failure, a redirect that
+    # cannot be made): 500 "unexpected error", connection closed.
+    UNEXPECTED = (500, GRPC_INTERNAL, "unexpected", False, "an inbound injected failure or invalid redirect")
     # Outbound client policy (proxy.md §7.2, §7.9): answered by the route, before any endpoint.
-    NO_ROUTE = (404, GRPC_NOT_FOUND, "", False, "no route of the client policy matches the request")
-    REDIRECT = (302, GRPC_NOT_FOUND, "", False, "the route's RequestRedirect filter (status and Location)")
-    INJECTED = (500, GRPC_FAILED_PRECONDITION, "", False, "the route's failure injector")
-    INVALID_POLICY = (500, GRPC_INTERNAL, "", False, "the client policy or route is invalid")
-    NO_BACKEND = (502, GRPC_UNAVAILABLE, "", False, "the route's backend has no dispatcher")
+    NO_ROUTE = (404, GRPC_NOT_FOUND, "unexpected", False, "no route of the client policy matches the request")
+    REDIRECT = (302, GRPC_NOT_FOUND, "unexpected", False, "the route's RequestRedirect filter (status and Location)")
+    INJECTED = (500, GRPC_FAILED_PRECONDITION, "unexpected", False, "the route's failure injector")
+    INVALID_POLICY = (500, GRPC_INTERNAL, "unexpected", False, "the client or server policy or route is invalid")
+    NO_BACKEND = (502, GRPC_UNAVAILABLE, "unexpected", False, "the route's backend has no dispatcher")
 
     def __init__(self, status: int, grpc: int, metric: str, retryable: bool, meaning: str) -> None:
         self.status = status
@@ -84,7 +93,7 @@ class ErrorKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ProxyError:
-    """An error the proxy answers for: its kind and its ``l5d-proxy-error`` text; it closes the connection."""
+    """An error the proxy answers for: its kind, its ``l5d-proxy-error`` text, whether it closes the connection."""
 
     kind: ErrorKind
     message: str
@@ -92,6 +101,9 @@ class ProxyError:
     status_code: int = 0  # a status of the route's choosing (redirect, injected failure); 0: the kind's
     grpc_code: int | None = None  # a gRPC code of the route's choosing (injected failure)
     headers: tuple[tuple[bytes, bytes], ...] = ()  # more response headers (a redirect's Location)
+    # The client's connection ends after the answer (HTTP/1: ``connection: close``); False for the answers
+    # linkerd2-proxy makes with ``close_connection: false`` (set by the constructors below).
+    close: bool = True
 
     @property
     def status(self) -> int:
@@ -100,8 +112,6 @@ class ProxyError:
     @property
     def metric(self) -> str:
         return self.kind.metric
-
-    close = True  # every error the proxy answers for ends the connection (HTTP/1) -- Linkerd's behaviour
 
 
 def failfast(service: str) -> ProxyError:
@@ -141,14 +151,22 @@ def response_timeout(timeout: float) -> ProxyError:
     return ProxyError(ErrorKind.RESPONSE_TIMEOUT, f"HTTP response timeout after {rust_duration(timeout)}")
 
 
+def request_timeout(timeout: float) -> ProxyError:
+    """A client policy route's request timeout passed before the response head: 504, the connection kept
+    (Linkerd's ``gateway_timeout_nonfatal``, unlike a ServiceProfile route's ``response_timeout``)."""
+    return ProxyError(ErrorKind.RESPONSE_TIMEOUT, f"HTTP response timeout after {rust_duration(timeout)}",
+                      close=False)
+
+
 def attempt_timeout(timeout: float) -> ProxyError:
     """A client policy rule's per-attempt timeout (``retry.linkerd.io/timeout``) before the response head."""
-    return ProxyError(ErrorKind.ATTEMPT_TIMEOUT, f"HTTP response headers timeout after {rust_duration(timeout)}")
+    return ProxyError(ErrorKind.ATTEMPT_TIMEOUT, f"HTTP response headers timeout after {rust_duration(timeout)}",
+                      close=False)
 
 
 def idle_timeout(timeout: float) -> ProxyError:
     """A client policy rule's idle timeout (``timeouts.idle``) passed with no byte either way."""
-    return ProxyError(ErrorKind.IDLE_TIMEOUT, f"HTTP stream idle for {rust_duration(timeout)}")
+    return ProxyError(ErrorKind.IDLE_TIMEOUT, f"HTTP stream idle for {rust_duration(timeout)}", close=False)
 
 
 def bad_request(status: int, reason: str) -> ProxyError:
@@ -157,29 +175,34 @@ def bad_request(status: int, reason: str) -> ProxyError:
 
 
 def route_not_found() -> ProxyError:
-    return ProxyError(ErrorKind.ROUTE_NOT_FOUND, "no route found for request")
+    return ProxyError(ErrorKind.ROUTE_NOT_FOUND, "no route found for request", close=False)
 
 
 def unauthorized() -> ProxyError:
-    return ProxyError(ErrorKind.UNAUTHORIZED, "unauthorized request on route")
+    return ProxyError(ErrorKind.UNAUTHORIZED, "unauthorized request on route", close=False)
 
 
 def rate_limited(scope: str) -> ProxyError:
-    return ProxyError(ErrorKind.RATE_LIMITED, f"too many requests ({scope} rate limit)")
+    return ProxyError(ErrorKind.RATE_LIMITED, f"too many requests ({scope} rate limit)", close=False)
+
+
+def unexpected() -> ProxyError:
+    """What linkerd2-proxy's inbound answers for an error its mapper has no case for: 500, connection closed."""
+    return ProxyError(ErrorKind.UNEXPECTED, "unexpected error")
 
 
 def no_route() -> ProxyError:
-    return ProxyError(ErrorKind.NO_ROUTE, "no route")
+    return ProxyError(ErrorKind.NO_ROUTE, "no route", close=False)
 
 
 def redirect(status: int, location: str) -> ProxyError:
     return ProxyError(ErrorKind.REDIRECT, f"redirected to {location}", status_code=status,
-                      headers=((b"location", location.encode("latin-1", "replace")),))
+                      headers=((b"location", location.encode("latin-1", "replace")),), close=False)
 
 
 def injected(status: int, grpc_code: int | None, message: str) -> ProxyError:
     """A failure the route's injector chose: its HTTP status, or for a gRPC route its code (HTTP 200)."""
-    return ProxyError(ErrorKind.INJECTED, message, status_code=status, grpc_code=grpc_code)
+    return ProxyError(ErrorKind.INJECTED, message, status_code=status, grpc_code=grpc_code, close=False)
 
 
 def invalid_policy(message: str) -> ProxyError:

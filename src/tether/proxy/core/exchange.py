@@ -10,6 +10,7 @@ calls these for the decisions and the accounting they share:
   inbound authorization, route filters and rate limits), before the request
   is routed (the edit a route's header modifier makes is the core's to apply);
   ``leave`` gives the in-flight place back;
+- ``route_timeout``: the answer when a route's timeout passed;
 - ``route_begun``: the exchange's first pick named a ServiceProfile route:
   ``route_request_total``, and whether its body is to be kept for a retry;
 - ``settle_attempt``: after an attempt on a profile route, retry, final, or
@@ -99,6 +100,14 @@ def attempt_timeout(route: Route | None) -> float | None:
 def idle_timeout(route: Route) -> float | None:
     """How long a request on ``route`` may go without a byte either way (a client policy rule's), if limited."""
     return route.idle if isinstance(route, PolicyRoute) else None
+
+
+def route_timeout(route: Route) -> ProxyError:
+    """The answer when ``route``'s timeout passed before the response head: 504, the connection kept on a client
+    policy route (Linkerd's non-fatal timeout), closed on a ServiceProfile route (proxy.md §7.9)."""
+    if isinstance(route, PolicyRoute):
+        return errors.request_timeout(route.timeout or 0.0)
+    return errors.response_timeout(route.timeout or 0.0)
 
 
 def retry_delay(route: Route) -> float:

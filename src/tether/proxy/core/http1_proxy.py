@@ -37,7 +37,14 @@ is tried once more on a new one when what was sent can be sent again.
 Errors are answered as Linkerd answers them (``core.errors``: 502/503/504
 with ``l5d-proxy-error``; 400/431 for a request the codec refuses, which is
 also counted in ``response_total`` and logged, rate-limited); the
-connection is closed after each. A client that goes away while its request
+connection is closed after each, except after the answers Linkerd makes
+without closing (``ProxyError.close`` false: 403, 404, 429, a redirect, an
+injected failure, a client policy route's timeout): then the rest of the
+request body is read and dropped (up to ``DRAIN_LIMIT`` bytes; more, and the
+connection is closed) and the next request is served on the same connection
+-- unless the client said it would not go on (``connection: close``,
+HTTP/1.0) or the request was a ``CONNECT`` (what follows it is the tunnel's,
+not HTTP). A client that goes away while its request
 is in hand has its upstream connection closed at once. ``Upgrade`` + 101 and
 ``CONNECT`` + 2xx end HTTP: the sink joins the two connections byte for
 byte. A first line that is not HTTP/1 (detection only sees a prefix) is
@@ -84,6 +91,9 @@ CONNECT_ATTEMPTS = 3
 # Client bytes held while the request in hand cannot take them (routing, connecting; a pipelined next
 # request): above this, the client's connection is not read until they are passed on.
 HOLD_LIMIT = 64 * 1024
+# Request body read and dropped after an answer that keeps the connection: above this, the connection is closed
+# instead (reading a large upload to its end costs more than the client's reconnecting).
+DRAIN_LIMIT = 64 * 1024
 REFUSAL_LOG_INTERVAL = 10.0  # seconds between log lines about refused requests (the rest are counted)
 
 
@@ -211,6 +221,9 @@ class Http1Proxy:
         self.first = True  # no request head yet: a bad first line means "not HTTP" (opaque)
         self.over = False
         self.paused = False  # the client's connection is not read (HOLD_LIMIT)
+        self.reading = False  # a request's body is being read (its EndOfMessage not yet seen)
+        self.drained: int | None = None  # bytes of an answered request's body dropped so far (None: not draining)
+        self.again = False  # the drained request ended inside ``_down_events``: it goes on with the next request
 
     @property
     def idle(self) -> bool:
@@ -254,18 +267,32 @@ class Http1Proxy:
         self._close()
 
     def _down_events(self, events: list[Event]) -> None:
-        for event in events:
-            if self.over:
+        while True:
+            for event in events:
+                if self.over:
+                    return
+                if isinstance(event, RequestHead):
+                    self.first = False
+                    self.reading = True
+                    self._begin(event)
+                elif isinstance(event, (Body, EndOfMessage)):
+                    if isinstance(event, EndOfMessage):
+                        self.reading = False
+                    ex = self.ex
+                    if ex is not None:
+                        self._request_event(ex, event)
+                    elif self.drained is not None:
+                        self._drain(event)
+                elif isinstance(event, ConnectionClosed):
+                    self._close()
+            # A loop, not a call: requests answered at once (pipelined 403s) must not nest a frame each.
+            if not self.again or self.over:
                 return
-            if isinstance(event, RequestHead):
-                self.first = False
-                self._begin(event)
-            elif isinstance(event, (Body, EndOfMessage)):
-                ex = self.ex
-                if ex is not None:
-                    self._request_event(ex, event)
-            elif isinstance(event, ConnectionClosed):
-                self._close()
+            self.again = False
+            next_events = self._cycle()
+            if next_events is None:
+                return
+            events = next_events
 
     def _pause(self) -> None:
         self.paused = True
@@ -525,7 +552,7 @@ class Http1Proxy:
                 self._route(ex)
                 return
             # The timeout wraps the retries: it has passed, so the request ends here.
-            self._answer(ex, errors.response_timeout(route.timeout), None, recorded=True)
+            self._answer(ex, exchange.route_timeout(route), None, recorded=True)
             self._route_response(ex, 0, False, "timeout")
             return
         if error is not None:
@@ -596,7 +623,7 @@ class Http1Proxy:
         metrics = self.settings.metrics
         if pick is not None and not ex.counted and metrics is not None:
             metrics.request(pick.labels)  # timed out while connecting: the request still counts
-        self._answer(ex, errors.response_timeout(ex.route.timeout), pick)
+        self._answer(ex, exchange.route_timeout(ex.route), pick)
         self._route_response(ex, 0, False, "timeout")
 
     def _relay(self, ex: _Exchange, head: ResponseHead, success: bool) -> None:
@@ -658,24 +685,54 @@ class Http1Proxy:
 
     def _next(self) -> None:
         """The exchange is over and both sides allow it: the next request (maybe already read)."""
+        events = self._cycle()
+        if events is not None:
+            self._down_events(events)
+
+    def _cycle(self) -> list[Event] | None:
+        """The client's side of the connection moved on to its next request: what of it is already read (None:
+        the connection closed instead)."""
         server = self.server
         if not server.keep_alive:
             self._close()
-            return
+            return None
         server.start_next_cycle()
         try:
             events = server.parse_buffered()
         except BadMessage as exc:
             self._refused(exc)
-            return
+            return None
         if self.paused and server.buffered <= HOLD_LIMIT:
             self._resume()
-        self._down_events(events)
+        return events
+
+    def _read_on(self, request: RequestHead) -> None:
+        """After an answer that keeps the connection: the rest of the request body dropped, then the next
+        request (see the module docstring)."""
+        if not self.server.keep_alive or request.method == b"CONNECT":
+            self._close()
+            return
+        if self.reading:  # its end comes through ``_down_events``, which goes on from there
+            self.drained = 0
+            self._resume()
+            return
+        self._next()
+
+    def _drain(self, event: Body | EndOfMessage) -> None:
+        if isinstance(event, Body):
+            assert self.drained is not None
+            self.drained += len(event.data)
+            if self.drained > DRAIN_LIMIT:
+                self._close()
+            return
+        self.drained = None
+        self.again = True
 
     # -- answers, metrics and the end ----------------------------------------------------------------------------
 
     def _answer(self, ex: _Exchange, error: ProxyError, pick: Pick | None, recorded: bool = False) -> None:
-        """Answer ``error`` for the request (its attempt's endpoint ``pick``, or none) and close.
+        """Answer ``error`` for the request (its attempt's endpoint ``pick``, or none); then close, or read on
+        when the error allows it.
         ``recorded``: the request was already recorded under the endpoint it tried."""
         settings = self.settings
         exchange.count_error(settings, error, self.sink.count)
@@ -683,17 +740,22 @@ class Http1Proxy:
         if not recorded and settings.metrics is not None and labels and pick is None:
             settings.metrics.request(labels)
         server = self.server
+        keep = False
         if server.our_state is State.IDLE:
             head = errors.response(error, meshed_client=settings.meshed_client, informational=settings.informational)
             self.sink.send_down(server.send_head(head) + server.send_end())
             if labels and not recorded:
                 self._record(labels, error.status, False, ex.start)
+            keep = not error.close
         else:
             server.send_failed()
         if settings.observer is not None:
             settings.observer.end(ex, error.status, error)
         self._end(ex, told=True)
-        self._close()
+        if keep:
+            self._read_on(ex.request)
+        else:
+            self._close()
 
     def _refused(self, exc: BadMessage) -> None:
         """The codec refused what the client sent."""

@@ -248,8 +248,8 @@ class TcpAuthzWatch:
 
 
 # linkerd2-proxy's inbound error mapper has no case for an injected failure nor an invalid redirect: both are
-# answered as any unexpected error, whatever status the filter says.
-UNEXPECTED = errors.injected(500, errors.GRPC_INTERNAL, "unexpected error")
+# answered as any unexpected error, whatever status the filter says (and the connection is closed).
+UNEXPECTED = errors.unexpected()
 AUDIT = Meta.default("audit")  # the authorization of the ``audit`` policy: allows, and each request is logged
 
 

@@ -32,7 +32,7 @@ IDLE = ("epoll_wait", "epoll_pwait", "futex", "__futex", "pthread_cond", "poll (
 # (area, substrings of the innermost frame), first match wins; the order matters.
 AREAS: list[tuple[str, tuple[str, ...]]] = [
     ("HTTP/1 codec", ("proxy/codec/http1.py", "httptools", "llhttp", "parser.c")),
-    ("HTTP/2 codec", ("h2/", "hpack/", "proxy/codec/http2.py")),
+    ("HTTP/2 codec", ("h2/", "hpack/", "hyperframe/", "proxy/codec/http2")),
     ("HTTP layer", ("proxy/core/",)),  # the layers' decisions (pure): at maximum load, HTTP's
     ("TLS", ("ssl.py", "_ssl.c", "libssl", "libcrypto", "SSLProtocol", "sslproto")),
     ("syscalls", ("write (libc", "read (libc", "writev", "readv", "send", "recv", "mmap", "munmap", "mremap",

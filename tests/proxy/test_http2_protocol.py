@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import h2.events
 import pytest
-from h2.errors import ErrorCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.proxy.codec.http2 import CONNECTION_WINDOW, PREFACE, GoAway, H2Endpoint, H2ProtocolError
+from tether.proxy.codec import http2_events as events_
+from tether.proxy.codec.http2 import CONNECTION_WINDOW, PREFACE, ErrorCodes, GoAway, H2Endpoint, H2ProtocolError
 
 REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/")]
 
@@ -33,21 +32,21 @@ def test_data_waits_for_the_window_and_the_end_follows_it() -> None:
     assert client.buffered(sid) == 100_000 - 65_535 and client.pending(sid)
     got = b""
     events = server.receive_data(client.data_to_send())
-    got += b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived))
+    got += b"".join(e.data for e in events if isinstance(e, events_.DataReceived))
     server.ack(sid, len(got))  # the proxy's "sent on": the window comes back
     client.receive_data(server.data_to_send())
     assert client.flush(sid) == {sid: 100_000 - 65_535}
     events = server.receive_data(client.data_to_send())
-    got += b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived))
+    got += b"".join(e.data for e in events if isinstance(e, events_.DataReceived))
     assert got == b"a" * 100_000 and not client.pending(sid)
-    assert [e.headers for e in events if isinstance(e, h2.events.TrailersReceived)] == [[(b"x-trailer", b"1")]]
+    assert [e.headers for e in events if isinstance(e, events_.TrailersReceived)] == [[(b"x-trailer", b"1")]]
 
 
 def test_the_connection_window_is_linkerds() -> None:
     client, server = pair()
-    assert client.conn.remote_settings.initial_window_size == 65_535
-    assert server.conn.inbound_flow_control_window == CONNECTION_WINDOW
-    assert client.conn.outbound_flow_control_window == CONNECTION_WINDOW
+    assert client.remote_initial_window == 65_535
+    assert server._recv_window == CONNECTION_WINDOW
+    assert client._send_window == CONNECTION_WINDOW
 
 
 def test_a_goaway_is_reported_and_streams_in_flight_go_on() -> None:
@@ -60,7 +59,7 @@ def test_a_goaway_is_reported_and_streams_in_flight_go_on() -> None:
     # h2 alone would refuse to send anything now; the response still goes out.
     assert server.send_headers(sid, [(b":status", b"200")], end_stream=True)
     events = client.receive_data(server.data_to_send())
-    assert any(isinstance(e, h2.events.ResponseReceived) for e in events)
+    assert any(isinstance(e, events_.ResponseReceived) for e in events)
 
 
 def test_a_protocol_error_raises_with_its_code_and_queues_a_goaway() -> None:
@@ -92,12 +91,12 @@ def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 def summary(events: list[object]) -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     for event in events:
-        if isinstance(event, h2.events.DataReceived):
+        if isinstance(event, events_.DataReceived):
             if out and out[-1][0] == "data":  # data may come in more events when split
                 out[-1] = ("data", out[-1][1] + event.data)  # type: ignore[operator]
             else:
                 out.append(("data", event.data))
-        elif not isinstance(event, h2.events.WindowUpdated):
+        elif not isinstance(event, events_.WindowUpdated):
             out.append((type(event).__name__, getattr(event, "stream_id", None)))
     return out
 

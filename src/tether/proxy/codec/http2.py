@@ -1,65 +1,75 @@
-"""One end of an HTTP/2 connection for a proxy: h2's state machine plus what forwarding needs (sans-IO).
+"""One end of an HTTP/2 connection for a proxy (RFC 9113), sans-IO: bytes in, events out, bytes to send.
 
-``H2Endpoint(client=...)`` wraps ``h2.connection.H2Connection`` (the
-library does the framing, HPACK, stream states, windows and the GOAWAY
-for a protocol error). On top, three things a proxy needs and h2 leaves to
-its caller:
+``H2Endpoint(client=...)`` is the whole connection: framing, HPACK
+(``codec.http2_hpack``), stream states, both directions' flow control,
+SETTINGS, PING, GOAWAY, RST_STREAM and CONTINUATION, and the errors of RFC
+9113. It reports the events of ``codec.http2_events`` (h2's shapes). What it
+does on top of a plain connection is what a proxy needs:
 
-- **Send buffers per stream, flushed as windows open** (the split
-  mitmproxy's ``BufferedH2Connection`` uses). ``queue_data`` / ``queue_end``
-  never fail for lack of window; ``flush`` sends what the windows allow and
-  says how many bytes of each stream went out, so the caller can
-  acknowledge exactly those to the connection they came from
+- **Send buffers per stream, flushed as windows open.** ``queue_data`` /
+  ``queue_end`` never fail for lack of window; ``flush`` sends what the
+  windows allow and says how many bytes of each stream went out, so the
+  caller can acknowledge exactly those to the connection they came from
   (``ack``). A source's window thus reopens only when its bytes have gone on:
   what the proxy holds for a stream is bounded by the window it advertised.
-- **GOAWAY without closing.** h2 moves its whole connection to CLOSED on a
-  received GOAWAY, after which nothing can be sent -- not even the responses
-  of the streams in flight, which a GOAWAY lets finish (RFC 9113 §6.8). So
-  well-formed GOAWAY frames are taken out of the byte stream before h2 sees
-  them and reported in order as ``GoAway`` events; a malformed one goes on to
-  h2, which treats it as the protocol error it is.
-- **Less per header block.** A proxy forwards headers h2 has validated on
-  the way in (or that it wrote itself), so h2's outbound validation and
-  normalization are off, and header blocks are HPACK-encoded without Huffman
-  coding (a few bytes more per block, against a pure-Python Huffman pass per
-  header; measured in docs/proxy.md). Inbound validation stays on: it is what
-  keeps a peer's malformed headers out. And a received frame's ``repr``,
-  which h2 formats for every frame it receives for a trace log that is never
-  on, says only its type and stream (see ``_frame_repr``).
-- **Errors with whose fault and a wire code.** A frame the peer should not
-  have sent raises ``H2ProtocolError`` (a ``RemoteProtocolError``) carrying
-  h2's error code; h2 has already queued the GOAWAY, so the caller writes
-  ``data_to_send()`` and closes. Sends on a stream the peer has reset return
-  False instead of raising.
+- **GOAWAY without closing.** A received GOAWAY is an event; the streams in
+  flight may finish (RFC 9113 §6.8). No new stream is opened after it.
+- **Little per frame.** Frames are parsed in place from the bytes read (no
+  object per frame but the event), header blocks are HPACK-encoded from a
+  per-field cache without indexing or Huffman, and received header fields
+  are validated once per distinct field.
+- **Errors with whose fault and a wire code.** A connection error of the
+  peer's raises ``H2ProtocolError`` carrying its code, with the GOAWAY
+  already queued: the caller writes ``data_to_send()`` and closes. A stream
+  error (a malformed message, a frame on a closed stream, a stream's window
+  overrun) resets that stream alone (a ``StreamReset`` with
+  ``remote_reset=False`` when the caller knew it); a stream over our
+  MAX_CONCURRENT_STREAMS is refused (REFUSED_STREAM: safe for the client to
+  send again). Sends on a stream that is over return False instead of raising.
+
+The transition table of a stream is RFC 9113 §5.1's, reduced to what the
+proxy can observe: a stream is known from its HEADERS until both sides have
+ended it or it is reset; then it is closed, and a frame for a closed stream
+is ignored (we reset it: frames may still be in flight) or answered with
+RST_STREAM(STREAM_CLOSED).
 
 Callers: ``tether.proxy.core.http2_proxy`` (the HTTP/2 core), and tests.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
-
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.errors import ErrorCodes
-from h2.events import Event
-from h2.exceptions import ProtocolError
-from h2.settings import SettingCodes, Settings
-from hpack import Encoder
-from hyperframe.frame import Frame
 
 from tether.proxy.codec.common import RemoteProtocolError
+from tether.proxy.codec.http2_events import (
+    DataReceived,
+    ErrorCodes,
+    Event,
+    GoAway,
+    Headers,
+    InformationalResponseReceived,
+    PingAckReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+    TrailersReceived,
+    WindowUpdated,
+    error_name,
+)
+from tether.proxy.codec.http2_hpack import Decoder, Encoder, HeaderListTooLarge, HpackError
 
-Headers = list[tuple[bytes, bytes]]
+__all__ = ["CONNECTION_WINDOW", "MAX_CONCURRENT_STREAMS", "PREFACE", "STREAM_WINDOW", "ErrorCodes", "GoAway",
+           "H2Endpoint", "H2ProtocolError", "Headers", "error_name"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = 9
-GOAWAY_TYPE = 0x7
-HEADER_BLOCK_TYPES = (0x1, 0x5, 0x9)  # HEADERS, PUSH_PROMISE, CONTINUATION
-END_HEADERS = 0x4
 DEFAULT_MAX_FRAME = 16384
+DEFAULT_WINDOW = 65_535
+MAX_WINDOW = 2**31 - 1
 
 # Linkerd's defaults for both its HTTP/2 servers and clients (proxy.md §2.7).
 STREAM_WINDOW = 65_535
@@ -67,23 +77,50 @@ CONNECTION_WINDOW = 1_048_576
 # Streams a peer may open at once: hyper's server default, so Linkerd's. Body bytes are bounded by the
 # connection window whatever the number of streams; this bounds the heads held (up to 64 KiB each).
 MAX_CONCURRENT_STREAMS = 200
+MAX_HEADER_LIST_SIZE = 65_536  # h2's default, advertised
+# A header block in more than this many frames is a CONTINUATION flood (CVE-2024-27316 class): h2's bound.
+MAX_CONTINUATIONS = 64
+# Streams we reset whose late frames are ignored rather than answered (the newest are remembered).
+RESET_MEMORY = 1024
+
+# Frame types (RFC 9113 §6) and flags.
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+
+# SETTINGS codes (RFC 9113 §6.5.2).
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST = range(1, 7)
+
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":authority", b":path"})
+_CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
+                                  b"upgrade"})
+_NAME = re.compile(rb"^:?[a-z0-9!#$%&'*+\-.^_`|~]+$")
+_BAD_VALUE = re.compile(rb"[\r\n\x00]|^[ \t]|[ \t]$")
+_GOOD_FIELDS: set[tuple[bytes, bytes]] = set()  # fields that passed _field_error (a memo of a pure function)
+_GOOD_FIELDS_MAX = 4096
 
 
 class H2ProtocolError(RemoteProtocolError):
-    """The peer broke HTTP/2; ``error_code`` is the one in the GOAWAY h2 queued."""
+    """The peer broke HTTP/2; ``error_code`` is the one in the GOAWAY queued for it."""
 
     def __init__(self, message: str, error_code: int) -> None:
         super().__init__(message)
         self.error_code = error_code
 
 
-@dataclass(frozen=True, slots=True)
-class GoAway:
-    """The peer sent GOAWAY: streams above ``last_stream_id`` were not (and will not be) processed."""
+class _ConnectionError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
-    last_stream_id: int
-    error_code: int
-    debug: bytes = b""
+
+class _StreamError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _Outbox:
@@ -98,73 +135,102 @@ class _Outbox:
         self.trailers: Headers | None = None
 
 
-def _frame_repr(frame: Frame) -> str:
-    return f"{type(frame).__name__}(stream_id={frame.stream_id})"
+class _Stream:
+    """A stream neither side has finished with: its windows, which sides ended, what its body must add up to."""
+
+    __slots__ = ("sid", "send_window", "recv_window", "processed", "local_closed", "remote_closed", "head_seen",
+                 "expected", "received", "no_body")
+
+    def __init__(self, sid: int, send_window: int, recv_window: int) -> None:
+        self.sid = sid
+        self.send_window = send_window
+        self.recv_window = recv_window
+        self.processed = 0  # bytes acknowledged (``ack``), not yet given back in a WINDOW_UPDATE
+        self.local_closed = False  # we sent END_STREAM
+        self.remote_closed = False  # the peer sent END_STREAM
+        self.head_seen = False  # the message head came (further HEADERS are trailers)
+        self.expected: int | None = None  # the peer's content-length
+        self.received = 0  # body bytes received
+        self.no_body = False  # client: the response to a HEAD request has no body whatever it says
 
 
-# h2 (4.4, H2Connection._receive_frame) passes repr(frame) of every frame it receives to a trace log, formatted
-# whether the log is on or not, and hyperframe's repr serialises the frame's body again to render its bytes:
-# about a fifth of the CPU of receiving a gRPC response (bench in docs/proxy.md). The proxy never logs frames.
-Frame.__repr__ = _frame_repr  # type: ignore[method-assign]
+def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    n = len(payload)
+    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + sid.to_bytes(4, "big") + payload
 
 
-class _PlainEncoder(Encoder):
-    """HPACK without Huffman coding: the same header table and indexing, no per-character Huffman pass."""
+def _field_error(name: bytes, value: bytes) -> str | None:
+    """What is wrong with one received field (RFC 9113 §8.2), None if nothing; memoized for good fields."""
+    if (name, value) in _GOOD_FIELDS:
+        return None
+    if not _NAME.match(name):
+        return f"header name {name[:40]!r} is not a lowercase token"
+    if _BAD_VALUE.search(value):
+        return f"header {name.decode()!r} has a value with CR, LF, NUL or surrounding whitespace"
+    if name in _CONNECTION_SPECIFIC:
+        return f"connection-specific header {name.decode()!r}"
+    if name == b"te" and value != b"trailers":
+        return "te other than 'trailers'"
+    if len(_GOOD_FIELDS) >= _GOOD_FIELDS_MAX:
+        _GOOD_FIELDS.clear()
+    _GOOD_FIELDS.add((name, value))
+    return None
 
-    def encode(self, headers, huffman=False):  # type: ignore[no-untyped-def]  # hpack's own signature
-        return super().encode(headers, huffman=False)
+
+def _message_error(headers: Headers, kind: str) -> str | None:
+    """What makes a request, response or trailers malformed (RFC 9113 §8.1.1, §8.3), None if nothing."""
+    pseudo: dict[bytes, bytes] = {}
+    regular = False
+    host = False
+    for name, value in headers:
+        problem = _field_error(name, value)
+        if problem is not None:
+            return problem
+        if name[0] == 0x3A:  # ':'
+            if regular:
+                return f"pseudo-header {name.decode()} after a regular header"
+            if kind == "trailers":
+                return f"pseudo-header {name.decode()} in trailers"
+            allowed = name in _REQUEST_PSEUDO if kind == "request" else name == b":status"
+            if not allowed:
+                return f"pseudo-header {name.decode()} not allowed in a {kind}"
+            if name in pseudo:
+                return f"pseudo-header {name.decode()} twice"
+            pseudo[name] = value
+        else:
+            regular = True
+            if name == b"host":
+                host = True
+    if kind == "request":
+        method = pseudo.get(b":method")
+        if method is None:
+            return "request without :method"
+        if method == b"CONNECT":
+            if b":scheme" in pseudo or b":path" in pseudo or b":authority" not in pseudo:
+                return "CONNECT request with :scheme or :path, or without :authority"
+        elif not pseudo.get(b":scheme") or not pseudo.get(b":path"):
+            return "request without :scheme or :path"
+        if b":authority" not in pseudo and not host:
+            return "request without :authority or host"
+    elif kind == "response":
+        status = pseudo.get(b":status", b"")
+        if len(status) != 3 or not status.isdigit():
+            return f"response with :status {status[:10]!r}"
+    return None
 
 
-class _GoAwayFilter:
-    """Splits incoming bytes around well-formed connection-level GOAWAY frames (see the module docstring)."""
-
-    __slots__ = ("_skip", "_buf", "_left", "_in_block")
-
-    def __init__(self, *, server: bool) -> None:
-        self._skip = len(PREFACE) if server else 0  # the client preface is not a frame: passed through as is
-        self._buf = bytearray()  # the start of a frame, not yet passed on
-        self._left = 0  # bytes of the current frame still to pass through
-        self._in_block = False  # inside HEADERS/PUSH_PROMISE + CONTINUATION: any other frame is h2's to refuse
-
-    def feed(self, data: bytes) -> list[bytes | GoAway]:
-        parts: list[bytes | GoAway] = []
-        out = bytearray()
-        if self._skip:
-            n = min(self._skip, len(data))
-            out += data[:n]
-            data = data[n:]
-            self._skip -= n
-        buf = self._buf
-        buf += data
-        while buf:
-            if self._left:
-                n = min(self._left, len(buf))
-                out += buf[:n]
-                del buf[:n]
-                self._left -= n
-                continue
-            if len(buf) < FRAME_HEADER:
-                break
-            length = int.from_bytes(buf[0:3], "big")
-            kind, flags = buf[3], buf[4]
-            stream_id = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-            if kind == GOAWAY_TYPE and stream_id == 0 and 8 <= length <= DEFAULT_MAX_FRAME and not self._in_block:
-                if len(buf) < FRAME_HEADER + length:
-                    break
-                payload = bytes(buf[FRAME_HEADER:FRAME_HEADER + length])
-                del buf[:FRAME_HEADER + length]
-                if out:
-                    parts.append(bytes(out))
-                    out.clear()
-                parts.append(GoAway(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF,
-                                    int.from_bytes(payload[4:8], "big"), payload[8:]))
-                continue
-            if kind in HEADER_BLOCK_TYPES:
-                self._in_block = not flags & END_HEADERS
-            self._left = FRAME_HEADER + length
-        if out:
-            parts.append(bytes(out))
-        return parts
+def _content_length(headers: Headers) -> int | None:
+    value: bytes | None = None
+    for name, v in headers:
+        if name == b"content-length":
+            if value is not None and v != value:
+                raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length given twice, differently")
+            value = v
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise _StreamError(ErrorCodes.PROTOCOL_ERROR, f"content-length {value[:20]!r}")
+    return int(value)
 
 
 class H2Endpoint:
@@ -174,72 +240,523 @@ class H2Endpoint:
                  connection_window: int = CONNECTION_WINDOW,
                  max_concurrent_streams: int = MAX_CONCURRENT_STREAMS) -> None:
         self.client = client
-        config = H2Configuration(client_side=client, header_encoding=None, validate_outbound_headers=False,
-                                 normalize_outbound_headers=False)
-        self.conn = conn = H2Connection(config)
-        conn.encoder = _PlainEncoder()
-        local = {SettingCodes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
-                 SettingCodes.INITIAL_WINDOW_SIZE: stream_window,
-                 SettingCodes.MAX_HEADER_LIST_SIZE: conn.DEFAULT_MAX_HEADER_LIST_SIZE}
-        if client:
-            local[SettingCodes.ENABLE_PUSH] = 0  # a proxy has nowhere to deliver a pushed stream
-        conn.local_settings = Settings(client=client, initial_values=local)
-        self._connection_window = connection_window
-        self._filter = _GoAwayFilter(server=not client)
-        self._outboxes: dict[int, _Outbox] = {}
         self.failed = False
+        self._out = bytearray()
+        self._buf = bytearray()  # a frame not yet whole
+        self._need = 0  # bytes _buf must hold before it is worth parsing again
+        self._preface = b"" if client else PREFACE  # the client preface still to come (a server's first bytes)
+        self._settings_seen = False  # the peer's first frame must be SETTINGS
+        self._block: list[object] | None = None  # a header block awaiting CONTINUATION: [sid, end, bytes, frames]
+        self._encoder = Encoder()
+        self._decoder = Decoder(MAX_HEADER_LIST_SIZE)
+        # Our settings, and the connection window we give.
+        self._stream_window = stream_window
+        self._max_streams = max_concurrent_streams
+        self._connection_window = connection_window
+        self._recv_window = DEFAULT_WINDOW  # the connection's, left to the peer
+        self._recv_max = DEFAULT_WINDOW
+        self._recv_processed = 0
+        # The peer's settings, and the connection window it gives.
+        self.remote_max_frame = DEFAULT_MAX_FRAME
+        self.remote_initial_window = DEFAULT_WINDOW
+        self.remote_max_streams: int | None = None  # unlimited until it says
+        self._send_window = DEFAULT_WINDOW
+        # Streams.
+        self._streams: dict[int, _Stream] = {}
+        self._outboxes: dict[int, _Outbox] = {}
+        self._next_sid = 1 if client else 2  # the next stream we open
+        self._last_peer = 0  # the highest stream the peer opened
+        self._local_open = 0  # streams we opened, not closed
+        self._peer_open = 0  # streams the peer opened, not closed
+        self._reset: dict[int, None] = {}  # streams we reset, newest last (RESET_MEMORY)
+        self.goaway_received = False
+        self._goaway_sent = False
+
+    # -- setup ---------------------------------------------------------------------------------------------------
 
     def initiate(self) -> None:
-        """The preface (client) and SETTINGS, then the connection window raised to Linkerd's 1 MiB."""
-        conn = self.conn
-        conn.initiate_connection()
-        extra = self._connection_window - conn.inbound_flow_control_window
+        """The preface (client) and SETTINGS, then the connection window raised to ``connection_window``."""
+        settings = [(MAX_CONCURRENT, self._max_streams), (INITIAL_WINDOW_SIZE, self._stream_window),
+                    (MAX_HEADER_LIST, MAX_HEADER_LIST_SIZE)]
+        if self.client:
+            settings.insert(0, (ENABLE_PUSH, 0))  # a proxy has nowhere to deliver a pushed stream
+            self._out += PREFACE
+        payload = b"".join(code.to_bytes(2, "big") + value.to_bytes(4, "big") for code, value in settings)
+        self._out += _frame(SETTINGS, 0, 0, payload)
+        extra = self._connection_window - self._recv_window
         if extra > 0:
-            conn.increment_flow_control_window(extra)
+            self._recv_window += extra
+            self._recv_max = self._recv_window
+            self._out += _frame(WINDOW_UPDATE, 0, 0, extra.to_bytes(4, "big"))
 
-    # -- receiving --------------------------------------------------------------------------------------------
+    # -- receiving -----------------------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[Event | GoAway]:
-        """Bytes from the peer in; h2's events (and ``GoAway``) out. Raises ``H2ProtocolError``."""
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Bytes from the peer in; events out. Raises ``H2ProtocolError`` (the GOAWAY queued)."""
         if self.failed:
             raise H2ProtocolError("connection already failed", ErrorCodes.PROTOCOL_ERROR)
-        events: list[Event | GoAway] = []
-        for part in self._filter.feed(data):
-            if isinstance(part, GoAway):
-                events.append(part)
-                continue
-            try:
-                events.extend(self.conn.receive_data(part))
-            except ProtocolError as exc:
-                self.failed = True
-                self._outboxes.clear()
-                code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)
-                raise H2ProtocolError(str(exc) or type(exc).__name__, int(code)) from exc
+        events: list[Event] = []
+        try:
+            self._receive(data, events)
+        except _ConnectionError as exc:
+            self.failed = True
+            self._outboxes.clear()
+            self._send_goaway(exc.code, self._last_peer, str(exc).encode()[:256])
+            raise H2ProtocolError(str(exc), exc.code) from None
         return events
+
+    def _receive(self, data: bytes, events: list[Event]) -> None:
+        if self._preface:
+            n = min(len(self._preface), len(data))
+            if data[:n] != self._preface[:n]:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "not the HTTP/2 client preface")
+            self._preface = self._preface[n:]
+            data = data[n:]
+        buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return
+            data = bytes(buf)
+            buf.clear()
+        pos = 0
+        size = len(data)
+        while size - pos >= FRAME_HEADER:
+            length = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
+            end = pos + FRAME_HEADER + length
+            if length > DEFAULT_MAX_FRAME:  # our SETTINGS_MAX_FRAME_SIZE is the default
+                raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+            if end > size:
+                break
+            kind = data[pos + 3]
+            flags = data[pos + 4]
+            sid = int.from_bytes(data[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            start = pos + FRAME_HEADER
+            pos = end
+            if not self._settings_seen:
+                if kind != SETTINGS or flags & ACK:
+                    raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "the first frame is not SETTINGS")
+                self._settings_seen = True
+            if self._block is not None and (kind != CONTINUATION or sid != self._block[0]):
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "a header block interrupted")
+            if kind == DATA:
+                self._on_data(data, start, end, flags, sid, events)
+            elif kind == HEADERS:
+                self._on_headers(data, start, end, flags, sid, events)
+            elif kind == CONTINUATION:
+                self._on_continuation(data[start:end], flags, sid, events)
+            elif kind == RST_STREAM:
+                self._on_rst(data[start:end], sid, events)
+            elif kind == WINDOW_UPDATE:
+                self._on_window_update(data[start:end], sid, events)
+            elif kind == SETTINGS:
+                self._on_settings(data[start:end], flags, sid, events)
+            elif kind == PING:
+                self._on_ping(data[start:end], flags, sid, events)
+            elif kind == GOAWAY:
+                self._on_goaway(data[start:end], sid, events)
+            elif kind == PRIORITY:
+                if sid == 0:
+                    raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PRIORITY on stream 0")
+                if length != 5:
+                    self._stream_error(sid, ErrorCodes.FRAME_SIZE_ERROR, events)
+            elif kind == PUSH_PROMISE:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE (push is disabled)")
+            # Unknown frame types are ignored (RFC 9113 §4.1, §5.5).
+        if pos < size:
+            rest = data[pos:]
+            buf += rest
+            if len(rest) < FRAME_HEADER:
+                self._need = FRAME_HEADER
+            else:
+                self._need = FRAME_HEADER + ((rest[0] << 16) | (rest[1] << 8) | rest[2])
+
+    def _idle(self, sid: int) -> bool:
+        """Whether ``sid`` was never opened (by either side)."""
+        if (sid & 1) == (1 if self.client else 0):  # ours
+            return sid >= self._next_sid
+        return sid > self._last_peer
+
+    def _closed_frame(self, sid: int, kind: str) -> None:
+        """A frame for a stream that is over: ignored if we reset it (frames may still be in flight), else
+        answered with RST_STREAM(STREAM_CLOSED); on a stream never opened, a connection error."""
+        if self._idle(sid):
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{kind} on idle stream {sid}")
+        if sid not in self._reset:
+            self._send_rst(sid, ErrorCodes.STREAM_CLOSED)
+
+    def _on_data(self, data: bytes, start: int, end: int, flags: int, sid: int, events: list[Event]) -> None:
+        if sid == 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "DATA on stream 0")
+        length = end - start
+        if flags & PADDED:
+            if length < 1 or data[start] >= length:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "DATA padding as long as the frame")
+            body = data[start + 1:end - data[start]]
+        else:
+            body = data[start:end]
+        if length > self._recv_window:
+            raise _ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+        self._recv_window -= length
+        stream = self._streams.get(sid)
+        if stream is None or stream.remote_closed:
+            self._conn_processed(length)  # the connection window still counts it
+            if stream is None:
+                self._closed_frame(sid, "DATA")
+            else:
+                self._stream_error(sid, ErrorCodes.STREAM_CLOSED, events)
+            return
+        if length > stream.recv_window:
+            self._conn_processed(length)
+            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, events)
+            return
+        stream.recv_window -= length
+        stream.received += len(body)
+        ended = None
+        if flags & END_STREAM:
+            ended = StreamEnded(sid)
+        if stream.expected is not None and (stream.received > stream.expected
+                                            or (ended is not None and stream.received != stream.expected)):
+            self._conn_processed(length)
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
+            return
+        events.append(DataReceived(sid, body, length, ended))
+        if ended is not None:
+            events.append(ended)
+            self._remote_closed(stream)
+
+    def _on_headers(self, data: bytes, start: int, end: int, flags: int, sid: int, events: list[Event]) -> None:
+        if sid == 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "HEADERS on stream 0")
+        pos = start
+        pad = 0
+        if flags & PADDED:
+            if end - start < 1:
+                raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "HEADERS too short for its padding")
+            pad = data[pos]
+            pos += 1
+        self_dependent = False
+        if flags & PRIORITY_FLAG:
+            if end - pos < 5:
+                raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+            self_dependent = int.from_bytes(data[pos:pos + 4], "big") & 0x7FFFFFFF == sid
+            pos += 5
+        if pos + pad > end:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "HEADERS padding longer than the frame")
+        fragment = data[pos:end - pad]
+        ended = bool(flags & END_STREAM)
+        if flags & END_HEADERS:
+            self._header_block(sid, ended, fragment, events, self_dependent)
+        else:
+            self._block = [sid, ended, bytearray(fragment), 1, self_dependent]
+
+    def _on_continuation(self, fragment: bytes, flags: int, sid: int, events: list[Event]) -> None:
+        block = self._block
+        if block is None:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "CONTINUATION without a header block")
+        buf: bytearray = block[2]  # type: ignore[assignment]
+        buf += fragment
+        block[3] = frames = block[3] + 1  # type: ignore[operator]
+        if frames > MAX_CONTINUATIONS or len(buf) > 2 * MAX_HEADER_LIST_SIZE:
+            raise _ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "a header block in too many frames")
+        if flags & END_HEADERS:
+            self._block = None
+            self._header_block(sid, bool(block[1]), bytes(buf), events, bool(block[4]))
+
+    def _header_block(self, sid: int, ended: bool, block: bytes, events: list[Event], self_dependent: bool) -> None:
+        try:
+            headers = self._decoder.decode(block)  # always: the decoder's table must follow the peer's
+        except HpackError as exc:
+            raise _ConnectionError(ErrorCodes.COMPRESSION_ERROR, str(exc)) from None
+        except HeaderListTooLarge as exc:
+            raise _ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, str(exc)) from None
+        stream = self._streams.get(sid)
+        if stream is None:
+            if self.client or (sid & 1) == 0 or sid <= self._last_peer:
+                if self._idle(sid):
+                    raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS opening stream {sid}")
+                self._closed_frame(sid, "HEADERS")
+                return
+            self._open_peer_stream(sid, ended, headers, events, self_dependent)
+            return
+        if self_dependent:
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
+            return
+        if stream.remote_closed:
+            self._stream_error(sid, ErrorCodes.STREAM_CLOSED, events)
+            return
+        try:
+            if not stream.head_seen:  # a client's stream: the response head (or a 1xx)
+                problem = _message_error(headers, "response")
+                if problem is not None:
+                    raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
+                status = headers[0][1]
+                if status[0] == 0x31:  # 1xx
+                    if ended or status == b"101":
+                        raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "1xx response ending the stream, or 101")
+                    events.append(InformationalResponseReceived(sid, headers))
+                    return
+                stream.head_seen = True
+                if not stream.no_body and status != b"204" and status != b"304":
+                    stream.expected = _content_length(headers)
+                end = StreamEnded(sid) if ended else None
+                if end is not None and stream.expected:
+                    raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length but no body")
+                events.append(ResponseReceived(sid, headers, end))
+            else:  # trailers
+                if not ended:
+                    raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "trailers not ending the stream")
+                problem = _message_error(headers, "trailers")
+                if problem is not None:
+                    raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
+                if stream.expected is not None and stream.received != stream.expected:
+                    raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "body shorter than its content-length")
+                end = StreamEnded(sid)
+                events.append(TrailersReceived(sid, headers, end))
+        except _StreamError as exc:
+            self._stream_error(sid, exc.code, events)
+            return
+        if end is not None:
+            events.append(end)
+            self._remote_closed(stream)
+
+    def _open_peer_stream(self, sid: int, ended: bool, headers: Headers, events: list[Event],
+                          self_dependent: bool) -> None:
+        """A client's new stream: refused over the limit or after our GOAWAY, reset if malformed."""
+        self._last_peer = sid
+        if self._goaway_sent:
+            return  # above the last stream our GOAWAY said we would process: ignored (RFC 9113 §6.8)
+        if self._peer_open >= self._max_streams:
+            self._send_rst(sid, ErrorCodes.REFUSED_STREAM)
+            return
+        try:
+            problem = "stream depends on itself" if self_dependent else _message_error(headers, "request")
+            if problem is not None:
+                raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
+            expected = _content_length(headers)
+            if ended and expected:
+                raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length but no body")
+        except _StreamError as exc:
+            self._send_rst(sid, exc.code)
+            return
+        stream = self._streams[sid] = _Stream(sid, self.remote_initial_window, self._stream_window)
+        stream.head_seen = True
+        stream.expected = expected
+        self._peer_open += 1
+        end = StreamEnded(sid) if ended else None
+        events.append(RequestReceived(sid, headers, end))
+        if end is not None:
+            events.append(end)
+            self._remote_closed(stream)
+
+    def _on_rst(self, payload: bytes, sid: int, events: list[Event]) -> None:
+        if sid == 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "RST_STREAM not of 4 bytes")
+        stream = self._streams.get(sid)
+        if stream is None:
+            if self._idle(sid):
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
+            return
+        self._close(stream)
+        events.append(StreamReset(sid, int.from_bytes(payload, "big"), True))
+
+    def _on_window_update(self, payload: bytes, sid: int, events: list[Event]) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "WINDOW_UPDATE not of 4 bytes")
+        delta = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if sid == 0:
+            if not delta:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self._send_window += delta
+            if self._send_window > MAX_WINDOW:
+                raise _ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "connection window over 2^31-1")
+            events.append(WindowUpdated(0, delta))
+            return
+        stream = self._streams.get(sid)
+        if stream is None:
+            if self._idle(sid):
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
+            return  # a closed stream's: allowed for a while, and nothing to do
+        if not delta:
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
+            return
+        stream.send_window += delta
+        if stream.send_window > MAX_WINDOW:
+            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, events)
+            return
+        events.append(WindowUpdated(sid, delta))
+
+    def _on_settings(self, payload: bytes, flags: int, sid: int, events: list[Event]) -> None:
+        if sid != 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS not in 6-byte entries")
+        changed: dict[int, int] = {}
+        for i in range(0, len(payload), 6):
+            code = int.from_bytes(payload[i:i + 2], "big")
+            value = int.from_bytes(payload[i + 2:i + 6], "big")
+            if code == ENABLE_PUSH and value > 1:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+            if code == ENABLE_PUSH and value and self.client:
+                raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "a server enabling push")
+            if code == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise _ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value}")
+                delta = value - self.remote_initial_window
+                self.remote_initial_window = value
+                for stream in self._streams.values():
+                    stream.send_window += delta
+                    if stream.send_window > MAX_WINDOW:
+                        raise _ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "a stream window over 2^31-1")
+            elif code == MAX_FRAME_SIZE:
+                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                self.remote_max_frame = value
+            elif code == MAX_CONCURRENT:
+                self.remote_max_streams = value
+            elif code == HEADER_TABLE_SIZE:
+                self._encoder.table_size_changed()
+            changed[code] = value
+        self._out += b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"  # SETTINGS ACK
+        events.append(RemoteSettingsChanged(changed))
+
+    def _on_ping(self, payload: bytes, flags: int, sid: int, events: list[Event]) -> None:
+        if sid != 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PING on a stream")
+        if len(payload) != 8:
+            raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PING not of 8 bytes")
+        if flags & ACK:
+            events.append(PingAckReceived(payload))
+        else:
+            self._out += _frame(PING, ACK, 0, payload)
+
+    def _on_goaway(self, payload: bytes, sid: int, events: list[Event]) -> None:
+        if sid != 0:
+            raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, "GOAWAY on a stream")
+        if len(payload) < 8:
+            raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes")
+        self.goaway_received = True
+        events.append(GoAway(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF, int.from_bytes(payload[4:8], "big"),
+                             payload[8:]))
+
+    # -- stream states --------------------------------------------------------------------------------------------
+
+    def _remote_closed(self, stream: _Stream) -> None:
+        stream.remote_closed = True
+        if stream.local_closed:
+            self._close(stream)
+
+    def _local_closed(self, stream: _Stream) -> None:
+        stream.local_closed = True
+        if stream.remote_closed:
+            self._close(stream)
+
+    def _close(self, stream: _Stream) -> None:
+        if self._streams.pop(stream.sid, None) is None:
+            return
+        if (stream.sid & 1) == (1 if self.client else 0):
+            self._local_open -= 1
+        else:
+            self._peer_open -= 1
+
+    def _stream_error(self, sid: int, code: int, events: list[Event]) -> None:
+        """The peer broke one stream: it is reset (and reported, if the caller knew it)."""
+        stream = self._streams.get(sid)
+        self._send_rst(sid, code)
+        if stream is not None:
+            self._close(stream)
+            events.append(StreamReset(sid, code, False))
+
+    def _send_rst(self, sid: int, code: int) -> None:
+        self._out += _frame(RST_STREAM, 0, sid, code.to_bytes(4, "big"))
+        reset = self._reset
+        reset[sid] = None
+        if len(reset) > RESET_MEMORY:
+            del reset[next(iter(reset))]
+
+    # -- flow control of what we receive ---------------------------------------------------------------------------
+
+    def _conn_processed(self, n: int) -> None:
+        """``n`` bytes of the connection window dealt with: a WINDOW_UPDATE when worth one (h2's rule: half the
+        window processed, or an exhausted window and a little processed)."""
+        self._recv_processed += n
+        processed = self._recv_processed
+        if processed >= self._recv_max // 2 or (self._recv_window == 0 and processed > min(1024, self._recv_max // 4)):
+            increment = min(processed, self._recv_max - self._recv_window)
+            self._recv_processed = 0
+            if increment:
+                self._recv_window += increment
+                self._out += _frame(WINDOW_UPDATE, 0, 0, increment.to_bytes(4, "big"))
 
     def ack(self, stream_id: int, n: int) -> None:
         """``n`` bytes received on ``stream_id`` have been dealt with: give the peer its window back."""
-        if n > 0 and not self.failed:
-            self.conn.acknowledge_received_data(n, stream_id)
+        if n <= 0 or self.failed:
+            return
+        self._conn_processed(n)
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return  # no point in reopening a closed stream's window
+        stream.processed += n
+        processed = stream.processed
+        window = self._stream_window
+        if processed >= window // 2 or (stream.recv_window == 0 and processed > min(1024, window // 4)):
+            increment = min(processed, window - stream.recv_window)
+            stream.processed = 0
+            if increment:
+                stream.recv_window += increment
+                self._out += _frame(WINDOW_UPDATE, 0, stream_id, increment.to_bytes(4, "big"))
 
-    # -- sending ----------------------------------------------------------------------------------------------
+    # -- sending ----------------------------------------------------------------------------------------------------
 
     def can_open_stream(self) -> bool:
-        conn = self.conn
-        return conn.open_outbound_streams < conn.remote_settings.max_concurrent_streams
+        limit = self.remote_max_streams
+        return not self.goaway_received and not self.failed and (limit is None or self._local_open < limit)
 
     def next_stream_id(self) -> int:
-        return self.conn.get_next_available_stream_id()
+        return self._next_sid
 
     def send_headers(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]], *,
                      end_stream: bool = False) -> bool:
-        """Headers (a request, a response, a 1xx); False if the stream is gone."""
-        try:
-            self.conn.send_headers(stream_id, list(headers), end_stream=end_stream)
-        except ProtocolError:
-            # A stream the peer reset meanwhile (StreamClosedError), or a connection that is closing.
+        """Headers (a request, a response, a 1xx, trailers); False if the stream is over (or the connection).
+
+        Opens the stream when ``stream_id`` is ``next_stream_id()`` (a client). Headers are sent as given:
+        they were validated on the way in, or written by the proxy.
+        """
+        if self.failed:
             return False
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            if not self.client or stream_id != self._next_sid or self._goaway_sent or self.goaway_received:
+                return False
+            stream = self._streams[stream_id] = _Stream(stream_id, self.remote_initial_window, self._stream_window)
+            self._next_sid += 2
+            self._local_open += 1
+            headers = list(headers)
+            stream.no_body = any(n == b":method" and v == b"HEAD" for n, v in headers)
+        elif stream.local_closed:
+            return False
+        self._header_frames(stream_id, self._encoder.encode(headers if isinstance(headers, (list, tuple))
+                                                             else list(headers)), end_stream)
+        if end_stream:
+            self._local_closed(stream)
         return True
+
+    def _header_frames(self, sid: int, block: bytes, end_stream: bool) -> None:
+        limit = self.remote_max_frame
+        flags = END_STREAM if end_stream else 0
+        if len(block) <= limit:
+            self._out += _frame(HEADERS, flags | END_HEADERS, sid, block)
+            return
+        self._out += _frame(HEADERS, flags, sid, block[:limit])
+        for i in range(limit, len(block), limit):
+            last = i + limit >= len(block)
+            self._out += _frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i:i + limit])
 
     def queue_data(self, stream_id: int, data: bytes) -> None:
         box = self._outboxes.get(stream_id)
@@ -268,54 +785,67 @@ class H2Endpoint:
         """Send what the windows allow (one stream or all); returns the data bytes sent per stream, and 0 for
         a stream left with nothing to send without data going (its end went, or it was reset meanwhile)."""
         sent: dict[int, int] = {}
-        ids = [stream_id] if stream_id is not None else list(self._outboxes)
-        for sid in ids:
-            box = self._outboxes.get(sid)
+        if stream_id is not None:
+            box = self._outboxes.get(stream_id)
             if box is not None:
-                n = self._flush_one(sid, box)
-                if n or sid not in self._outboxes:  # data went, or the stream is through
-                    sent[sid] = n
+                n = self._flush_one(stream_id, box)
+                if n or stream_id not in self._outboxes:
+                    sent[stream_id] = n
+            return sent
+        for sid, box in list(self._outboxes.items()):
+            n = self._flush_one(sid, box)
+            if n or sid not in self._outboxes:  # data went, or the stream is through
+                sent[sid] = n
         return sent
 
     def _flush_one(self, sid: int, box: _Outbox) -> int:
-        conn = self.conn
+        stream = self._streams.get(sid)
+        if stream is None or stream.local_closed or self.failed:
+            del self._outboxes[sid]  # reset or closed under us: nothing more goes out on it
+            return 0
         sent = 0
-        try:
-            while box.chunks:
-                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
-                if room <= 0:
-                    return sent
-                chunk = box.chunks[0]
-                if len(chunk) <= room:
-                    box.chunks.popleft()
-                else:
-                    box.chunks[0] = chunk[room:]
-                    chunk = chunk[:room]
-                last = box.end and not box.chunks and not box.trailers  # the end rides on the last data frame
-                conn.send_data(sid, chunk, end_stream=last)
-                sent += len(chunk)
-                box.size -= len(chunk)
-                if last:
-                    del self._outboxes[sid]
-                    return sent
-            if box.end:
-                if box.trailers:
-                    conn.send_headers(sid, box.trailers, end_stream=True)
-                else:
-                    conn.end_stream(sid)
+        out = self._out
+        chunks = box.chunks
+        while chunks:
+            room = min(stream.send_window, self._send_window, self.remote_max_frame)
+            if room <= 0:
+                return sent
+            chunk = chunks[0]
+            n = len(chunk)
+            if n <= room:
+                chunks.popleft()
+            else:
+                chunks[0] = chunk[room:]
+                chunk = chunk[:room]
+                n = room
+            last = box.end and not chunks and not box.trailers  # the end rides on the last data frame
+            out += bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM if last else 0))
+            out += sid.to_bytes(4, "big")
+            out += chunk
+            stream.send_window -= n
+            self._send_window -= n
+            sent += n
+            box.size -= n
+            if last:
                 del self._outboxes[sid]
-        except ProtocolError:
-            # The stream was reset or closed under us: nothing more goes out on it.
-            self._outboxes.pop(sid, None)
+                self._local_closed(stream)
+                return sent
+        if box.end:
+            del self._outboxes[sid]
+            if box.trailers:
+                self._header_frames(sid, self._encoder.encode(box.trailers), True)
+            else:
+                out += _frame(DATA, END_STREAM, sid, b"")
+            self._local_closed(stream)
         return sent
 
     def reset(self, stream_id: int, error_code: int = ErrorCodes.CANCEL) -> int:
         """RST_STREAM (if the stream is still open); returns the queued data bytes dropped with it."""
         box = self._outboxes.pop(stream_id, None)
-        try:
-            self.conn.reset_stream(stream_id, error_code)
-        except ProtocolError:
-            pass
+        stream = self._streams.get(stream_id)
+        if stream is not None and not self.failed:
+            self._send_rst(stream_id, error_code)
+            self._close(stream)
         return box.size if box is not None else 0
 
     def drop(self, stream_id: int) -> int:
@@ -323,24 +853,24 @@ class H2Endpoint:
         box = self._outboxes.pop(stream_id, None)
         return box.size if box is not None else 0
 
-    def ping(self) -> None:
+    def ping(self, data: bytes = b"tether\x00\x00") -> None:
         """A PING for the peer to answer (keep-alive)."""
         if not self.failed:
-            self.conn.ping(b"tether\x00\x00")
+            self._out += _frame(PING, 0, 0, data)
 
     def goaway(self, error_code: int = ErrorCodes.NO_ERROR, last_stream_id: int | None = None) -> None:
-        try:
-            self.conn.close_connection(error_code, last_stream_id=last_stream_id)
-        except ProtocolError:
-            pass
+        """GOAWAY: no stream above ``last_stream_id`` (default: the last the peer opened) will be processed."""
+        if not self.failed:
+            self._send_goaway(error_code, self._last_peer if last_stream_id is None else last_stream_id, b"")
+
+    def _send_goaway(self, code: int, last: int, debug: bytes) -> None:
+        self._goaway_sent = True
+        self._out += _frame(GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
 
     def data_to_send(self) -> bytes:
-        return self.conn.data_to_send()
-
-
-def error_name(code: int) -> str:
-    """``CANCEL``, ``PROTOCOL_ERROR``... (the ``h2(...)`` metric label); the number for an unknown code."""
-    try:
-        return ErrorCodes(code).name
-    except ValueError:
-        return str(code)
+        out = self._out
+        if not out:
+            return b""
+        data = bytes(out)
+        out.clear()
+        return data

@@ -5,8 +5,8 @@
 the transports' callbacks -- ``down_data``/``down_lost`` for the accepted
 connection, ``up_data``/``up_eof`` for its upstream connections,
 ``writable`` when a write buffer fills or drains -- and it answers by calling
-its ``Http2Sink``. Frames are ``codec.http2.H2Endpoint``'s (h2's state
-machine, send buffers flushed within the windows). Only what has to wait
+its ``Http2Sink``. Frames are ``codec.http2.H2Endpoint``'s (Tether's own
+HTTP/2 connection, with send buffers flushed within the windows). Only what has to wait
 goes async and comes back by a callback: a discovery wait, a connect, a
 route's timeout, the keep-alive's PING.
 
@@ -64,9 +64,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from h2 import events as h2e
-from h2.errors import ErrorCodes
-
+from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.common import LocalProtocolError
 from tether.proxy.codec.http1 import (
     BadMessage,
@@ -78,7 +76,7 @@ from tether.proxy.codec.http1 import (
     Role,
     State,
 )
-from tether.proxy.codec.http2 import GoAway, H2Endpoint, H2ProtocolError, Headers, error_name
+from tether.proxy.codec.http2 import ErrorCodes, GoAway, H2Endpoint, H2ProtocolError, Headers, error_name
 from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
@@ -416,7 +414,7 @@ class Http2Proxy:
         try:
             events = self.down.receive_data(data)
         except H2ProtocolError:
-            self.ended = True  # h2 queued the GOAWAY with the error's code; _after writes it
+            self.ended = True  # the codec queued the GOAWAY with the error's code; _after writes it
             return
         # A stream reset in the same read as its HEADERS is never started: nothing goes upstream for it.
         reset = {e.stream_id for e in events if isinstance(e, h2e.StreamReset)}
@@ -691,7 +689,7 @@ class Http2Proxy:
         if stream.path:
             headers.append((b":path", stream.path))
         regular = mesh_request_headers(stream.headers, pick, self.settings)
-        if pick.rewrite is not None:  # a client policy's names, as HTTP/2 wants them (h2 does not normalize here)
+        if pick.rewrite is not None:  # a client policy's names, as HTTP/2 wants them (the codec sends them as given)
             regular = [(n.lower(), v) for n, v in regular]
         headers.extend(regular)
         return headers

@@ -87,3 +87,28 @@ def test_one_request_in_a_child_of_its_own() -> None:
             await certify_helper({"op": "bogus", "password": "00", "anchors": "", "now": "2026-12-02T00:00:00+00:00"})
 
     run(scenario())
+
+
+UNPRIVILEGED = """
+import asyncio, sys
+from tether.proxy.io.identity_client import CertifyChild
+
+async def main():
+    async with CertifyChild() as child:
+        print(sorted(await child.ask({"op": "new", "name": "a.b", "password": "00"})))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another uid")
+def test_a_proxy_running_as_an_unprivileged_uid_can_start_its_child() -> None:
+    """Local pods' proxies run as a uid of their own, which may not look up the interpreter's path (a Python
+    under /root): the child is started from the running interpreter's own file, with the proxy's search path."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(["setpriv", "--reuid=210299999", "--regid=210299999", "--clear-groups",
+                           sys.executable, "-c", UNPRIVILEGED], capture_output=True, text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['csr', 'key', 'plain']"

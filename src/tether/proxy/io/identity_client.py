@@ -299,7 +299,7 @@ def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKey) -> None:
 class CertifyChild:
     """A child interpreter running ``tether.proxy.certify`` for one round of requests (see its docstring).
 
-    Spawned (``sys.executable -m tether.proxy.certify``), never forked: a proxy process may hold threads
+    Spawned (``python -m tether.proxy.certify``), never forked: a proxy process may hold threads
     (grpcio's, or a test harness's), and a fork taken while another thread holds a lock aborts or
     deadlocks; a forked child would also hold every open socket of the proxy until it exits, delaying
     their FINs. Requests go to its stdin and answers come from its stdout, one JSON document per line; it
@@ -313,7 +313,7 @@ class CertifyChild:
     async def __aenter__(self) -> CertifyChild:
         try:
             self._process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tether.proxy.certify",
+                _INTERPRETER, "-P", "-m", "tether.proxy.certify", env=_child_env(),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_ANSWER_LIMIT)
         except OSError as exc:
             raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
@@ -348,6 +348,17 @@ class CertifyChild:
         if "failed" in answer:
             raise IdentityUnavailable(f"tether.proxy.certify failed: {answer['failed']}")
         return answer
+
+
+# The running interpreter's own file, reached through /proc: a proxy running as an unprivileged uid may not
+# be allowed to look up the path it was started from (a Python under /root, say), but it may execute the
+# file it runs. Started so, the child cannot find the virtual environment from its own name: it is given
+# the proxy's module search path (``_child_env``), so it imports the very modules the proxy would.
+_INTERPRETER = "/proc/self/exe" if os.path.exists("/proc/self/exe") else sys.executable
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 # An answer holds two PEM keys and a certificate chain: a few KiB, a long chain a few tens.

@@ -268,7 +268,9 @@ class Mesh:
             LocalTokenVerifier(key),
         )
         await identity.start()
-        self._stack.push_async_callback(identity.stop)
+        # No grace: the proxies stop first, so no call is owed an answer, and a grace only waits out the
+        # connections they leave open (1 s per test).
+        self._stack.push_async_callback(identity.stop, None)
         self.identity = identity
         self.store = Store(self.tmp / "store.db")
         self._stack.callback(self.store.close)

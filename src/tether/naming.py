@@ -14,6 +14,9 @@ from dataclasses import dataclass
 DEFAULT_TRUST_DOMAIN = "cluster.local"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 DEFAULT_CONTROL_PLANE_NS = "linkerd"
+# The control plane's ConfigMap of trust anchors (``ca-bundle.crt``), as Linkerd's charts name it: installed by
+# ``tether install``, read by ``tether diagnose``/``check`` and the tap controller.
+TRUST_ROOTS_CONFIGMAP = "linkerd-identity-trust-roots"
 
 # DNS-1123 (RFC 1123) names as Kubernetes validates them: a label (namespaces, service accounts,
 # container and Service port names) and a subdomain (most object names; Linkerd's trust domain).

@@ -30,6 +30,15 @@ def test_conforming_csr_passes_with_or_without_cn() -> None:
     check_csr(parse_csr(csr_for(SHORT, cn=SHORT)), SHORT)
 
 
+def test_the_csr_proxies_and_the_tap_controller_send_passes_for_its_name_only() -> None:
+    from tether.csr import csr_der
+
+    csr = parse_csr(csr_der(ec.generate_private_key(ec.SECP256R1()), NAME))
+    check_csr(csr, NAME)
+    with pytest.raises(CertifyError):
+        check_csr(csr, SHORT)
+
+
 @pytest.mark.parametrize(
     ("csr", "reason", "words"),
     [

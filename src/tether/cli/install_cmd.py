@@ -46,7 +46,7 @@ from tether import __version__
 from tether.cli.errors import CliError
 from tether.cli.manifests import crds, load_values
 from tether.identity import pem, pki
-from tether.naming import InvalidName, check_label, check_trust_domain, control_plane_identity
+from tether.naming import TRUST_ROOTS_CONFIGMAP, InvalidName, check_label, check_trust_domain, control_plane_identity
 
 Obj = dict[str, Any]
 
@@ -62,7 +62,6 @@ CONFIG_DIR = "/var/run/linkerd/config"
 
 # Names of the objects, as Linkerd's charts name them (proxies and tools look for these).
 ISSUER_SECRET = "linkerd-identity-issuer"
-TRUST_ROOTS = "linkerd-identity-trust-roots"
 CONFIG = "linkerd-config"
 DESTINATION_TLS = "linkerd-destination-tls"
 INJECTOR_TLS = "linkerd-proxy-injector-k8s-tls"
@@ -513,8 +512,8 @@ class Renderer:
                             "metadata": self.meta(ISSUER_SECRET, "identity",
                                                   annotations={"linkerd.io/identity-issuer-expiry": self._expiry(c.issuer_crt)}),
                             "data": {"crt.pem": _b64(c.issuer_crt), "key.pem": _b64(c.issuer_key)}})
-        objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": self.meta(TRUST_ROOTS, "identity"),
-                        "data": {"ca-bundle.crt": c.anchors}})
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": self.meta(TRUST_ROOTS_CONFIGMAP, "identity"), "data": {"ca-bundle.crt": c.anchors}})
         stored = without_private(self.values)
         stored["identityTrustAnchorsPEM"] = c.anchors
         stored["controllerNamespace"] = self.ns
@@ -600,7 +599,7 @@ class Renderer:
             f"--identity-trust-anchors-file={anchors_file}",
             f"--failure-policy={_text(self.values, 'webhookFailurePolicy')}", f"--log-level={self._log_level()}",
         ]
-        trust_roots = {"name": "trust-roots", "configMap": {"name": TRUST_ROOTS}}
+        trust_roots = {"name": "trust-roots", "configMap": {"name": TRUST_ROOTS_CONFIGMAP}}
         trust_mount = {"name": "trust-roots", "mountPath": TRUST_ROOTS_DIR, "readOnly": True}
         config_hash = hashlib.sha256(json.dumps(without_private(self.values), sort_keys=True).encode()).hexdigest()
         return [
@@ -798,7 +797,7 @@ def previous_install(objects: list[Obj]) -> tuple[Credentials, Obj | None]:
     """The credentials and stored values found among a previous install's objects."""
     by_name = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in objects}
     creds = Credentials(anchors="")
-    roots = by_name.get(("ConfigMap", TRUST_ROOTS))
+    roots = by_name.get(("ConfigMap", TRUST_ROOTS_CONFIGMAP))
     if roots:
         creds.anchors = str((roots.get("data") or {}).get("ca-bundle.crt") or "")
     issuer = by_name.get(("Secret", ISSUER_SECRET))

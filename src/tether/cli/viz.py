@@ -33,7 +33,7 @@ import click
 from tether.cli import home
 from tether.cli.errors import CliError
 from tether.identity import pem, pki
-from tether.naming import WorkloadIdentity, control_plane_identity
+from tether.naming import TRUST_ROOTS_CONFIGMAP, WorkloadIdentity, control_plane_identity
 from tether.platform.local import config as platform_config
 from tether.platform.local.config import LocalPlatformConfig, PlatformConfigError
 from tether.store import Store
@@ -755,7 +755,6 @@ async def _serve_tap_apiservice(settings: Any, source: Any, mesh: api.Mesh, tls_
     import signal
 
     from tether.platform.kubernetes.client import KubeClient, KubeError
-    from tether.viz import manifests
     from tether.viz import tap_apiservice_server as server
     from tether.viz.kube_objects import KubeObjects
     from tether.viz.tap import TapController
@@ -766,7 +765,7 @@ async def _serve_tap_apiservice(settings: Any, source: Any, mesh: api.Mesh, tls_
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     kube = KubeClient(settings)
-    roots = f"/api/v1/namespaces/{mesh.control_plane_ns}/configmaps/{manifests.TRUST_ROOTS}"
+    roots = f"/api/v1/namespaces/{mesh.control_plane_ns}/configmaps/{TRUST_ROOTS_CONFIGMAP}"
     try:
         anchors = ((await kube.get(roots)).get("data") or {}).get("ca-bundle.crt")
         auth = await server.load_auth(kube)

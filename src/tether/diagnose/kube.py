@@ -38,7 +38,7 @@ from tether.diagnose.checks import Category, Check, Problem
 from tether.diagnose.local import opaque_port_problems
 from tether.identity import pem, pki
 from tether.injector.annotations import PROXY_VERSION, TRUST_ROOT_SHA256, trust_root_sha256
-from tether.naming import issuer_name
+from tether.naming import TRUST_ROOTS_CONFIGMAP, issuer_name
 from tether.platform.kubernetes.client import ApiError, ClientSettings, KubeClient, KubeError
 
 MINIMUM_VERSION = (1, 31)
@@ -390,15 +390,15 @@ class KubeChecks:
         raise Problem(f"the {name} Secret has none of {', '.join(keys)}")
 
     def _anchors_pem(self) -> str:
-        roots = self._get(f"/api/v1/namespaces/{self._cp}/configmaps/linkerd-identity-trust-roots")
+        roots = self._get(f"/api/v1/namespaces/{self._cp}/configmaps/{TRUST_ROOTS_CONFIGMAP}")
         text = ((roots or {}).get("data") or {}).get("ca-bundle.crt")
         if not text:
-            raise Problem("the linkerd-identity-trust-roots ConfigMap has no ca-bundle.crt")
+            raise Problem(f"the {TRUST_ROOTS_CONFIGMAP} ConfigMap has no ca-bundle.crt")
         return text
 
     def _credentials(self) -> Credentials:
         try:
-            anchors = pem.parse_certificates(self._anchors_pem().encode(), "linkerd-identity-trust-roots")
+            anchors = pem.parse_certificates(self._anchors_pem().encode(), TRUST_ROOTS_CONFIGMAP)
             issuer = pem.parse_certificates(self._secret_pem("linkerd-identity-issuer", "crt.pem", "tls.crt").encode(),
                                             "linkerd-identity-issuer")[0]
         except pem.PemError as exc:
@@ -416,7 +416,7 @@ class KubeChecks:
 
     def identity_category(self) -> Category:
         hints = IdentityHints(
-            config=f"the anchors are in ConfigMap {self._cp}/linkerd-identity-trust-roots, the issuer in Secret "
+            config=f"the anchors are in ConfigMap {self._cp}/{TRUST_ROOTS_CONFIGMAP}, the issuer in Secret "
                    f"{self._cp}/linkerd-identity-issuer: `tether upgrade` rewrites them",
             anchors="rotate the trust anchors (`tether identity create-trust-anchor`, then `tether upgrade "
                     "--identity-trust-anchors-file`)",

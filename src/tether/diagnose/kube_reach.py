@@ -27,10 +27,9 @@ from cryptography import x509
 
 from tether.diagnose import proxies
 from tether.diagnose.kube_metrics import COMPONENT_LABEL
+from tether.naming import TRUST_ROOTS_CONFIGMAP
 from tether.platform.kubernetes.client import ApiError, KubeClient
 from tether.platform.kubernetes.portforward import Dial, Forward, forwarded
-
-TRUST_ROOTS = "linkerd-identity-trust-roots"
 
 
 class NotReachable(Exception):
@@ -68,15 +67,15 @@ async def ready_pod(client: KubeClient, namespace: str, component: str) -> str:
 async def trust_anchors(client: KubeClient, namespace: str) -> str:
     """The PEM trust anchors the control plane publishes."""
     try:
-        config_map = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{TRUST_ROOTS}")
+        config_map = await client.get(f"/api/v1/namespaces/{namespace}/configmaps/{TRUST_ROOTS_CONFIGMAP}")
     except ApiError as exc:
         if exc.status == 404:
-            raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS} not found: is the control plane installed "
-                               f"in {namespace}? (or give --trust-anchors)") from None
+            raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS_CONFIGMAP} not found: is the control plane "
+                               f"installed in {namespace}? (or give --trust-anchors)") from None
         raise
     bundle = (config_map.get("data") or {}).get("ca-bundle.crt")
     if not bundle:
-        raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS} has no ca-bundle.crt")
+        raise NotReachable(f"ConfigMap {namespace}/{TRUST_ROOTS_CONFIGMAP} has no ca-bundle.crt")
     return str(bundle)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from tether.naming import TRUST_ROOTS_CONFIGMAP
 from tether.viz.scrape_config import kubernetes_prometheus_config
 
 DEFAULT_NAMESPACE = "linkerd-viz"
@@ -194,7 +195,6 @@ def _tap_injector(namespace: str, control_plane_ns: str, trust_domain: str, imag
 
 TAP_PORT = 8089
 TAP_API_GROUP = "tap.linkerd.io"
-TRUST_ROOTS = "linkerd-identity-trust-roots"  # the control plane's ConfigMap (as tether.cli.install_cmd names it)
 _TOKEN_DIR = "/var/run/secrets/tokens"
 _TOKEN = "linkerd-identity-token"
 
@@ -236,7 +236,7 @@ def _tap(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domai
         # The mesh's trust anchors, to check identity's certificate and the proxies'.
         {"apiVersion": f"{rbac}/v1", "kind": "Role",
          "metadata": {"name": f"{role}-trust-roots", "namespace": control_plane_ns, **cluster_meta},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRUST_ROOTS],
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRUST_ROOTS_CONFIGMAP],
                     "verbs": ["get"]}]},
         {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
          "metadata": {"name": f"{role}-trust-roots", "namespace": control_plane_ns, **cluster_meta},

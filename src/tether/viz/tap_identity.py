@@ -26,11 +26,12 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtensionOID
 
 from tether.api import identity_pb2, identity_pb2_grpc
+from tether.csr import csr_der
 from tether.viz.tap import TapCredentials
 
 log = logging.getLogger(__name__)
@@ -52,13 +53,6 @@ class IdentitySource:
     name: str  # the identity to ask for: the tap identity
 
 
-def _csr(key: ec.EllipticCurvePrivateKey, name: str) -> bytes:
-    """A CSR naming only ``name`` (a DNS SAN), as identity wants it."""
-    return (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=True)
-            .sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER))
-
-
 async def certify(source: IdentitySource, key: ec.EllipticCurvePrivateKey,
                   timeout: float = 10.0) -> tuple[TapCredentials, datetime]:
     """One Certify call: the credentials it gives and when they expire. ``TapIdentityError`` says why not."""
@@ -67,7 +61,7 @@ async def certify(source: IdentitySource, key: ec.EllipticCurvePrivateKey,
     except OSError as err:
         raise TapIdentityError(f"cannot read the service-account token {source.token_file}: {err}") from None
     request = identity_pb2.CertifyRequest(identity=source.name, token=token,
-                                          certificate_signing_request=_csr(key, source.name))
+                                          certificate_signing_request=csr_der(key, source.name))
     credentials = grpc.ssl_channel_credentials(root_certificates=source.anchors_pem)
     async with grpc.aio.secure_channel(source.addr, credentials,
                                        options=[("grpc.ssl_target_name_override", source.server_name)]) as channel:

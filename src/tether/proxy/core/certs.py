@@ -1,4 +1,4 @@
-"""Pure X.509 rules of the proxy's identity: key and CSR, checking a Certify answer or a SPIRE X.509-SVID.
+"""Pure X.509 rules of the proxy's identity: key and CSR (``tether.csr``), checking a Certify answer or an X.509-SVID.
 
 They need ``cryptography`` (~12 MB resident), so the serving proxy never imports this module:
 ``tether.proxy.certify`` runs them in a short-lived process for ``io.identity_client`` and
@@ -11,29 +11,18 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import Encoding, load_der_private_key
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
+from tether.csr import csr_der as csr_der  # the proxy's CSR (tether.proxy.certify asks it here): one home
 from tether.proxy.core.certified import CertError, Certified
 
 
 def new_key() -> ec.EllipticCurvePrivateKey:
     """The proxy's ECDSA P-256 key; it never touches a disk (see ``tether.proxy.certify``)."""
     return ec.generate_private_key(ec.SECP256R1())
-
-
-def csr_der(key: ec.EllipticCurvePrivateKey, name: str) -> bytes:
-    """A DER CSR whose only SAN is the DNS name ``name`` and whose subject is empty (CN is optional)."""
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(x509.Name([]))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return csr.public_bytes(Encoding.DER)
 
 
 def parse_anchors(pem: bytes) -> tuple[x509.Certificate, ...]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.proxy.core.commands import Command, Connect, Failed
+from tether.proxy.core.commands import Command, Connect, Failed, Revocable
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import Http1Proxy
 from tether.proxy.core.http_commands import Upstream
@@ -143,6 +143,7 @@ class Tunnel:
     up: int
     to_up: bytes
     to_down: bytes
+    watched: bool = False  # given something that may withdraw it (an inbound policy's watch)
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,9 @@ class FakeSink:
     def count(self, name: str, labels: str) -> None:
         self.calls.append(Count(name, labels))
 
-    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
-        self.calls.append(Tunnel(up.key, to_up, to_down))  # type: ignore[arg-type]
+    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None],
+               authz: Revocable | None) -> None:
+        self.calls.append(Tunnel(up.key, to_up, to_down, authz is not None))  # type: ignore[arg-type]
         self.tunnel_done.append(done)
 
 

@@ -20,7 +20,6 @@ from test_inbound_authz import VOTE, WEB, identities_authz, request, server_mess
 from test_inbound_layer import CLIENT, settings
 from test_policy_client import FakeController, default
 
-import grpc
 import pytest
 
 from tether.api import inbound_pb2 as pb
@@ -135,10 +134,7 @@ def test_without_policy_discovery_nothing_is_watched() -> None:
 def test_subscribers_hear_each_update_and_keep_an_unlisted_port_watched() -> None:
     async def scenario() -> None:
         controller = FakeController()
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((controller.handler(),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, port = await controller.serve()
         now = [0.0]
         client = PolicyClient(workload="w", default=default, idle_timeout=0.05,  # type: ignore[arg-type]
                               backoff_delay=lambda n: 0.05, clock=lambda: now[0])

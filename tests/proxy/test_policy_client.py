@@ -35,6 +35,14 @@ class FakeController:
         while True:
             yield await queue.get()
 
+    async def serve(self) -> tuple[grpc.aio.Server, int]:
+        """A started gRPC server (plaintext, loopback) serving this controller, and its port."""
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((self.handler(),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler("io.linkerd.proxy.inbound.InboundServerPolicies", {
             "WatchPort": grpc.unary_stream_rpc_method_handler(
@@ -61,10 +69,7 @@ async def settled(client: PolicyClient, port: int, name: str) -> None:
 def test_watches_start_from_the_default_and_follow_the_controller() -> None:
     async def scenario() -> None:
         controller = FakeController()
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((controller.handler(),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, port = await controller.serve()
         client = PolicyClient(workload='{"ns":"emojivoto","pod":"voting"}', default=default,  # type: ignore[arg-type]
                               idle_timeout=90.0, backoff_delay=lambda n: 0.05, clock=asyncio.get_running_loop().time)
         try:
@@ -116,10 +121,7 @@ def test_unlisted_ports_expire_when_idle() -> None:
 def test_a_new_channel_takes_over_and_the_old_one_is_closed() -> None:
     async def scenario() -> None:
         controller = FakeController()
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((controller.handler(),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, port = await controller.serve()
         client = PolicyClient(workload="w", default=default, idle_timeout=90.0,  # type: ignore[arg-type]
                               backoff_delay=lambda n: 0.05, clock=asyncio.get_running_loop().time)
         old, new = Channel(f"127.0.0.1:{port}"), Channel(f"127.0.0.1:{port}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.proxy.codec.http1 import MAX_HEAD_SIZE, Headers, RequestHead
-from tether.proxy.core.commands import Command
+from tether.proxy.core.commands import Command, Revocable
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http_metrics import HttpMetrics
 
@@ -108,6 +108,12 @@ class RequestPolicy(Protocol):
     """
 
     def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None: ...
+
+    def upgraded(self, request: RequestHead) -> Revocable | None:
+        """``request`` (as the client sent it, admitted by ``check``) switched the connection to another protocol
+        (101, a 2xx to CONNECT): what withdraws the joined connection when the policy stops admitting the
+        request (None: nothing does)."""
+        ...
 
 
 class StreamObserver(Protocol):

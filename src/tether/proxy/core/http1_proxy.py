@@ -47,7 +47,8 @@ HTTP/1.0) or the request was a ``CONNECT`` (what follows it is the tunnel's,
 not HTTP). A client that goes away while its request
 is in hand has its upstream connection closed at once. ``Upgrade`` + 101 and
 ``CONNECT`` + 2xx end HTTP: the sink joins the two connections byte for
-byte. A first line that is not HTTP/1 (detection only sees a prefix) is
+byte (inbound, withdrawn when the port's policy stops admitting the request
+that switched: ``RequestPolicy.upgraded``). A first line that is not HTTP/1 (detection only sees a prefix) is
 carried as opaque bytes.
 
 Tests: tests/proxy/test_http1_proxy.py (playbooks: events in, sink calls out).
@@ -78,7 +79,7 @@ from tether.proxy.codec.http1 import (
     State,
 )
 from tether.proxy.core import errors, exchange
-from tether.proxy.core.commands import Command, Connect, Failed, Layer
+from tether.proxy.core.commands import Command, Connect, Failed, Layer, Revocable
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router
 from tether.proxy.core.http1_headers import downstream_response, edited, informational, upstream_request
@@ -134,8 +135,10 @@ class Http1Sink(Protocol):
     def count(self, name: str, labels: str) -> None:
         """Add one to the counter ``name`` (``<direction>_http_errors_total``)."""
 
-    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
-        """After a protocol switch: join the two connections byte for byte; ``done`` when both ended."""
+    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None],
+               authz: Revocable | None) -> None:
+        """After a protocol switch: join the two connections byte for byte; ``done`` when both ended. While
+        joined, ``authz`` may withdraw them (both closed at once: the policy no longer admits them)."""
 
 
 def http1(router: Router, settings: HttpSettings) -> Layer:
@@ -175,13 +178,14 @@ class _Replay:
 class _Exchange:
     """One request and its response, across its attempts."""
 
-    __slots__ = ("request", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
+    __slots__ = ("request", "received", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
                  "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
                  "chunked", "in_flight")
 
     def __init__(self, request: RequestHead, start: float) -> None:
-        self.request = request
+        self.request = request  # as it goes on (a route's header modifier may have edited it)
+        self.received = request  # as the client sent it (what the request policy decided on)
         self.start = start
         self.phase = Phase.ROUTING
         self.route: Any = None  # core.profiles.Route, once the first pick named one
@@ -652,7 +656,9 @@ class Http1Proxy:
             ex.pick = None
             self._end(ex)
             self.over = True
-            self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release)
+            policy = self.settings.policy
+            authz = policy.upgraded(ex.received) if policy is not None else None
+            self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release, authz)
             return
         down_head = downstream_response(head, ex.request, server.keep_alive, self.settings, pick.respond)
         framing = down_head.found
@@ -812,7 +818,7 @@ class Http1Proxy:
                 self._close()
                 return
             self.over = True
-            self.sink.tunnel(reply, self.server.received, b"", pick.release)
+            self.sink.tunnel(reply, self.server.received, b"", pick.release, None)
 
         routed(self.router(RequestHead(b"GET", b"/")), None)
 

@@ -214,7 +214,8 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
         # HTTP is authorized per request (core.inbound_authz), never refused here (proxy.md §8.3).
         yield SetLabels(accept)
         carry = PROTOCOL_LAYERS[type(verdict)]
-        policy_check = InboundRequestPolicy(lambda: settings.policy(port), facts, clock=settings.http.clock)
+        policy_check = InboundRequestPolicy(lambda: settings.policy(port), facts, clock=settings.http.clock,
+                                            changes=settings.policy_changes)
         yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
         return
     server = server_labels(policy, port)

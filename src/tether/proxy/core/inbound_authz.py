@@ -23,7 +23,11 @@ server's local rate limit (``core.ratelimit``): 429 / gRPC
 once (TCP, opaque, TLS passthrough): while one is open, every change of its
 port's policy re-checks it, and one no longer admitted is torn down and
 counted in ``inbound_tcp_authz_terminate_total`` (``target_*``, the new
-policy's ``srv_*``, ``tls``/``client_id``), as linkerd2-proxy does.
+policy's ``srv_*``, ``tls``/``client_id``), as linkerd2-proxy does. An HTTP
+connection switched to another protocol (101, CONNECT) is carried as bytes
+from then on, so it is watched the same way (``InboundRequestPolicy.upgraded``):
+re-checked as the request that switched it -- its route under the new policy
+and that route's authorizations -- and torn down and counted alike.
 
 Both take the connection's facts as one ``ConnectionFacts``.
 
@@ -101,12 +105,14 @@ class InboundRequestPolicy:
     update is a new object, so the next request decides afresh).
     """
 
-    __slots__ = ("_policy", "_facts", "_clock", "_draw", "permit", "_seen", "_srv", "_server", "_decided")
+    __slots__ = ("_policy", "_facts", "_changes", "_clock", "_draw", "permit", "_seen", "_srv", "_server",
+                 "_decided")
 
     def __init__(self, policy: Callable[[], ServerPolicy], facts: ConnectionFacts, *, clock: Callable[[], float],
-                 draw: Callable[[], float] = random.random) -> None:
+                 draw: Callable[[], float] = random.random, changes: PolicyChanges | None = None) -> None:
         self._policy = policy
         self._facts = facts
+        self._changes = changes  # None: policies are not discovered (they never change)
         self._clock = clock
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
         # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
@@ -157,6 +163,12 @@ class InboundRequestPolicy:
                             f'{decision.route_labels},{limit.meta.labels("ratelimit")},ratelimit_scope="{scope}"')
                 return errors.rate_limited(scope)
         return edit
+
+    def upgraded(self, request: RequestHead) -> TcpAuthzWatch | None:
+        """The watch of the connection ``request`` switched to another protocol (see the module docstring)."""
+        if self._changes is None:
+            return None
+        return TcpAuthzWatch(self._policy, self._changes, self._facts, request)
 
     def _filter(self, route: HttpRoute, rule: Rule, request: RequestHead) -> ProxyError | HeaderEdit | None:
         """The rule's filters in order, as linkerd2-proxy applies them: the first failure or redirect answers;
@@ -216,15 +228,20 @@ class TcpAuthzWatch:
 
     The driver calls ``watch(revoke)`` once the connection is forwarded and the
     returned function when it ends; ``revoke`` is called (once) when a new
-    policy no longer admits the client.
+    policy no longer admits the client: by the port's authorizations, or -- for
+    an HTTP connection switched to another protocol by ``request`` -- by the
+    authorizations of the route ``request`` takes under the new policy (none: not
+    admitted).
     """
 
-    __slots__ = ("_policy", "_changes", "_facts", "_revoked")
+    __slots__ = ("_policy", "_changes", "_facts", "_request", "_revoked")
 
-    def __init__(self, policy: Callable[[], ServerPolicy], changes: PolicyChanges, facts: ConnectionFacts) -> None:
+    def __init__(self, policy: Callable[[], ServerPolicy], changes: PolicyChanges, facts: ConnectionFacts,
+                 request: RequestHead | None = None) -> None:
         self._policy = policy
         self._changes = changes
         self._facts = facts
+        self._request = request
         self._revoked = False
 
     def watch(self, revoke: Callable[[], None]) -> Callable[[], None]:
@@ -232,7 +249,14 @@ class TcpAuthzWatch:
 
     def allowed(self) -> Meta | None:
         """The authorization that admits the connection under the port's current policy, or None."""
-        authz = self._facts.admitting(self._policy().authorizations)
+        policy = self._policy()
+        authorizations = policy.authorizations
+        if self._request is not None:
+            selected = policy.select(self._request)
+            if selected is None:
+                return None
+            authorizations = selected[0].authorizations
+        authz = self._facts.admitting(authorizations)
         return authz.meta if authz is not None else None
 
     def _changed(self, revoke: Callable[[], None]) -> None:

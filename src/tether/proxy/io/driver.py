@@ -52,7 +52,7 @@ from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core import http_commands as http_cmd
 from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
-from tether.proxy.io.streams import Stream, errno_name, link
+from tether.proxy.io.streams import Stream, abort, errno_name, link
 from tether.proxy.io.pool import Pool, Waiter
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
@@ -412,7 +412,7 @@ class Driver:
         if down is None:
             return
         link(down, up)
-        stop = command.authz.watch(partial(_revoke, down, up)) if command.authz is not None else None
+        stop = command.authz.watch(partial(abort, down, up)) if command.authz is not None else None
         try:
             await down.done
             await up.done
@@ -554,13 +554,6 @@ class Driver:
         if conn.up_meter is not None and conn.up is not None:
             conn.up_meter.close(conn.up.errno)
             conn.up_meter = None
-
-
-def _revoke(*streams: Stream) -> None:
-    """A forwarded connection no longer authorized: both sides closed at once, what is buffered dropped."""
-    for stream in streams:
-        if not stream.lost:
-            stream.transport.abort()
 
 
 def _close_opened(job: asyncio.Future[Any]) -> None:

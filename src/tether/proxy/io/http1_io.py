@@ -28,13 +28,13 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.proxy.core.commands import Command, Connect, Failed
+from tether.proxy.core.commands import Command, Connect, Failed, Revocable
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import Http1Proxy, Timer
 from tether.proxy.core.http_commands import Upstream
 
 from tether.proxy.io.pool import Waiter
-from tether.proxy.io.streams import Stream, client_addr, link
+from tether.proxy.io.streams import Stream, abort, client_addr, link
 
 if TYPE_CHECKING:
     from tether.proxy.io.driver import Driver, _Conn
@@ -264,7 +264,8 @@ class Http1Io:
     def count(self, name: str, labels: str) -> None:
         self.driver.count(name, labels)
 
-    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None]) -> None:
+    def tunnel(self, up: Upstream, to_up: bytes, to_down: bytes, done: Callable[[], None],
+               authz: Revocable | None) -> None:
         self.flush()
         down, stream = self.down, up.io
         down.handler = None
@@ -277,8 +278,11 @@ class Http1Io:
         stream.buffer[:0] = to_down
         link(down, stream)
         both = asyncio.gather(down.done, stream.done)
+        stop = authz.watch(lambda: abort(down, stream)) if authz is not None else None
 
         def ended(_: object) -> None:
+            if stop is not None:
+                stop()
             done()
             self._finish()
 

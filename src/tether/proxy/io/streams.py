@@ -234,6 +234,13 @@ class _Lost(asyncio.BufferedProtocol):
 _LOST = _Lost()
 
 
+def abort(*streams: Stream) -> None:
+    """A joined connection no longer authorized: each side closed at once, what is buffered dropped."""
+    for stream in streams:
+        if not stream.lost:
+            stream.transport.abort()
+
+
 def link(a: Stream, b: Stream) -> None:
     """Join two streams: what each buffered goes to the other first, then every read."""
     a.peer, b.peer = b, a

@@ -13,6 +13,7 @@ component, which the proxies reach over mTLS as the destination's identity.
 from __future__ import annotations
 
 import importlib.util
+import socket
 import subprocess
 
 import pytest
@@ -333,3 +334,52 @@ def test_route_filters_redirect_and_edit_headers_but_never_l5d_ones(running: upl
     assert "x-env: prod" in echoed and "x-route: hdr" in echoed and "x-debug" not in echoed, echoed
     caller_id = f"caller.{FILTER_NS}.serviceaccount.identity.linkerd.cluster.local"
     assert f"l5d-client-id: {caller_id}" in echoed, echoed
+
+
+# -- a denied request leaves the connection open (proxy.md §7.9, §8.4) ---------------------------------------
+
+KEEP_NS = "keepalive"
+
+
+def _response_head(sock: socket.socket) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError(f"closed after {head!r}")
+        head += chunk
+    return head
+
+
+def test_a_denied_client_keeps_its_connection_for_the_next_request(running: uplab.Platform) -> None:
+    """A client without identity (plaintext from the host's bridge address) gets 403s, as Linkerd answers them:
+    without closing, so one connection carries request after request -- a POST's body read and dropped too."""
+    p = running
+    p.apply(locked_server(KEEP_NS, "echo", "HTTP/1", HOLDER_ID) + service(KEEP_NS, "echo"))
+    p.apply(_python_deployment("echo", KEEP_NS, ECHO_HEADERS_SCRIPT, port="8080"))
+    (echo,) = wait_for("the echo pod ready", lambda: [x for x in p.pods(KEEP_NS)
+                                                      if x["metadata"]["name"].startswith("echo-") and ready(x)],
+                       timeout=60)
+    ip = echo["status"]["podIP"]
+
+    def denied() -> bool:  # the proxy applies the default policy until the controller's Server arrives
+        with socket.create_connection((ip, 8080), timeout=10) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
+            return _response_head(sock).startswith(b"HTTP/1.1 403 ")
+
+    wait_for("the Server's policy applied", denied, timeout=60)
+    requests = [b"GET /a HTTP/1.1\r\nHost: echo\r\n\r\n",
+                b"POST /b HTTP/1.1\r\nHost: echo\r\nContent-Length: 3000\r\n\r\n" + b"x" * 3000,
+                b"GET /c HTTP/1.1\r\nHost: echo\r\n\r\n"]
+    with socket.create_connection((ip, 8080), timeout=10) as sock:
+        for request in requests:
+            sock.sendall(request)
+            head = _response_head(sock)
+            assert head.startswith(b"HTTP/1.1 403 ") and b"connection: close" not in head.lower(), head
+            assert b"l5d-proxy-error" not in head.lower(), head  # not meshed: no informational headers (§8.4)
+        sock.sendall(b"GET /d HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
+        assert _response_head(sock).startswith(b"HTTP/1.1 403 ")
+        assert sock.recv(1) == b""  # the client said it was done: now the proxy closes
+    deny = [line for line in _metrics(p, echo).splitlines() if line.startswith("inbound_http_authz_deny_total{")
+            and 'srv_name="echo-server"' in line and 'tls="no_identity"' in line]
+    assert deny and sum(float(line.rsplit(" ", 1)[1]) for line in deny) >= 5, deny

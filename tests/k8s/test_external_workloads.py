@@ -136,7 +136,9 @@ async def test_a_bad_workload_or_slice_gets_a_warning_event_naming_the_field(tmp
             "metadata": {"name": "manual", "namespace": NS, "labels": {"kubernetes.io/service-name": "manual"}},
             "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["fe80::1"]}],
             "ports": [{"port": 80}]})
-        controller = external_workload_controller(KubernetesResourceWatcher(settings))
+        rejected: list[tuple[str, str]] = []
+        controller = external_workload_controller(KubernetesResourceWatcher(settings),
+                                                  rejected=lambda *counted: rejected.append(counted))
         task = asyncio.create_task(controller.run())
         try:
             await _until(api, lambda s: len(s) == 2, "the good workload's slice beside the manual one")
@@ -154,6 +156,7 @@ async def test_a_bad_workload_or_slice_gets_a_warning_event_naming_the_field(tmp
             assert slice_event["reason"] == "InvalidEndpoints" and slice_event["involvedObject"]["name"] == "manual"
             assert "endpoints[1].addresses[0]" in slice_event["message"]
             assert workload_event["source"]["component"] == "linkerd-destination"
+            assert rejected == [(NS, "InvalidExternalWorkload")]  # counted as its Event; the slice's is not
 
             # Another pass (the good workload changes) reports nothing again.
             await api.patch(f"{WORKLOADS}/vm-1", json={"status": workload(ready=False)["status"]})
@@ -166,6 +169,7 @@ async def test_a_bad_workload_or_slice_gets_a_warning_event_naming_the_field(tmp
                     await controller.reconciled.wait()
                     controller.reconciled.clear()
             assert len(await _events(api)) == 2, "the same problems are reported once"
+            assert rejected == [(NS, "InvalidExternalWorkload")], "and counted once"
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tether.platform import endpointslices
 from tether.platform.local.endpointslices import external_workload_controller
 from tether.platform.local.events import StoreEvents, expired
 from tether.platform.local.ipam import Ipam, IpamConfig, PoolExhausted, workload_owner
+from tether.platform.local.pods import Counters, PodController
 from tether.platform.problems import Involved
 from tether.store import Store
 
@@ -57,7 +59,8 @@ async def test_workload_addresses_are_reserved_and_a_pods_address_is_refused_by_
     store.apply_many([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, SERVICE,
                       _workload("vm-1", "10.9.0.2"), _workload("vm-2", "10.9.0.4"),
                       _workload("vm-3", "192.168.50.10")])
-    controller = external_workload_controller(store, ipam)
+    counters = Counters()
+    controller = external_workload_controller(store, ipam, counters.workload_rejected)
     task = asyncio.create_task(controller.run())
     try:
         await _until(controller, lambda: _endpoints(store) == ["10.9.0.4", "192.168.50.10"])
@@ -80,6 +83,10 @@ async def test_workload_addresses_are_reserved_and_a_pods_address_is_refused_by_
         await _until(controller, lambda: workload_owner(NS, "vm-2") not in ipam.allocations())
         assert str(ipam.allocate("d/p").ip) == "10.9.0.4"
         assert len(store.list("Event", NS).items) == 1, "the conflict was reported once"
+        assert counters.workloads_rejected == {(NS, "AddressInUse"): 1}
+        # The local platform's admin port shows the count (its /metrics is PodController.metrics_text).
+        text = PodController.metrics_text(SimpleNamespace(counters=counters))  # type: ignore[arg-type]
+        assert f'tether_platform_externalworkload_rejected_total{{namespace="{NS}",reason="AddressInUse"}} 1' in text
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

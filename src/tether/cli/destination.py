@@ -106,10 +106,15 @@ async def _serve(config: DestinationConfig, watcher: ResourceWatcher) -> None:
 
     # As Linkerd's destination does: EndpointSlices for Services that select ExternalWorkloads,
     # written by the one replica that holds the Lease (every replica serves discovery).
+    counter = service.metrics.externalworkload_rejected
+
+    def rejected(namespace: str, reason: str) -> None:
+        counter.labels(namespace, reason).inc()
+
     elector = LeaseElector(kubernetes.client, config.control_plane_ns, LEASE_NAME,
                            f"{socket.gethostname()}_{uuid.uuid4()}")
     tasks = [asyncio.create_task(elector.run()),
-             asyncio.create_task(external_workload_controller(kubernetes, elector.leading).run())]
+             asyncio.create_task(external_workload_controller(kubernetes, elector.leading, rejected).run())]
     try:
         await run_until_signalled(service)
     finally:

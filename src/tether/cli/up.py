@@ -594,7 +594,8 @@ async def _run_platform(config: LocalPlatformConfig, controller, admin) -> None:
 
     # Services -> EndpointSlices, of their pods and of the ExternalWorkloads they select; Events expire.
     slices = [asyncio.create_task(EndpointSliceController(controller.store).run()),
-              asyncio.create_task(external_workload_controller(controller.store, controller.ipam).run()),
+              asyncio.create_task(external_workload_controller(controller.store, controller.ipam,
+                                                               controller.counters.workload_rejected).run()),
               asyncio.create_task(expire_events(controller.store))]
     try:
         await controller.run(stop)

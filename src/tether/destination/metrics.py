@@ -51,6 +51,10 @@ class DestinationMetrics:
         self.endpointslice_invalid_entries = Counter(
             "endpointslice_invalid_entries", "EndpointSlice entries skipped: bad addresses or ports",
             ["namespace"], registry=r)
+        # Written by the ExternalWorkload controller this process runs on Kubernetes (tether.platform.problems).
+        self.externalworkload_rejected = Counter(
+            "externalworkload_rejected", "ExternalWorkloads left out of every EndpointSlice, once per set of "
+            "problems (as its Warning Event), by reason", ["namespace", "reason"], registry=r)
         self.profile_subscribers = Gauge(
             "profile_subscribers", "GetProfile streams watching a ServiceProfile name", ["namespace", "profile"],
             registry=r,

@@ -15,6 +15,12 @@ The message is ``<field>: <reason>`` for each problem (``spec.workloadIPs[0].ip:
 must be an IP address``). Linkerd's ExternalWorkload status carries only the ``Ready``
 condition the workload's own agent reports, so Tether writes no status condition of its own.
 
+An ExternalWorkload left out (`WORKLOAD_REJECTIONS`) is also counted, once per object and set of
+problems as its Event, by namespace and reason: ``externalworkload_rejected_total`` in the
+destination on Kubernetes, ``tether_platform_externalworkload_rejected_total`` on the local
+platform's admin port (the destination counts a slice's bad entries itself,
+``endpointslice_invalid_entries_total``).
+
 `problems_of` is the rule (the resource model's); `ProblemReporter` remembers what was
 reported and hands new problems to an `EventSink`: the API server's Events on Kubernetes
 (``tether.platform.kubernetes.objects.EventWriter``), Event objects in the store on the local
@@ -24,7 +30,7 @@ platform (``tether.platform.local.events``). Caller: ``tether.platform.endpoints
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +44,9 @@ log = logging.getLogger(__name__)
 INVALID_ENDPOINTS = "InvalidEndpoints"
 INVALID_EXTERNAL_WORKLOAD = "InvalidExternalWorkload"
 ADDRESS_IN_USE = "AddressInUse"  # the local platform: a workload's IP is a pod's (tether.platform.local.ipam)
+WORKLOAD_REJECTIONS = frozenset({INVALID_EXTERNAL_WORKLOAD, ADDRESS_IN_USE})  # reasons a workload is left out
+# Counts a rejected ExternalWorkload: (namespace, reason).
+Rejected = Callable[[str, str], None]
 _MODEL_REASONS = {ENDPOINT_SLICE.key: (INVALID_ENDPOINTS, "skipping entries"),
                   EXTERNAL_WORKLOAD.key: (INVALID_EXTERNAL_WORKLOAD, "left out of its Services' endpoints")}
 MAX_MESSAGE = 1024  # Kubernetes truncates longer Event messages
@@ -89,8 +98,9 @@ class ProblemReporter:
     """`check` objects as the watches deliver them (and `note` other problems); `flush` records a Warning
     Event for each new set of problems of an object, once, until they change or go away."""
 
-    def __init__(self, sink: EventSink) -> None:
+    def __init__(self, sink: EventSink, rejected: Rejected | None = None) -> None:
         self._sink = sink
+        self._rejected = rejected
         self._reported: dict[Slot, tuple[str, ...]] = {}
         self._pending: dict[Slot, tuple[Mapping[str, Any], str, tuple[str, ...]]] = {}
 
@@ -117,4 +127,6 @@ class ProblemReporter:
         for (reason, key), (obj, lead, problems) in pending.items():
             self._reported[(reason, key)] = problems
             log.warning("%s %s/%s: %s: %s", obj.get("kind"), key[0], key[1], lead, "; ".join(problems))
+            if self._rejected is not None and reason in WORKLOAD_REJECTIONS:
+                self._rejected(key[0], reason)
             await self._sink.warn(Involved.of(obj), reason, message(lead, problems))

@@ -25,7 +25,7 @@ from tether.platform.kubernetes.client import ApiError, KubeClient, KubeError
 from tether.platform.kubernetes.objects import WarningEvents
 from tether.platform.kubernetes.resources import api_resource
 from tether.platform.kubernetes.watch import KubernetesResourceWatcher
-from tether.platform.problems import ProblemReporter
+from tether.platform.problems import ProblemReporter, Rejected
 from tether.resources.kinds import ENDPOINT_SLICE, EXTERNAL_WORKLOAD
 
 _SLICES = api_resource(ENDPOINT_SLICE.key)
@@ -71,12 +71,13 @@ EVENT_COMPONENT = "linkerd-destination"
 
 
 def external_workload_controller(
-    watcher: KubernetesResourceWatcher, leading: asyncio.Event | None = None
+    watcher: KubernetesResourceWatcher, leading: asyncio.Event | None = None, rejected: Rejected | None = None
 ) -> SliceController:
     """Linkerd's ExternalWorkload endpoints controller over the API server (``.run()`` until cancelled);
     it writes only while ``leading`` is set, when given, and records Warning Events on ExternalWorkloads
-    and EndpointSlices it cannot use (``tether.platform.problems``)."""
+    and EndpointSlices it cannot use (``tether.platform.problems``), counting each workload left out in
+    ``rejected``."""
     events = WarningEvents(watcher.client, component=EVENT_COMPONENT)
     return SliceController(watcher, ApiSliceWriter(watcher.client), source=EXTERNAL_WORKLOAD.key,
                            managed_by=MANAGED_BY, desired=external_workload_slices, leading=leading,
-                           reporter=ProblemReporter(events))
+                           reporter=ProblemReporter(events, rejected))

@@ -47,7 +47,7 @@ from tether.platform.external_workloads import external_workload_slices
 from tether.platform.local.events import StoreEvents
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.platform.local.ipam import AddressTaken, Ipam, IpamError, is_workload_owner, workload_owner
-from tether.platform.problems import ADDRESS_IN_USE, ProblemReporter
+from tether.platform.problems import ADDRESS_IN_USE, ProblemReporter, Rejected
 from tether.resources.kinds import ENDPOINT_SLICE, EXTERNAL_WORKLOAD, POD
 from tether.store import Store, StoreError
 
@@ -175,11 +175,13 @@ class WorkloadAddresses:
         return admitted, refused
 
 
-def external_workload_controller(store: Store, ipam: Ipam | None = None) -> EndpointSliceController:
+def external_workload_controller(store: Store, ipam: Ipam | None = None,
+                                 rejected: Rejected | None = None) -> EndpointSliceController:
     """The ExternalWorkload controller over the store (``tether.platform.external_workloads``); it also
-    records Warning Events on ExternalWorkloads and EndpointSlices it cannot use (``tether.platform.problems``)
-    and, given the platform's pod ``ipam``, reserves the workloads' addresses there (`WorkloadAddresses`)."""
-    reporter = ProblemReporter(StoreEvents(store))
+    records Warning Events on ExternalWorkloads and EndpointSlices it cannot use (``tether.platform.problems``),
+    counting each workload left out in ``rejected``, and, given the platform's pod ``ipam``, reserves the
+    workloads' addresses there (`WorkloadAddresses`)."""
+    reporter = ProblemReporter(StoreEvents(store), rejected)
     return EndpointSliceController(store, source=EXTERNAL_WORKLOAD.key, managed_by=EW_MANAGED_BY,
                                    desired=external_workload_slices, reporter=reporter,
                                    admit=WorkloadAddresses(ipam, reporter) if ipam is not None else None)

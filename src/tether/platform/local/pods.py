@@ -122,6 +122,12 @@ class Counters:
     last_pass_seconds: float = 0.0
     phases: dict[str, int] = field(default_factory=dict)
     ready_pods: int = 0
+    workloads_rejected: dict[tuple[str, str], int] = field(default_factory=dict)  # by (namespace, reason)
+
+    def workload_rejected(self, namespace: str, reason: str) -> None:
+        """An ExternalWorkload left out of the endpoints (``tether.platform.problems``)."""
+        key = (namespace, reason)
+        self.workloads_rejected[key] = self.workloads_rejected.get(key, 0) + 1
 
 
 class PodController:
@@ -450,6 +456,11 @@ class PodController:
             ("tether_platform_last_pass_seconds", "gauge", round(c.last_pass_seconds, 6), "The last pass's duration."),
         ):
             lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+        name = "tether_platform_externalworkload_rejected_total"
+        lines += [f"# HELP {name} ExternalWorkloads left out of every EndpointSlice, once per set of problems "
+                  "(as its Warning Event), by reason.", f"# TYPE {name} counter"]
+        lines += [f'{name}{{namespace="{ns}",reason="{reason}"}} {n}'
+                  for (ns, reason), n in sorted(c.workloads_rejected.items())]
         return "\n".join(lines) + "\n"
 
     # -- stopping ------------------------------------------------------------------------------

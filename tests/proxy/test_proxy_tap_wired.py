@@ -72,7 +72,7 @@ async def _serving(proxy: Proxy) -> Proxy:
 
 async def _opened(proxy: Proxy, count: int) -> None:
     assert proxy.tap is not None and proxy.tap.server is not None
-    await proxy.tap.server.service.wait_for_taps(count)
+    await proxy.tap.server.wait_for_taps(count)
 
 
 def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_path: Path) -> None:

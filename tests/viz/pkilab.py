@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import ssl
 from datetime import UTC, datetime, timedelta
 
 from tether.identity import pem, pki
@@ -27,3 +29,20 @@ class Pki:
         key = pki.new_key()
         cert = self._ca.issue(key.public_key(), identity, datetime.now(UTC))
         return identity.dns_name, pem.private_key_pem(key), pem.certificate_pem(cert, *self._issuer.intermediates)
+
+
+def server_context(key_pem: bytes, chain_pem: bytes, anchors_pem: bytes) -> ssl.SSLContext:
+    """A TLS server context as the proxy's tap server gets from its identity: its key and chain, client
+    certificates asked for (verified against ``anchors_pem``) but not required, ALPN h2."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.load_verify_locations(cadata=anchors_pem.decode())
+    ctx.set_alpn_protocols(["h2"])
+    fd = os.memfd_create("pkilab-key", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, chain_pem + key_pem)
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    return ctx

@@ -15,10 +15,10 @@ import grpc
 
 from tether.api import viz_tap_pb2_grpc
 from tether.proxy.core.tap import INBOUND, TapRequest, Taps
-from tether.proxy.io.tap_server import ServingCert, TapServer
+from tether.proxy.io.tap_server import TapServer
 from tether.viz.metrics_api import Mesh
 from tether.viz.tap import TapController, TapCredentials, TapService
-from viz.pkilab import Pki
+from viz.pkilab import Pki, server_context
 from viz.promlab import Objects, deployment, free_port, meshed_pod
 
 NS = "emojivoto"
@@ -64,7 +64,7 @@ class TapLab:
         tap_id, tap_key, tap_chain = self.pki.leaf("tap", "linkerd-viz")
         self.proxies = []
         for ip, taps in self.taps.items():
-            server = TapServer(taps, tap_id, lambda: ServingCert(key, chain, self.pki.anchors_pem))
+            server = TapServer(taps, tap_id, lambda: server_context(key, chain, self.pki.anchors_pem))
             await server.start(ip, self.port)
             self.proxies.append(server)
         self.controller = controller = TapController(_objects(), Mesh(), TapCredentials(tap_key, tap_chain, self.pki.anchors_pem),
@@ -80,7 +80,7 @@ class TapLab:
     async def serve_requests(self, paths: list[str]) -> None:
         """Once both pods have a tap open, each "serves" the paths (as its HTTP layer would report them)."""
         for proxy in self.proxies:
-            await proxy.service.wait_for_taps(1)
+            await proxy.wait_for_taps(1)
         now = self.loop.time()
         for ip, taps in self.taps.items():
             for path in paths:
@@ -94,14 +94,13 @@ class TapLab:
     @staticmethod
     async def until_no_taps(proxy: TapServer) -> None:
         """Until ``proxy`` has no tap open (its clients went away)."""
-        async with proxy.service.changed:
-            await proxy.service.changed.wait_for(lambda: not proxy.service.taps.taps)
+        await proxy.wait_for_no_taps()
 
     def close(self) -> None:
         async def stop() -> None:
             await self.grpc.stop(0)
             for proxy in self.proxies:
-                await proxy.stop(0)
+                await proxy.stop()
 
         self.run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -24,9 +24,10 @@ from tether.identity.server import IdentityConfig, IdentityService
 from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier, TokenKey
 from tether.proxy.core.tap import Taps
-from tether.proxy.io.tap_server import ServingCert, TapServer
+from tether.proxy.io.tap_server import TapServer
 from tether.viz.tap_identity import IdentityRenewer, IdentitySource, TapIdentityError, certify
 from tether.viz.tap_injector import tap_identity
+from viz.pkilab import server_context
 
 TAP = tap_identity()
 
@@ -77,7 +78,7 @@ def test_the_tap_identity_is_certified_and_a_proxy_serves_it(tmp_path: Path) -> 
                                  WorkloadIdentity("web", "emojivoto").dns_name)
             web_creds, _ = await certify(web, ec.generate_private_key(ec.SECP256R1()))
             taps = Taps(base=1)
-            server = TapServer(taps, TAP, lambda: ServingCert(web_creds.key_pem, web_creds.chain_pem, anchors))
+            server = TapServer(taps, TAP, lambda: server_context(web_creds.key_pem, web_creds.chain_pem, anchors))
             await server.start("127.0.0.1", 0)
             try:
                 channel_creds = grpc.ssl_channel_credentials(root_certificates=anchors,
@@ -87,12 +88,12 @@ def test_the_tap_identity_is_certified_and_a_proxy_serves_it(tmp_path: Path) -> 
                         ("grpc.ssl_target_name_override", web.name)]) as channel:
                     call = tap_pb2_grpc.TapStub(channel).Observe(tap_pb2.ObserveRequest(limit=1))
                     reading = asyncio.create_task(call.read())
-                    await asyncio.wait_for(server.service.wait_for_taps(1), 10)  # accepted: not UNAUTHENTICATED
+                    await asyncio.wait_for(server.wait_for_taps(1), 10)  # accepted: not UNAUTHENTICATED
                     call.cancel()
                     with pytest.raises(asyncio.CancelledError):
                         await reading
             finally:
-                await server.stop(0)
+                await server.stop()
             # Another service account's token does not get the tap identity.
             wrong = _source(tmp_path / "wrong", service, anchors, signer.mint(
                 namespace="emojivoto", service_account="web", pod="web-0"))
@@ -145,7 +146,7 @@ def test_the_tap_apiserver_command_serves_taps_as_the_certified_tap_identity(tmp
         web.token_file.write_bytes(signer.mint(namespace="emojivoto", service_account="web", pod=pod["metadata"]["name"]))
         web_creds, _ = await certify(web, ec.generate_private_key(ec.SECP256R1()))
         taps = Taps(base=7)
-        proxy = TapServer(taps, TAP, lambda: ServingCert(web_creds.key_pem, web_creds.chain_pem, anchors))
+        proxy = TapServer(taps, TAP, lambda: server_context(web_creds.key_pem, web_creds.chain_pem, anchors))
         await proxy.start(ip, 4190)
         (tmp_path / "tap-token").write_bytes(signer.mint(namespace="linkerd-viz", service_account="tap", pod="tap-0"))
         task = None
@@ -181,7 +182,7 @@ def test_the_tap_apiserver_command_serves_taps_as_the_certified_tap_identity(tmp
                                                   headers={"X-Remote-User": "alice", "X-Remote-Group": "devs"})
                     async with response:
                         assert response.status == 200, await response.text()
-                        await asyncio.wait_for(proxy.service.wait_for_taps(1), 10)
+                        await asyncio.wait_for(proxy.wait_for_taps(1), 10)
                         loop = asyncio.get_running_loop()
                         stream = taps.begin(TapRequest(INBOUND, ("10.0.0.1", 5000), (ip, 8080), "GET", "http",
                                                        "web.emojivoto.svc.cluster.local:80", "/api/x"), loop.time())
@@ -200,7 +201,7 @@ def test_the_tap_apiserver_command_serves_taps_as_the_certified_tap_identity(tmp
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            await proxy.stop(0)
+            await proxy.stop()
             await service.stop()
 
     asyncio.run(asyncio.wait_for(body(), 60))

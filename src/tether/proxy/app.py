@@ -264,13 +264,8 @@ class Proxy:
         """The tap server, with the current certificate; a proxy that cannot serve tap stops (as linkerd2-proxy
         fails to start), naming the address, rather than run with tap silently missing."""
         identity = self.identity
-
-        def pems() -> tuple[bytes, bytes, bytes]:
-            assert identity.material is not None
-            return identity.serving_pems(identity.material)
-
         try:
-            await tap.start(pems)
+            await tap.start(lambda: identity.material, identity.contexts_for)
         except OSError as err:
             log.error("%s", err)
             self.stopping.set()

@@ -19,8 +19,8 @@ ISO 8601):
   key (``core.certs.check_svid``).
 
 Each answers the key as PKCS#8 PEM encrypted with ``password`` (``key``,
-what the proxy hands ``ssl`` through a memfd) and in the clear (``plain``,
-for the tap server's grpcio); ``check`` and ``svid`` also the chain as PEM
+what the proxy hands ``ssl`` through a memfd; never in the clear);
+``check`` and ``svid`` also the chain as PEM
 (``chain``) and when it expires (``valid_until``), or ``{"error": why}``.
 The key goes through a pipe between the proxy and its child only; it never
 touches a disk.
@@ -75,9 +75,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 def _key_pems(key: PrivateKeyTypes, password: bytes) -> dict[str, str]:
     encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.BestAvailableEncryption(password))
-    plain = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption())
-    return {"key": encrypted.decode(), "plain": plain.decode()}
+    return {"key": encrypted.decode()}
 
 
 def _certified(certified: Certified) -> dict[str, str]:

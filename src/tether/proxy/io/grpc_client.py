@@ -53,7 +53,8 @@ from h2.connection import ConnectionState, H2Connection
 from h2.errors import ErrorCodes
 from h2.exceptions import H2Error
 
-MAX_MESSAGE = 4 * 1024 * 1024
+from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
+
 
 
 class Code(enum.IntEnum):
@@ -141,8 +142,7 @@ class _Stream:
 
     def __init__(self, stream_id: int, max_message: int) -> None:
         self.id = stream_id
-        self.max_message = max_message
-        self.buffer = bytearray()
+        self.reader = MessageReader(max_message)
         self.messages: deque[bytes] = deque()
         self.unacked = 0  # flow-controlled bytes received, not yet handed back to the server
         self.headers_seen = False
@@ -164,19 +164,11 @@ class _Stream:
 
     def data(self, data: bytes, flow: int) -> None:
         self.unacked += flow
-        self.buffer += data
-        while len(self.buffer) >= 5:
-            if self.buffer[0] != 0:
-                self.finish(RpcError(Code.INTERNAL, "compressed message without a negotiated encoding"))
-                return
-            size = int.from_bytes(self.buffer[1:5], "big")
-            if size > self.max_message:
-                self.finish(RpcError(Code.RESOURCE_EXHAUSTED, f"message of {size} bytes above {self.max_message}"))
-                return
-            if len(self.buffer) < 5 + size:
-                break
-            self.messages.append(bytes(self.buffer[5 : 5 + size]))
-            del self.buffer[: 5 + size]
+        try:
+            self.messages.extend(self.reader.feed(data))
+        except FramingError as err:
+            self.finish(RpcError(Code(err.code), str(err)))
+            return
         self.wake()
 
 
@@ -241,8 +233,8 @@ class _Connection(asyncio.Protocol):
                     self._reset(stream, ErrorCodes.CANCEL)
         elif isinstance(event, h2e.TrailersReceived) and stream is not None:
             end = status_of(_header_map(event.headers))
-            if end is None and stream.buffer:
-                end = RpcError(Code.INTERNAL, f"the call ended inside a message ({len(stream.buffer)} bytes)")
+            if end is None and stream.reader.partial:
+                end = RpcError(Code.INTERNAL, f"the call ended inside a message ({stream.reader.partial} bytes)")
             stream.finish(end)
         elif isinstance(event, h2e.StreamEnded) and stream is not None:
             stream.finish(RpcError(Code.INTERNAL, "the server ended the call without trailers"))
@@ -443,8 +435,7 @@ class Channel:
         """Call ``method`` with one message; its answers as they come. Leaving early cancels the call."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        body = request.SerializeToString()
-        frame = b"\x00" + len(body).to_bytes(4, "big") + body
+        framed = frame(request.SerializeToString())
         headers = [(":method", "POST"), (":scheme", "https" if self.ssl_context else "http"),
                    (":path", method), (":authority", self.server_name or (self.host if self.path else self.target)),
                    ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", "tether-proxy")]
@@ -456,7 +447,7 @@ class Channel:
         try:
             async with asyncio.timeout_at(deadline):
                 conn = await self._connection()
-                stream = await conn.open(headers, frame)
+                stream = await conn.open(headers, framed)
             while True:
                 async with asyncio.timeout_at(deadline):
                     raw = await conn.next(stream)

@@ -57,17 +57,15 @@ class IdentityClientConfig:
 
 @dataclass(frozen=True, slots=True)
 class PrivateKey:
-    """The proxy's private key: PKCS#8 PEM encrypted with ``password`` (what goes through a memfd to ``ssl``)
-    and in the clear (``plain``, for the tap server's grpcio, which takes keys as bytes)."""
+    """The proxy's private key: PKCS#8 PEM encrypted with ``password`` (what goes through a memfd to ``ssl``)."""
 
     pem: bytes = field(repr=False)
     password: bytes = field(repr=False)
-    plain: bytes = field(repr=False)
 
     @classmethod
     def of(cls, answer: dict[str, Any], password: bytes) -> PrivateKey:
         """The key in an answer of ``tether.proxy.certify``."""
-        return cls(answer["key"].encode(), password, answer["plain"].encode())
+        return cls(answer["key"].encode(), password)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +154,6 @@ class Credentials:
         """A client context for a control-plane channel (``io.grpc_client``): ``material`` as the client
         certificate, the trust anchors, ALPN ``h2``; the channel checks the server's name."""
         return self.contexts_for(material, ["h2"])[1]
-
-    def serving_pems(self, material: TlsMaterial) -> tuple[bytes, bytes, bytes]:
-        """(key, chain, trust anchors) as PEM, for a TLS stack that takes keys only as bytes (the tap server's
-        grpcio): handed over in memory, like ``_load_chain``'s memfd, never written to a file."""
-        return material.key.plain, material.certified.chain_pem, self._anchors_pem
 
 
 class IdentityClient(Credentials):

@@ -9,13 +9,11 @@ proxy holds its first certificate, ``io.tap_server.TapServer`` on
 ``LINKERD2_PROXY_CONTROL_LISTEN_ADDR`` (4190): gRPC over mTLS with the proxy's
 own key and chain, serving only the tap identity (proxy.md §10.2).
 
-The server is grpcio's, which this module imports only in ``start``: a proxy
-without tap never loads grpcio (the import-linter contract
-``proxy-no-grpcio`` allows it in ``io.tap_server`` alone, and
-``tests/proxy/test_proxy_imports.py`` checks the modules loaded at start).
-grpcio's server rather than the proxy's own h2 stack because it already
-speaks gRPC server-side streaming with flow control and cancellation; the
-~16 MB it costs is paid only by proxies that are tapped.
+The server runs on the proxy's own HTTP/2 stack (``io.grpc_server``), so a
+tapped proxy loads no grpcio and runs no thread (the import-linter contract
+``proxy-no-grpcio`` keeps grpcio out of the whole proxy). Its TLS server
+context is the proxy's own (``IdentityClient.contexts_for`` with ALPN ``h2``),
+made once per certificate and used from the next connection on.
 
 With no tap open the request path pays one call and one test of an empty
 list per request (``TapObserver.request``); ``bench`` measures it
@@ -27,20 +25,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core.tap import INBOUND, OUTBOUND, TapObserver, Taps
-
-if TYPE_CHECKING:
-    from tether.proxy.io.tap_server import ServingCert, TapServer
+from tether.proxy.io.identity_client import TlsMaterial
+from tether.proxy.io.tap_server import TapServer
+from tether.proxy.io.tls import ContextFactory
 
 log = logging.getLogger(__name__)
-
-# (key, chain, anchors) PEM of the proxy's current certificate (``IdentityClient.serving_pems``).
-Pems = tuple[bytes, bytes, bytes]
 
 
 class TapBindError(OSError):
@@ -56,43 +51,42 @@ class ProxyTap:
         self.outbound = TapObserver(self.taps, OUTBOUND, time.monotonic)
         self.server: TapServer | None = None
         self.serving = asyncio.Event()  # set once the server listens (tests, and the ready log)
-        self._pems: Callable[[], Pems] | None = None
-        self._cached: tuple[Pems, ServingCert] | None = None
+        self._material: Callable[[], TlsMaterial | None] | None = None
+        self._contexts_for: ContextFactory | None = None
+        self._cached: tuple[TlsMaterial, ssl.SSLContext] | None = None
 
     @property
     def port(self) -> int:
         """The bound port (``addr``'s, or the one chosen for port 0); 0 before ``start``."""
         return self.server.port if self.server is not None else 0
 
-    async def start(self, pems: Callable[[], Pems]) -> None:
-        """Serve Observe on ``addr`` with the certificate ``pems`` returns (asked again on each handshake, so
+    async def start(self, material: Callable[[], TlsMaterial | None], contexts_for: ContextFactory) -> None:
+        """Serve Observe on ``addr`` with the certificate ``material`` returns (asked again on each handshake, so
         rotation is followed). Raises ``TapBindError`` naming the address when it cannot listen."""
-        from tether.proxy.io.tap_server import TapServer  # grpcio: loaded only when tap runs
-
-        self._pems = pems
-        server = TapServer(self.taps, self.tap_identity, self._cert)
-        host = f"[{self.addr.ip}]" if self.addr.ip.version == 6 else str(self.addr.ip)
+        self._material, self._contexts_for = material, contexts_for
+        server = TapServer(self.taps, self.tap_identity, self._context)
         try:
-            await server.start(host, self.addr.port)
-        except RuntimeError as err:  # grpcio's "Failed to bind to address ..."
-            await server.stop(0)
+            await server.start(str(self.addr.ip), self.addr.port)
+        except OSError as err:
+            await server.stop()
             raise TapBindError(f"tap server: cannot listen on {self.addr} "
                                f"(LINKERD2_PROXY_CONTROL_LISTEN_ADDR): {err}") from err
         self.server = server
         self.serving.set()
 
-    def _cert(self) -> ServingCert:
-        from tether.proxy.io.tap_server import ServingCert
-
-        assert self._pems is not None
-        pems = self._pems()
-        if self._cached is None or self._cached[0] != pems:
-            self._cached = pems, ServingCert(key_pem=pems[0], chain_pem=pems[1], anchors_pem=pems[2])
+    def _context(self) -> ssl.SSLContext:
+        assert self._material is not None and self._contexts_for is not None
+        material = self._material()
+        assert material is not None, "the tap server starts after the first certificate"
+        if self._cached is None or self._cached[0] is not material:
+            server = self._contexts_for(material, ["h2"])[0]
+            server.num_tickets = 0  # tap clients do not resume sessions either
+            self._cached = material, server
         return self._cached[1]
 
     async def stop(self) -> None:
         for tap in list(self.taps.taps):
             self.taps.remove(tap)
         if self.server is not None:
-            await self.server.stop(0)
+            await self.server.stop()
             self.server = None

@@ -1,125 +1,131 @@
 """The proxy's tap server: ``io.linkerd.proxy.tap.Tap/Observe`` over mTLS, for the tap identity only (proxy.md §10.2).
 
 Started when ``LINKERD2_PROXY_TAP_SVC_NAME`` is set, on
-``LINKERD2_PROXY_CONTROL_LISTEN_ADDR`` (4190).  The listener is gRPC over TLS
-with the proxy's own certificate, and wants a client certificate that chains
-to the trust anchors.  Every call first checks the client's identity (the DNS
-SAN of its certificate): another mesh identity still reaches a gRPC server, but
-each call fails with ``UNAUTHENTICATED`` ("Unauthorized client"), as
-linkerd2-proxy answers.  One difference: grpcio's server can ask for a client
-certificate only by requiring it, so a client without one fails the TLS
-handshake (the call ends ``UNAVAILABLE``) where linkerd2-proxy would answer
-``UNAUTHENTICATED`` -- no one but the tap service is served either way.  A valid call registers a
-``core.tap.Tap`` with the proxy's ``Taps`` (which the HTTP layers report to)
-and streams its events until its ``limit`` of requests has been reported and
-answered, or the client goes away.
+``LINKERD2_PROXY_CONTROL_LISTEN_ADDR`` (4190), on the proxy's own HTTP/2
+stack (``io.grpc_server``: no grpcio in the proxy). The listener is TLS with
+the proxy's own certificate and asks for a client certificate chaining to the
+trust anchors. Every call is checked against the client's identity: a call
+from another identity, or from a client without a certificate, ends
+``UNAUTHENTICATED`` ("Unauthorized client"), as linkerd2-proxy answers. A
+valid call registers a ``core.tap.Tap`` with the proxy's ``Taps`` (which the
+HTTP layers report to) and streams its events until its ``limit`` of requests
+has been reported and answered (then ``OK``), or the client goes away. A
+request the proxy cannot serve ends ``INVALID_ARGUMENT`` naming the part
+(``limit`` of 0, a malformed match, a message that does not decode).
 
-The certificate follows rotation: the server's TLS configuration is fetched
-again on each handshake and replaced when the proxy's material changed.
-Callers: ``tether.proxy.app`` (when tap is enabled) and tests.
+Events leave as the client's flow-control window allows; while it is shut,
+they wait in the tap's own buffer (400 events; further ones are dropped, as
+linkerd2-proxy's bounded channel drops them). The request path never writes:
+a tap's ``wake`` schedules the send for the loop's next turn, once.
+
+The certificate follows rotation: each connection's handshake uses the server
+context ``context()`` returns then.
+Callers: ``io.proxy_tap`` (when tap is enabled) and tests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+import ssl
+from collections.abc import Callable
 
-import grpc
+from google.protobuf.message import DecodeError
 
-from tether.api import tap_pb2, tap_pb2_grpc
-from tether.proxy.core.tap import MatchError, Taps, new_tap
+from tether.api import tap_pb2
+from tether.proxy.core.tap import MatchError, Tap, Taps, new_tap
+from tether.proxy.io.grpc_client import Code, method_path
+from tether.proxy.io.grpc_server import Call, GrpcServer
 
 log = logging.getLogger(__name__)
 UNAUTHORIZED = "Unauthorized client"
-
-
-@dataclass(frozen=True, slots=True)
-class ServingCert:
-    """What the server presents: its key and chain (PEM), and the anchors client certificates must chain to."""
-
-    key_pem: bytes
-    chain_pem: bytes
-    anchors_pem: bytes
-
-
-def client_identities(context: grpc.aio.ServicerContext) -> list[str]:
-    """The DNS SANs of the client's verified certificate; empty without one."""
-    auth = context.auth_context() or {}
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in auth.get("x509_subject_alternative_name", ())]
-
-
-class TapService(tap_pb2_grpc.TapServicer):
-    def __init__(self, taps: Taps, tap_identity: str) -> None:
-        self.taps = taps
-        self.tap_identity = tap_identity
-        self.changed = asyncio.Condition()
-
-    async def Observe(self, request: tap_pb2.ObserveRequest,  # noqa: N802 - the gRPC method's name
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[tap_pb2.TapEvent]:
-        if self.tap_identity not in client_identities(context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHORIZED)
-        wake = asyncio.Event()
-        try:
-            tap = new_tap(request, wake.set)
-        except MatchError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        self.taps.add(tap)
-        async with self.changed:
-            self.changed.notify_all()
-        try:
-            while True:
-                while tap.events:
-                    yield tap.events.popleft()
-                if tap.finished:
-                    return
-                wake.clear()
-                if not tap.events and not tap.finished:
-                    await wake.wait()
-        finally:
-            self.taps.remove(tap)
-            async with self.changed:
-                self.changed.notify_all()
-
-    async def wait_for_taps(self, count: int) -> None:
-        """Until ``count`` taps are open (tests, and whoever must know a tap is listening)."""
-        async with self.changed:
-            await self.changed.wait_for(lambda: len(self.taps.taps) >= count)
+OBSERVE = method_path(tap_pb2.DESCRIPTOR.services_by_name["Tap"], "Observe")
 
 
 class TapServer:
-    def __init__(self, taps: Taps, tap_identity: str, cert: Callable[[], ServingCert]) -> None:
-        self.service = TapService(taps, tap_identity)
-        self._cert = cert
-        self._current = cert()
-        self._server: grpc.aio.Server | None = None
-        self.port = 0
+    def __init__(self, taps: Taps, tap_identity: str, context: Callable[[], ssl.SSLContext]) -> None:
+        self.taps = taps
+        self.tap_identity = tap_identity
+        self.grpc = GrpcServer({OBSERVE: self._observe}, context)
+        self._changed = asyncio.Event()  # set (and replaced) when a tap opens or closes
 
-    def _config(self, current: ServingCert) -> grpc.ServerCertificateConfiguration:
-        return grpc.ssl_server_certificate_configuration([(current.key_pem, current.chain_pem)],
-                                                         root_certificates=current.anchors_pem)
-
-    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        latest = self._cert()
-        if latest == self._current:
-            return None
-        self._current = latest
-        return self._config(latest)
+    @property
+    def port(self) -> int:
+        return self.grpc.port
 
     async def start(self, host: str, port: int) -> int:
-        # No SO_REUSEPORT (grpcio's default): another process must not share, or take over, the tap port.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        tap_pb2_grpc.add_TapServicer_to_server(self.service, server)
-        credentials = grpc.dynamic_ssl_server_credentials(self._config(self._current), self._fetch,
-                                                          require_client_authentication=True)
-        self.port = server.add_secure_port(f"{host}:{port}", credentials)
-        await server.start()
-        self._server = server
-        log.info("tap server on %s:%d, for %s only", host, self.port, self.service.tap_identity)
+        await self.grpc.start(host, port)
+        log.info("tap server on %s:%d, for %s only", host, self.port, self.tap_identity)
         return self.port
 
-    async def stop(self, grace: float = 1.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+    async def stop(self) -> None:
+        await self.grpc.stop()
+
+    async def wait_for_taps(self, count: int) -> None:
+        """Until ``count`` taps are open (tests, and whoever must know a tap is listening)."""
+        while len(self.taps.taps) < count:
+            await self._changed.wait()
+
+    async def wait_for_no_taps(self) -> None:
+        """Until every tap is closed (their clients went away, or they finished)."""
+        while self.taps.taps:
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _observe(self, call: Call, message: bytes) -> None:
+        if call.identity != self.tap_identity:
+            call.finish(Code.UNAUTHENTICATED, UNAUTHORIZED)
+            return
+        try:
+            request = tap_pb2.ObserveRequest.FromString(message)
+        except DecodeError as err:
+            call.finish(Code.INVALID_ARGUMENT, f"ObserveRequest: {err}")
+            return
+        stream = _TapStream(self, call)
+        try:
+            tap = new_tap(request, stream.wake)
+        except MatchError as err:
+            call.finish(Code.INVALID_ARGUMENT, str(err))
+            return
+        stream.tap = tap
+        call.on_ready = stream.pump
+        call.on_done = stream.close
+        self.taps.add(tap)
+        self._notify()
+
+
+class _TapStream:
+    """One Observe call's tap, sent as the client reads."""
+
+    __slots__ = ("server", "call", "tap", "scheduled")
+
+    def __init__(self, server: TapServer, call: Call) -> None:
+        self.server = server
+        self.call = call
+        self.tap: Tap | None = None
+        self.scheduled = False
+
+    def wake(self) -> None:
+        """An event arrived (called on the request path): send on the loop's next turn, not now."""
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.pump)
+
+    def pump(self) -> None:
+        self.scheduled = False
+        tap, call = self.tap, self.call
+        if tap is None or call.done:
+            return
+        while tap.events and call.ready:
+            call.send(tap.events.popleft().SerializeToString())
+        if tap.finished and not tap.events:
+            call.finish(Code.OK)
+            self.close()
+
+    def close(self) -> None:
+        if self.tap is not None and self.tap in self.server.taps.taps:
+            self.server.taps.remove(self.tap)
+            self.server._notify()

@@ -152,3 +152,25 @@ def test_the_dashboard_reads_the_cluster_and_taps_through_the_apiservice() -> No
     assert {"apiGroups": ["tap.linkerd.io"], "resources": ["*"], "verbs": ["watch"]} in rules
     assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in rules)  # read-only
     assert by_kind["Service", "web"]["spec"]["ports"] == [{"name": "http", "port": 8084, "targetPort": "http"}]
+    # The mesh's names (the identities the pods page shows) are the control plane's defaults here...
+    assert {"--control-plane-ns=linkerd", "--trust-domain=cluster.local",
+            "--cluster-domain=cluster.local"} <= set(container["args"])
+
+
+def test_the_mesh_s_names_come_from_the_install_flags() -> None:
+    docs = _objects("--viz-namespace", "viz", "--control-plane-ns", "mesh-system", "--trust-domain", "example.org",
+                    "--cluster-domain", "corp.internal")
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    web = by_kind["Deployment", "web"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--control-plane-ns=mesh-system", "--trust-domain=example.org", "--cluster-domain=corp.internal",
+            "--prometheus-url=http://prometheus.viz.svc.corp.internal:9090"} <= set(web)
+    tap = by_kind["Deployment", "tap"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--control-plane-ns=mesh-system" in tap and "--trust-domain=example.org" in tap
+    assert by_kind["Role", "linkerd-viz-tap-trust-roots"]["metadata"]["namespace"] == "mesh-system"
+    # Bad names are refused by flag; local-only flags with kubernetes and the reverse too.
+    for flag, value in (("--trust-domain", "Not_A_Domain"), ("--control-plane-ns", "a.b"),
+                        ("--cluster-domain", "-x")):
+        result = CliRunner().invoke(cli, ["viz", "install", "--platform", "kubernetes", flag, value])
+        assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
+    local = CliRunner().invoke(cli, ["viz", "install", "--trust-domain", "example.org"])
+    assert local.exit_code == 2 and "--trust-domain: not used with --platform local" in local.output

@@ -168,7 +168,7 @@ def viz() -> None:
 
 
 _LOCAL_ONLY = ("prometheus_url", "prometheus_port", "discovery_port", "tap_port", "tap_admin_port", "timeout")
-_KUBERNETES_ONLY = ("viz_namespace", "prometheus_image", "output")
+_KUBERNETES_ONLY = ("viz_namespace", "prometheus_image", "output", "control_plane_ns", "trust_domain", "cluster_domain")
 
 
 @viz.command()
@@ -178,6 +178,12 @@ _KUBERNETES_ONLY = ("viz_namespace", "prometheus_image", "output")
 @click.option("--prometheus-image", default=None, help="(kubernetes) Prometheus' image [default: prom/prometheus:v2.55.1].")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="(kubernetes) The manifests' format.")
+@click.option("--control-plane-ns", default="linkerd", show_default=True,
+              help="(kubernetes) The control plane's namespace (tap's identity, the trust roots, the dashboard).")
+@click.option("--trust-domain", default="cluster.local", show_default=True,
+              help="(kubernetes) The mesh's trust domain (the identities tap and the dashboard check and show).")
+@click.option("--cluster-domain", default="cluster.local", show_default=True,
+              help="(kubernetes) The cluster's DNS domain.")
 @click.option("--prometheus-url", help="Use this Prometheus (yours) instead of starting one.")
 @click.option("--prometheus-port", type=click.IntRange(1, 65535), default=9090, show_default=True,
               help="Port of the local Prometheus (on 127.0.0.1).")
@@ -192,8 +198,9 @@ _KUBERNETES_ONLY = ("viz_namespace", "prometheus_image", "output")
               help="Seconds to wait for each component to become ready.")
 @click.pass_context
 def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_image: str | None, output: str,
-            prometheus_url: str | None, prometheus_port: int, discovery_port: int, tap_port: int,
-            tap_admin_port: int, scrape_interval: str, timeout: float) -> None:
+            control_plane_ns: str, trust_domain: str, cluster_domain: str, prometheus_url: str | None,
+            prometheus_port: int, discovery_port: int, tap_port: int, tap_admin_port: int, scrape_interval: str,
+            timeout: float) -> None:
     """Start Prometheus (Linkerd's scrape configuration), its pod discovery and the tap server on the local
     platform; or, with --platform kubernetes, print the manifests of Prometheus, the tap injector and tap (its
     APIService)."""
@@ -207,7 +214,8 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
         flags = ", ".join("--" + name.replace("_", "-") for name in wrong)
         raise click.UsageError(f"{flags}: not used with --platform {platform}")
     if platform == "kubernetes":
-        _print_manifests(viz_namespace, prometheus_image, scrape_interval, output)
+        mesh = api.Mesh(control_plane_ns, trust_domain, cluster_domain)
+        _print_manifests(viz_namespace, mesh, prometheus_image, scrape_interval, output)
         return
     if prometheus_url is not None:
         try:
@@ -270,25 +278,31 @@ def uninstall(purge: bool) -> None:
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "viz was not running")
 
 
-def _print_manifests(namespace: str, image: str | None, scrape_interval: str, output: str) -> None:
+def _print_manifests(namespace: str, mesh: api.Mesh, image: str | None, scrape_interval: str, output: str) -> None:
     import yaml
 
     from tether import __version__
-    from tether.naming import check_label
+    from tether.naming import check_label, is_dns1123_subdomain
     from tether.viz import manifests
 
-    try:
-        check_label("namespace", namespace)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--viz-namespace") from None
+    for value, flag in ((namespace, "--viz-namespace"), (mesh.control_plane_ns, "--control-plane-ns")):
+        try:
+            check_label("namespace", value)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=flag) from None
+    for value, flag in ((mesh.trust_domain, "--trust-domain"), (mesh.cluster_domain, "--cluster-domain")):
+        if not is_dns1123_subdomain(value):
+            raise click.BadParameter(f"{value!r} is not a DNS-1123 subdomain such as cluster.local", param_hint=flag)
     from datetime import UTC, datetime
 
     from tether.cli.install_cmd import webhook_certificate
 
     now = datetime.now(UTC)
-    tls = manifests.WebhookTls(*webhook_certificate(f"tap-injector.{namespace}.svc", "cluster.local", now))
-    tap_tls = manifests.WebhookTls(*webhook_certificate(f"tap.{namespace}.svc", "cluster.local", now))
+    tls = manifests.WebhookTls(*webhook_certificate(f"tap-injector.{namespace}.svc", mesh.cluster_domain, now))
+    tap_tls = manifests.WebhookTls(*webhook_certificate(f"tap.{namespace}.svc", mesh.cluster_domain, now))
     docs = manifests.render(tap_injector_tls=tls, tap_tls=tap_tls, namespace=namespace,
+                            control_plane_ns=mesh.control_plane_ns, trust_domain=mesh.trust_domain,
+                            cluster_domain=mesh.cluster_domain,
                             prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
                             scrape_interval=scrape_interval, version=__version__)
     if output == "json":
@@ -594,9 +608,13 @@ def _policy_rows(resource: str, namespace: str | None, window: str, output: str,
               help="Regular expression the Host header must match [default: localhost, 127.0.0.1, [::1]].")
 @click.option("-t", "--time-window", "window", default="1m", show_default=True, callback=lambda c, p, v: _window(v))
 @click.option("--tap-server", help="The tap server for the live tap, host:port [default: the one `viz install` started].")
+@click.option("--control-plane-ns", help="The control plane's namespace [default: the local platform's].")
+@click.option("--trust-domain", help="The mesh's trust domain, for the identities shown [default: the local platform's].")
+@click.option("--cluster-domain", help="The cluster's DNS domain [default: the local platform's].")
 @prometheus_option
 @platform_option
 def dashboard(address: str, port: int, show: str, enforced_host: str | None, window: str, tap_server: str | None,
+              control_plane_ns: str | None, trust_domain: str | None, cluster_domain: str | None,
               prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Serve the web dashboard (read-only) until Ctrl-C: namespaces, deployments, edges, routes, live tap, pods."""
     import re
@@ -613,6 +631,9 @@ def dashboard(address: str, port: int, show: str, enforced_host: str | None, win
     if kube is not None and tap_server is not None:
         raise click.UsageError("--tap-server: not used with --platform kubernetes (tap goes through the API server)")
     ctx = Context(prometheus_url, kube)
+    # In a cluster the dashboard's own pod has no local platform: the manifests pass the mesh's names.
+    ctx.mesh = api.Mesh(control_plane_ns or ctx.mesh.control_plane_ns, trust_domain or ctx.mesh.trust_domain,
+                        cluster_domain or ctx.mesh.cluster_domain)
     try:
         if kube is not None:
             from tether.platform.kubernetes.client import ClientSettings

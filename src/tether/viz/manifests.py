@@ -73,7 +73,7 @@ def render(*, tap_injector_tls: WebhookTls, tap_tls: WebhookTls, namespace: str 
     return [*_prometheus(namespace, control_plane_ns, prometheus_image, scrape_interval, version),
             *_tap_injector(namespace, control_plane_ns, trust_domain, image, tap_injector_tls, version),
             *_tap(namespace, control_plane_ns, trust_domain, cluster_domain, image, tap_tls, version),
-            *_web(namespace, cluster_domain, image, version)]
+            *_web(namespace, control_plane_ns, trust_domain, cluster_domain, image, version)]
 
 
 def _prometheus(namespace: str, control_plane_ns: str, prometheus_image: str, scrape_interval: str,
@@ -302,7 +302,8 @@ def _tether_deployment(name: str, meta: dict[str, Any], image: str, *, inject: s
 WEB_PORT = 8084
 
 
-def _web(namespace: str, cluster_domain: str, image: str, version: str) -> list[dict[str, Any]]:
+def _web(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domain: str, image: str,
+         version: str) -> list[dict[str, Any]]:
     """The dashboard (``tether viz dashboard --platform kubernetes``): read-only, reached with ``kubectl
     port-forward`` (its Host check admits localhost only, as Linkerd's web by default)."""
     labels = _labels("web", namespace)
@@ -330,6 +331,7 @@ def _web(namespace: str, cluster_domain: str, image: str, version: str) -> list[
         # TCP probes: the kubelet's Host header (the pod's IP) is not one the dashboard serves.
         _tether_deployment("web", meta, image, inject="enabled", args=[
             "viz", "dashboard", "--platform=kubernetes", "--address=0.0.0.0", f"--port={WEB_PORT}", "--show=url",
-            f"--prometheus-url={prometheus}"], port=WEB_PORT, port_name="http",
+            f"--prometheus-url={prometheus}", f"--control-plane-ns={control_plane_ns}",
+            f"--trust-domain={trust_domain}", f"--cluster-domain={cluster_domain}"], port=WEB_PORT, port_name="http",
             probe={"tcpSocket": {"port": WEB_PORT}}, volumes=[], mounts=()),
     ]

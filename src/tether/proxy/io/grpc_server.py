@@ -44,10 +44,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from h2 import events as h2e
-
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
-from tether.proxy.codec.http2 import GoAway, H2Endpoint, H2ProtocolError
+from tether.proxy.codec import http2_events as h2e
+from tether.proxy.codec.http2 import H2Endpoint, H2ProtocolError
 from tether.proxy.io.grpc_client import Code
 from tether.proxy.io.tls import client_identity
 
@@ -183,7 +182,7 @@ class _Connection(asyncio.Protocol):
             call = self.calls.pop(event.stream_id, None)
             if call is not None:
                 call._gone()
-        elif isinstance(event, GoAway):
+        elif isinstance(event, h2e.GoAway):
             self.close()
         elif isinstance(event, (h2e.WindowUpdated, h2e.RemoteSettingsChanged)):
             self.flush()

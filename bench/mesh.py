@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--callcount-requests", type=int,
                     help="requests sent through each Tether variant while its proxies count Python calls, last "
                          "(default 2000, quick 500; 0: no count)")
+    ap.add_argument("--churn-seconds", type=float,
+                    help="seconds of connection churn (a new connection per request) through each proxied HTTP/1 "
+                         "variant, the proxies' RSS read in between (default 12, quick 6; 0: none)")
     ap.add_argument("--no-setup", action="store_true", help="skip dev/bench-setup.sh")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
@@ -135,8 +138,11 @@ def run(argv: list[str]) -> None:
         opts.retry_other_load = float("inf")
         opts.profile_seconds = 4.0
         opts.callcount_requests = 500
+        opts.churn_seconds = 6.0
     if args.profile_seconds is not None:
         opts.profile_seconds = args.profile_seconds
+    if args.churn_seconds is not None:
+        opts.churn_seconds = args.churn_seconds
     if args.callcount_requests is not None:
         opts.callcount_requests = args.callcount_requests
     if args.retry_other_load is not None:

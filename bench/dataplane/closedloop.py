@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,11 @@ class WrkResult:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-def wrk_argv(binary: Path, host: str, port: int, connections: int, duration: float) -> list[str]:
+def wrk_argv(binary: Path, host: str, port: int, connections: int, duration: float,
+             headers: Sequence[str] = ()) -> list[str]:
     # One thread: the load generator has one CPU. wrk takes whole seconds.
-    return [str(binary), "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "5s",
+    extra = [arg for header in headers for arg in ("-H", header)]
+    return [str(binary), "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--timeout", "5s", *extra,
             f"http://{host}:{port}/"]
 
 

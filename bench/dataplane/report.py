@@ -262,6 +262,8 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
         out += _table(["variant", "RSS idle MB (client / server)", "RSS under load MB (client / server)",
                        "CPU s / 1k req at max throughput", f"CPU s / 1k req at {_n(high or 0)} req/s"], rows) + [""]
 
+    out += churn_section(res)
+
     # Ratios
     pairs = ratio_pairs(res)
     if pairs:
@@ -380,6 +382,24 @@ def targets_section(res: dict[str, Any], metrics: dict[str, dict[str, float]]) -
         row("stretch: tether-tcp max throughput ≥ haproxy-tcp's", tt["max_rps"], ht["max_rps"],
             tt["max_rps"] >= ht["max_rps"])
     return ["### Targets (issues 8 and 13)", ""] + _table(["target", "tether", "bar", ""], rows)
+
+
+def churn_section(res: dict[str, Any]) -> list[str]:
+    churn = res.get("churn")
+    if not churn:
+        return []
+    out = ["## RSS under connection churn", "",
+           "wrk with `Connection: close` (every request a new client connection), in segments; each proxy's RSS "
+           "before and after each segment, MB. Growth from segment to segment is memory closed connections "
+           "leave behind.", ""]
+    rows = []
+    for name, c in churn.items():
+        for role, before in c["rss_before"].items():
+            rows.append([name, role, _mb(before), " → ".join(_mb(seg["rss"][role]) for seg in c["segments"]),
+                         _n(sum(seg["requests"] for seg in c["segments"])),
+                         _n(median([seg["rps"] for seg in c["segments"]]))])
+    return out + _table(["variant", "proxy", "RSS before", "RSS after each segment", "connections",
+                         "connections / s"], rows) + [""]
 
 
 def per_request(counted: dict[str, Any]) -> float:

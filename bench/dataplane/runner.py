@@ -17,7 +17,9 @@ Order of a run:
      ``rounds`` rounds; in each, for each rate, every variant in a rotated
      order, so drift of the machine hits all of them alike.
   7. Each variant's fairness checks (TLS version, connection reuse, protocol).
-  8. Profiles of each Tether variant at maximum load (py-spy), then its Python
+  8. Connection churn: wrk with ``Connection: close`` through each proxied HTTP/1
+     variant in a few segments, the proxies' RSS read after each.
+  9. Profiles of each Tether variant at maximum load (py-spy), then its Python
      calls per request (``callcount``), both after every measurement.
 
 During every measurement the harness samples each proxy's RSS and takes CPU
@@ -83,6 +85,10 @@ class Options:
     profile_seconds: float = 8.0
     # Requests per Tether proxy in the call-count phase (0: no call count).
     callcount_requests: int = 2000
+    # Seconds of connection churn (wrk, a new connection per request) through each proxied HTTP/1 variant, in
+    # ``churn_segments`` parts with the proxies' RSS read after each (0: no churn phase).
+    churn_seconds: float = 12.0
+    churn_segments: int = 3
     log: Callable[[str], None] = print
 
     def latency_duration(self, rate: float) -> float:
@@ -97,8 +103,9 @@ class Options:
             per_round += n1 * (self.latency_duration(rate) + 0.8)
         probes = n1 * (min(2.0, self.latency_seconds) + 0.8) * 1.5
         profiled = sum(1 for v in self.variants if v.startswith("tether")) * (self.profile_seconds + 8)
+        churned = (n1 - ("direct" in self.variants)) * (self.churn_seconds + self.churn_segments)
         return (10 + n * (self.warmup_seconds + 2) + self.rounds * per_round + probes + self.latency_seconds + 2
-                + profiled)
+                + profiled + churned)
 
 
 def rotated(items: Sequence[str], k: int) -> list[str]:
@@ -447,6 +454,33 @@ class Harness:
             assert self.h2load_bin is not None
             check_h2(name, variant.entry, self.h2load_bin)
 
+    def churn(self) -> None:
+        """RSS under connection churn: wrk with ``Connection: close`` (every request a new client connection)
+        through each proxied HTTP/1 variant, the proxies' RSS read before and after each segment. Memory a
+        closed connection leaves behind (garbage waiting for a collection that comes rarely) shows as growth."""
+        opts = self.opts
+        names = [n for n, v in self.variants.items() if v.load == "http1" and v.procs]
+        if opts.churn_seconds <= 0 or not names:
+            return
+        out: dict[str, Any] = {}
+        seconds = opts.churn_seconds / max(1, opts.churn_segments)
+        for name in names:
+            variant = self.variants[name]
+            pids = {role: p.pid for role, p in variant.procs.items()}
+            before = {role: rss_bytes(pid) for role, pid in pids.items()}
+            segments = []
+            for _ in range(max(1, opts.churn_segments)):
+                argv = wrk_argv(self.wrk_bin, *variant.entry, opts.wrk_connections, seconds,
+                                headers=("Connection: close",))
+                r = parse_wrk(self._run_load("wrk", argv, timeout=seconds + 30))
+                segments.append({"requests": r.requests, "rps": r.rps, "errors": r.errors,
+                                 "rss": {role: rss_bytes(pid) for role, pid in pids.items()}})
+            out[name] = {"rss_before": before, "segments": segments}
+            opts.log(f"  churn {name}: {sum(s['requests'] for s in segments)} connections; RSS MB " + ", ".join(
+                f"{role} {before[role] / 2**20:.1f} -> " + " -> ".join(f"{s['rss'][role] / 2**20:.1f}"
+                                                                     for s in segments) for role in pids))
+        self.results["churn"] = out
+
     def verify(self) -> None:
         for name, v in self.variants.items():
             checks = v.verify(self.contexts[name])
@@ -571,6 +605,8 @@ def run(opts: Options) -> dict[str, Any]:
             opts.log("latency at fixed rates (open loop)")
             h.latency(rates)
             h.verify()
+            opts.log("RSS under connection churn (a new connection per request)")
+            h.churn()
             opts.log("profile (py-spy, at maximum throughput)")
             h.profile()
             opts.log(f"Python calls per request ({opts.callcount_requests} requests through each Tether variant)")

@@ -28,7 +28,7 @@ from bench.dataplane import openloop, report, runner  # noqa: E402
 from bench.dataplane.backend import nginx_binary, start_backend  # noqa: E402
 from bench.dataplane import callcount  # noqa: E402
 from bench.dataplane.backend import GRPC_RESPONSE, GRPC_RESPONSE_MESSAGE, grpc_frame  # noqa: E402
-from bench.dataplane.closedloop import H2Load, h2load_argv, h2load_binary, parse_h2load, parse_wrk, wrk_binary  # noqa: E402
+from bench.dataplane.closedloop import H2Load, h2load_argv, h2load_binary, parse_h2load, parse_wrk, wrk_argv, wrk_binary  # noqa: E402
 from bench.dataplane.pki import issue_mesh_certs  # noqa: E402
 from bench.dataplane.procs import Pinning, Supervisor, stop_process  # noqa: E402
 from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, peak_rss_bytes, rss_bytes  # noqa: E402
@@ -359,6 +359,22 @@ def test_report_shows_call_counts_per_request() -> None:
     text = report.render(res)
     assert "| tether-http | client | 1,000 | 290.0 | 500.0 |" in text
     assert "| `Codec.feed (tether/proxy/x.py:1)` | 4.00 |" in text
+
+
+def test_report_shows_rss_under_connection_churn() -> None:
+    res = _fake_results()
+    segment = {"requests": 3000, "rps": 1000.0, "errors": 0}
+    res["churn"] = {"envoy": {"rss_before": {"client": 40 << 20, "server": 30 << 20},
+                              "segments": [{**segment, "rss": {"client": (41 + i) << 20, "server": 30 << 20}}
+                                           for i in range(3)]}}
+    text = report.render(res)
+    assert "## RSS under connection churn" in text
+    assert "| envoy | client | 40.0 | 41.0 → 42.0 → 43.0 | 9,000 | 1,000 |" in text
+
+
+def test_churn_load_asks_for_a_new_connection_per_request() -> None:
+    argv = wrk_argv(Path("/usr/bin/wrk"), "127.0.0.1", 80, 32, 4.0, headers=("Connection: close",))
+    assert argv[argv.index("-H") + 1] == "Connection: close" and argv[-1] == "http://127.0.0.1:80/"
 
 
 def test_report_renders_absolute_added_and_ratio_figures() -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 from proxy_harness import Mesh, connection, run
 from test_http1_mesh import Web, request
 
+from tether.proxy.app import Proxy
+from tether.proxy.core.config import ProxyConfig
 from tether.proxy.io.http1_io import Http1Io
 from tether.proxy.io.streams import Stream
 
@@ -93,5 +95,36 @@ def test_closed_connections_leave_no_cyclic_garbage(tmp_path: Path) -> None:
                 assert cyclic == Counter()
                 # And they were freed, not kept: no HTTP/1 connection is left in either proxy.
                 assert [o for o in gc.get_objects() if isinstance(o, Http1Io)] == []
+
+    run(scenario())
+
+
+def test_the_process_entry_is_told_once_the_proxy_serves(tmp_path: Path) -> None:
+    """``on_serving`` (where ``tether.proxy.main`` freezes the start-up heap and makes full collections rare)
+    is called once, when the listeners accept: connections are served from then on."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("web-0", app="web", ports=[8080])
+            client = mesh.pod("client-0", app="client")
+            svc = mesh.service("web", [(80, 8080)])
+            await mesh.start_proxy(server)
+            env = mesh.proxy_env(client, outbound_to=[f"{svc}:80"])
+            serving = asyncio.Event()
+            calls: list[bool] = []
+
+            def on_serving() -> None:
+                calls.append(proxy.ready)
+                serving.set()
+
+            proxy = Proxy(ProxyConfig.from_env(env), env, on_serving=on_serving)
+            await proxy.start()
+            try:
+                await serving.wait()
+                async with Web(server.ip, 8080, "web-0"), connection(svc, 80) as (reader, writer):
+                    assert (await request(reader, writer, "GET", "/x"))[0].status == 200
+                assert calls == [True]
+            finally:
+                await proxy.stop()
 
     run(scenario())

@@ -22,7 +22,7 @@ import resource
 import signal
 import socket
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
@@ -66,8 +66,10 @@ class Proxy:
         rng: random.Random | None = None,
         max_connections: int | None = None,
         client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT,
+        on_serving: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        self._on_serving = on_serving  # called once the listeners accept (the process entry tunes the collector)
         self._env = env
         self.log_filter = log_filter or LogFilter(config.log_filter, apply=False)
         self.metrics = Registry(retain_idle=config.metrics_retain_idle.total_seconds())
@@ -259,6 +261,8 @@ class Proxy:
             self._spawn(listener.serve(self._accept_outbound, self._accepting), f"accept {listener.addr}")
         log.info("proxy ready: inbound %s, outbound %s, admin %s", self.inbound_addr,
                  ", ".join(map(str, self.outbound_addrs)), self.admin_addr)
+        if self._on_serving is not None:
+            self._on_serving()
 
     async def _start_tap(self, tap: ProxyTap) -> None:
         """The tap server, with the current certificate; a proxy that cannot serve tap stops (as linkerd2-proxy
@@ -415,9 +419,10 @@ def _target(addr: SocketAddr | NameAddr) -> str:
     return str(addr)
 
 
-async def serve(config: ProxyConfig, env: Mapping[str, str], log_filter: LogFilter) -> None:
+async def serve(config: ProxyConfig, env: Mapping[str, str], log_filter: LogFilter,
+                on_serving: Callable[[], None] | None = None) -> None:
     """The proxy as a process: serve until SIGTERM/SIGINT (or ``/shutdown``), then drain."""
-    proxy = Proxy(config, env, log_filter=log_filter)
+    proxy = Proxy(config, env, log_filter=log_filter, on_serving=on_serving)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, proxy.stopping.set)

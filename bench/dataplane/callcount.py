@@ -13,6 +13,13 @@ and nothing else (no profiler is imported or running during the measurements):
 - ``SIGUSR2``: stop, and write ``calls.json``: calls of Python functions and of
   builtins while counting, and the Python functions called most.
 
+With ``TETHER_BENCH_GCSTATS_DIR`` set (the harness passes its environment on:
+``TETHER_BENCH_GCSTATS_DIR=/tmp/gc ./run bench mesh ...``), the process also
+records the garbage collector's passes (``gc.callbacks``: per generation, how
+many, their total and longest duration, the objects they freed) and writes
+them to ``<pid>.json`` there every few seconds and at exit: what the
+collector costs a proxy under the benchmark's load (docs/benchmarks.md).
+
 The harness (``runner.Harness.callcount``, after every measurement) signals
 both proxies of a variant, sends a fixed number of requests through them with
 h2load, signals again and divides by the requests. The count includes each
@@ -26,6 +33,7 @@ import os
 import runpy
 import signal
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -77,6 +85,39 @@ def summarize(entries: Any, top: int = 60) -> dict[str, Any]:
     return {"python_calls": python, "builtin_calls": builtin, "top": [[name, n] for n, name in functions[:top]]}
 
 
+GCSTATS_ENV = "TETHER_BENCH_GCSTATS_DIR"
+
+
+class _GcStats:
+    """The collector's passes in this process, per generation: [passes, total ms, longest ms, objects freed]."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / f"{os.getpid()}.json"
+        self.passes = {gen: [0, 0.0, 0.0, 0] for gen in range(3)}
+        self.began = 0.0
+        self.written = time.monotonic()
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.began = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self.began) * 1000
+        entry = self.passes[info["generation"]]
+        entry[0] += 1
+        entry[1] += ms
+        entry[2] = max(entry[2], ms)
+        entry[3] += info["collected"]
+        if time.monotonic() - self.written > 2.0:
+            self.write()
+
+    def write(self) -> None:
+        import gc
+
+        self.written = time.monotonic()
+        self.path.write_text(json.dumps({"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count(),
+                                         "passes": self.passes}))
+
+
 def main(module: str = "tether.proxy") -> None:
     """Run ``module`` as ``__main__`` (``python -m bench.dataplane.callcount [MODULE]``), counting on signals."""
     directory = os.environ.get(ENV)
@@ -85,6 +126,15 @@ def main(module: str = "tether.proxy") -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
         signal.signal(signal.SIGUSR1, counter.start)
         signal.signal(signal.SIGUSR2, counter.stop)
+    gcstats = os.environ.get(GCSTATS_ENV)
+    if gcstats:
+        import atexit
+        import gc
+
+        stats = _GcStats(Path(gcstats))
+        Path(gcstats).mkdir(parents=True, exist_ok=True)
+        gc.callbacks.append(stats)
+        atexit.register(stats.write)
     sys.argv[:] = [module]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -7,6 +7,7 @@ needs Envoy, HAProxy or matplotlib.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -200,6 +201,18 @@ def test_callcount_counts_between_signals_in_a_uvloop_process(tmp_path: Path) ->
     counted = json.loads((tmp_path / "calls" / callcount.RESULT).read_text())
     ticks = {name: n for name, n in counted["top"] if name.startswith("tick ")}
     assert sum(ticks.values()) >= 200 and counted["python_calls"] >= 200 and counted["builtin_calls"] > 0
+
+
+def test_gc_stats_count_each_generations_passes(tmp_path: Path) -> None:
+    stats = callcount._GcStats(tmp_path)
+    for gen, freed in ((0, 3), (0, 4), (2, 10)):
+        stats("start", {"generation": gen, "collected": 0})
+        stats("stop", {"generation": gen, "collected": freed})
+    stats.write()
+    written = json.loads((tmp_path / f"{os.getpid()}.json").read_text())
+    passes = {int(gen): entry for gen, entry in written["passes"].items()}
+    assert [passes[g][0] for g in (0, 1, 2)] == [2, 0, 1] and [passes[g][3] for g in (0, 1, 2)] == [7, 0, 10]
+    assert passes[0][1] >= passes[0][2] >= 0 and written["thresholds"] == list(gc.get_threshold())
 
 
 def test_proc_readings() -> None:

@@ -789,38 +789,40 @@ class Http1Proxy:
         self._close()
 
     def _opaque(self) -> None:
-        def routed(gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
-            if self.over:
-                gen.close()
-                return
-            try:
-                command = gen.send(reply)
-            except StopIteration as stop:
-                connect(stop.value)
-                return
-            self.sink.wait(command, lambda answer: routed(gen, answer))
+        self._opaque_step(self.router(RequestHead(b"GET", b"/")), None)
 
-        def connect(pick: Pick | ProxyError) -> None:
-            if isinstance(pick, ProxyError):
-                self._close()
-                return
-            up = self.sink.checkout(pick.connect, pick.header, lambda reply: connected(pick, reply))
-            if up is not None:
-                connected(pick, up)
+    # Methods, not nested functions: a nested function that calls itself is a reference cycle (it is in its own
+    # closure), which would hold this core until the cyclic collector runs (tests/proxy/test_http1_garbage.py).
+    def _opaque_step(self, gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
+        if self.over:
+            gen.close()
+            return
+        try:
+            command = gen.send(reply)
+        except StopIteration as stop:
+            self._opaque_connect(stop.value)
+            return
+        self.sink.wait(command, lambda answer: self._opaque_step(gen, answer))
 
-        def connected(pick: Pick, reply: Upstream | Failed) -> None:
-            if isinstance(reply, Failed) or self.over:
-                if isinstance(reply, Upstream):
-                    self.sink.checkin(reply, reuse=False)
-                else:
-                    pick.failed()
-                pick.release()
-                self._close()
-                return
-            self.over = True
-            self.sink.tunnel(reply, self.server.received, b"", pick.release, None)
+    def _opaque_connect(self, pick: Pick | ProxyError) -> None:
+        if isinstance(pick, ProxyError):
+            self._close()
+            return
+        up = self.sink.checkout(pick.connect, pick.header, lambda reply: self._opaque_connected(pick, reply))
+        if up is not None:
+            self._opaque_connected(pick, up)
 
-        routed(self.router(RequestHead(b"GET", b"/")), None)
+    def _opaque_connected(self, pick: Pick, reply: Upstream | Failed) -> None:
+        if isinstance(reply, Failed) or self.over:
+            if isinstance(reply, Upstream):
+                self.sink.checkin(reply, reuse=False)
+            else:
+                pick.failed()
+            pick.release()
+            self._close()
+            return
+        self.over = True
+        self.sink.tunnel(reply, self.server.received, b"", pick.release, None)
 
     def _record(self, labels: str, status: int, success: bool, start: float, error: str = "") -> None:
         exchange.record(self.settings, labels, status, success, start, error)

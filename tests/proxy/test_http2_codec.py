@@ -112,6 +112,24 @@ def test_hpack_round_trips_with_the_hpack_library_both_ways(blocks: list[list[tu
         assert theirs_dec.decode(ours_enc.encode(block), raw=True) == block
 
 
+def test_the_same_block_decodes_anew_once_the_table_changed() -> None:
+    """The endpoint remembers blocks that left the table as it was: an index into the dynamic table means
+    another field once an entry was added, and a block with a bad field stays bad while remembered."""
+    ep = server()
+    add = lambda name: b"\x40" + bytes([len(name)]) + name + b"\x01v"  # noqa: E731  (literal, indexed)
+    get = [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/")]
+    static = bytes.fromhex("828684")  # GET, http, /
+    first = ep.receive_data(frame(0x1, 0x5, 1, static + add(b"host")) + frame(0x1, 0x5, 3, static + b"\xbe"))
+    assert [e.headers for e in first if isinstance(e, ev.RequestReceived)] == [[*get, (b"host", b"v")]] * 2
+    later = ep.receive_data(frame(0x1, 0x5, 5, static + add(b"x-other") + b"\xbf")
+                            + frame(0x1, 0x5, 7, static + b"\xbe"))
+    assert [e.headers for e in later if isinstance(e, ev.RequestReceived)] == [
+        [*get, (b"x-other", b"v"), (b"host", b"v")]]
+    assert rst_codes(ep.data_to_send()) == {7: ErrorCodes.PROTOCOL_ERROR}  # index 62 is x-other now: no host
+    ep.receive_data(frame(0x1, 0x5, 9, static + b"\xbe"))  # remembered, with its check
+    assert rst_codes(ep.data_to_send()) == {9: ErrorCodes.PROTOCOL_ERROR}
+
+
 # -- connection errors ----------------------------------------------------------------------------------------------
 
 

@@ -82,6 +82,8 @@ MAX_HEADER_LIST_SIZE = 65_536  # h2's default, advertised
 MAX_CONTINUATIONS = 64
 # Streams we reset whose late frames are ignored rather than answered (the newest are remembered).
 RESET_MEMORY = 1024
+# Header blocks remembered decoded and checked (then forgotten all at once): see H2Endpoint._decoded.
+BLOCK_MEMORY = 256
 
 # Frame types (RFC 9113 §6) and flags.
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -219,6 +221,24 @@ def _message_error(headers: Headers, kind: str) -> str | None:
     return None
 
 
+class _Block:
+    """A decoded header block: its fields, and what makes them malformed as a request, response or trailers."""
+
+    __slots__ = ("generation", "headers", "problems")
+
+    def __init__(self, generation: int, headers: Headers) -> None:
+        self.generation = generation  # the decoder's table generation it was decoded at
+        self.headers = headers
+        self.problems: dict[str, str | None] = {}
+
+    def problem(self, kind: str) -> str | None:
+        problems = self.problems
+        if kind in problems:
+            return problems[kind]
+        problem = problems[kind] = _message_error(self.headers, kind)
+        return problem
+
+
 def _content_length(headers: Headers) -> int | None:
     value: bytes | None = None
     for name, v in headers:
@@ -249,6 +269,7 @@ class H2Endpoint:
         self._block: list[object] | None = None  # a header block awaiting CONTINUATION: [sid, end, bytes, frames]
         self._encoder = Encoder()
         self._decoder = Decoder(MAX_HEADER_LIST_SIZE)
+        self._blocks: dict[bytes, _Block] = {}
         # Our settings, and the connection window we give.
         self._stream_window = stream_window
         self._max_streams = max_concurrent_streams
@@ -463,13 +484,30 @@ class H2Endpoint:
             self._block = None
             self._header_block(sid, bool(block[1]), bytes(buf), events, bool(block[4]))
 
-    def _header_block(self, sid: int, ended: bool, block: bytes, events: list[Event], self_dependent: bool) -> None:
+    def _decoded(self, block: bytes) -> _Block:
+        """The block decoded (always: the decoder's table must follow the peer's). A block that left the table
+        as it was decodes the same way until the table changes, so it is remembered, with its checks: in a
+        steady stream of requests most blocks are such (table indexes, or literals not indexed)."""
+        decoder = self._decoder
+        known = self._blocks.get(block)
+        if known is not None and known.generation == decoder.generation:
+            return known
+        generation = decoder.generation
         try:
-            headers = self._decoder.decode(block)  # always: the decoder's table must follow the peer's
+            headers = decoder.decode(block)
         except HpackError as exc:
             raise _ConnectionError(ErrorCodes.COMPRESSION_ERROR, str(exc)) from None
         except HeaderListTooLarge as exc:
             raise _ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, str(exc)) from None
+        decoded = _Block(generation, headers)
+        if decoder.generation == generation:
+            if len(self._blocks) >= BLOCK_MEMORY:
+                self._blocks.clear()
+            self._blocks[block] = decoded
+        return decoded
+
+    def _header_block(self, sid: int, ended: bool, block: bytes, events: list[Event], self_dependent: bool) -> None:
+        decoded = self._decoded(block)
         stream = self._streams.get(sid)
         if stream is None:
             if self.client or (sid & 1) == 0 or sid <= self._last_peer:
@@ -477,8 +515,9 @@ class H2Endpoint:
                     raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS opening stream {sid}")
                 self._closed_frame(sid, "HEADERS")
                 return
-            self._open_peer_stream(sid, ended, headers, events, self_dependent)
+            self._open_peer_stream(sid, ended, decoded, events, self_dependent)
             return
+        headers = list(decoded.headers)  # a copy: the event's to keep
         if self_dependent:
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
             return
@@ -487,7 +526,7 @@ class H2Endpoint:
             return
         try:
             if not stream.head_seen:  # a client's stream: the response head (or a 1xx)
-                problem = _message_error(headers, "response")
+                problem = decoded.problem("response")
                 if problem is not None:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
                 status = headers[0][1]
@@ -506,7 +545,7 @@ class H2Endpoint:
             else:  # trailers
                 if not ended:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "trailers not ending the stream")
-                problem = _message_error(headers, "trailers")
+                problem = decoded.problem("trailers")
                 if problem is not None:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
                 if stream.expected is not None and stream.received != stream.expected:
@@ -520,7 +559,7 @@ class H2Endpoint:
             events.append(end)
             self._remote_closed(stream)
 
-    def _open_peer_stream(self, sid: int, ended: bool, headers: Headers, events: list[Event],
+    def _open_peer_stream(self, sid: int, ended: bool, decoded: _Block, events: list[Event],
                           self_dependent: bool) -> None:
         """A client's new stream: refused over the limit or after our GOAWAY, reset if malformed."""
         self._last_peer = sid
@@ -530,9 +569,10 @@ class H2Endpoint:
             self._send_rst(sid, ErrorCodes.REFUSED_STREAM)
             return
         try:
-            problem = "stream depends on itself" if self_dependent else _message_error(headers, "request")
+            problem = "stream depends on itself" if self_dependent else decoded.problem("request")
             if problem is not None:
                 raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
+            headers = list(decoded.headers)  # a copy: the event's to keep
             expected = _content_length(headers)
             if ended and expected:
                 raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length but no body")
@@ -738,7 +778,7 @@ class H2Endpoint:
             self._next_sid += 2
             self._local_open += 1
             headers = list(headers)
-            stream.no_body = any(n == b":method" and v == b"HEAD" for n, v in headers)
+            stream.no_body = (b":method", b"HEAD") in headers
         elif stream.local_closed:
             return False
         self._header_frames(stream_id, self._encoder.encode(headers if isinstance(headers, (list, tuple))

@@ -49,12 +49,15 @@ def error_name(code: int) -> str:
 class Event:
     __slots__: tuple[str, ...] = ()
 
+    def _fields(self) -> list[str]:
+        return [name for cls in reversed(type(self).__mro__) for name in getattr(cls, "__slots__", ())]
+
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields())
         return f"{type(self).__name__}({fields})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self._fields())
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -68,7 +71,9 @@ class StreamEnded(Event):
         self.stream_id = stream_id
 
 
-class RequestReceived(Event):
+class _HeaderBlock(Event):
+    """A message head or trailers on ``stream_id``; ``stream_ended`` when the block ended the stream."""
+
     __slots__ = ("stream_id", "headers", "stream_ended")
 
     def __init__(self, stream_id: int, headers: Headers, stream_ended: StreamEnded | None) -> None:
@@ -77,13 +82,12 @@ class RequestReceived(Event):
         self.stream_ended = stream_ended
 
 
-class ResponseReceived(Event):
-    __slots__ = ("stream_id", "headers", "stream_ended")
+class RequestReceived(_HeaderBlock):
+    __slots__ = ()
 
-    def __init__(self, stream_id: int, headers: Headers, stream_ended: StreamEnded | None) -> None:
-        self.stream_id = stream_id
-        self.headers = headers
-        self.stream_ended = stream_ended
+
+class ResponseReceived(_HeaderBlock):
+    __slots__ = ()
 
 
 class InformationalResponseReceived(Event):
@@ -96,15 +100,10 @@ class InformationalResponseReceived(Event):
         self.headers = headers
 
 
-class TrailersReceived(Event):
+class TrailersReceived(_HeaderBlock):
     """Trailers (always followed by ``StreamEnded``)."""
 
-    __slots__ = ("stream_id", "headers", "stream_ended")
-
-    def __init__(self, stream_id: int, headers: Headers, stream_ended: StreamEnded | None) -> None:
-        self.stream_id = stream_id
-        self.headers = headers
-        self.stream_ended = stream_ended
+    __slots__ = ()
 
 
 class DataReceived(Event):

@@ -129,7 +129,7 @@ class Encoder:
 class Decoder:
     """Header blocks to header lists, with the dynamic table of RFC 7541 §2.3."""
 
-    __slots__ = ("table", "size", "max_size", "settings_max", "max_header_list_size", "_huffman")
+    __slots__ = ("table", "size", "max_size", "settings_max", "max_header_list_size", "generation", "_huffman")
 
     def __init__(self, max_header_list_size: int = 65536) -> None:
         self.table: list[Header] = []  # newest first: dynamic index 62 is table[0]
@@ -137,6 +137,8 @@ class Decoder:
         self.max_size = DEFAULT_TABLE_SIZE  # as the peer last set it
         self.settings_max = DEFAULT_TABLE_SIZE  # our SETTINGS_HEADER_TABLE_SIZE: the ceiling of max_size
         self.max_header_list_size = max_header_list_size
+        # Counts the changes to the table: a block that made none decodes the same way while this stays the same.
+        self.generation = 0
         self._huffman: dict[bytes, bytes] = {}
 
     def _evict(self, room: int) -> None:
@@ -146,6 +148,7 @@ class Decoder:
             self.size -= len(name) + len(value) + ENTRY_OVERHEAD
 
     def _add(self, field: Header) -> None:
+        self.generation += 1
         entry = len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
         if entry > self.max_size:
             self.table.clear()  # RFC 7541 §4.4: an entry larger than the table empties it
@@ -187,6 +190,16 @@ class Decoder:
             self._huffman[raw] = decoded
         return decoded, end
 
+    def _literal(self, data: bytes, pos: int, prefix_bits: int) -> tuple[Header, int]:
+        """A literal field: its name by index (non-zero) or as a string, then its value."""
+        index, pos = _integer(data, pos, prefix_bits)
+        if index:
+            name = self._field(index)[0]
+        else:
+            name, pos = self._string(data, pos)
+        value, pos = self._string(data, pos)
+        return (name, value), pos
+
     def decode(self, data: bytes) -> list[Header]:
         """One complete header block (HEADERS + CONTINUATIONs joined)."""
         headers: list[Header] = []
@@ -202,13 +215,7 @@ class Decoder:
                 index, pos = _integer(data, pos, 7)
                 field = self._field(index)
             elif byte & 0x40:  # literal with incremental indexing
-                index, pos = _integer(data, pos, 6)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = self._string(data, pos)
-                value, pos = self._string(data, pos)
-                field = (name, value)
+                field, pos = self._literal(data, pos, 6)
                 self._add(field)
             elif byte & 0x20:  # dynamic table size update
                 if not first:
@@ -217,16 +224,11 @@ class Decoder:
                 if size > self.settings_max:
                     raise HpackError(f"HPACK table size {size} above the {self.settings_max} advertised")
                 self.max_size = size
+                self.generation += 1
                 self._evict(size)
                 continue
             else:  # literal without indexing (0000) or never indexed (0001)
-                index, pos = _integer(data, pos, 4)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = self._string(data, pos)
-                value, pos = self._string(data, pos)
-                field = (name, value)
+                field, pos = self._literal(data, pos, 4)
             first = False
             listed += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
             if listed > limit:

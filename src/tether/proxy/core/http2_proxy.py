@@ -154,6 +154,10 @@ def http2(router: Router, settings: HttpSettings, *, downgrade: bool = False) ->
 
 
 class Phase(enum.Enum):
+    # Members are singletons compared by identity: hashing them so is exact, and a C call where Enum's own
+    # __hash__ is a Python one (TRANSITIONS is looked up a few times per stream).
+    __hash__ = object.__hash__
+
     ROUTING = "routing"  # asking the router (maybe waiting for discovery)
     CONNECTING = "connecting"  # picked: waiting for the endpoint's connection, or a free stream on it
     WAITING = "waiting"  # the request is going up; no response head yet
@@ -163,6 +167,8 @@ class Phase(enum.Enum):
 
 
 class Step(enum.Enum):
+    __hash__ = object.__hash__  # as Phase's
+
     PICKED = "picked"  # the router chose an endpoint
     OPENED = "opened"  # the upstream stream (or HTTP/1 request) went out
     RETRY = "retry"  # this attempt is over; the request is routed again
@@ -531,10 +537,7 @@ class Http2Proxy:
             self._early_reset()
         if stream.up is not None and stream.usid is not None:
             stream.up.ep.reset(stream.usid, code)
-        if stream.phase is Phase.RELAYING:
-            self._record(stream, stream.status or 0, False, f"h2({error_name(code)})")
-        self.down.drop(stream.sid)
-        self._finish(stream, Step.RESET)
+        self._reset_down(stream, code, by_client=True)
 
     def _flush_down(self, sid: int | None = None) -> None:
         """Send the client what its windows allow; acknowledge what went to the upstream it came from.
@@ -852,10 +855,7 @@ class Http2Proxy:
             stream.reset_after = ErrorCodes.NO_ERROR
             self.touched.append(stream)
             return
-        if stream.phase is Phase.RELAYING:
-            self._record(stream, stream.status or 0, False, f"h2({error_name(code)})")
-        self.down.reset(stream.sid, code)
-        self._finish(stream, Step.RESET)
+        self._reset_down(stream, code)
 
     def _up_goaway(self, up: _Up, event: GoAway) -> None:
         """The endpoint is going away: new streams go to a new connection; the ones it did not take fail."""
@@ -1057,9 +1057,9 @@ class Http2Proxy:
             return
         if stream.phase is not Phase.RELAYING:
             return
-        self._record(stream, stream.status or 0, False, "unclassified")
         if stream.grpc:
             # Linkerd reports an error after a gRPC response began in its trailers.
+            self._record(stream, stream.status or 0, False, "unclassified")
             self._go(stream, Step.ANSWER)
             self.touched.append(stream)
             trailers = [(GRPC_STATUS, str(errors.grpc_status(error)).encode())]
@@ -1068,8 +1068,7 @@ class Http2Proxy:
             self.down.queue_end(stream.sid, trailers)
             self._flush_down(stream.sid)
         else:
-            self.down.reset(stream.sid, ErrorCodes.INTERNAL_ERROR)
-            self._finish(stream, Step.RESET)
+            self._reset_down(stream, ErrorCodes.INTERNAL_ERROR, error="unclassified")
 
     def _detach(self, stream: _Stream) -> None:
         """Forget the upstream leg (reset it if still open); request data from now on is dropped."""
@@ -1100,6 +1099,17 @@ class Http2Proxy:
         stream.owed_up = 0
 
     # -- the end of a stream --------------------------------------------------------------------------------------
+
+    def _reset_down(self, stream: _Stream, code: int, *, by_client: bool = False, error: str = "") -> None:
+        """The stream ends in a reset with ``code``: a response under way is recorded as failed (``error``, else
+        ``h2(<CODE>)``), the client's stream reset (unless the client reset it: ``by_client``), the stream over."""
+        if stream.phase is Phase.RELAYING:
+            self._record(stream, stream.status or 0, False, error or f"h2({error_name(code)})")
+        if by_client:
+            self.down.drop(stream.sid)
+        else:
+            self.down.reset(stream.sid, code)
+        self._finish(stream, Step.RESET)
 
     def _through(self, stream: _Stream) -> bool:
         """The response's end went to the client and the request's end to the upstream (or nowhere)."""
@@ -1276,9 +1286,8 @@ class Http2Proxy:
                 self.touched.append(stream)
         except LocalProtocolError:
             # The client's body does not match its content-length.
-            self.down.reset(stream.sid, ErrorCodes.PROTOCOL_ERROR)
             self._detach(stream)
-            self._finish(stream, Step.RESET)
+            self._reset_down(stream, ErrorCodes.PROTOCOL_ERROR)
 
     def _from_h1(self, stream: _Stream, data: bytes) -> None:
         h1 = stream.h1

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.proxy.codec import http2_events as ev
-from tether.proxy.codec.http2 import PREFACE, ErrorCodes, H2Endpoint, H2ProtocolError
+from tether.proxy.codec.http2 import PREFACE, ErrorCodes, H2Endpoint, H2ProtocolError, Http2Params
 from tether.proxy.codec.http2_hpack import Decoder, Encoder, HeaderListTooLarge, HpackError
 
 GET = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/")]
@@ -180,6 +180,15 @@ def test_the_preface_and_a_first_settings_are_required() -> None:
         ep.receive_data(SETTINGS)  # failed for good
 
 
+def test_frames_up_to_the_max_frame_size_we_advertised_are_taken() -> None:
+    ep = H2Endpoint(client=False, params=Http2Params(max_frame_size=32768))
+    ep.initiate()
+    assert b"\x00\x05\x00\x00\x80\x00" in ep.data_to_send()  # SETTINGS_MAX_FRAME_SIZE 32768
+    events = ep.receive_data(PREFACE + SETTINGS + headers_frame(1, GET, flags=0x4) + frame(0x0, 0x1, 1, b"x" * 20000))
+    assert [len(e.data) for e in events if isinstance(e, ev.DataReceived)] == [20000]
+    assert connection_error(frame(0x0, 0, 3, b"x" * 32769), ep) == ErrorCodes.FRAME_SIZE_ERROR
+
+
 def test_data_beyond_the_stream_window_resets_only_that_stream() -> None:
     ep = server()
     ep.receive_data(headers_frame(1, GET, flags=0x4))
@@ -223,7 +232,7 @@ def test_a_body_that_does_not_match_its_content_length_resets_the_stream() -> No
 
 
 def test_streams_over_the_limit_are_refused_not_a_connection_error() -> None:
-    ep = H2Endpoint(client=False, max_concurrent_streams=2)
+    ep = H2Endpoint(client=False, params=Http2Params(max_concurrent_streams=2))
     ep.initiate()
     ep.receive_data(PREFACE + SETTINGS)
     encoder = hpack.Encoder()

@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from tether.proxy.codec.common import RemoteProtocolError
 from tether.proxy.codec.http2_events import (
@@ -63,7 +64,7 @@ from tether.proxy.codec.http2_events import (
 from tether.proxy.codec.http2_hpack import Decoder, Encoder, HeaderListTooLarge, HpackError
 
 __all__ = ["CONNECTION_WINDOW", "MAX_CONCURRENT_STREAMS", "PREFACE", "STREAM_WINDOW", "ErrorCodes", "GoAway",
-           "H2Endpoint", "H2ProtocolError", "Headers", "error_name"]
+           "H2Endpoint", "H2ProtocolError", "Headers", "Http2Params", "error_name"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_HEADER = 9
@@ -78,6 +79,7 @@ CONNECTION_WINDOW = 1_048_576
 # connection window whatever the number of streams; this bounds the heads held (up to 64 KiB each).
 MAX_CONCURRENT_STREAMS = 200
 MAX_HEADER_LIST_SIZE = 65_536  # h2's default, advertised
+MAX_FRAME_SIZE_LIMIT = 2**24 - 1  # the largest SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2)
 # A header block in more than this many frames is a CONTINUATION flood (CVE-2024-27316 class): h2's bound.
 MAX_CONTINUATIONS = 64
 # Streams we reset whose late frames are ignored rather than answered (the newest are remembered).
@@ -103,6 +105,20 @@ _NAME = re.compile(rb"^:?[a-z0-9!#$%&'*+\-.^_`|~]+$")
 _BAD_VALUE = re.compile(rb"[\r\n\x00]|^[ \t]|[ \t]$")
 _GOOD_FIELDS: set[tuple[bytes, bytes]] = set()  # fields that passed _field_error (a memo of a pure function)
 _GOOD_FIELDS_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Http2Params:
+    """What one end advertises and holds the peer to: its SETTINGS and the connection window it opens."""
+
+    stream_window: int = STREAM_WINDOW  # SETTINGS_INITIAL_WINDOW_SIZE
+    connection_window: int = CONNECTION_WINDOW  # raised to by a WINDOW_UPDATE after the SETTINGS
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS  # streams the peer may open (more are refused)
+    max_frame_size: int = DEFAULT_MAX_FRAME  # the largest frame the peer may send
+    max_header_list_size: int = MAX_HEADER_LIST_SIZE  # a larger header list ends the connection
+
+
+DEFAULT_PARAMS = Http2Params()  # Linkerd's defaults (proxy.md §2.7)
 
 
 class H2ProtocolError(RemoteProtocolError):
@@ -254,12 +270,12 @@ def _content_length(headers: Headers) -> int | None:
 
 
 class H2Endpoint:
-    """One end of an HTTP/2 connection (``client=True``: we open the streams); see the module docstring."""
+    """One end of an HTTP/2 connection (``client=True``: we open the streams) with ``params``; see the module
+    docstring."""
 
-    def __init__(self, *, client: bool, stream_window: int = STREAM_WINDOW,
-                 connection_window: int = CONNECTION_WINDOW,
-                 max_concurrent_streams: int = MAX_CONCURRENT_STREAMS) -> None:
+    def __init__(self, *, client: bool, params: Http2Params = DEFAULT_PARAMS) -> None:
         self.client = client
+        self.params = params
         self.failed = False
         self._out = bytearray()
         self._buf = bytearray()  # a frame not yet whole
@@ -268,12 +284,12 @@ class H2Endpoint:
         self._settings_seen = False  # the peer's first frame must be SETTINGS
         self._block: list[object] | None = None  # a header block awaiting CONTINUATION: [sid, end, bytes, frames]
         self._encoder = Encoder()
-        self._decoder = Decoder(MAX_HEADER_LIST_SIZE)
+        self._decoder = Decoder(params.max_header_list_size)
         self._blocks: dict[bytes, _Block] = {}
         # Our settings, and the connection window we give.
-        self._stream_window = stream_window
-        self._max_streams = max_concurrent_streams
-        self._connection_window = connection_window
+        self._stream_window = params.stream_window
+        self._max_streams = params.max_concurrent_streams
+        self._max_frame = params.max_frame_size
         self._recv_window = DEFAULT_WINDOW  # the connection's, left to the peer
         self._recv_max = DEFAULT_WINDOW
         self._recv_processed = 0
@@ -297,14 +313,17 @@ class H2Endpoint:
 
     def initiate(self) -> None:
         """The preface (client) and SETTINGS, then the connection window raised to ``connection_window``."""
-        settings = [(MAX_CONCURRENT, self._max_streams), (INITIAL_WINDOW_SIZE, self._stream_window),
-                    (MAX_HEADER_LIST, MAX_HEADER_LIST_SIZE)]
+        params = self.params
+        settings = [(MAX_CONCURRENT, params.max_concurrent_streams), (INITIAL_WINDOW_SIZE, params.stream_window),
+                    (MAX_HEADER_LIST, params.max_header_list_size)]
+        if params.max_frame_size != DEFAULT_MAX_FRAME:
+            settings.append((MAX_FRAME_SIZE, params.max_frame_size))
         if self.client:
             settings.insert(0, (ENABLE_PUSH, 0))  # a proxy has nowhere to deliver a pushed stream
             self._out += PREFACE
         payload = b"".join(code.to_bytes(2, "big") + value.to_bytes(4, "big") for code, value in settings)
         self._out += _frame(SETTINGS, 0, 0, payload)
-        extra = self._connection_window - self._recv_window
+        extra = params.connection_window - self._recv_window
         if extra > 0:
             self._recv_window += extra
             self._recv_max = self._recv_window
@@ -345,7 +364,7 @@ class H2Endpoint:
         while size - pos >= FRAME_HEADER:
             length = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
             end = pos + FRAME_HEADER + length
-            if length > DEFAULT_MAX_FRAME:  # our SETTINGS_MAX_FRAME_SIZE is the default
+            if length > self._max_frame:
                 raise _ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
             if end > size:
                 break
@@ -478,7 +497,7 @@ class H2Endpoint:
         buf: bytearray = block[2]  # type: ignore[assignment]
         buf += fragment
         block[3] = frames = block[3] + 1  # type: ignore[operator]
-        if frames > MAX_CONTINUATIONS or len(buf) > 2 * MAX_HEADER_LIST_SIZE:
+        if frames > MAX_CONTINUATIONS or len(buf) > 2 * self.params.max_header_list_size:
             raise _ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "a header block in too many frames")
         if flags & END_HEADERS:
             self._block = None
@@ -655,7 +674,7 @@ class H2Endpoint:
                     if stream.send_window > MAX_WINDOW:
                         raise _ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "a stream window over 2^31-1")
             elif code == MAX_FRAME_SIZE:
-                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                if not DEFAULT_MAX_FRAME <= value <= MAX_FRAME_SIZE_LIMIT:
                     raise _ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
                 self.remote_max_frame = value
             elif code == MAX_CONCURRENT:

@@ -39,7 +39,9 @@ from tether.proxy.codec.addrs import (
     parse_network,
     parse_socket_addr,
 )
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, MAX_FRAME_SIZE_LIMIT, Http2Params
 from tether.proxy.core.durations import parse_duration
+from tether.proxy.core.http import H2_MAX_PENDING_RESETS
 
 # sysexits.h EX_CONFIG: linkerd2-proxy's exit status for any invalid variable.
 EX_CONFIG = 64
@@ -155,6 +157,18 @@ class KeepAlive:
 
 
 @dataclass(frozen=True, slots=True)
+class Http2Server:
+    """An HTTP/2 server's settings, ``LINKERD2_PROXY_{INBOUND,OUTBOUND}_SERVER_HTTP2_*`` (proxy.md §2.7):
+    ``_INITIAL_STREAM_WINDOW_SIZE`` with ``_INITIAL_CONNECTION_WINDOW_SIZE`` (both, or neither),
+    ``_MAX_CONCURRENT_STREAMS``, ``_MAX_FRAME_SIZE``, ``_MAX_HEADER_LIST_SIZE`` (``params``) and
+    ``_MAX_PENDING_ACCEPT_RESET_STREAMS``. Not read: ``_ADAPTIVE_FLOW_CONTROL`` (the windows are fixed) and
+    ``_MAX_SEND_BUF_SIZE`` (what the proxy holds per stream is bounded by the windows it advertised)."""
+
+    params: Http2Params = DEFAULT_PARAMS
+    max_pending_accept_reset_streams: int = H2_MAX_PENDING_RESETS
+
+
+@dataclass(frozen=True, slots=True)
 class InboundConfig:
     """The inbound proxy (traffic to this pod)."""
 
@@ -175,6 +189,7 @@ class InboundConfig:
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
     # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
     server_h2_keep_alive: KeepAlive | None = None
+    server_h2: Http2Server = Http2Server()  # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_*
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +210,7 @@ class OutboundConfig:
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
     # LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
     server_h2_keep_alive: KeepAlive | None = None
+    server_h2: Http2Server = Http2Server()  # LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_*
     # TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS (Tether only): more outbound listeners, for running without
     # iptables. An app connecting to one of them is taken to mean that very address (see OrigDstFallback).
     extra_listen_addrs: tuple[SocketAddr, ...] = ()
@@ -242,6 +258,8 @@ class ProxyConfig:
     shutdown_grace_period: timedelta  # LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD, default 2m
     shutdown_endpoint_enabled: bool  # LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED, default false
     metrics_retain_idle: timedelta = timedelta(minutes=10)  # LINKERD2_PROXY_METRICS_RETAIN_IDLE, default 10m
+    # LINKERD2_PROXY_HTTP2_INITIAL_STREAM_WINDOW_SIZE and _CONNECTION_WINDOW_SIZE: the proxy's HTTP/2 clients.
+    http2_client: Http2Params = DEFAULT_PARAMS
     orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
 
     @classmethod
@@ -272,6 +290,11 @@ class ProxyConfig:
             shutdown_grace_period=e.get("LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD", parse_duration, "2m"),
             shutdown_endpoint_enabled=e.get("LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED", _parse_bool, "false"),
             metrics_retain_idle=e.get("LINKERD2_PROXY_METRICS_RETAIN_IDLE", parse_duration, "10m"),
+            http2_client=Http2Params(
+                stream_window=e.get("LINKERD2_PROXY_HTTP2_INITIAL_STREAM_WINDOW_SIZE", _parse_window,
+                                    str(DEFAULT_PARAMS.stream_window)),
+                connection_window=e.get("LINKERD2_PROXY_HTTP2_INITIAL_CONNECTION_WINDOW_SIZE",
+                                        _parse_connection_window, str(DEFAULT_PARAMS.connection_window))),
             orig_dst_fallback=e.get("TETHER_PROXY_ORIG_DST_FALLBACK", _parse_orig_dst_fallback, "none"),
         )
 
@@ -329,6 +352,7 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE"),
+        server_h2=_http2_server(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2"),
     )
 
 
@@ -347,6 +371,7 @@ def _outbound(e: _Env) -> OutboundConfig:
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE"),
+        server_h2=_http2_server(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
         ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
     )
@@ -365,6 +390,27 @@ def _keep_alive(e: _Env, prefix: str) -> KeepAlive | None:
     if interval <= timedelta(0) or timeout <= timedelta(0):
         raise ConfigError(f"{prefix}_INTERVAL", e.raw(f"{prefix}_INTERVAL"), "keep-alive durations must be > 0")
     return KeepAlive(interval, timeout)
+
+
+def _http2_server(e: _Env, prefix: str) -> Http2Server:
+    """``prefix``_*: see ``Http2Server``; the two windows both set, or neither (as Linkerd needs both)."""
+    stream_var, conn_var = f"{prefix}_INITIAL_STREAM_WINDOW_SIZE", f"{prefix}_INITIAL_CONNECTION_WINDOW_SIZE"
+    stream = e.optional(stream_var, _parse_window)
+    conn = e.optional(conn_var, _parse_connection_window)
+    if (stream is None) != (conn is None):
+        missing, given = (stream_var, conn_var) if stream is None else (conn_var, stream_var)
+        raise ConfigError(missing, None, f"must be set with {given}")
+    d = DEFAULT_PARAMS
+    params = Http2Params(
+        stream_window=d.stream_window if stream is None else stream,
+        connection_window=d.connection_window if conn is None else conn,
+        max_concurrent_streams=e.get(f"{prefix}_MAX_CONCURRENT_STREAMS", _parse_positive_int,
+                                     str(d.max_concurrent_streams)),
+        max_frame_size=e.get(f"{prefix}_MAX_FRAME_SIZE", _parse_frame_size, str(d.max_frame_size)),
+        max_header_list_size=e.get(f"{prefix}_MAX_HEADER_LIST_SIZE", _parse_positive_int,
+                                   str(d.max_header_list_size)))
+    resets = e.get(f"{prefix}_MAX_PENDING_ACCEPT_RESET_STREAMS", _parse_positive_int, str(H2_MAX_PENDING_RESETS))
+    return Http2Server(params, resets)
 
 
 def _control_addr(e: _Env, base: str) -> ControlAddr:
@@ -548,6 +594,27 @@ def _parse_positive_int(text: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) == 0:
         raise ValueError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def _parse_window(text: str) -> int:
+    value = _parse_positive_int(text)
+    if value > 2**31 - 1:
+        raise ValueError(f"{text} is over 2147483647, HTTP/2's largest window")
+    return value
+
+
+def _parse_connection_window(text: str) -> int:
+    value = _parse_window(text)
+    if value < DEFAULT_PARAMS.stream_window:
+        raise ValueError(f"{text} is under 65535: an HTTP/2 connection window starts there and can only grow")
+    return value
+
+
+def _parse_frame_size(text: str) -> int:
+    value = _parse_positive_int(text)
+    if not DEFAULT_PARAMS.max_frame_size <= value <= MAX_FRAME_SIZE_LIMIT:
+        raise ValueError(f"{text} is not between 16384 and {MAX_FRAME_SIZE_LIMIT} (RFC 9113 §6.5.2)")
+    return value
 
 
 def _parse_jitter(text: str) -> float:

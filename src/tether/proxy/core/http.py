@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.proxy.codec.http1 import MAX_HEAD_SIZE, Headers, RequestHead
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core.commands import Command, Revocable
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -132,6 +133,12 @@ class StreamObserver(Protocol):
     def end(self, stream: object, status: int | None, error: ProxyError | None) -> None: ...
 
 
+# Rapid reset (CVE-2023-44487): streams a client resets before their response head, less one per response head
+# sent, past which its HTTP/2 connection ends with GOAWAY(ENHANCE_YOUR_CALM). hyper's default for
+# max_pending_accept_reset_streams, which linkerd2-proxy's servers take when unset.
+H2_MAX_PENDING_RESETS = 20
+
+
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
     direction: str  # "inbound" | "outbound": also the prefix of <direction>_http_errors_total
@@ -154,6 +161,11 @@ class HttpSettings:
     # HTTP/2 server keep-alive (interval, timeout) in seconds: a PING after ``interval`` without a byte from the
     # client, the connection ended when no answer came within ``timeout``. None: no PINGs.
     h2_keep_alive: tuple[float, float] | None = None
+    # HTTP/2: the client connections' settings (LINKERD2_PROXY_*_SERVER_HTTP2_*), the upstream connections'
+    # (LINKERD2_PROXY_HTTP2_INITIAL_*_WINDOW_SIZE), and the rapid-reset bound (_MAX_PENDING_ACCEPT_RESET_STREAMS).
+    h2_server: Http2Params = DEFAULT_PARAMS
+    h2_client: Http2Params = DEFAULT_PARAMS
+    h2_max_pending_resets: int = H2_MAX_PENDING_RESETS
 
 
 def mesh_request_headers(headers: HeaderList, pick: Pick, settings: HttpSettings) -> HeaderList:

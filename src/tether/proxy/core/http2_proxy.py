@@ -46,7 +46,7 @@ its response wait for the client's window.
 Resets pass through with their code (REFUSED_STREAM before any response is
 sent again, once, when the request can be). Rapid reset (CVE-2023-44487):
 a stream reset in the same read as its HEADERS is never started, and past
-``MAX_PENDING_RESETS`` streams reset before their response the connection
+``HttpSettings.h2_max_pending_resets`` streams reset before their response the connection
 ends with GOAWAY(ENHANCE_YOUR_CALM). Keep-alive: with
 ``HttpSettings.h2_keep_alive``, a silent client gets a PING and, without an
 answer in time, GOAWAY.
@@ -76,7 +76,15 @@ from tether.proxy.codec.http1 import (
     Role,
     State,
 )
-from tether.proxy.codec.http2 import ErrorCodes, GoAway, H2Endpoint, H2ProtocolError, Headers, error_name
+from tether.proxy.codec.http2 import (
+    ErrorCodes,
+    GoAway,
+    H2Endpoint,
+    H2ProtocolError,
+    Headers,
+    Http2Params,
+    error_name,
+)
 from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
@@ -97,10 +105,6 @@ log = logging.getLogger(__name__)
 
 CONNECT_ATTEMPTS = 3
 H1_BACKLOG = 64 * 1024  # a downgraded response's bytes waiting for the client's window: the app is not read past it
-# Rapid reset (CVE-2023-44487): streams the client reset before their response head count against this (less
-# one for each response head sent); past it, the connection ends with GOAWAY(ENHANCE_YOUR_CALM). hyper's
-# default for max_pending_accept_reset_streams, which linkerd2-proxy's servers take when unset.
-MAX_PENDING_RESETS = 20
 
 L5D_ORIG_PROTO = b"l5d-orig-proto"
 GRPC_STATUS = b"grpc-status"
@@ -198,10 +202,10 @@ class _Up:
 
     __slots__ = ("key", "ep", "io", "addr", "streams", "waiting", "draining")
 
-    def __init__(self, key: object, addr: object) -> None:
+    def __init__(self, key: object, addr: object, params: Http2Params) -> None:
         self.key = key
         self.addr = addr
-        self.ep = H2Endpoint(client=True)
+        self.ep = H2Endpoint(client=True, params=params)
         self.ep.initiate()  # the preface waits in the endpoint until the connection is up
         self.io: Upstream | None = None  # None while connecting
         self.streams: dict[int, _Stream] = {}  # upstream stream id -> stream
@@ -304,7 +308,7 @@ class Http2Proxy:
         self.settings = settings
         self.sink = sink
         self.downgrade = downgrade
-        self.down = H2Endpoint(client=False)
+        self.down = H2Endpoint(client=False, params=settings.h2_server)
         self.streams: dict[int, _Stream] = {}  # client stream id -> stream
         self.ups: dict[object, _Up] = {}  # endpoint (address, TLS) -> the connection new streams open on
         self.live: dict[Upstream, _Up] = {}  # every connected HTTP/2 upstream
@@ -314,7 +318,7 @@ class Http2Proxy:
         self.closing = False  # the client sent GOAWAY: finish the streams in flight, then close
         self.ended = False  # the connection is to end when the callback returns
         self.over = False
-        self.resets = 0  # streams reset by the client before their response head (MAX_PENDING_RESETS)
+        self.resets = 0  # streams reset by the client before their response head (settings.h2_max_pending_resets)
         self.heard = settings.clock()  # when the client last sent a byte (keep-alive)
         self.pinged = False  # a keep-alive PING is out, unanswered
         self.keep_alive: Timer | None = None  # the keep-alive's next step (with settings.h2_keep_alive)
@@ -520,10 +524,10 @@ class Http2Proxy:
         stream.req_buf.clear()
 
     def _early_reset(self) -> None:
-        """A stream the client reset before its response head: past ``MAX_PENDING_RESETS``, GOAWAY
+        """A stream the client reset before its response head: past ``h2_max_pending_resets``, GOAWAY
         (ENHANCE_YOUR_CALM) and the connection ends; the other connections go on being served."""
         self.resets += 1
-        if self.resets > MAX_PENDING_RESETS:
+        if self.resets > self.settings.h2_max_pending_resets:
             log.info("HTTP/2 client reset %d streams before their responses: GOAWAY(ENHANCE_YOUR_CALM)",
                      self.resets)
             self.sink.count(f"{self.settings.direction}_http_errors_total",
@@ -616,7 +620,7 @@ class Http2Proxy:
         key = pick.connect.pool_key
         up = self.ups.get(key)
         if up is None:
-            up = self.ups[key] = _Up(key, pick.connect.addr)
+            up = self.ups[key] = _Up(key, pick.connect.addr, self.settings.h2_client)
             self.sink.connect(pick.connect, pick.header, lambda reply: self._connected(up, reply))
         up.waiting.append(stream)
         if up.io is not None:

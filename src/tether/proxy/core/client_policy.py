@@ -16,6 +16,10 @@ no protobuf is touched per request.
   a forward endpoint (an egress or fallback target), or nothing (502); drawn
   per request by weight (``choose``), one not ready giving its share to the
   others (``RandomAvailable``) or the first ready one (``FirstAvailable``).
+- ``OpaqueRoute``: a connection's route (the opaque ones, a TCPRoute among
+  them, and the TLS ones, chosen by SNI with ``select_tls_route``): refused
+  when forbidden, else a backend drawn by weight per connection, one with an
+  ``Invalid`` filter refusing it.
 - ``default_routes``: the controller's answer when the Service has no
   HTTPRoute or GRPCRoute (a single route named ``default``).
 
@@ -141,23 +145,27 @@ class OutboundRule:
 
     def choose(self, draw: float) -> RouteBackend | None:
         """The backend of one request: weighted among the ready ones (all, when none is ready)."""
-        backends = self.backends
-        if len(backends) == 1:
-            return backends[0] if backends[0].weight > 0 or self.distribution is Distribution.FIRST_AVAILABLE \
-                else None
-        if not backends:
-            return None
-        if self.distribution is Distribution.FIRST_AVAILABLE:
-            return next((b for b in backends if b.ready), backends[0])
-        ready = [b for b in backends if b.ready and b.weight > 0] or [b for b in backends if b.weight > 0]
-        if not ready:
-            return None
-        point = draw * sum(b.weight for b in ready)
-        for backend in ready:
-            point -= backend.weight
-            if point < 0:
-                return backend
-        return ready[-1]
+        return choose(self.distribution, self.backends, draw)
+
+
+def choose(distribution: Distribution, backends: tuple[RouteBackend, ...], draw: float) -> RouteBackend | None:
+    """A backend of a distribution, for one request or connection: the first ready one (``FirstAvailable``), or
+    drawn by weight among the ready ones (all, when none is ready); None when there is none to draw."""
+    if len(backends) == 1:
+        return backends[0] if backends[0].weight > 0 or distribution is Distribution.FIRST_AVAILABLE else None
+    if not backends:
+        return None
+    if distribution is Distribution.FIRST_AVAILABLE:
+        return next((b for b in backends if b.ready), backends[0])
+    ready = [b for b in backends if b.ready and b.weight > 0] or [b for b in backends if b.weight > 0]
+    if not ready:
+        return None
+    point = draw * sum(b.weight for b in ready)
+    for backend in ready:
+        point -= backend.weight
+        if point < 0:
+            return backend
+    return ready[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +183,36 @@ class OutboundRoute:
 
 @dataclass(frozen=True, slots=True)
 class OpaqueRoute:
+    """An opaque or TLS route: connections, not requests. ``snis`` (TLS routes only): the SNI names it takes;
+    none: every name."""
+
     meta: PolicyRef
     forbidden: bool = False  # the connection is refused (Forbidden, or Invalid)
     backends: tuple[RouteBackend, ...] = ()
     distribution: Distribution = Distribution.FIRST_AVAILABLE
+    snis: tuple[HostMatch, ...] = ()
+
+    def choose(self, draw: float) -> RouteBackend | None:
+        return choose(self.distribution, self.backends, draw)
+
+
+def select_tls_route(routes: tuple[OpaqueRoute, ...], sni: str) -> OpaqueRoute | None:
+    """The TLS route of a connection with this SNI, as linkerd2-proxy's ``tls_route::find``: an exact name beats
+    a ``*.`` suffix, a longer suffix a shorter one, any SNI match a route without names; ties go to the first
+    listed; None when no route takes the name."""
+    sni = sni.rstrip(".")
+    best: tuple[tuple[int, int], OpaqueRoute] | None = None
+    for route in routes:
+        if route.snis:
+            scores = [score for match in route.snis if (score := match.score(sni)) is not None]
+            if not scores:
+                continue
+            score = max(scores)
+        else:
+            score = (0, 0)
+        if best is None or score > best[0]:
+            best = (score, route)
+    return best[1] if best is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +237,7 @@ class ClientPolicy:
     http1: tuple[OutboundRoute, ...] = ()
     http2: tuple[OutboundRoute, ...] = ()  # gRPC routes too, when the protocol is gRPC
     opaque: tuple[OpaqueRoute, ...] = ()
+    tls: tuple[OpaqueRoute, ...] = ()  # the TLS routes (protocol TLS), chosen by SNI
     detect_timeout: float | None = None
     accrual: Accrual | None = None
     unapplied: tuple[str, ...] = ()  # what the message asks that this proxy does not do (logged by name)
@@ -224,9 +259,9 @@ class ClientPolicy:
         return self.only[h2]
 
     def backends(self) -> list[RouteBackend]:
-        """Every backend of every route (HTTP, gRPC and opaque)."""
+        """Every backend of every route (HTTP, gRPC, opaque and TLS)."""
         out = [b for route in (*self.http1, *self.http2) for rule in route.rules for b in rule.backends]
-        out.extend(b for route in self.opaque for b in route.backends)
+        out.extend(b for route in (*self.opaque, *self.tls) for b in route.backends)
         return out
 
     def routes(self, h2: bool) -> tuple[OutboundRoute, ...]:

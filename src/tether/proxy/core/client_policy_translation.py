@@ -42,7 +42,7 @@ from tether.proxy.core import route_filters
 from tether.proxy.core.endpoint import Endpoint
 from tether.proxy.core.route_filters import HeaderModifier, Invalid, RequestFilter
 from tether.proxy.core.policy_translation import InvalidPolicy, grpc_match, host_matches, http_match
-from tether.proxy.core.server_policy import Protocol, Rule
+from tether.proxy.core.server_policy import HostMatch, Protocol, Rule
 
 BalancerFor = Callable[[str], object]
 
@@ -87,6 +87,8 @@ def _policy(message: pb.OutboundPolicy, t: _Translator) -> ClientPolicy:
     if kind == "opaque":
         return ClientPolicy(parent, Protocol.OPAQUE, opaque=t.opaque_routes(protocol.opaque.routes,
                                                                            "protocol.opaque.routes"))
+    if kind == "tls":
+        return ClientPolicy(parent, Protocol.TLS, tls=t.opaque_routes(protocol.tls.routes, "protocol.tls.routes"))
     raise InvalidPolicy(f"protocol.{kind}: not supported by this proxy")
 
 
@@ -188,6 +190,7 @@ class _Translator:
         return RouteBackend(meta, weight, filters=filters, request_timeout=timeout)  # no dispatcher: 502
 
     def opaque_routes(self, routes: Iterable[Any], where: str) -> tuple[OpaqueRoute, ...]:
+        """Opaque routes, or TLS routes (which add their SNI matches): one rule each, as Linkerd sends them."""
         out = []
         for i, route in enumerate(routes):
             here = f"{where}[{i}]"
@@ -199,7 +202,15 @@ class _Translator:
             forbidden = any(f.WhichOneof("kind") in ("forbidden", "invalid") for f in rule.filters)
             distribution, backends = self._distribution(rule.backends, f"{here}.rules[0].backends", False, True) \
                 if rule.HasField("backends") else (Distribution.EMPTY, ())
-            out.append(OpaqueRoute(meta, forbidden, backends, distribution))
+            if len(route.rules) > 1:
+                self.note(f"{here}.rules[1:]", "rules after the first of a connection route")
+            snis: tuple[HostMatch, ...] = ()
+            if isinstance(route, pb.TlsRoute):
+                for j, sni in enumerate(route.snis):
+                    if sni.WhichOneof("match") is None:
+                        raise InvalidPolicy(f"{here}.snis[{j}]: not set")
+                snis = host_matches(route.snis)
+            out.append(OpaqueRoute(meta, forbidden, backends, distribution, snis))
         return tuple(out)
 
 

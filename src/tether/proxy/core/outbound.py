@@ -6,7 +6,9 @@ detect the protocol unless discovery says opaque; then hand the connection to
 the layer for that protocol (``PROTOCOL_LAYERS``): ``Http1`` goes to the
 request-level layer (``tether.proxy.core.http1_proxy``, via ``http1_requests``), ``Http2``
 to the per-stream HTTP/2 layer (``http2_requests``); opaque is carried per
-connection by ``tcp_forward``.
+connection by ``tcp_forward``, under the client policy's opaque route when it
+has one, and a target whose policy is ``tls`` is detected as TLS and routed by
+its SNI (both in ``core.connection_routes``).
 
 ``tcp_forward`` picks an endpoint (P2C, failing fast when the service has had
 none for the failfast timeout), connects with mTLS when the endpoint has an
@@ -19,6 +21,7 @@ The layer yields ``tether.proxy.core.commands``; it does no I/O. Caller:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Generator
 from functools import partial
 from dataclasses import dataclass, replace
@@ -31,7 +34,7 @@ from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router
-from tether.proxy.core.client_policy import ClientPolicy
+from tether.proxy.core.connection_routes import RouteContext, opaque_connection, tls_connection
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.resolution import FORWARD, DiscoverySource, PolicySource, ProfileSource, Resolution
 from tether.proxy.core.server_policy import Protocol
@@ -62,6 +65,7 @@ class OutboundSettings:
     # OutboundPolicies.Watch (a lease on the client policy watch of ip:port); None: no policy controller.
     client_policies: Callable[[SocketAddr], PolicySource] | None = None
     policy_metrics: PolicyMetrics | None = None  # outbound_{http,grpc}_route_* (proxy.md §9.5)
+    draw: Callable[[], float] = random.random  # uniform in [0, 1): a connection route's weighted backend
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: DiscoverySource | None) -> Layer:
@@ -91,6 +95,10 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
         current = policy.policy if policy is not None else None
         if current is not None and settings.policy_metrics is not None:
             settings.policy_metrics.connection(_PROTOCOL_NAMES[current.protocol], current.parent_labels)
+        if current is not None and current.protocol is Protocol.TLS:
+            hello = yield Detect(tls=True, timeout=settings.detect_timeout)  # the SNI, not terminated
+            yield from tls_connection(current, hello, _route_context(orig_dst, resolution, settings))
+            return
         verdict: detect.Verdict = detect.Opaque()
         if not (resolution.opaque or current is not None and current.protocol is Protocol.OPAQUE):
             verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
@@ -101,7 +109,7 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
                 verdict = detect.Opaque()  # Linkerd: "Continuing after timeout", as opaque
         carry = PROTOCOL_LAYERS[type(verdict)]
         if isinstance(verdict, detect.Opaque) and current is not None and current.opaque:
-            yield from _opaque_route(current, orig_dst, resolution, settings, carry)
+            yield from opaque_connection(current, _route_context(orig_dst, resolution, settings))
             return
         yield from carry(orig_dst, resolution, settings)
     finally:
@@ -116,39 +124,10 @@ _PROTOCOL_NAMES = {Protocol.DETECT: "detect", Protocol.OPAQUE: "opaq", Protocol.
                    Protocol.HTTP2: "http/2", Protocol.GRPC: "http/2"}
 
 
-def _opaque_route(policy: ClientPolicy, orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings,
-                  carry: Callable[[SocketAddr, Resolution, OutboundSettings], Layer]) -> Layer:
-    """An opaque connection under the policy's opaque route: refused when the route forbids it (an undefined
-    port, a denied EgressNetwork, the invalid policy), else carried; counted in ``outbound_tcp_route_*``
-    under the parent's and route's names."""
-    route = policy.opaque[0]
-    metrics = settings.policy_metrics
-    route_labels = labels.join(policy.parent_labels, route.meta.route_labels(),
-                               labels.render(("target_ip", str(orig_dst.ip)), ("target_port", str(orig_dst.port))))
-    if metrics is not None:
-        metrics.tcp_opened(route_labels)
-    if route.forbidden:
-        if metrics is not None:
-            invalid = policy.parent.is_default and policy.parent.name == "invalid"
-            metrics.tcp_closed(route_labels, "invalid_policy" if invalid else "forbidden")
-        yield Refuse("forbidden")
-        return
-    error = ""
-    inner = carry(orig_dst, resolution, settings)
-    reply: Any = None
-    try:
-        while True:
-            try:
-                command = inner.send(reply)
-            except StopIteration:
-                break
-            if isinstance(command, Refuse):
-                error = "unexpected"
-            reply = yield command
-    finally:
-        inner.close()
-        if metrics is not None:
-            metrics.tcp_closed(route_labels, error)
+def _route_context(orig_dst: SocketAddr, resolution: Resolution, settings: OutboundSettings) -> RouteContext:
+    carry = PROTOCOL_LAYERS[detect.Opaque]
+    return RouteContext(orig_dst, resolution, lambda dst, res: carry(dst, res, settings), settings.draw,
+                        settings.policy_metrics)
 
 
 def tcp_forward(session: SessionProtocol | None) -> Callable[[SocketAddr, Resolution, OutboundSettings], Layer]:

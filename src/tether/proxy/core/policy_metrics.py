@@ -10,8 +10,10 @@
 - ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
   policy's protocol;
 - ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
-  ``error`` on close): opaque connections under a policy's opaque route, an
-  EgressNetwork's among them.
+  ``error`` on close): opaque connections under a policy's opaque route (a
+  TCPRoute, an EgressNetwork's among them);
+- ``outbound_tls_route_{open,close}_total`` (``hostname``; ``error`` on
+  close): TLS connections under the TLS route their SNI chose.
 
 Labels: ``parent_*`` (group, kind, namespace, name, port, section_name: the
 Service port or EgressNetwork), ``route_*`` (group, kind, namespace, name),
@@ -109,6 +111,8 @@ class PolicyMetrics:
                                                      "The number of connections, by the policy's protocol.")
         self.tcp_open = registry.counter("outbound_tcp_route_open_total", "The number of connections opened.")
         self.tcp_close = registry.counter("outbound_tcp_route_close_total", "The number of connections closed.")
+        self.tls_open = registry.counter("outbound_tls_route_open_total", "The number of connections opened.")
+        self.tls_close = registry.counter("outbound_tls_route_close_total", "The number of connections closed.")
         registry.add_collector(self._render_histograms)
 
     def family(self, grpc: bool) -> _Family:
@@ -142,13 +146,15 @@ class PolicyMetrics:
         ``detect``, ``opaq``, ``tls``)."""
         self.protocol_connections.inc(f'{labels.render(("protocol", protocol))},{parent_labels}')
 
-    def tcp_opened(self, route_labels: str) -> None:
-        """An opaque connection on a policy's opaque route (``route_labels``: parent, route and target)."""
-        self.tcp_open.inc(route_labels)
+    def tcp_opened(self, route_labels: str, *, tls: bool = False) -> None:
+        """A connection on a policy's opaque route (``route_labels``: parent, route and target), or with ``tls``
+        on a TLS route (parent, route and hostname)."""
+        (self.tls_open if tls else self.tcp_open).inc(route_labels)
 
-    def tcp_closed(self, route_labels: str, error: str) -> None:
-        """``error``: ``forbidden``, ``invalid_policy``, ``unexpected`` or "" (Linkerd's values)."""
-        self.tcp_close.inc(f"{route_labels},{labels.render(('error', error))}")
+    def tcp_closed(self, route_labels: str, error: str, *, tls: bool = False) -> None:
+        """``error``: ``forbidden``, ``invalid_backend``, ``invalid_policy``, ``unexpected`` or "" (Linkerd's
+        values)."""
+        (self.tls_close if tls else self.tcp_close).inc(f"{route_labels},{labels.render(('error', error))}")
 
     def _render_histograms(self, out: list[str]) -> None:
         for family in (self.http, self.grpc):

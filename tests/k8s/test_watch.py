@@ -185,6 +185,27 @@ async def test_api_errors_back_off_then_recover(tmp_path: Path) -> None:
         assert w.metrics.errors.labels(kinds.SERVER.key, "500")._value.get() == 1
 
 
+async def test_a_gateway_api_route_without_its_crd_is_an_empty_collection_until_the_crd_comes(
+        tmp_path: Path) -> None:
+    """Linkerd watches TLSRoutes (and the other Gateway API routes) only where their CRDs are installed: a
+    cluster without them must not keep the policy controller from syncing."""
+    async with emulated_api(tmp_path) as (api, _, settings):
+        routes = kmock.resource("gateway.networking.k8s.io", "v1alpha2", "tlsroutes")
+        route = {"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+                 "metadata": {"name": "r", "namespace": "default", "resourceVersion": "3"}}
+        api["list", routes][:2] << 404 << status(404, "NotFound", "the server could not find the requested resource")
+        api["list", routes] << listing("3", route)
+        api["watch", routes] << (hold,)
+        sleep = RecordingSleep()
+        w = watcher(settings, sleep=sleep)
+        events = w.watch(kinds.TLS_ROUTE.key)
+        assert names(await take(events, 1)) == [("SYNCED", "")]  # at once: nothing to wait for
+        assert names(await take(events, 2)) == [("ADDED", "r"), ("SYNCED", "")]  # the CRD installed later
+        await events.aclose()
+        assert sleep.delays == [4.0, 4.0]  # listed again every retry_max, quietly
+        assert not api_resource(kinds.SERVER.key).optional and api_resource(kinds.TCP_ROUTE.key).optional
+
+
 async def test_lists_follow_continue_tokens(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         api["list", PODS][:1] << listing("9", pod("a", version="1"), token="page-2")

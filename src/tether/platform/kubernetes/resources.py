@@ -25,6 +25,9 @@ class ApiResource:
     plural: str
     kind: str
     namespaced: bool = True
+    # A CRD that may be missing (Gateway API's): its 404 lists as an empty collection, as Linkerd watches
+    # these routes only where their CRDs are installed.
+    optional: bool = False
 
     @property
     def api_version(self) -> str:
@@ -59,7 +62,8 @@ _EXTRA = (ENDPOINTS, NODE, *OWNER_KINDS)
 
 
 def _from_model(rtype: kinds.ResourceType) -> ApiResource:
-    return ApiResource(rtype.group, rtype.versions[0], rtype.plural, rtype.kind, rtype.namespaced)
+    return ApiResource(rtype.group, rtype.versions[0], rtype.plural, rtype.kind, rtype.namespaced,
+                       optional=rtype.group == kinds.GRPC_ROUTE.group)
 
 
 API_RESOURCES: dict[str, ApiResource] = {r.key: r for r in (*map(_from_model, kinds.REGISTRY), *_EXTRA)}

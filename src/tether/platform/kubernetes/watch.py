@@ -14,6 +14,10 @@ with ``--platform kubernetes``.  It keeps the contract of ``tether.platform.watc
   unusable cluster configuration (``ConfigError``) ends the stream, by raising.  After each relist only
   the difference from what was yielded before goes out (``DELETED`` for objects
   gone meanwhile, ``MODIFIED`` for changed ones), then ``SYNCED``.
+* a type whose CRD may be missing (``ApiResource.optional``: the Gateway API
+  routes, which Linkerd watches only where their CRDs exist) that lists as
+  ``404`` is an empty collection: ``SYNCED`` (after ``DELETED`` for what was
+  seen), logged once, and listed again every ``retry_max`` until it is served.
 
 Duplicates are dropped: an event whose object has the resource version already
 passed on (or, when a server gives no versions, the same content) is not repeated,
@@ -177,6 +181,7 @@ class KubernetesResourceWatcher:
         known: dict[Key, _Seen] = {}
         failures = 0
         reason = "start"
+        absent = False  # an optional type whose CRD is missing, already announced as empty
         while True:
             try:
                 items, version = await self._list(resource, namespace)
@@ -187,9 +192,20 @@ class KubernetesResourceWatcher:
                     await self._backoff(label, "list", exc, failures - 1)
                 continue
             except KubeError as exc:
+                if resource.optional and isinstance(exc, ApiError) and exc.status == 404:
+                    if not absent:
+                        absent = True
+                        log.info("%s is not served (its CRD is not installed): empty until it is", label)
+                        for event in self._resync(resource, known, [], ""):
+                            yield event
+                        self.metrics.synced.labels(label).set(1)
+                        yield ResourceEvent("SYNCED", None, "", self._clock())
+                    await self._sleep(self._retry_max)
+                    continue
                 failures += 1
                 await self._backoff(label, "list", exc, failures)
                 continue
+            absent = False
             self.metrics.lists.labels(label, reason).inc()
             for event in self._resync(resource, known, items, version):
                 yield event

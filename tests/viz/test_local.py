@@ -89,10 +89,14 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     req = next(line for line in lines if line.startswith("req "))
     assert "proxy=in" in req and "tls=true" in req and ":method=GET" in req and ":path=/" in req, lines
     assert f":authority=web.{NS}.svc.cluster.local" in req, lines
+    # The source is the client's address as the server's proxy accepted it: the client pod's.
+    client_ip = by_app["client"]["status"]["podIP"]
+    assert f" src={client_ip}:" in req, lines
     assert any(line.startswith("rsp ") and ":status=200" in line for line in lines), lines
     assert any(line.startswith("end ") for line in lines), lines
     out = uplab.tap_lines(p, "deploy/client", "-n", NS, "--to", "deploy/web", want=3)
     assert out[0].startswith("req ") and "proxy=out" in out[0] and "tls=true" in out[0], out
+    assert f" src={client_ip}:" in out[0], out  # the app's own socket, in its pod
     quiet = by_app["quiet"]["metadata"]["name"]
     refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)
     assert f"{quiet}: tap disabled (viz.linkerd.io/disable-tap)" in refused.stderr

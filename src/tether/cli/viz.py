@@ -356,9 +356,29 @@ def discovery(state_dir: Path) -> None:
 
 
 @viz.command()
+@click.option("--viz-namespace", help="(kubernetes) The viz namespace [default: the one labelled "
+              "linkerd.io/extension=viz, else linkerd-viz].")
+@click.option("--control-plane-ns", default="linkerd", show_default=True,
+              help="(kubernetes) The control plane's namespace.")
+@click.option("--wait", default="5m", show_default=True, callback=lambda c, p, v: _wait(c, p, v),
+              help="(kubernetes) How long to retry checks that may pass by waiting (0: no retries).")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "short"]), default="table", show_default=True,
+              help="(kubernetes) The report's format.")
 @prometheus_option
-def check(prometheus_url: str | None) -> None:
-    """Check that Prometheus answers and scrapes every meshed pod's proxy; exit 1 if not."""
+@platform_option
+@click.pass_context
+def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns: str, wait: float, output: str,
+          prometheus_url: str | None, kube: KubeTarget | None) -> None:
+    """Check viz: locally, that Prometheus answers and scrapes every meshed pod's proxy; on Kubernetes, Linkerd's
+    linkerd-viz checks against the API server. Exit 1 if one fails."""
+    if kube is not None:
+        _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output)
+        return
+    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output")
+             if click_ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise click.UsageError(f"{flags}: not used with --platform local")
     ctx = Context(prometheus_url)
     problems: list[str] = []
 
@@ -392,6 +412,44 @@ def check(prometheus_url: str | None) -> None:
     ctx.run(run)
     if problems:
         raise SystemExit(1)
+
+
+def _wait(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from tether.cli.check import _seconds  # tether check's --wait rule
+
+    return _seconds(ctx, param, value)
+
+
+def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns: str, wait: float,
+                      output: str) -> None:
+    """``linkerd viz check``'s categories (tether.diagnose.kube), printed as ``tether check`` prints them."""
+    import sys
+
+    from tether import __version__
+    from tether.diagnose import checks
+    from tether.diagnose.kube import Expected, KubeChecks
+    from tether.platform.kubernetes.client import ClientSettings
+
+    kube_checks = KubeChecks(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context), __version__, None,
+                             Expected(control_plane_ns, ()))
+    categories = kube_checks.viz_categories(namespace)
+
+    def progress(category: str, description: str, error: str) -> None:
+        if output != "json":
+            click.echo(f"waiting: {category}: {description}: {error.splitlines()[0]}", err=True)
+
+    try:
+        if output == "json":
+            report = checks.run(categories, wait=wait, progress=progress)
+            click.echo(json.dumps(checks.render_json(report), indent=2))
+        else:
+            printer = checks.TextPrinter(click.echo, short=output == "short")
+            report = checks.run(categories, printer, wait=wait, progress=progress)
+            printer.finish(report)
+    finally:
+        kube_checks.close()
+    if not report.success:
+        sys.exit(1)
 
 
 # -- stat / routes / edges / authz ----------------------------------------------------------------

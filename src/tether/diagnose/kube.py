@@ -661,16 +661,114 @@ class KubeChecks:
             if self._get(path) is None:
                 raise Problem(f"{what} does not exist in {namespace}")
 
+    def _viz_namespace(self, namespace: str) -> None:
+        if namespace not in {n["metadata"]["name"] for n in self._list("/api/v1/namespaces")}:
+            raise Problem(f"the \"{namespace}\" namespace does not exist")
+
+    def _tap_cert(self, namespace: str) -> Any:
+        name = "tap-k8s-tls"
+        secret = self._get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        if secret is None:
+            raise Problem(f"the {name} Secret does not exist in {namespace}")
+        data = (secret.get("data") or {}).get("tls.crt")
+        if not data:
+            raise Problem(f"the {name} Secret has no tls.crt")
+        try:
+            return pem.parse_certificates(base64.b64decode(data), name)[0]
+        except (pem.PemError, ValueError) as exc:
+            raise Problem(str(exc)) from None
+
+    def _tap_cert_valid(self, namespace: str) -> None:
+        cert = self._tap_cert(namespace)
+        problem = validity_problem(cert, self.now())
+        if problem:
+            raise Problem(f"tap API server cert {problem}")
+        service = f"tap.{namespace}.svc"
+        names = {str(n.value) for n in pki.sans(cert)}
+        if service not in names:
+            raise Problem(f"tap API server cert is for {', '.join(sorted(names)) or 'no DNS name'}, not {service}")
+
+    def _tap_cert_not_expiring(self, namespace: str) -> None:
+        cert = self._tap_cert(namespace)
+        if cert.not_valid_after_utc - self.now() < EXPIRY_WARNING:
+            raise Problem(f"tap API server cert will expire on {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
+
+    def _tap_apiservice(self) -> None:
+        name = "v1alpha1.tap.linkerd.io"
+        found = self._get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+        if found is None:
+            raise Problem(f"the APIService {name} does not exist")
+        available = next((c for c in (found.get("status") or {}).get("conditions") or ()
+                          if c.get("type") == "Available"), None)
+        if available is None or available.get("status") != "True":
+            why = (available or {}).get("message") or (available or {}).get("reason") or "no Available condition"
+            raise Problem(f"{name} is not available: {why}")
+
+    def _viz_meshed_pods(self, namespace: str) -> tuple[list[dict[str, Any]], set[str]]:
+        """The viz pods, and the components whose manifests ask for a proxy (``linkerd.io/inject: enabled``)."""
+        from tether.viz.manifests import WebhookTls, render
+
+        objects = render(tap_injector_tls=WebhookTls("", "", ""), tap_tls=WebhookTls("", "", ""), namespace=namespace,
+                         control_plane_ns=self._cp)
+        meshed = {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"
+                  and (o["spec"]["template"]["metadata"].get("annotations") or {}).get("linkerd.io/inject") == "enabled"}
+        pods = self._list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{EXTENSION_LABEL}=viz")
+        return pods, meshed
+
+    def _viz_injected(self, namespace: str) -> None:
+        pods, meshed = self._viz_meshed_pods(namespace)
+        bare = sorted(p["metadata"]["name"] for p in pods
+                      if (p["metadata"].get("labels") or {}).get("component") in meshed and _proxy_of(p) is None)
+        if bare:
+            raise Problem(f"pods without a proxy: {', '.join(bare)} (is the proxy injector running?)")
+
+    def _viz_proxies_healthy(self, namespace: str) -> None:
+        pods, _ = self._viz_meshed_pods(namespace)
+        unready = []
+        for pod in pods:
+            if _proxy_of(pod) is None:
+                continue
+            statuses = [*((pod.get("status") or {}).get("initContainerStatuses") or ()),
+                        *((pod.get("status") or {}).get("containerStatuses") or ())]
+            proxy = next((c for c in statuses if c.get("name") == PROXY_CONTAINER), None)
+            if proxy is None or not proxy.get("ready"):
+                unready.append(pod["metadata"]["name"])
+        if unready:
+            raise Problem(f"proxies not ready: {', '.join(sorted(unready))}")
+
     def _viz_categories(self, namespace: str) -> Iterator[Category]:
+        """Linkerd's ``linkerd-viz`` category, in its order (``linkerd viz check`` and ``linkerd check``)."""
         hint = "apply what `tether viz install --platform kubernetes` prints"
+        cert_hint = "re-run `tether viz install --platform kubernetes` and apply it: it issues tap's certificate anew"
+        pods_hint = f"kubectl -n {namespace} get pods; kubectl -n {namespace} describe pods"
         yield Category("linkerd-viz", [
+            Check("linkerd-viz Namespace exists", lambda: self._viz_namespace(namespace), hint),
             Check("linkerd-viz ClusterRoles exist", lambda: self._viz_missing(namespace, "ClusterRole"), hint),
             Check("linkerd-viz ClusterRoleBindings exist", lambda: self._viz_missing(namespace, "ClusterRoleBinding"),
                   hint),
-            Check("viz extension pods are running", lambda: self._viz_pods(namespace),
-                  f"kubectl -n {namespace} get pods; kubectl -n {namespace} describe pods", retry=True),
+            Check("tap API server has valid cert", lambda: self._tap_cert_valid(namespace), cert_hint),
+            Check("tap API server cert is valid for at least 60 days", lambda: self._tap_cert_not_expiring(namespace),
+                  cert_hint, warning=True),
+            Check("tap API service is running", self._tap_apiservice,
+                  f"kubectl get apiservice v1alpha1.tap.linkerd.io -o yaml; kubectl -n {namespace} logs deploy/tap",
+                  retry=True),
+            Check("linkerd-viz pods are injected", lambda: self._viz_injected(namespace),
+                  "the proxy injector must be running when the viz pods are created: delete them to recreate them",
+                  retry=True),
+            Check("viz extension pods are running", lambda: self._viz_pods(namespace), pods_hint, retry=True),
+            Check("viz extension proxies are healthy", lambda: self._viz_proxies_healthy(namespace), pods_hint,
+                  retry=True),
             Check("prometheus is installed and configured correctly", lambda: self._prometheus(namespace), hint),
         ])
+
+    def viz_categories(self, namespace: str | None) -> Iterator[Category]:
+        """``tether viz check --platform kubernetes``: the API server's categories, then viz's, for the namespace
+        labelled ``linkerd.io/extension=viz`` (or ``namespace``)."""
+        yield from self.api_categories()
+        if namespace is None:
+            found = self._extension_namespaces().get("viz") or ["linkerd-viz"]
+            namespace = sorted(found)[0]
+        yield from self._viz_categories(namespace)
 
     # -- all -------------------------------------------------------------------------------------
 

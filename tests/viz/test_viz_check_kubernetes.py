@@ -1,0 +1,106 @@
+"""``tether viz check --platform kubernetes``: Linkerd's ``linkerd-viz`` checks against an API server.
+
+The API server is kmock's emulator (a mock of the Kubernetes API only, as the
+project's other Kubernetes tests); the objects are what ``tether viz install
+--platform kubernetes`` prints, with its real tap certificate, and pods as the
+kubelet would report them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from check.test_kube_check import _COLLECTIONS, _pod, tether
+from k8s.kube_helpers import emulated_api
+
+COLLECTIONS = {**_COLLECTIONS, "APIService": "/apis/apiregistration.k8s.io/v1/apiservices"}
+NS = "linkerd-viz"
+
+
+def results(out: str) -> dict[str, dict[str, Any]]:
+    return {c["description"]: c for cat in json.loads(out)["categories"] for c in cat["checks"]}
+
+
+async def _install_viz(api: Any, *, injected: bool = True, available: bool = True) -> list[dict[str, Any]]:
+    code, out, _ = await tether("viz", "install", "--platform", "kubernetes")
+    assert code == 0
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    for obj in docs:
+        kind, ns = obj["kind"], obj["metadata"].get("namespace", "")
+        if kind == "Namespace":
+            api.namespaces.append(obj)
+        elif kind == "APIService":
+            status = "True" if available else "False"
+            obj = {**obj, "status": {"conditions": [{"type": "Available", "status": status,
+                                                     "message": "" if available else "endpoints for service/tap "
+                                                     "in \"linkerd-viz\" have no addresses"}]}}
+            await api.post(COLLECTIONS[kind].format(ns=ns), json=obj)
+        elif kind in COLLECTIONS:
+            await api.post(COLLECTIONS[kind].format(ns=ns), json=obj)
+        if kind == "Deployment":
+            template = obj["spec"]["template"]["metadata"]
+            meshed = (template.get("annotations") or {}).get("linkerd.io/inject") == "enabled"
+            await api.post(COLLECTIONS["Pod"].format(ns=ns), json=_pod(
+                f"{obj['metadata']['name']}-1", ns, template["labels"], proxy=meshed and injected))
+    return docs
+
+
+async def test_viz_check_reads_the_cluster(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        api["get /version"] << {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
+        base = ["viz", "check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+
+        # Nothing installed: the namespace is named, and so is every missing piece.
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 1
+        assert found["can query the Kubernetes API"]["result"] == "success"
+        assert found["linkerd-viz Namespace exists"]["error"] == 'the "linkerd-viz" namespace does not exist'
+        assert "tap-k8s-tls Secret does not exist" in found["tap API server has valid cert"]["error"]
+        assert "v1alpha1.tap.linkerd.io does not exist" in found["tap API service is running"]["error"]
+
+        # Installed as `viz install` prints it, every pod up: all pass.
+        docs = await _install_viz(api)
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 0, {k: v for k, v in found.items() if v["result"] != "success"}
+        assert [d for d, c in found.items() if c["result"] != "success"] == []
+        assert "linkerd-viz pods are injected" in found and "viz extension proxies are healthy" in found
+
+        # The table names the category and the checks, as `linkerd viz check` does.
+        code, table, _ = await tether(*base[:-2])
+        assert code == 0 and "linkerd-viz\n-----------" in table and "√ tap API service is running" in table
+
+        # The tap certificate issued for another service name is refused, naming both.
+        secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "tap-k8s-tls")
+        other = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "tap-injector-k8s-tls")
+        await api.patch(f"/api/v1/namespaces/{NS}/secrets/tap-k8s-tls",
+                        json={"data": {**secret["data"], "tls.crt": other["data"]["tls.crt"]}})
+        code, out, _ = await tether(*base)
+        error = results(out)["tap API server has valid cert"]["error"]
+        assert code == 1 and "tap-injector.linkerd-viz.svc" in error and "not tap.linkerd-viz.svc" in error
+        assert base64.b64decode(other["data"]["tls.crt"]).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+async def test_viz_check_names_uninjected_pods_and_an_unavailable_apiservice(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        api["get /version"] << {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
+        await _install_viz(api, injected=False, available=False)
+        code, out, _ = await tether("viz", "check", "--platform", "kubernetes", "--kubeconfig",
+                                    str(settings.kubeconfig), "--wait", "0", "-o", "json")
+        found = results(out)
+        assert code == 1
+        assert "is not available: endpoints for service/tap" in found["tap API service is running"]["error"]
+        injected = found["linkerd-viz pods are injected"]["error"]
+        assert "prometheus-1" in injected and "web-1" in injected and "tap-1" not in injected  # tap is not meshed
+        assert found["viz extension pods are running"]["result"] == "success"
+
+
+async def test_the_kubernetes_flags_are_refused_locally() -> None:
+    code, _, err = await tether("viz", "check", "--viz-namespace", "viz")
+    assert code == 2 and "--viz-namespace: not used with --platform local" in err

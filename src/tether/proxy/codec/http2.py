@@ -178,9 +178,8 @@ def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
 
 
 def _field_error(name: bytes, value: bytes) -> str | None:
-    """What is wrong with one received field (RFC 9113 §8.2), None if nothing; memoized for good fields."""
-    if (name, value) in _GOOD_FIELDS:
-        return None
+    """What is wrong with one received field (RFC 9113 §8.2), None if nothing; good fields are remembered in
+    ``_GOOD_FIELDS`` (which callers look in first)."""
     if not _NAME.match(name):
         return f"header name {name[:40]!r} is not a lowercase token"
     if _BAD_VALUE.search(value):
@@ -200,10 +199,13 @@ def _message_error(headers: Headers, kind: str) -> str | None:
     pseudo: dict[bytes, bytes] = {}
     regular = False
     host = False
-    for name, value in headers:
-        problem = _field_error(name, value)
-        if problem is not None:
-            return problem
+    good = _GOOD_FIELDS
+    for field in headers:
+        if field not in good:
+            problem = _field_error(*field)
+            if problem is not None:
+                return problem
+        name, value = field
         if name[0] == 0x3A:  # ':'
             if regular:
                 return f"pseudo-header {name.decode()} after a regular header"

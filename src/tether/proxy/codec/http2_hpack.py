@@ -171,13 +171,17 @@ class Decoder:
     def _string(self, data: bytes, pos: int) -> tuple[bytes, int]:
         if pos >= len(data):
             raise HpackError("HPACK string cut short")
-        huffman = data[pos] & 0x80
-        length, pos = _integer(data, pos, 7)
+        byte = data[pos]
+        if byte & 0x7F != 0x7F:  # the length fits its 7-bit prefix
+            length = byte & 0x7F
+            pos += 1
+        else:
+            length, pos = _integer(data, pos, 7)
         end = pos + length
         if end > len(data):
             raise HpackError("HPACK string longer than its block")
         raw = data[pos:end]
-        if not huffman:
+        if not byte & 0x80:
             return raw, end
         decoded = self._huffman.get(raw)
         if decoded is None:
@@ -212,8 +216,12 @@ class Decoder:
         while pos < end:
             byte = data[pos]
             if byte & 0x80:  # indexed field
-                index, pos = _integer(data, pos, 7)
-                field = self._field(index)
+                if byte != 0xFF:  # the index fits its 7-bit prefix (all but the largest dynamic indexes)
+                    index = byte & 0x7F
+                    pos += 1
+                else:
+                    index, pos = _integer(data, pos, 7)
+                field = STATIC[index - 1] if 0 < index <= STATIC_COUNT else self._field(index)
             elif byte & 0x40:  # literal with incremental indexing
                 field, pos = self._literal(data, pos, 6)
                 self._add(field)

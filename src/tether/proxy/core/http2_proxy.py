@@ -246,7 +246,11 @@ class _Stream:
         self.authority = pseudo.get(b":authority", b"")
         self.scheme = pseudo.get(b":scheme", b"http")
         self.headers = headers  # the regular headers, as received
-        self.grpc = any(n == b"content-type" and v.startswith(b"application/grpc") for n, v in headers)
+        self.grpc = False
+        for name, value in headers:  # (a loop: this runs for every stream, and a generator costs more)
+            if name == b"content-type":
+                self.grpc = value.startswith(b"application/grpc")
+                break
         self.orig_proto: bytes | None = None  # inbound: the request is downgraded to this HTTP/1 version
         self.start = start
         self.attempts = 0  # failed connects of this attempt
@@ -292,8 +296,12 @@ class _Stream:
         head = self.head
         if head is None:
             headers = tuple(self.headers)
-            if self.authority and not any(n == b"host" for n, _ in headers):
-                headers = ((b"host", self.authority),) + headers
+            if self.authority:
+                for name, _ in headers:
+                    if name == b"host":
+                        break
+                else:
+                    headers = ((b"host", self.authority),) + headers
             head = self.head = RequestHead(self.method, self.path, headers, b"2")
         return head
 
@@ -811,9 +819,11 @@ class Http2Proxy:
 
     @staticmethod
     def _note_grpc_status(stream: _Stream, headers: Headers) -> None:
-        value = next((v for n, v in headers if n == GRPC_STATUS), None)
-        if value is not None and value.strip().isdigit():
-            stream.grpc_status = int(value)
+        for name, value in headers:
+            if name == GRPC_STATUS:
+                if value.strip().isdigit():
+                    stream.grpc_status = int(value)
+                return
 
     def _response_data(self, up: _Up, event: h2e.DataReceived) -> None:
         stream = up.streams.get(event.stream_id)

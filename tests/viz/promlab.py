@@ -201,10 +201,22 @@ def web_metrics(n: int) -> str:
         f'outbound_http_route_request_statuses_total{{{parent},hostname="",http_status="",error="REQUEST_TIMEOUT"}} {10 * n}',
         f'outbound_http_route_retry_requests_total{{{parent},hostname=""}} {20 * n}',
     ]
-    for backend, tries in (("emoji-v1", 40), ("emoji-v2", 30)):
-        lines.append(f'outbound_http_route_backend_requests_total{{{parent},backend_group="core",backend_kind="Service",'
-                     f'backend_namespace="emojivoto",backend_name="{backend}",backend_port="8080",'
-                     f'backend_section_name=""}} {tries * n}')
+    # Each try's response under its backend: emoji-v1 answers 38 of its 40 with 200 (2 with 500), within 25 ms;
+    # emoji-v2 answers 15 of its 30, the other 15 time out, within 500 ms.
+    for backend, tries, ok, failed, error, le_first in (("emoji-v1", 40, 38, 2, "", "0.025"),
+                                                        ("emoji-v2", 30, 15, 15, "REQUEST_TIMEOUT", "0.5")):
+        labels = (f'{parent},backend_group="core",backend_kind="Service",backend_namespace="emojivoto",'
+                  f'backend_name="{backend}",backend_port="8080",backend_section_name=""')
+        lines.append(f'outbound_http_route_backend_requests_total{{{labels}}} {tries * n}')
+        lines.append(f'outbound_http_route_backend_response_statuses_total{{{labels},http_status="200",error=""}} '
+                     f'{ok * n}')
+        failure = 'http_status="",error="REQUEST_TIMEOUT"' if error else 'http_status="500",error=""'
+        lines.append(f'outbound_http_route_backend_response_statuses_total{{{labels},{failure}}} {failed * n}')
+        buckets = ("0.025", "0.05", "0.1", "0.25", "0.5", "1", "10", "+Inf")
+        for le in buckets:
+            within = tries if buckets.index(le) >= buckets.index(le_first) else 0
+            lines.append(f'outbound_http_route_backend_response_duration_seconds_bucket{{{labels},le="{le}"}} '
+                         f'{within * n}')
     for le in ("0.05", "0.5", "1", "10", "+Inf"):
         lines.append(f'outbound_http_route_request_duration_seconds_bucket{{{parent},hostname="",le="{le}"}} {50 * n}')
     return "\n".join(lines) + "\n"

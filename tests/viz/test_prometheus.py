@@ -209,6 +209,11 @@ def test_stat_outbound_per_service_route_and_backend(lab, tmp_path: Path) -> Non
     assert [(b.extra["backend"], b.extra["route"]) for b in backends] == [("emoji-v1", "emoji-split"),
                                                                           ("emoji-v2", "emoji-split")]
     assert backends[0].stats.attempts / backends[1].stats.attempts == pytest.approx(4 / 3, rel=0.05)
+    # Each backend's own answers: its success, latency and timeouts (not the route's).
+    v1, v2 = (b.stats for b in backends)
+    assert v1.success_rate() == pytest.approx(38 / 40, rel=0.02) and v2.success_rate() == pytest.approx(1 / 2, rel=0.05)
+    assert v1.latency_ms["0.5"] <= 25 and 250 <= v2.latency_ms["0.5"] <= 500
+    assert v1.timeouts == 0 and v2.timeouts / v2.requests == pytest.approx(1 / 2, rel=0.05)
     env = {"TETHER_HOME": str(_home(tmp_path, objs)), "TETHER_PROMETHEUS_URL": prom.url}
     result = CliRunner().invoke(cli, ["viz", "stat-outbound", "deploy/web", "-n", NS, "-t", "30s"], env=env,
                                 catch_exceptions=False)
@@ -219,6 +224,8 @@ def test_stat_outbound_per_service_route_and_backend(lab, tmp_path: Path) -> Non
     assert first.split()[:4] == ["web", "emoji:8080", "emoji-split", "HTTPRoute"]
     assert v1.split()[:3] == ["├──────────", "────────►", "emoji-v1:8080"]
     assert v2.split()[:3] == ["└──────────", "────────►", "emoji-v2:8080"]
+    assert float(v1.split()[3].removesuffix("%")) == pytest.approx(95, abs=1.5)  # the backend's success
+    assert float(v2.split()[-1].removesuffix("%")) == pytest.approx(50, abs=3)  # its timeouts
     doc = json.loads(CliRunner().invoke(cli, ["viz", "stat-outbound", "deploy/web", "-n", NS, "-t", "30s", "-o",
                                               "json"], env=env).output)
     assert doc[0]["stats"]["timeout_count"] > 0 and doc[1]["stats"]["backend_request_count"] > 0
@@ -242,7 +249,10 @@ def test_routes_of_a_service_without_a_profile_are_its_client_policy_routes(lab,
     assert header.split()[:6] == ["ROUTE", "SERVICE", "EFFECTIVE_SUCCESS", "EFFECTIVE_RPS", "ACTUAL_SUCCESS",
                                   "ACTUAL_RPS"]
     cells = line.split()
-    assert cells[:2] == ["emoji-split", "emoji"] and cells[4] == "-"  # each try's success is not counted yet
+    assert cells[:2] == ["emoji-split", "emoji"]
+    # ACTUAL_SUCCESS: the tries' answers (53 of 70), before retries hid failures; EFFECTIVE: the requests' (4 of 5).
+    assert float(cells[4].removesuffix("%")) == pytest.approx(100 * 53 / 70, abs=2)
+    assert float(cells[2].removesuffix("%")) == pytest.approx(80, abs=2)
     effective, actual = float(cells[3].removesuffix("rps")), float(cells[5].removesuffix("rps"))
     assert actual / effective == pytest.approx(7 / 5, rel=0.1)
     # Neither a profile nor policy-route traffic: the error says both.

@@ -261,13 +261,25 @@ TIMEOUT_ERRORS = frozenset({"REQUEST_TIMEOUT", "RESPONSE_HEADERS_TIMEOUT"})
 def stat_outbound(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
     """What ``target``'s proxies sent per Service port and route of their client policy, as ``linkerd viz
     stat-outbound``: a row per route (success, latency, timeouts, retries), then one per backend it drew (its
-    requests; the proxy does not count backend responses yet). A request fails with a 5xx, a gRPC status other
-    than OK, or an error of the proxy's (Linkerd's rule)."""
+    tries, and the success, latency and timeouts of their responses). A request or a try fails with a 5xx, a
+    gRPC status other than OK, or an error of the proxy's (Linkerd's rule)."""
     if target.kind in (SERVICE, AUTHORITY):
         raise ValueError(f"stat-outbound shows what sends traffic (deploy, po, ns), not a {target.kind}")
     results = prometheus.query_all(promql.stat_outbound(target, window).queries)
     routes: dict[tuple[str, ...], Stats] = {}
-    backends: dict[tuple[str, ...], dict[tuple[str, str], int]] = {}
+    backends: dict[tuple[str, ...], dict[tuple[str, str], Stats]] = {}
+    backend_quantiles = {v: k for k, v in promql.BACKEND_QUANTILES.items()}
+
+    def outcome(stats: Stats, statuses: str, labels: Mapping[str, str], n: int) -> None:
+        error = labels.get("error", "")
+        failed = bool(error) or (labels.get("http_status", "").startswith("5") if statuses == "http"
+                                 else labels.get("grpc_status") != "OK")
+        if failed:
+            stats.failure += n
+        else:
+            stats.success += n
+        if error in TIMEOUT_ERRORS:
+            stats.timeouts = (stats.timeouts or 0) + n
 
     def key(labels: Mapping[str, str]) -> tuple[str, ...]:
         route = "[default]" if labels.get("route_name") == "default" else labels.get("route_name", "")
@@ -276,29 +288,26 @@ def stat_outbound(prometheus: Prometheus, target: Target, window: str) -> list[R
         return (labels.get("namespace", ""), name, labels.get("parent_name", ""), labels.get("parent_port", ""),
                 route, route_type)
 
+    backend_queries = (promql.BACKEND_REQUESTS, promql.BACKEND_HTTP_STATUSES, promql.BACKEND_GRPC_STATUSES,
+                       *backend_quantiles)
     for name, samples in results.items():
         for sample in samples:
             labels, k = sample.labels, key(sample.labels)
             stats = routes.setdefault(k, Stats(timeouts=0, retries=0))
-            if name in (promql.HTTP_STATUSES, promql.GRPC_STATUSES):
-                n = count(sample.value)
-                error = labels.get("error", "")
-                failed = bool(error) or (labels.get("http_status", "").startswith("5") if name == promql.HTTP_STATUSES
-                                         else labels.get("grpc_status") != "OK")
-                if failed:
-                    stats.failure += n
-                else:
-                    stats.success += n
-                if error in TIMEOUT_ERRORS:
-                    stats.timeouts = (stats.timeouts or 0) + n
+            if name in backend_queries:
+                backend = (labels.get("backend_name", ""), labels.get("backend_port", ""))
+                stats = backends.setdefault(k, {}).setdefault(backend, Stats(timeouts=0, attempts=0))
+            if name in (promql.HTTP_STATUSES, promql.BACKEND_HTTP_STATUSES):
+                outcome(stats, "http", labels, count(sample.value))
+            elif name in (promql.GRPC_STATUSES, promql.BACKEND_GRPC_STATUSES):
+                outcome(stats, "grpc", labels, count(sample.value))
             elif name == promql.RETRIES:
                 stats.retries = (stats.retries or 0) + count(sample.value)
             elif name == promql.BACKEND_REQUESTS:
-                backend = (labels.get("backend_name", ""), labels.get("backend_port", ""))
-                drawn = backends.setdefault(k, {})
-                drawn[backend] = drawn.get(backend, 0) + count(sample.value)
-            elif name in promql.QUANTILES:
-                stats.latency_ms[name] = None if math.isnan(sample.value) else sample.value * 1000
+                stats.attempts = (stats.attempts or 0) + count(sample.value)
+            elif name in promql.QUANTILES or name in backend_quantiles:
+                quantile = backend_quantiles.get(name, name)
+                stats.latency_ms[quantile] = None if math.isnan(sample.value) else sample.value * 1000
     rows = []
     for k, stats in sorted(routes.items()):
         if not stats.requests:
@@ -306,8 +315,8 @@ def stat_outbound(prometheus: Prometheus, target: Target, window: str) -> list[R
         ns, name, service, port, route, route_type = k
         base = {"service": service, "port": port, "route": route, "route_type": route_type}
         rows.append(Row(target.kind, ns, name, stats, extra={**base, "backend": "", "backend_port": ""}))
-        for (backend, backend_port), n in sorted(backends.get(k, {}).items()):
-            rows.append(Row(target.kind, ns, name, Stats(attempts=n),
+        for (backend, backend_port), drawn in sorted(backends.get(k, {}).items()):
+            rows.append(Row(target.kind, ns, name, drawn,
                             extra={**base, "backend": backend, "backend_port": backend_port}))
     return rows
 
@@ -405,7 +414,7 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
 def _policy_routes(prometheus: Prometheus, target: Target, window: str, services: set[tuple[str, str]]) -> list[Row]:
     """Without a ServiceProfile, the client policy's routes (HTTPRoute, GRPCRoute, default) to ``services`` that
     carried traffic in the window, from the outbound route families (``stat_outbound``'s rows): effective success
-    and latency per route, and its tries (the backends' requests) as the actual rate."""
+    and latency per route, and its tries (the backends' requests and responses) as the actual rate and success."""
     rows: list[Row] = []
     names = {name for _, name in services}
     for row in stat_outbound(prometheus, target, window):
@@ -415,8 +424,12 @@ def _policy_routes(prometheus: Prometheus, target: Target, window: str, services
         if not x["backend"]:
             rows.append(Row("route", row.namespace, x["route"], row.stats,
                             extra={"authority": x["service"], "route_type": x["route_type"]}))
-        elif rows:
-            rows[-1].stats.attempts = (rows[-1].stats.attempts or 0) + (row.stats.attempts or 0)  # type: ignore[union-attr]
+        elif rows and rows[-1].stats is not None:
+            # The tries: what the backends were sent and answered (ACTUAL_SUCCESS), before retries hid failures.
+            route = rows[-1].stats
+            route.attempts = (route.attempts or 0) + (row.stats.attempts or 0)
+            route.actual_success = (route.actual_success or 0) + row.stats.success
+            route.actual_failure = (route.actual_failure or 0) + row.stats.failure
     return rows
 
 

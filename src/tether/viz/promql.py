@@ -6,7 +6,7 @@
 | stat ``--to`` | the same with ``direction="outbound"`` and ``dst_<kind>``/``dst_namespace`` | the source's labels |
 | stat ``--from`` | ``direction="outbound"`` of the source's pods | ``dst_namespace``, ``dst_<kind>`` |
 | stat-inbound | ``response_total``, ``response_latency_ms_bucket`` with ``direction="inbound"`` | ``srv_*``, ``route_*``, ``target_port``, the kind's label |
-| stat-outbound | ``outbound_{http,grpc}_route_request_statuses_total``, ``..._request_duration_seconds_bucket``, ``..._retry_requests_total``, ``..._backend_requests_total`` | ``parent_name``, ``parent_port``, ``route_name``, ``route_kind`` (``backend_*``), the kind's label |
+| stat-outbound | ``outbound_{http,grpc}_route_request_statuses_total``, ``..._request_duration_seconds_bucket``, ``..._retry_requests_total``, ``..._backend_requests_total``, ``..._backend_response_statuses_total``, ``..._backend_response_duration_seconds_bucket`` | ``parent_name``, ``parent_port``, ``route_name``, ``route_kind`` (``backend_*``), the kind's label |
 | stat svc | ``direction="outbound"``, ``authority=~"^<svc>.<ns>.svc.<domain>.+"`` | ``dst_namespace``, ``dst_service`` |
 | routes | ``route_response_total``, ``route_actual_response_total``, ``route_response_latency_ms_bucket`` | ``rt_route``, ``dst`` |
 | edges | ``tcp_open_connections{direction="outbound"}`` | both sides' labels, ``pod``, ``server_id``, ``no_tls_reason`` |
@@ -40,6 +40,9 @@ HTTP_STATUSES = "http_statuses"
 GRPC_STATUSES = "grpc_statuses"
 RETRIES = "retries"
 BACKEND_REQUESTS = "backend_requests"
+BACKEND_HTTP_STATUSES = "backend_http_statuses"
+BACKEND_GRPC_STATUSES = "backend_grpc_statuses"
+BACKEND_QUANTILES = {q: f"backend_{q}" for q in QUANTILES}  # a backend's response latency, by quantile
 
 AUTHZ_GROUP = ("route_kind", "route_name", "authz_kind", "authz_name", "srv_kind", "srv_name")
 
@@ -206,10 +209,18 @@ def stat_outbound(target: Target, window: str) -> QuerySet:
         RETRIES: both(f"sum(increase(outbound_PROTO_route_retry_requests_total{rendered}[{window}])) by ({g})"),
         BACKEND_REQUESTS: both(f"sum(increase(outbound_PROTO_route_backend_requests_total{rendered}[{window}])) "
                                f"by ({g}, backend_name, backend_port)"),
+        # Each try's response, under the backend that answered it: the backend rows' success and latency.
+        BACKEND_HTTP_STATUSES: f"sum(increase(outbound_http_route_backend_response_statuses_total{rendered}"
+                               f"[{window}])) by ({g}, backend_name, backend_port, http_status, error)",
+        BACKEND_GRPC_STATUSES: f"sum(increase(outbound_grpc_route_backend_response_statuses_total{rendered}"
+                               f"[{window}])) by ({g}, backend_name, backend_port, grpc_status, error)",
     }
     for q in QUANTILES:  # seconds, as the route families measure
         queries[q] = both(f"histogram_quantile({q}, sum(irate(outbound_PROTO_route_request_duration_seconds_bucket"
                           f"{rendered}[{window}])) by (le, {g}))")
+        queries[BACKEND_QUANTILES[q]] = both(
+            f"histogram_quantile({q}, sum(irate(outbound_PROTO_route_backend_response_duration_seconds_bucket"
+            f"{rendered}[{window}])) by (le, {g}, backend_name, backend_port))")
     return QuerySet(queries, group)
 
 

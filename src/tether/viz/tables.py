@@ -127,8 +127,10 @@ def stat_outbound_table(rows: Sequence[Row], seconds: float) -> list[list[str]]:
             continue
         last = i + 1 == len(rows) or not rows[i + 1].extra["backend"]
         arrow = ("└" if last else "├") + "─" * max(0, len(x["route"]) - 1)
-        out.append(["", "", arrow, "────────►", f"{x['backend']}:{x['backend_port']}", DASH,
-                    rps(_rate(s.attempts, seconds)), DASH, DASH, DASH, DASH, ""])
+        answered = s.requests  # tries that ended (answered, or failed with an error of the proxy's)
+        out.append(["", "", arrow, "────────►", f"{x['backend']}:{x['backend_port']}", percent(s.success_rate()),
+                    rps(_rate(s.attempts, seconds)), *(latency(s.latency_ms.get(q)) for q in ("0.5", "0.95", "0.99")),
+                    percent((s.timeouts or 0) / answered if answered else None), ""])
     return out
 
 

@@ -64,7 +64,7 @@ class _NoopObserver:
     def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None:
         return None
 
-    def end(self, stream: object, status: int | None, error: object) -> None:
+    def end(self, stream: object, status: int | None, error: object, grpc_status: int | None = None) -> None:
         return None
 
 

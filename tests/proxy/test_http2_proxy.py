@@ -504,7 +504,8 @@ class Observed:
         self.seen.append(("response", status))
         self.response_headers.append(list(headers))
 
-    def end(self, stream: object, status: int | None, error: ProxyError | None) -> None:
+    def end(self, stream: object, status: int | None, error: ProxyError | None,
+            grpc_status: int | None = None) -> None:
         self.seen.append(("end", status))
 
 

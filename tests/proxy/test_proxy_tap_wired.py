@@ -141,6 +141,11 @@ def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_p
                 b"application/grpc"]
             assert not any(h.name.startswith(":") for r in out_responses for h in r.headers.headers)
             assert not any(e.http.response_init.headers.headers for e in inbound.events)
+            # The gRPC call's end carries its grpc-status (OK) in both directions; the HTTP/1 request's none.
+            for observed in (inbound, outbound):
+                ends = [e.http.response_end for e in observed.events if e.http.HasField("response_end")]
+                assert [end.eos.WhichOneof("end") for end in ends] == [None, "grpc_status_code"]
+                assert ends[1].eos.grpc_status_code == 0
             # The finished taps are gone: the request path is back to an empty list.
             for proxy in (server_proxy, client_proxy):
                 assert proxy.tap is not None and proxy.tap.taps.taps == []

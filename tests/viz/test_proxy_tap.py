@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -243,6 +244,67 @@ def test_bad_requests_are_invalid_arguments(pki: Pki) -> None:
         await server.stop()
 
     _run(body)
+
+
+def test_a_client_that_stops_reading_holds_events_in_the_tap_not_the_server(pki: Pki) -> None:
+    """io.grpc_server sends only as the client's flow-control window allows. The proxy's own gRPC client hands
+    window back only as its caller takes messages: while it takes none, the server holds at most HIGH_WATER
+    bytes, the tap its 400 events, and drops the rest (counted); once it reads again, every event not dropped
+    arrives, in order."""
+    import ssl
+
+    from tether.proxy.io.grpc_client import Channel
+    from tether.proxy.io.grpc_server import HIGH_WATER
+    from tether.proxy.io.tap_server import OBSERVE
+
+    async def body() -> None:
+        taps = Taps(base=1)
+        server, proxy_id = await _server(pki, taps)
+        _, key, chain = pki.leaf("tap", "linkerd-viz")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False  # the channel checks the server's name itself
+        context.load_verify_locations(cadata=pki.anchors_pem.decode())
+        context.set_alpn_protocols(["h2"])
+        with tempfile.NamedTemporaryFile() as pem_file:
+            pem_file.write(chain + key)
+            pem_file.flush()
+            context.load_cert_chain(pem_file.name)
+        channel = Channel(f"127.0.0.1:{server.port}", ssl_context=context, server_name=proxy_id)
+        extract = tap_pb2.ObserveRequest.Extract(http=tap_pb2.ObserveRequest.Extract.Http(
+            headers=tap_pb2.ObserveRequest.Extract.Http.Headers()))
+        stream = channel.server_stream(OBSERVE, tap_pb2.ObserveRequest(limit=100_000, extract=extract),
+                                       tap_pb2.TapEvent)
+        first = asyncio.create_task(anext(stream))
+        await server.wait_for_taps(1)
+        (tap,) = taps.taps
+        loop = asyncio.get_running_loop()
+        big = ((b"x-padding", b"p" * 1000),)  # each event about 1 KB
+        taps.begin(req("/0", headers=big), loop.time())
+        assert (await first).http.request_init.path == "/0"
+        sent = 1
+        for batch in range(30):  # 3,000 more, the loop turning between batches so the server sends what it may
+            for _ in range(100):
+                taps.begin(req(f"/{sent}", headers=big), loop.time())
+                sent += 1
+            for _ in range(5):
+                await asyncio.sleep(0)
+            (conn,) = server.grpc.connections
+            assert conn.endpoint.buffered(next(iter(conn.calls))) <= HIGH_WATER + 2048
+        assert len(tap.events) == 400 and tap.dropped > 0
+        received = [event async for event in _take(stream, sent - 1 - tap.dropped)]
+        paths = [int(e.http.request_init.path[1:]) for e in received]
+        assert paths == sorted(paths) and len(paths) == sent - 1 - tap.dropped and paths[0] == 1
+        await stream.aclose()
+        await channel.close()
+        await server.wait_for_no_taps()  # leaving the call closed the tap
+        await server.stop()
+
+    _run(body)
+
+
+async def _take(stream: Any, n: int) -> Any:
+    for _ in range(n):
+        yield await asyncio.wait_for(anext(stream), 10)
 
 
 def test_grpc_message_framing() -> None:

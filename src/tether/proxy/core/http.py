@@ -123,14 +123,16 @@ class StreamObserver(Protocol):
     ``request`` when a request head is routed (with the endpoint's labels and the connection's client
     address, None when the transport did not say), ``response`` at its response head (the headers the
     client gets), ``end`` when the exchange is over (status None: no response was sent; ``error``: the
-    error kind the proxy answered, if it did).
+    error kind the proxy answered, if it did; ``grpc_status``: a gRPC stream's, from its trailers or the
+    proxy's own answer).
     """
 
     def request(self, stream: object, request: RequestHead, labels: str, client: ClientAddr | None) -> None: ...
 
     def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None: ...
 
-    def end(self, stream: object, status: int | None, error: ProxyError | None) -> None: ...
+    def end(self, stream: object, status: int | None, error: ProxyError | None,
+            grpc_status: int | None = None) -> None: ...
 
 
 # Rapid reset (CVE-2023-44487): streams a client resets before their response head, less one per response head

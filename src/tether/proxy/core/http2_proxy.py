@@ -424,7 +424,7 @@ class Http2Proxy:
         for stream in list(self.streams.values()):
             self._release(stream)
             if self.settings.observer is not None:
-                self.settings.observer.end(stream, stream.status, stream.error)
+                self.settings.observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None)
         self.streams.clear()
         self.sink.close()
 
@@ -1140,7 +1140,7 @@ class Http2Proxy:
             return
         self._go(stream, step)
         if self.settings.observer is not None:
-            self.settings.observer.end(stream, stream.status, stream.error)
+            self.settings.observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None)
         self.streams.pop(stream.sid, None)
         if stream.owed_down:
             self.down.ack(stream.sid, stream.owed_down)

@@ -469,11 +469,11 @@ class TapObserver:
         if tapped is not None:
             tapped.response_init(status, [h for h in headers if h[0][:1] != b":"], self.clock())
 
-    def end(self, stream: object, status: int | None, error: object) -> None:
+    def end(self, stream: object, status: int | None, error: object, grpc_status: int | None = None) -> None:
         tapped = self._streams.pop(id(stream), None)
         if tapped is None:
             return
         now = self.clock()
         if tapped.response_started is None and status is not None:
             tapped.response_init(status, (), now)  # the proxy answered (an error) without a relayed head
-        tapped.response_end(now)
+        tapped.response_end(now, grpc_status=grpc_status)

@@ -165,13 +165,18 @@ def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform
     spec.loader.exec_module(render)
     p.apply(render.render(sys.executable, str(DEMO_DIR), vote_rate=4))
     p.apply(LOCKDOWN)
-    p.apply(intruder())
 
     def pod(prefix: str) -> dict | None:
         found = [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix) and ready(x)]
         return found[0] if found else None
 
     voting = wait_for("voting ready", lambda: pod("voting-"), timeout=90)
+    # The lockdown in force at voting's proxy (web's calls admitted under voting-policy) before the intruder
+    # exists: a proxy that got voting's policy before the Server was indexed would let its first calls through.
+    wait_for("web's votes allowed at voting's proxy", lambda: _series(
+        _metrics(p, voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"', 'srv_name="voting-grpc"',
+        'authz_name="voting-policy"') > 0, timeout=60)
+    p.apply(intruder())
     intruder_pod = wait_for("intruder ready", lambda: pod("intruder-"), timeout=90)
 
     def log() -> list[str]:
@@ -179,11 +184,7 @@ def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform
 
     wait_for("the intruder's vote denied", lambda: "vote PERMISSION_DENIED" in log(), timeout=60)
     assert "vote ok" not in log() and "results ok" not in log()
-    metrics = wait_for("web's votes allowed at voting's proxy",
-                       lambda: (m := _metrics(p, voting)) and _series(
-                           m, "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"', 'srv_name="voting-grpc"',
-                           'authz_name="voting-policy"') > 0 and m, timeout=60)
-    assert _series(metrics, "inbound_http_authz_deny_total", f'client_id="{INTRUDER_ID}"',
+    assert _series(_metrics(p, voting), "inbound_http_authz_deny_total", f'client_id="{INTRUDER_ID}"',
                    'srv_name="voting-grpc"') > 0
 
     # Per-route authorization: the intruder may read the results, and only that.

@@ -9,6 +9,9 @@ HTTP/1 for the app.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 from h2.errors import ErrorCodes
 from h2_fakes import FakeClock
 from h2_playbook import (
@@ -269,3 +272,50 @@ def test_a_per_attempt_timeout_resets_the_slow_stream_and_retries_after_the_back
             << SendUp(0, Headers(3, get, end=True))  # the last attempt has no per-attempt timeout
             >> Up(0, Headers(3, OK, end=True))
             << SendDown(Headers(1, OK, end=True)))
+
+
+def test_an_endpoints_keep_alive_pings_it_and_a_silent_one_is_dropped() -> None:
+    """Discovery's keep-alive for an endpoint (WeightedAddr.http2, in Connect.h2_keep_alive): a PING once the
+    endpoint has been silent for the interval; no answer within the timeout and the connection is closed,
+    its streams failed."""
+    from tether.proxy.core import commands as cmd
+    from tether.proxy.core.http import Pick
+
+    clock = FakeClock()
+    settings = HttpSettings("outbound", clock, HttpMetrics(lambda: 0.0, 600), error_labels=LABELS)
+
+    def router(request: object) -> Generator[cmd.Command, Any, Pick]:
+        return Pick(cmd.Connect(ADDRS[0], None, 1.0, "x", h2_keep_alive=(10.0, 3.0, True)), None, LABELS, b"web")
+        yield
+
+    def later(seconds: float) -> Do:
+        def move() -> None:
+            clock.now += seconds
+        return Do(move)
+
+    assert (H2Playbook(router, settings)  # type: ignore[arg-type]
+            >> Down(Headers(1, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << CallLater(10.0)  # the endpoint's keep-alive starts with its connection
+            << SendUp(0, Headers(1, GET, end=True))
+            >> Up(0, Headers(1, OK, end=True))
+            << SendDown(Headers(1, OK, end=True))
+            >> later(10)
+            >> Fire()
+            << CallLater(3.0)
+            << SendUp(0, Ping())
+            >> Up(0, Ping(ack=True))  # it answered
+            << CallLater(10.0)
+            >> Down(Headers(3, GRPC, end=True))
+            << SendUp(0, Headers(3, GRPC, end=True))
+            >> later(10)
+            >> Fire()
+            << CallLater(3.0)
+            << SendUp(0, Ping())
+            >> later(3)
+            >> Fire()  # no answer: the connection goes, and the stream on it fails
+            << Checkin(0, reuse=False)
+            << Count("outbound_http_errors_total", 'error="i/o"')
+            << SendDown(Headers(3, [(b":status", b"200"), *errors.grpc_headers(errors.io_error(ADDRS[0]))],
+                                end=True)))

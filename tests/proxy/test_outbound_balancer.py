@@ -134,6 +134,23 @@ def test_endpoint_from_the_destination_api() -> None:
     assert Endpoint.from_proto(uri).server_id is None  # a URI identity without a server name: no TLS
 
 
+def test_an_endpoints_http2_keep_alive_from_the_destination_api_reaches_its_connect() -> None:
+    from tether.proxy.core.endpoint import plan
+
+    weighted = pb.WeightedAddr(addr=to_tcp_address("10.1.0.5", 8080))
+    weighted.tls_identity.dns_like_identity.name = "web.ns.serviceaccount.identity.linkerd.cluster.local"
+    assert Endpoint.from_proto(weighted).h2_keep_alive is None  # none given: no PINGs
+    weighted.http2.keep_alive.interval.FromSeconds(10)
+    weighted.http2.keep_alive.timeout.FromMilliseconds(3500)
+    weighted.http2.keep_alive.while_idle = True
+    endpoint = Endpoint.from_proto(weighted)
+    assert endpoint.h2_keep_alive == (10.0, 3.5, True)
+    connect = plan(endpoint, local_ips=frozenset(), protocol=None, timeout=1.0).connect
+    assert connect.h2_keep_alive == (10.0, 3.5, True)
+    weighted.http2.keep_alive.timeout.FromSeconds(0)
+    assert Endpoint.from_proto(weighted).h2_keep_alive is None  # a zero duration: none
+
+
 def test_pooled_connections_to_one_pods_inbound_port_are_kept_per_target_port() -> None:
     """Two ports of one pod reached through its inbound port: a pooled connection's transport header names its
     own target port, so a request for the other port never reuses it (nor a plain connection to that port)."""

@@ -117,6 +117,9 @@ class Connect(Command):
     # The port a transport header sent on this connection names (0: none). Connections to one pod's inbound
     # port for different target ports are not interchangeable: each is bound to its header's port.
     header_port: int = 0
+    # HTTP/2 keep-alive towards the endpoint, as discovery gives it (WeightedAddr.http2): (interval, timeout,
+    # while idle) in seconds; None: no PINGs. Not part of what the connection is (nor of its pool key).
+    h2_keep_alive: tuple[float, float, bool] | None = field(default=None, compare=False)
     # What pooled connections are kept under: the address, the TLS setting and the header's port, as one
     # string (its hash is computed once, where a tuple would hash the address in Python on every lookup).
     pool_key: str = field(init=False, compare=False, repr=False)

@@ -34,6 +34,8 @@ class Endpoint:
     opaque: bool = False  # protocol hint opaque: no session protocol in the header
     opaque_transport_port: int | None = None  # connect here with a transport header
     h2: bool = False
+    # HTTP/2 keep-alive towards it (WeightedAddr.http2.keep_alive): (interval, timeout, while idle), seconds.
+    h2_keep_alive: tuple[float, float, bool] | None = None
 
     @classmethod
     def from_proto(cls, weighted: pb.WeightedAddr, set_labels: Mapping[str, str] = {}) -> Endpoint:
@@ -56,12 +58,25 @@ class Endpoint:
             opaque=hint.WhichOneof("protocol") == "opaque",
             opaque_transport_port=transport_port if is_port(transport_port) else None,
             h2=hint.WhichOneof("protocol") == "h2",
+            h2_keep_alive=_keep_alive(weighted),
         )
 
     @classmethod
     def forward(cls, addr: SocketAddr) -> Endpoint:
         """The original destination itself, when discovery knows nothing better."""
         return cls(addr)
+
+
+def _keep_alive(weighted: pb.WeightedAddr) -> tuple[float, float, bool] | None:
+    """The endpoint's HTTP/2 keep-alive, if discovery gives one with both durations above zero."""
+    if not weighted.HasField("http2") or not weighted.http2.HasField("keep_alive"):
+        return None
+    keep_alive = weighted.http2.keep_alive
+    interval = keep_alive.interval.ToTimedelta().total_seconds()
+    timeout = keep_alive.timeout.ToTimedelta().total_seconds()
+    if interval <= 0 or timeout <= 0:
+        return None
+    return interval, timeout, keep_alive.while_idle
 
 
 def _identity(tls: pb.TlsIdentity) -> tuple[str | None, str | None]:
@@ -101,11 +116,13 @@ def plan(
         # Our own pod: no mTLS, no header (Linkerd's "loopback" endpoint).
         tls_labels = labels.no_tls(labels.LOOPBACK)
         return Plan(Connect(addr, None, timeout, labels.connect_outbound(addr, tls_labels, endpoint.dst_labels,
-                                                                         authority)), None)
+                                                                         authority),
+                            h2_keep_alive=endpoint.h2_keep_alive), None)
     if endpoint.server_id is None or endpoint.sni is None:
         tls_labels = labels.no_tls(labels.NOT_PROVIDED_BY_SERVICE_DISCOVERY)
         return Plan(Connect(addr, None, timeout, labels.connect_outbound(addr, tls_labels, endpoint.dst_labels,
-                                                                         authority)), None)
+                                                                         authority),
+                            h2_keep_alive=endpoint.h2_keep_alive), None)
     header = None
     target = addr
     if endpoint.opaque_transport_port is not None:
@@ -116,4 +133,5 @@ def plan(
     tls_labels = labels.tls_connected(endpoint.server_id)
     return Plan(Connect(target, tls, timeout, labels.connect_outbound(addr, tls_labels, endpoint.dst_labels,
                                                                       authority),
-                        header_port=addr.port if header is not None else 0), header)
+                        header_port=addr.port if header is not None else 0, h2_keep_alive=endpoint.h2_keep_alive),
+                header)

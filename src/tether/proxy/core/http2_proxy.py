@@ -49,7 +49,9 @@ a stream reset in the same read as its HEADERS is never started, and past
 ``HttpSettings.h2_max_pending_resets`` streams reset before their response the connection
 ends with GOAWAY(ENHANCE_YOUR_CALM). Keep-alive: with
 ``HttpSettings.h2_keep_alive``, a silent client gets a PING and, without an
-answer in time, GOAWAY.
+answer in time, GOAWAY; with an endpoint's keep-alive from discovery
+(``Connect.h2_keep_alive``), a silent endpoint gets a PING and, without an
+answer in time, its connection is closed and its streams fail.
 
 Tests: tests/proxy/test_http2_proxy.py (playbooks: an h2 client in, sink calls out).
 Callers: ``core.inbound`` and ``core.outbound`` (``http2``, their ``PROTOCOL_LAYERS`` entry for HTTP/2),
@@ -197,20 +199,79 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
 _BEFORE_HEAD = (_P.ROUTING, _P.CONNECTING, _P.WAITING)
 
 
+class _KeepAlive:
+    """HTTP/2 keep-alive of one connection: a PING once the peer has been silent for ``interval`` (only while
+    ``busy()``, if given), and ``dead()`` when no byte answers it within ``timeout`` -- as hyper's keep-alive
+    does for linkerd2-proxy, towards its clients and its endpoints. ``done()`` ends each timer callback."""
+
+    __slots__ = ("interval", "timeout", "clock", "call_later", "ping", "dead", "done", "busy", "heard_at", "pinged",
+                 "timer")
+
+    def __init__(self, interval: float, timeout: float, clock: Callable[[], float],
+                 call_later: Callable[[float, Callable[[], None]], Timer], ping: Callable[[], None],
+                 dead: Callable[[], None], done: Callable[[], None], busy: Callable[[], bool] | None = None) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self.call_later = call_later
+        self.ping = ping
+        self.dead = dead
+        self.done = done
+        self.busy = busy
+        self.heard_at = clock()  # when the peer last sent a byte
+        self.pinged = False  # a PING is out, unanswered
+        self.timer: Timer | None = call_later(interval, self._check)
+
+    def heard(self) -> None:
+        """The peer sent something (a PING's ACK, or anything else)."""
+        self.heard_at = self.clock()
+        if self.pinged:
+            self.pinged = False
+            if self.timer is not None:
+                self.timer.cancel()
+            self._next()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _check(self) -> None:
+        self._next()
+        self.done()
+
+    def _next(self) -> None:
+        now = self.clock()
+        if self.pinged:
+            self.timer = None
+            log.debug("HTTP/2 peer did not answer a keep-alive PING within %ss", self.timeout)
+            self.dead()
+        elif now >= self.heard_at + self.interval and (self.busy is None or self.busy()):
+            self.ping()
+            self.pinged = True
+            self.timer = self.call_later(self.timeout, self._check)
+        else:
+            due = self.heard_at + self.interval - now  # overdue here: not busy, so look again in an interval
+            self.timer = self.call_later(due if due > 0 else self.interval, self._check)
+
+
 class _Up:
     """An HTTP/2 connection to one endpoint, shared by this client connection's streams to it."""
 
-    __slots__ = ("key", "ep", "io", "addr", "streams", "waiting", "draining")
+    __slots__ = ("key", "ep", "io", "addr", "streams", "waiting", "draining", "keep_alive", "keep_alive_params")
 
-    def __init__(self, key: object, addr: object, params: Http2Params) -> None:
+    def __init__(self, key: object, addr: object, params: Http2Params,
+                 keep_alive: tuple[float, float, bool] | None) -> None:
         self.key = key
         self.addr = addr
+        self.keep_alive_params = keep_alive  # the endpoint's (interval, timeout, while idle), from discovery
         self.ep = H2Endpoint(client=True, params=params)
         self.ep.initiate()  # the preface waits in the endpoint until the connection is up
         self.io: Upstream | None = None  # None while connecting
         self.streams: dict[int, _Stream] = {}  # upstream stream id -> stream
         self.waiting: deque[_Stream] = deque()  # streams waiting for the connection, or for a free stream
         self.draining = False  # it sent GOAWAY: no new streams
+        self.keep_alive: _KeepAlive | None = None  # with the endpoint's keep-alive (Connect.h2_keep_alive)
 
 
 class _H1:
@@ -327,9 +388,7 @@ class Http2Proxy:
         self.ended = False  # the connection is to end when the callback returns
         self.over = False
         self.resets = 0  # streams reset by the client before their response head (settings.h2_max_pending_resets)
-        self.heard = settings.clock()  # when the client last sent a byte (keep-alive)
-        self.pinged = False  # a keep-alive PING is out, unanswered
-        self.keep_alive: Timer | None = None  # the keep-alive's next step (with settings.h2_keep_alive)
+        self.keep_alive: _KeepAlive | None = None  # with settings.h2_keep_alive
 
     # -- the client's connection ---------------------------------------------------------------------------------
 
@@ -338,7 +397,8 @@ class Http2Proxy:
         self.down.initiate()
         keep_alive = self.settings.h2_keep_alive
         if keep_alive is not None:
-            self.keep_alive = self.sink.call_later(keep_alive[0], self._keep_alive)
+            self.keep_alive = _KeepAlive(*keep_alive, self.settings.clock, self.sink.call_later, self.down.ping,
+                                         self._client_silent, self._after)
         self._after()
 
     def down_data(self, data: bytes) -> None:
@@ -348,12 +408,7 @@ class Http2Proxy:
             self.down_lost()
             return
         if self.keep_alive is not None:
-            self.heard = self.settings.clock()
-            if self.pinged:  # the client is there (its PING's ACK, or anything else)
-                self.pinged = False
-                self.keep_alive.cancel()
-                self.keep_alive = None
-                self._keep_alive()
+            self.keep_alive.heard()
         self._from_down(data)
         self._after()
 
@@ -417,6 +472,9 @@ class Http2Proxy:
         if self.keep_alive is not None:
             self.keep_alive.cancel()
             self.keep_alive = None
+        for up in self.live.values():
+            if up.keep_alive is not None:
+                up.keep_alive.cancel()
         for io in [*self.live, *self.h1s]:
             self.sink.checkin(io, reuse=False)
         self.live.clear()
@@ -628,7 +686,7 @@ class Http2Proxy:
         key = pick.connect.pool_key
         up = self.ups.get(key)
         if up is None:
-            up = self.ups[key] = _Up(key, pick.connect.addr, self.settings.h2_client)
+            up = self.ups[key] = _Up(key, pick.connect.addr, self.settings.h2_client, pick.connect.h2_keep_alive)
             self.sink.connect(pick.connect, pick.header, lambda reply: self._connected(up, reply))
         up.waiting.append(stream)
         if up.io is not None:
@@ -663,6 +721,11 @@ class Http2Proxy:
         else:
             up.io = reply
             self.live[reply] = up
+            if up.keep_alive_params is not None:
+                interval, timeout, while_idle = up.keep_alive_params
+                up.keep_alive = _KeepAlive(interval, timeout, self.settings.clock, self.sink.call_later, up.ep.ping,
+                                           lambda: self._up_lost(up), self._after,
+                                           None if while_idle else lambda: bool(up.streams))
             self._open_waiting(up)
         self._after()
 
@@ -746,6 +809,8 @@ class Http2Proxy:
         if not data:
             self._up_lost(up)
             return
+        if up.keep_alive is not None:
+            up.keep_alive.heard()
         try:
             events = up.ep.receive_data(data)
         except H2ProtocolError:
@@ -900,6 +965,9 @@ class Http2Proxy:
     def _close_up(self, up: _Up, lost: bool = False) -> None:
         if self.ups.get(up.key) is up:
             del self.ups[up.key]
+        if up.keep_alive is not None:
+            up.keep_alive.cancel()
+            up.keep_alive = None
         if up.io is not None and self.live.pop(up.io, None) is not None:
             data = up.ep.data_to_send()  # resets and the like still owed to it (unless it is gone)
             if data and not lost:
@@ -1215,25 +1283,11 @@ class Http2Proxy:
 
     # -- keep-alive -----------------------------------------------------------------------------------------------
 
-    def _keep_alive(self) -> None:
-        """A PING once the client has been silent for the interval; no answer within the timeout ends the
-        connection (GOAWAY), as hyper's server keep-alive does for linkerd2-proxy."""
-        keep_alive = self.settings.h2_keep_alive
-        if self.over or keep_alive is None:
-            return
-        interval, timeout = keep_alive
-        now = self.settings.clock()
-        if self.pinged and self.keep_alive is not None:
-            log.debug("HTTP/2 client did not answer a keep-alive PING within %ss: closing", timeout)
+    def _client_silent(self) -> None:
+        """The client did not answer a keep-alive PING in time: GOAWAY, and the connection ends."""
+        if not self.over:
             self.down.goaway(ErrorCodes.NO_ERROR)
             self.ended = True
-        elif now >= self.heard + interval:
-            self.down.ping()
-            self.pinged = True
-            self.keep_alive = self.sink.call_later(timeout, self._keep_alive)
-        else:
-            self.keep_alive = self.sink.call_later(self.heard + interval - now, self._keep_alive)
-        self._after()
 
     # -- downgraded requests: HTTP/1 to the app (l5d-orig-proto, proxy.md §7.7) ------------------------------------
 

@@ -3,7 +3,8 @@
 The API server is kmock's emulator (a mock of the Kubernetes API only, as the
 project's other Kubernetes tests); the objects are what ``tether viz install
 --platform kubernetes`` prints, with its real tap certificate, and pods as the
-kubelet would report them.
+kubelet would report them. ``--proxy`` asks a real Prometheus (Debian's),
+scraping a proxy's metrics as viz's scrape configuration does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 from check.test_kube_check import _COLLECTIONS, _pod, tether
 from k8s.kube_helpers import emulated_api
+from viz.promlab import FakeProxy, PrometheusProcess, meshed_pod, wait_for
 
 COLLECTIONS = {**_COLLECTIONS, "APIService": "/apis/apiregistration.k8s.io/v1/apiservices"}
 NS = "linkerd-viz"
@@ -99,6 +101,39 @@ async def test_viz_check_names_uninjected_pods_and_an_unavailable_apiservice(tmp
         injected = found["linkerd-viz pods are injected"]["error"]
         assert "prometheus-1" in injected and "web-1" in injected and "tap-1" not in injected  # tap is not meshed
         assert found["viz extension pods are running"]["result"] == "success"
+
+
+async def test_proxy_metrics_present_in_prometheus(tmp_path: Path) -> None:
+    proxy = FakeProxy(lambda n: f"process_start_time_seconds 1700000000\nrequest_total {n}\n")
+    scraped = meshed_pod("web-1", "emojivoto", "web", proxy.port)
+    silent = meshed_pod("vote-1", "emojivoto", "vote", 1)  # nothing answers there: never scraped
+    prom = PrometheusProcess(tmp_path / "prom", [scraped, silent])
+    try:
+        wait_for("the proxy's first scrape", lambda: any(
+            t.get("health") == "up" for t in prom.client.targets()), timeout=60)
+        async with emulated_api(tmp_path) as (api, _, settings):
+            api["get /version"] << {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
+            await _install_viz(api)
+            api.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "emojivoto"}})
+            base = ["viz", "check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait",
+                    "0", "-o", "json", "--proxy", "--prometheus-url", prom.url]
+            await api.post(COLLECTIONS["Pod"].format(ns="emojivoto"), json=scraped)
+            code, out, _ = await tether(*base, "-n", "emojivoto")
+            found = results(out)
+            assert code == 0, found
+            assert found["data plane proxy metrics are present in Prometheus"]["result"] == "success"
+            await api.post(COLLECTIONS["Pod"].format(ns="emojivoto"), json=silent)
+            code, out, _ = await tether(*base, "-n", "emojivoto")
+            found = results(out)
+            assert code == 1 and found["data plane proxy metrics are present in Prometheus"]["error"] == (
+                "Data plane metrics not found for emojivoto/vote-1.")
+            code, out, _ = await tether(*base, "-n", "nowhere")
+            assert results(out)["data plane namespace exists"]["error"] == 'The "nowhere" namespace does not exist'
+            code, _, err = await tether(*base[:-2])
+            assert code == 2 and "--proxy asks Prometheus: give --prometheus-url" in err
+    finally:
+        prom.stop()
+        proxy.close()
 
 
 async def test_the_kubernetes_flags_are_refused_locally() -> None:

@@ -364,17 +364,30 @@ def discovery(state_dir: Path) -> None:
               help="(kubernetes) How long to retry checks that may pass by waiting (0: no retries).")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "short"]), default="table", show_default=True,
               help="(kubernetes) The report's format.")
+@click.option("--proxy", is_flag=True, help="(kubernetes) Also check that Prometheus holds the data plane's proxy "
+              "metrics (needs --prometheus-url).")
+@click.option("-n", "--namespace", help="(kubernetes) With --proxy: only the pods of this namespace [default: all].")
 @prometheus_option
 @platform_option
 @click.pass_context
 def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns: str, wait: float, output: str,
-          prometheus_url: str | None, kube: KubeTarget | None) -> None:
+          proxy: bool, namespace: str | None, prometheus_url: str | None, kube: KubeTarget | None) -> None:
     """Check viz: locally, that Prometheus answers and scrapes every meshed pod's proxy; on Kubernetes, Linkerd's
-    linkerd-viz checks against the API server. Exit 1 if one fails."""
+    linkerd-viz checks against the API server (and, with --proxy, linkerd-viz-data-plane). Exit 1 if one fails."""
     if kube is not None:
-        _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output)
+        if namespace is not None and not proxy:
+            raise click.UsageError("-n/--namespace selects the data plane: give --proxy too")
+        if proxy and prometheus_url is None:
+            raise click.UsageError("--proxy asks Prometheus: give --prometheus-url (or TETHER_PROMETHEUS_URL)")
+        prometheus = None
+        if proxy and prometheus_url:
+            try:
+                prometheus = Prometheus(prometheus_url)
+            except PrometheusError as err:
+                raise click.BadParameter(str(err), param_hint="--prometheus-url") from None
+        _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output, prometheus, namespace)
         return
-    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output")
+    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output", "proxy", "namespace")
              if click_ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
@@ -420,8 +433,20 @@ def _wait(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return _seconds(ctx, param, value)
 
 
+def _scraped(prometheus: Prometheus) -> set[tuple[str, str]]:
+    """(namespace, pod) of every proxy Prometheus scrapes successfully."""
+    try:
+        targets = prometheus.targets()
+    except PrometheusError as err:
+        from tether.diagnose.checks import Problem
+
+        raise Problem(str(err)) from None
+    return {(t["labels"].get("namespace", ""), t["labels"].get("pod", "")) for t in targets
+            if (t.get("labels") or {}).get("job") == PROXY_JOB and t.get("health") == "up"}
+
+
 def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns: str, wait: float,
-                      output: str) -> None:
+                      output: str, prometheus: Prometheus | None = None, data_namespace: str | None = None) -> None:
     """``linkerd viz check``'s categories (tether.diagnose.kube), printed as ``tether check`` prints them."""
     import sys
 
@@ -430,9 +455,10 @@ def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns:
     from tether.diagnose.kube import Expected, KubeChecks
     from tether.platform.kubernetes.client import ClientSettings
 
-    kube_checks = KubeChecks(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context), __version__, None,
-                             Expected(control_plane_ns, ()))
-    categories = kube_checks.viz_categories(namespace)
+    kube_checks = KubeChecks(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context), __version__,
+                             data_namespace, Expected(control_plane_ns, ()))
+    scraped = (lambda: _scraped(prometheus)) if prometheus is not None else None
+    categories = kube_checks.viz_categories(namespace, scraped=scraped)
 
     def progress(category: str, description: str, error: str) -> None:
         if output != "json":

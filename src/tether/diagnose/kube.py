@@ -761,14 +761,33 @@ class KubeChecks:
             Check("prometheus is installed and configured correctly", lambda: self._prometheus(namespace), hint),
         ])
 
-    def viz_categories(self, namespace: str | None) -> Iterator[Category]:
+    def _proxy_metrics(self, scraped: Callable[[], set[tuple[str, str]]]) -> None:
+        pods = self._data_pods()
+        if not pods:
+            raise Problem('No "linkerd-proxy" containers found')
+        have = scraped()
+        missing = sorted(f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}" for p in pods
+                         if (p["metadata"].get("namespace", ""), p["metadata"]["name"]) not in have)
+        if missing:
+            raise Problem(f"Data plane metrics not found for {', '.join(missing)}.")
+
+    def viz_categories(self, namespace: str | None, *,
+                       scraped: Callable[[], set[tuple[str, str]]] | None = None) -> Iterator[Category]:
         """``tether viz check --platform kubernetes``: the API server's categories, then viz's, for the namespace
-        labelled ``linkerd.io/extension=viz`` (or ``namespace``)."""
+        labelled ``linkerd.io/extension=viz`` (or ``namespace``); with ``scraped`` (``--proxy``: the (namespace,
+        pod) pairs whose proxy metrics Prometheus holds) ``linkerd-viz-data-plane`` for the meshed pods of this
+        checker's namespace (all without one)."""
         yield from self.api_categories()
         if namespace is None:
             found = self._extension_namespaces().get("viz") or ["linkerd-viz"]
             namespace = sorted(found)[0]
         yield from self._viz_categories(namespace)
+        if scraped is not None:
+            yield Category("linkerd-viz-data-plane", [
+                Check("data plane namespace exists", self._data_namespace, "create it, or pass another -n"),
+                Check("data plane proxy metrics are present in Prometheus", lambda: self._proxy_metrics(scraped),
+                      "wait for Prometheus' next scrape; `tether viz check` lists the failing scrapes", retry=True),
+            ])
 
     # -- all -------------------------------------------------------------------------------------
 

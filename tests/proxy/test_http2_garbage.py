@@ -1,9 +1,9 @@
-"""A closed HTTP/2 connection should leave no reference cycle either (see tests/proxy/test_http1_garbage.py).
+"""A closed HTTP/2 connection leaves no reference cycle either (see tests/proxy/test_http1_garbage.py).
 
-It does today: ``io.http2_io.Http2Io`` hands its core (``core.http2_proxy.Http2Proxy``) itself as the sink and
-holds the core, so every HTTP/2 connection is freed by the cyclic collector only, which the serving proxy runs
-rarely (``tether.proxy.main``). The HTTP/1 side's fix is the one to copy: the core gets ``weakref.proxy(self)``.
-The test is marked to fail until then (strict: once it passes, the mark must go).
+``io.http2_io.Http2Io`` holds its core (``core.http2_proxy.Http2Proxy``) and hands it ``weakref.proxy(self)`` as
+the sink, as the HTTP/1 side does; the core drops what refers back to it (keep-alive timers) when it ends. So a
+closed connection is freed by reference counting, not by the cyclic collector, which the serving proxy runs
+rarely (``tether.proxy.main``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
-import pytest
 from proxy_harness import Mesh, run
 from test_http1_garbage import closed_streams_lost
 from test_http2_mesh import Names, grpc_server
@@ -23,7 +22,6 @@ DATA_PATH = ("tether.proxy.io.http2_io", "tether.proxy.core.http2_proxy", "tethe
              "tether.proxy.io.streams", "tether.proxy.io.driver", "tether.proxy.core.http_commands", "uvloop")
 
 
-@pytest.mark.xfail(strict=True, reason="Http2Io <-> Http2Proxy: the core holds its I/O side (io/http2_io.py)")
 def test_closed_http2_connections_leave_no_cyclic_garbage(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:

@@ -475,6 +475,7 @@ class Http2Proxy:
         for up in self.live.values():
             if up.keep_alive is not None:
                 up.keep_alive.cancel()
+                up.keep_alive = None  # (it refers back to this core)
         for io in [*self.live, *self.h1s]:
             self.sink.checkin(io, reuse=False)
         self.live.clear()

@@ -21,6 +21,7 @@ Caller: ``io.driver.Driver`` (the ``ServeHttp2`` command).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ FLOOD_LIMIT = 4 * 1024 * 1024
 class Http2Io:
     """One accepted connection served as HTTP/2 (see the module docstring)."""
 
-    __slots__ = ("driver", "conn", "down", "core", "ups", "finished", "loop", "closed", "flooded")
+    __slots__ = ("driver", "conn", "down", "core", "ups", "finished", "loop", "closed", "flooded", "__weakref__")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  downgrade: bool) -> None:
@@ -55,7 +56,10 @@ class Http2Io:
         self.ups: dict[Stream, Upstream] = {}  # the upstream connections the core holds, by their stream
         self.closed = False
         self.flooded: set[Stream] = set()  # streams not read for FLOOD_LIMIT unwritten
-        self.core = Http2Proxy(router, settings, self, downgrade=downgrade,
+        # The core holds its sink weakly, as the HTTP/1 core does (io/http1_io.py): this object holds the core,
+        # and a cycle would leave every closed connection to the cyclic collector. What calls into the core comes
+        # through this object (its streams' callbacks, its timers', its jobs'), which is alive while they can.
+        self.core = Http2Proxy(router, settings, weakref.proxy(self), downgrade=downgrade,
                                client=client_addr(down) if settings.observer is not None else None)
 
     def start(self) -> None:

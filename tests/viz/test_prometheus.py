@@ -255,6 +255,12 @@ def test_routes_of_a_service_without_a_profile_are_its_client_policy_routes(lab,
     assert float(cells[2].removesuffix("%")) == pytest.approx(80, abs=2)
     effective, actual = float(cells[3].removesuffix("rps")), float(cells[5].removesuffix("rps"))
     assert actual / effective == pytest.approx(7 / 5, rel=0.1)
+    # Without --to, the routes web serves under its inbound policy (the series' default server and route).
+    (served,) = api.top_routes(prom.client, Objects(plain), Target(DEPLOYMENT, NS, "web"), "30s")
+    assert (served.name, served.extra) == ("[default]", {"authority": "[default]", "route_type": ""})
+    assert served.stats is not None and served.stats.success_rate() == pytest.approx(10 / 12, rel=0.02)
+    inbound = CliRunner().invoke(cli, ["viz", "routes", "deploy/web", "-n", NS, "-t", "30s"], env=env)
+    assert inbound.exit_code == 0 and inbound.output.splitlines()[1].split()[:2] == ["[default]", "[default]"]
     # Neither a profile nor policy-route traffic: the error says both.
     none = CliRunner().invoke(cli, ["viz", "routes", "deploy/emoji", "-n", NS, "--to", "deploy/web"], env=env)
     assert none.exit_code == 1 and "nor traffic on an HTTPRoute or GRPCRoute" in none.output

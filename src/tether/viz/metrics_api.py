@@ -395,9 +395,14 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
         policy = _policy_routes(prometheus, target, window, {_name(s) for s in services})
         if policy:
             return policy
+    if not found and to is None and target.kind not in (SERVICE, AUTHORITY):
+        served = _inbound_policy_routes(prometheus, target, window)
+        if served:
+            return served
     if not found:
         where = f" in namespace {destination.namespace}" if destination.namespace else ""
-        also = " (nor traffic on an HTTPRoute or GRPCRoute of it)" if to is not None else ""
+        asked_policy = destination.kind != AUTHORITY and (to is not None or target.kind != SERVICE)
+        also = " (nor traffic on an HTTPRoute or GRPCRoute of it)" if asked_policy else ""
         raise LookupError(f"no ServiceProfile found for {destination}{where}{also}")
     queries = promql.routes(target, window, sorted(found), to=to)
     results = prometheus.query_all(queries.queries)
@@ -409,6 +414,14 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
             rows.append(Row("route", _name(profile or {})[0], route or DEFAULT_ROUTE, by_key.get((fqdn, route)),
                             extra={"authority": fqdn.split(".")[0], "profile": fqdn}))
     return rows
+
+
+def _inbound_policy_routes(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
+    """Without a ServiceProfile or ``--to``, the routes of ``target``'s inbound policy (HTTPRoute, GRPCRoute,
+    default) that served traffic in the window, from ``stat_inbound``'s rows: the SERVICE column is the Server."""
+    return [Row("route", row.namespace, row.extra["route"], row.stats,
+                extra={"authority": row.extra["server"], "route_type": row.extra["route_type"]})
+            for row in stat_inbound(prometheus, target, window)]
 
 
 def _policy_routes(prometheus: Prometheus, target: Target, window: str, services: set[tuple[str, str]]) -> list[Row]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from check.test_kube_check import _COLLECTIONS, _pod, tether
+from tether import __version__
 from k8s.kube_helpers import emulated_api
 from viz.promlab import FakeProxy, PrometheusProcess, meshed_pod, wait_for
 
@@ -47,7 +48,8 @@ async def _install_viz(api: Any, *, injected: bool = True, available: bool = Tru
             template = obj["spec"]["template"]["metadata"]
             meshed = (template.get("annotations") or {}).get("linkerd.io/inject") == "enabled"
             await api.post(COLLECTIONS["Pod"].format(ns=ns), json=_pod(
-                f"{obj['metadata']['name']}-1", ns, template["labels"], proxy=meshed and injected))
+                f"{obj['metadata']['name']}-1", ns, template["labels"], proxy=meshed and injected,
+                annotations={"linkerd.io/proxy-version": __version__} if meshed and injected else None))
     return docs
 
 
@@ -66,16 +68,24 @@ async def test_viz_check_reads_the_cluster(tmp_path: Path) -> None:
         assert "tap-k8s-tls Secret does not exist" in found["tap API server has valid cert"]["error"]
         assert "v1alpha1.tap.linkerd.io does not exist" in found["tap API service is running"]["error"]
 
-        # Installed as `viz install` prints it, every pod up: all pass.
+        # Installed as `viz install` prints it, every pod up: all pass (the latest version given).
         docs = await _install_viz(api)
-        code, out, _ = await tether(*base)
+        code, out, _ = await tether(*base, "--expected-version", __version__)
         found = results(out)
         assert code == 0, {k: v for k, v in found.items() if v["result"] != "success"}
         assert [d for d, c in found.items() if c["result"] != "success"] == []
         assert "linkerd-viz pods are injected" in found and "viz extension proxies are healthy" in found
+        # A newer release: the proxies are not up-to-date (a warning, naming each); without one, only a warning.
+        code, out, _ = await tether(*base, "--expected-version", "99.0.0")
+        stale = results(out)["viz extension proxies are up-to-date"]
+        assert code == 0 and stale["result"] == "warning" and f"linkerd-viz/web-1 runs proxy {__version__}" in (
+            stale["error"])
+        code, out, _ = await tether(*base)
+        assert code == 0 and results(out)["viz extension proxies are up-to-date"]["result"] == "warning"
+        assert results(out)["viz extension proxies and cli versions match"]["result"] == "success"
 
         # The table names the category and the checks, as `linkerd viz check` does.
-        code, table, _ = await tether(*base[:-2])
+        code, table, _ = await tether(*base[:-2], "--expected-version", __version__)
         assert code == 0 and "linkerd-viz\n-----------" in table and "√ tap API service is running" in table
 
         # The tap certificate issued for another service name is refused, naming both.

@@ -367,11 +367,15 @@ def discovery(state_dir: Path) -> None:
 @click.option("--proxy", is_flag=True, help="(kubernetes) Also check that Prometheus holds the data plane's proxy "
               "metrics (needs --prometheus-url).")
 @click.option("-n", "--namespace", help="(kubernetes) With --proxy: only the pods of this namespace [default: all].")
+@click.option("--expected-version", metavar="VERSION",
+              help="(kubernetes) The latest version, to check that viz's proxies are up-to-date (Tether has no "
+                   "release channel to ask; without it that check warns).")
 @prometheus_option
 @platform_option
 @click.pass_context
 def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns: str, wait: float, output: str,
-          proxy: bool, namespace: str | None, prometheus_url: str | None, kube: KubeTarget | None) -> None:
+          proxy: bool, namespace: str | None, expected_version: str | None, prometheus_url: str | None,
+          kube: KubeTarget | None) -> None:
     """Check viz: locally, that Prometheus answers and scrapes every meshed pod's proxy; on Kubernetes, Linkerd's
     linkerd-viz checks against the API server (and, with --proxy, linkerd-viz-data-plane). Exit 1 if one fails."""
     if kube is not None:
@@ -385,9 +389,10 @@ def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns:
                 prometheus = Prometheus(prometheus_url)
             except PrometheusError as err:
                 raise click.BadParameter(str(err), param_hint="--prometheus-url") from None
-        _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output, prometheus, namespace)
+        _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output, prometheus, namespace, expected_version)
         return
-    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output", "proxy", "namespace")
+    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output", "proxy", "namespace",
+                               "expected_version")
              if click_ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
@@ -446,17 +451,19 @@ def _scraped(prometheus: Prometheus) -> set[tuple[str, str]]:
 
 
 def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns: str, wait: float,
-                      output: str, prometheus: Prometheus | None = None, data_namespace: str | None = None) -> None:
+                      output: str, prometheus: Prometheus | None = None, data_namespace: str | None = None,
+                      expected_version: str | None = None) -> None:
     """``linkerd viz check``'s categories (tether.diagnose.kube), printed as ``tether check`` prints them."""
     import sys
 
     from tether import __version__
     from tether.diagnose import checks
-    from tether.diagnose.kube import Expected, KubeChecks
+    from tether.diagnose.kube import Expected, KubeChecks, Options
     from tether.platform.kubernetes.client import ClientSettings
 
     kube_checks = KubeChecks(ClientSettings(kubeconfig=kube.kubeconfig, context=kube.context), __version__,
-                             data_namespace, Expected(control_plane_ns, ()))
+                             data_namespace, Expected(control_plane_ns, ()),
+                             options=Options(expected_version=expected_version))
     scraped = (lambda: _scraped(prometheus)) if prometheus is not None else None
     categories = kube_checks.viz_categories(namespace, scraped=scraped)
 

@@ -722,19 +722,25 @@ class KubeChecks:
         if bare:
             raise Problem(f"pods without a proxy: {', '.join(bare)} (is the proxy injector running?)")
 
-    def _viz_proxies_healthy(self, namespace: str) -> None:
+    def _viz_proxies(self, namespace: str) -> list[dict[str, Any]]:
         pods, _ = self._viz_meshed_pods(namespace)
-        unready = []
-        for pod in pods:
-            if _proxy_of(pod) is None:
-                continue
-            statuses = [*((pod.get("status") or {}).get("initContainerStatuses") or ()),
-                        *((pod.get("status") or {}).get("containerStatuses") or ())]
-            proxy = next((c for c in statuses if c.get("name") == PROXY_CONTAINER), None)
-            if proxy is None or not proxy.get("ready"):
-                unready.append(pod["metadata"]["name"])
+        return [p for p in pods if _proxy_of(p) is not None]
+
+    def _viz_proxies_healthy(self, namespace: str) -> None:
+        unready = _unready_proxies(self._viz_proxies(namespace))
         if unready:
-            raise Problem(f"proxies not ready: {', '.join(sorted(unready))}")
+            raise Problem("\n".join(unready))
+
+    def _viz_proxies_up_to_date(self, namespace: str) -> None:
+        latest = self._latest()
+        other = _other_proxy_versions(self._viz_proxies(namespace), latest)
+        if other:
+            raise Problem("\n".join([f"some proxies are not running the latest version {latest}:", *other]))
+
+    def _viz_proxy_versions(self, namespace: str) -> None:
+        other = _other_proxy_versions(self._viz_proxies(namespace), self.cli_version)
+        if other:
+            raise Problem("\n".join([f"some proxies are not running {self.cli_version}:", *other]))
 
     def _viz_categories(self, namespace: str) -> Iterator[Category]:
         """Linkerd's ``linkerd-viz`` category, in its order (``linkerd viz check`` and ``linkerd check``)."""
@@ -758,6 +764,10 @@ class KubeChecks:
             Check("viz extension pods are running", lambda: self._viz_pods(namespace), pods_hint, retry=True),
             Check("viz extension proxies are healthy", lambda: self._viz_proxies_healthy(namespace), pods_hint,
                   retry=True),
+            Check("viz extension proxies are up-to-date", lambda: self._viz_proxies_up_to_date(namespace),
+                  f"kubectl -n {namespace} rollout restart deploy", warning=True),
+            Check("viz extension proxies and cli versions match", lambda: self._viz_proxy_versions(namespace),
+                  f"kubectl -n {namespace} rollout restart deploy", warning=True),
             Check("prometheus is installed and configured correctly", lambda: self._prometheus(namespace), hint),
         ])
 

@@ -30,6 +30,8 @@ TETHER = str(Path(sys.executable).parent / "tether")
 PYTHON = sys.executable
 TAGS = "pqrstvwxyz"
 _RUN_NAME = re.compile(r"^tu([0-9a-f]+)([p-z])(?:-|br$|[0-9a-f])")
+# The network validator's tests (tests/injector) name their namespaces tv<pid>-...
+_VALIDATOR_RUN_NAME = re.compile(r"^tv([0-9a-f]+)-")
 
 
 def _stdout(argv: list[str]) -> str:
@@ -58,12 +60,13 @@ def _alive(pid: int) -> bool:
 
 
 def live_run_prefixes() -> set[str]:
-    """Prefixes (``tu<pid>``) of test runs whose process is alive, ours included."""
+    """Prefixes (``tu<pid>``, ``tv<pid>``) of test runs whose process is alive, ours included."""
     out = set()
     for name in netns_names() | link_names():
-        match = _RUN_NAME.match(name)
-        if match and _alive(int(match.group(1), 16)):
-            out.add(f"tu{match.group(1)}")
+        for pattern, mark in ((_RUN_NAME, "tu"), (_VALIDATOR_RUN_NAME, "tv")):
+            match = pattern.match(name)
+            if match and _alive(int(match.group(1), 16)):
+                out.add(f"{mark}{match.group(1)}")
     return out
 
 

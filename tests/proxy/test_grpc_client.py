@@ -1,4 +1,5 @@
-"""The proxy's own gRPC client (``tether.proxy.io.grpc_client``, on h2) against a real grpcio server.
+"""The proxy's own gRPC client (``tether.proxy.io.grpc_client``, on the proxy's HTTP/2 codec) against a real
+grpcio server.
 
 The server is grpcio's (``grpc.aio.server``) with the generated Identity and
 Destination servicers, over mutual TLS with P-256 certificates made here, and
@@ -325,7 +326,7 @@ def test_many_calls_share_one_connection(pki: Pki) -> None:
                     ch.unary(CERTIFY, identity_pb2.CertifyRequest(token=str(i).encode()),
                              identity_pb2.CertifyResponse, timeout=20) for i in range(150)))
                 assert sorted(int(a.leaf_certificate.split(b"|")[0]) for a in answers) == list(range(150))
-                assert ch._conn is not None and ch._conn.h2.highest_outbound_stream_id == 299
+                assert ch._conn is not None and ch._conn.h2.next_stream_id() == 301  # streams 1, 3 ... 299
         finally:
             await srv.server.stop(None)
 

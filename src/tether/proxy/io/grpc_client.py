@@ -1,11 +1,12 @@
-"""A small gRPC client on ``h2``: what the proxy needs of gRPC for its control-plane calls, without grpcio.
+"""A small gRPC client on the proxy's HTTP/2 codec: what the proxy needs of gRPC for its control-plane calls,
+without grpcio.
 
 grpcio's C core is ~16 MB of a proxy's resident memory (``./run bench
 proxy_memory``); the proxy's calls to the control plane -- identity's
 ``Certify`` (unary), destination's ``Get``/``GetProfile`` and policy's watches
 (server-streaming) -- need a small part of it. This module speaks the gRPC
-over HTTP/2 protocol itself, on the ``h2`` state machine the data path
-already loads:
+over HTTP/2 protocol itself, on the HTTP/2 codec the data path already
+loads (``codec.http2.H2Endpoint``):
 
 - ``Channel(target, ssl_context=..., server_name=...)``: one HTTP/2
   connection to ``host:port`` (or a Unix socket, ``unix:/path``: a SPIRE
@@ -27,8 +28,10 @@ already loads:
   ``grpc-message`` of the trailers (or of a trailers-only response), or what
   gRPC's HTTP/2 mapping gives for a non-200 status, a reset stream or a lost
   connection (``UNAVAILABLE``: connect failures, TLS failures, a server name
-  that does not match, and GOAWAY: h2 ends the connection there, so the
-  calls in flight end too, and the next call opens a new connection).
+  that does not match, and GOAWAY: the calls the server did not take, or all
+  of them for a GOAWAY with an error, end there; the connection takes no new
+  call and closes once the others are over; the next call opens a new
+  connection).
 
 Flow control is the server's: received bytes are acknowledged as the caller
 takes messages, so a reader that stops reading stops the server at the
@@ -47,12 +50,8 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote
 
-from h2 import events as h2e
-from h2.config import H2Configuration
-from h2.connection import ConnectionState, H2Connection
-from h2.errors import ErrorCodes
-from h2.exceptions import H2Error
-
+from tether.proxy.codec import http2_events as h2e
+from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint, H2ProtocolError, error_name
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
 
 
@@ -174,7 +173,7 @@ class _Stream:
 
 class _Connection(asyncio.Protocol):
     def __init__(self, max_message: int) -> None:
-        self.h2 = H2Connection(H2Configuration(client_side=True))
+        self.h2 = H2Endpoint(client=True)
         self.max_message = max_message
         self.transport: Any = None  # asyncio's or uvloop's transport (uvloop's are not asyncio.Transport)
         self.streams: dict[int, _Stream] = {}
@@ -186,17 +185,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        self.h2.initiate_connection()
+        self.h2.initiate()
         self._flush()
 
     def data_received(self, data: bytes) -> None:
         try:
             events = self.h2.receive_data(data)
-        except H2Error as exc:
-            if self.h2.state_machine.state is ConnectionState.CLOSED:  # frames after the server's GOAWAY
-                self._fail(RpcError(Code.UNAVAILABLE, "the server went away (GOAWAY)"))
-            else:
-                self._fail(RpcError(Code.INTERNAL, f"HTTP/2 protocol error from the server: {exc}"))
+        except H2ProtocolError as exc:
+            self._fail(RpcError(Code.INTERNAL, f"HTTP/2 protocol error from the server: {exc}"))
             if self.transport is not None:
                 self._flush()
                 self.transport.close()
@@ -223,10 +219,7 @@ class _Connection(asyncio.Protocol):
                     self._reset(stream, ErrorCodes.CANCEL)
         elif isinstance(event, h2e.DataReceived):
             if stream is None or stream.ended:  # nobody reads it: hand the connection's window back at once
-                try:
-                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                except H2Error:
-                    pass
+                self.h2.ack(event.stream_id, event.flow_controlled_length)
             else:
                 stream.data(event.data, event.flow_controlled_length)
                 if stream.ended:  # a bad message ended it
@@ -241,17 +234,21 @@ class _Connection(asyncio.Protocol):
             self._forget(stream)
         elif isinstance(event, h2e.StreamReset) and stream is not None:
             code = _RESET.get(event.error_code, Code.INTERNAL)  # type: ignore[call-overload]
-            stream.finish(RpcError(code, f"stream reset by the server ({getattr(event.error_code, 'name', event.error_code)})"))
+            stream.finish(RpcError(code, f"stream reset by the server ({error_name(event.error_code)})"))
             self._forget(stream)
-        elif isinstance(event, h2e.ConnectionTerminated):
-            # h2 ends the connection at GOAWAY (later frames, even of streams the server kept, are errors to
-            # it): every call in flight ends UNAVAILABLE, which callers retry on a new connection.
+        elif isinstance(event, h2e.GoAway):
+            # No new call here; the calls the server did not take (all, for an error) end UNAVAILABLE, which
+            # callers retry on a new connection; the others finish first.
             self.draining = True
-            self._fail(RpcError(Code.UNAVAILABLE, f"the server went away (GOAWAY, {event.error_code!r})"))
+            gone = RpcError(Code.UNAVAILABLE, f"the server went away (GOAWAY, {error_name(event.error_code)})")
+            for sid, call in list(self.streams.items()):
+                if event.error_code or sid > event.last_stream_id:
+                    call.finish(gone)
+                    self._forget(call)
+            self._close_if_drained()
         elif isinstance(event, (h2e.WindowUpdated, h2e.RemoteSettingsChanged)):
+            self.h2.flush()  # request bytes waiting for a window
             self._notify()
-        if self.draining and self.transport is not None:
-            self.transport.close()
 
     def _fail(self, error: RpcError) -> None:
         if self.lost is None:
@@ -265,6 +262,13 @@ class _Connection(asyncio.Protocol):
         stream.closed = True
         self.streams.pop(stream.id, None)
         self._notify()
+        self._close_if_drained()
+
+    def _close_if_drained(self) -> None:
+        """After a GOAWAY, the connection closes once its last call is over."""
+        if self.draining and not self.streams and self.transport is not None and not self.transport.is_closing():
+            self._flush()
+            self.transport.close()
 
     def _notify(self) -> None:
         if self._changed is not None and not self._changed.done():
@@ -284,10 +288,7 @@ class _Connection(asyncio.Protocol):
     def _reset(self, stream: _Stream, code: ErrorCodes) -> None:
         self._ack(stream)  # what nobody will read
         if not stream.closed or stream.id in self.streams:
-            try:
-                self.h2.reset_stream(stream.id, code)
-            except H2Error:
-                pass  # already closed on the h2 side
+            self.h2.reset(stream.id, code)  # (nothing, if the codec has the stream closed already)
             self._flush()
         self._forget(stream)
 
@@ -299,29 +300,19 @@ class _Connection(asyncio.Protocol):
             and not self.transport.is_closing()
 
     async def open(self, headers: list[tuple[str, str]], body: bytes) -> _Stream:
-        while self.usable and self.h2.open_outbound_streams >= self.h2.remote_settings.max_concurrent_streams:
+        while self.usable and not self.h2.can_open_stream():
             await self._wait_change()
         if not self.usable:
             raise self.lost or RpcError(Code.UNAVAILABLE, "connection closing")
-        stream_id = self.h2.get_next_available_stream_id()
+        stream_id = self.h2.next_stream_id()
         stream = _Stream(stream_id, self.max_message)
         self.streams[stream_id] = stream
-        self.h2.send_headers(stream_id, headers)
+        self.h2.send_headers(stream_id, [(k.encode(), v.encode()) for k, v in headers], end_stream=not body)
+        if body:  # sent as the server's windows allow (flushed again as they open)
+            self.h2.queue_data(stream_id, body)
+            self.h2.queue_end(stream_id)
+            self.h2.flush(stream_id)
         self._flush()
-        try:
-            while body:
-                if stream.closed:
-                    return stream  # answered (or failed) before the request was sent in full
-                window = min(self.h2.local_flow_control_window(stream_id), self.h2.max_outbound_frame_size)
-                if window <= 0:
-                    await self._wait_change()
-                    continue
-                chunk, body = body[:window], body[window:]
-                self.h2.send_data(stream_id, chunk, end_stream=not body)
-                self._flush()
-        except BaseException:
-            self._reset(stream, ErrorCodes.CANCEL)
-            raise
         return stream
 
     async def next(self, stream: _Stream) -> bytes | None:
@@ -346,10 +337,7 @@ class _Connection(asyncio.Protocol):
     def _ack(self, stream: _Stream) -> None:
         # Also for a stream that has ended: its bytes count against the connection's window too.
         if stream.unacked:
-            try:
-                self.h2.acknowledge_received_data(stream.unacked, stream.id)
-            except H2Error:
-                pass
+            self.h2.ack(stream.id, stream.unacked)
             self._flush()
         stream.unacked = 0
 
@@ -360,11 +348,8 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            try:
-                self.h2.close_connection()
-                self._flush()
-            except H2Error:
-                pass
+            self.h2.goaway()
+            self._flush()
             self.transport.close()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -99,20 +100,28 @@ def check(pre: bool, proxy: bool, crds: bool, namespace: str | None, wait: float
         categories = LocalChecks(home.state_dir(), component_specs, __version__, namespace).categories(
             proxy=proxy, pre=pre)
 
+    try:
+        success = run_categories(categories, output, wait)
+    finally:
+        if kube is not None:
+            kube.close()
+    if not success:
+        sys.exit(1)
+
+
+def run_categories(categories: Iterable[checks.Category], output: str, wait: float) -> bool:
+    """Run ``categories`` and print them as ``tether check`` does (``-o``: basic, short or json; ``--wait``
+    progress on stderr); whether no check failed. ``tether viz check`` prints its categories through it too."""
+
     def progress(category: str, description: str, error: str) -> None:
         if output != "json":
             click.echo(f"waiting: {category}: {description}: {error.splitlines()[0]}", err=True)
 
-    try:
-        if output == "json":
-            report = checks.run(categories, wait=wait, progress=progress)
-            click.echo(json.dumps(checks.render_json(report), indent=2))
-        else:
-            printer = checks.TextPrinter(click.echo, short=output == "short")
-            report = checks.run(categories, printer, wait=wait, progress=progress)
-            printer.finish(report)
-    finally:
-        if kube is not None:
-            kube.close()
-    if not report.success:
-        sys.exit(1)
+    if output == "json":
+        report = checks.run(categories, wait=wait, progress=progress)
+        click.echo(json.dumps(checks.render_json(report), indent=2))
+    else:
+        printer = checks.TextPrinter(click.echo, short=output == "short")
+        report = checks.run(categories, printer, wait=wait, progress=progress)
+        printer.finish(report)
+    return report.success

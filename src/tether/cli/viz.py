@@ -457,7 +457,7 @@ def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns:
     import sys
 
     from tether import __version__
-    from tether.diagnose import checks
+    from tether.cli.check import run_categories
     from tether.diagnose.kube import Expected, KubeChecks, Options
     from tether.platform.kubernetes.client import ClientSettings
 
@@ -466,22 +466,11 @@ def _check_kubernetes(kube: KubeTarget, namespace: str | None, control_plane_ns:
                              options=Options(expected_version=expected_version))
     scraped = (lambda: _scraped(prometheus)) if prometheus is not None else None
     categories = kube_checks.viz_categories(namespace, scraped=scraped)
-
-    def progress(category: str, description: str, error: str) -> None:
-        if output != "json":
-            click.echo(f"waiting: {category}: {description}: {error.splitlines()[0]}", err=True)
-
     try:
-        if output == "json":
-            report = checks.run(categories, wait=wait, progress=progress)
-            click.echo(json.dumps(checks.render_json(report), indent=2))
-        else:
-            printer = checks.TextPrinter(click.echo, short=output == "short")
-            report = checks.run(categories, printer, wait=wait, progress=progress)
-            printer.finish(report)
+        success = run_categories(categories, output, wait)
     finally:
         kube_checks.close()
-    if not report.success:
+    if not success:
         sys.exit(1)
 
 

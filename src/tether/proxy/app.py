@@ -236,7 +236,7 @@ class Proxy:
                               observer=self.tap.outbound if self.tap else None),
             named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
             client_policies=self.discovery.client_policy,
-            policy_metrics=PolicyMetrics(self.metrics),
+            policy_metrics=PolicyMetrics(self.metrics, hostname_labels=out_cfg.metrics_hostname_labels),
         )
         self.metrics.add_collector(self.discovery.collect_balancers)
         self.discovery.enable_client_policy(config.policy_workload, lambda: self.policies.channel)

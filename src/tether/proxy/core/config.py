@@ -217,6 +217,9 @@ class OutboundConfig:
     # LINKERD2_PROXY_INGRESS_MODE, default false: an ingress's proxy, where an HTTP request's
     # l5d-dst-override header names its target (docs/proxy.md, Service profiles).
     ingress_mode: bool = False
+    # LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS, default false: the request's host (a TLS route's SNI)
+    # as the hostname label of the outbound route metrics (core.policy_metrics).
+    metrics_hostname_labels: bool = False
 
 
 class OrigDstFallback(enum.Enum):
@@ -374,6 +377,7 @@ def _outbound(e: _Env) -> OutboundConfig:
         server_h2=_http2_server(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
         ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
+        metrics_hostname_labels=e.get("LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS", _parse_bool, "false"),
     )
 
 

@@ -19,7 +19,9 @@
 - Counted in ``outbound_tcp_route_{open,close}_total`` or
   ``outbound_tls_route_{open,close}_total`` under the parent's and route's
   names, ``error`` on close as Linkerd's: ``forbidden``, ``invalid_backend``,
-  ``invalid_policy``, ``unexpected`` (a connect that failed), or empty.
+  ``invalid_policy``, ``unexpected`` (a connect that failed), or empty; the
+  TLS ones' ``hostname`` is the SNI when ``OUTBOUND_METRICS_HOSTNAME_LABELS``
+  is true, else empty (``PolicyMetrics.sni_hostname``).
 
 Pure: yields ``core.commands``. Caller: ``core.outbound``.
 """
@@ -76,8 +78,8 @@ def tls_connection(policy: ClientPolicy, verdict: detect.Verdict, ctx: RouteCont
     if route is None:
         yield Refuse("no route")
         return
-    # The hostname label stays empty, as Linkerd's unless OUTBOUND_METRICS_HOSTNAME_LABELS is set.
-    yield from _routed(policy, route, ctx, labels.render(("hostname", "")), tls=True)
+    hostname = ctx.metrics.sni_hostname(verdict.client_hello.server_name) if ctx.metrics is not None else ""
+    yield from _routed(policy, route, ctx, labels.render(("hostname", hostname)), tls=True)
 
 
 def _routed(policy: ClientPolicy, route: OpaqueRoute, ctx: RouteContext, extra: str, *, tls: bool) -> Layer:

@@ -17,9 +17,16 @@
 
 Labels: ``parent_*`` (group, kind, namespace, name, port, section_name: the
 Service port or EgressNetwork), ``route_*`` (group, kind, namespace, name),
-``backend_*`` (as the parent's) and ``hostname`` (empty, as Linkerd leaves it
-unless ``OUTBOUND_METRICS_HOSTNAME_LABELS``). Series are bounded and expire as
-the proxy's other families do (``core.metrics.Counter``).
+``backend_*`` (as the parent's) and ``hostname``. ``hostname`` is empty unless
+``LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS`` is true (``hostname_labels``);
+then, as linkerd2-proxy's, it is the host of the request's URI (an absolute-form
+target's authority, else the ``Host`` or ``:authority`` header, without the port)
+when that is a DNS name, in lower case (an IP literal or anything else: empty),
+on the request-level families (durations, statuses, retries; never the
+``backend_*`` ones), and the SNI on the TLS route families. Hostnames are the
+client's to choose, so they are not bounded by the mesh's routes: every family
+keeps at most ``MAX_SERIES`` series and expires idle ones as the proxy's other
+families do (``core.metrics.Counter``).
 
 Pure: the callers pass durations. Callers: ``core.routes`` (backend requests),
 ``core.policy_routes`` (``RouteReport``: statuses, durations, retries),
@@ -31,6 +38,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 
+from tether.proxy.codec.addrs import is_dns_name
+from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import labels
 from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_series
@@ -102,9 +111,11 @@ class _Family:
 
 
 class PolicyMetrics:
-    """The outbound route families, registered in the proxy's registry (``render`` is the registry's)."""
+    """The outbound route families, registered in the proxy's registry (``render`` is the registry's);
+    ``hostname_labels``: ``LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS``."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, hostname_labels: bool = False) -> None:
+        self.hostname_labels = hostname_labels
         self.http = _Family(registry, "http")
         self.grpc = _Family(registry, "grpc")
         self.protocol_connections = registry.counter("outbound_tcp_protocol_connections_total",
@@ -121,8 +132,16 @@ class PolicyMetrics:
     def backend_request(self, grpc: bool, route_labels: str, backend_labels: str) -> None:
         self.family(grpc).backend_requests.inc(f"{route_labels},{backend_labels}")
 
-    def retry(self, grpc: bool, route_labels: str, what: str) -> None:
-        self.family(grpc).retry[what].inc(f'{route_labels},hostname=""')
+    def hostname(self, request: RequestHead) -> str:
+        """The ``hostname`` label's value for ``request`` (see the module docstring); "" when not exported."""
+        return request_host(request) if self.hostname_labels else ""
+
+    def sni_hostname(self, server_name: str) -> str:
+        """The ``hostname`` label's value for a TLS route's connection: its SNI, when exported."""
+        return server_name if self.hostname_labels else ""
+
+    def retry(self, grpc: bool, route_labels: str, what: str, hostname: str = "") -> None:
+        self.family(grpc).retry[what].inc(f"{route_labels},{labels.render(('hostname', hostname))}")
 
     def backend_response(self, grpc: bool, route_labels: str, backend_labels: str, status: int,
                          grpc_status: int | None, seconds: float) -> None:
@@ -133,11 +152,11 @@ class PolicyMetrics:
         family.backend_statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, '' if status else 'UNKNOWN')}")
 
     def finished(self, grpc: bool, route_labels: str, seconds: float, status: int, grpc_status: int | None,
-                 error: str) -> None:
+                 error: str, hostname: str = "") -> None:
         """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
-        ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came)."""
+        ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came); ``hostname`` as ``hostname()``."""
         family = self.family(grpc)
-        key = f'{route_labels},hostname=""'
+        key = f"{route_labels},{labels.render(('hostname', hostname))}"
         family.duration.observe(key, seconds)
         family.statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, error)}")
 
@@ -160,6 +179,21 @@ class PolicyMetrics:
         for family in (self.http, self.grpc):
             family.duration.render(out)
             family.backend_duration.render(out)
+
+
+def request_host(request: RequestHead) -> str:
+    """The host of a request's URI when it is a DNS name (lower case), else "": an absolute-form target's
+    authority, else the ``Host`` (HTTP/1) or ``:authority`` (HTTP/2) header, without its port."""
+    target = request.target
+    if b"://" in target:
+        authority = target.partition(b"://")[2].partition(b"/")[0].partition(b"?")[0]
+    else:
+        authority = next((v for n, v in request.headers if n.lower() in (b"host", b":authority")), b"")
+    host = authority.rpartition(b"@")[2].decode("latin-1")
+    name, sep, port = host.rpartition(":")
+    if sep and port.isdigit():
+        host = name
+    return host.lower() if is_dns_name(host) else ""
 
 
 def _outcome(grpc: bool, status: int, grpc_status: int | None, error: str) -> str:

@@ -88,14 +88,16 @@ class Attempts:
 
 @dataclass(frozen=True, slots=True)
 class RouteReport:
-    """Where a policy route's request is counted: the metrics, the protocol and the parent and route labels."""
+    """Where a policy route's request is counted: the metrics, the protocol, the parent and route labels and
+    the request's ``hostname`` label (``PolicyMetrics.hostname``)."""
 
     metrics: PolicyMetrics
     grpc: bool
     labels: str
+    hostname: str = ""
 
     def retry(self, what: str) -> None:
-        self.metrics.retry(self.grpc, self.labels, what)
+        self.metrics.retry(self.grpc, self.labels, what, self.hostname)
 
     def backend(self, backend: RouteBackend) -> None:
         self.metrics.backend_request(self.grpc, self.labels, backend.labels)
@@ -118,7 +120,7 @@ class PolicyRoute(Route):
         report = self.report
         if report is None:
             return
-        report.metrics.finished(report.grpc, report.labels, seconds, status, grpc_status, error)
+        report.metrics.finished(report.grpc, report.labels, seconds, status, grpc_status, error, report.hostname)
         budget = self.budget
         if isinstance(budget, Attempts) and budget.retried and not self.is_failure(status, grpc_status) \
                 and not error:
@@ -178,14 +180,19 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
     prepared = policy.prepared.get(id(rule))
     if prepared is None or prepared.report is not None and prepared.report.metrics is not metrics:
         prepared = policy.prepared[id(rule)] = _prepare(policy, route, rule, metrics)
-    request_route = prepared.shared or _request_route(route, rule.retry, prepared.timeout, prepared.report, draw,
-                                                      rule.timeouts.idle)
+    report = prepared.report
+    if report is not None and report.metrics.hostname_labels:
+        hostname = report.metrics.hostname(request)
+        if hostname:  # the request's own report, and so its own route (not the rule's shared one)
+            report = replace(report, hostname=hostname)
+    request_route = prepared.shared if prepared.shared is not None and report is prepared.report \
+        else _request_route(route, rule.retry, prepared.timeout, report, draw, rule.timeouts.idle)
     consumed = False
     if rule.allow_l5d_request_headers:  # the client's l5d-retry-*/l5d-*-timeout headers (core.route_headers)
         asked = route_headers.overrides(request, rule.retry, rule.timeouts)
         if asked is not None:
             consumed = True
-            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), prepared.report, draw,
+            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), report, draw,
                                            asked.timeouts.idle)
     if prepared.checks:
         refused = _filters(prepared.checks, rule, request, [], draw)
@@ -201,7 +208,6 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
         if refused is not None:
             return _with(refused, request_route)
         rewrite = chain(modifiers)
-    report = prepared.report
     if report is not None:
         report.backend(backend)
     if backend.balancer is None and backend.endpoint is None:

@@ -12,13 +12,22 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "policy" / "outbound"))
-from outbound_helpers import http_route  # noqa: E402
-from test_client_policy import PARENT, ROUTE, UP, playbook  # noqa: E402
+from outbound_helpers import EGRESS_NS, feed, http_route, service  # noqa: E402
+from proxy_harness import Mesh, connection, run, samples, scrape  # noqa: E402
+from test_client_policy import PARENT, ROUTE, UP, Balancers, controller, playbook, served  # noqa: E402
 from test_connection_routes import Proxy, hello, tls_routes  # noqa: E402
-from test_client_policy import Balancers, controller, served  # noqa: E402
+from test_http1_mesh import Web, request  # noqa: E402
+
+from tether.policy import PolicyConfig  # noqa: E402
+from tether.policy.config import parse_networks  # noqa: E402
+from tether.policy.metrics import PolicyMetrics as ControllerMetrics  # noqa: E402
+from tether.policy.outbound import OutboundIndex  # noqa: E402
+from tether.policy.outbound.server import OutboundPoliciesServicer  # noqa: E402
+from tether.serving.rpc import StreamSet  # noqa: E402
 
 from tether.proxy.codec.http1 import RequestHead  # noqa: E402
 from tether.proxy.core.client_policy_translation import translate  # noqa: E402
@@ -128,3 +137,40 @@ def test_a_tls_routes_series_carry_the_sni_when_exported(exported: bool, label: 
     for family in ("outbound_tls_route_open_total", "outbound_tls_route_close_total"):
         [line] = proxy.lines(family)
         assert f'route_name="exact",hostname="{label}"' in line and line.endswith(" 1"), line
+
+
+def test_a_real_proxy_labels_its_route_metrics_with_the_requests_host(tmp_path: Path) -> None:
+    """The client's proxy gets its client policy (an HTTPRoute on the Service) from the policy controller's
+    OutboundPolicies service (its index and servicer, real gRPC on loopback; the index fed directly, no API
+    server); the request crosses both proxies to the app."""
+    async def scenario() -> None:
+        index = OutboundIndex(PolicyConfig(cluster_networks=parse_networks("127.0.0.0/8"),
+                                           global_egress_network_namespace=EGRESS_NS))
+        servicer = OutboundPoliciesServicer(index, StreamSet(100), ControllerMetrics())
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((servicer.handler(),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with Mesh(tmp_path) as mesh:
+                web_pod = mesh.pod("web-0", app="web", ports=[8080])
+                client = mesh.pod("client-0", app="client")
+                svc = mesh.service("web", [(80, 8080)])
+                feed(index, service("web", svc), http_route("r", "web", [{}]))
+                await mesh.start_proxy(web_pod)
+                a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"],
+                                           LINKERD2_PROXY_POLICY_SVC_ADDR=f"127.0.0.1:{port}",
+                                           LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS="true")
+                async with Web(web_pod.ip, 8080, "web-0"):
+                    async with connection(svc, 80) as (reader, writer):
+                        head, body = await request(reader, writer, "GET", "/a")
+                        assert (head.status, body) == (200, b"web-0 GET /a 0")
+                await a.idle()
+                statuses = samples(await scrape(a), "outbound_http_route_request_statuses_total",
+                                   route_kind="HTTPRoute", route_name="r")
+                assert [(labels["hostname"], labels["http_status"], value) for labels, value in statuses] \
+                    == [("web", "200", 1.0)], statuses
+        finally:
+            await server.stop(None)
+
+    run(scenario())

@@ -7,12 +7,17 @@ loop writes for it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from pathlib import Path
 
+import pytest
 from policy_helpers import NS, Harness, Pki, http_route, namespace, pod, ratelimit, server, stored
 
-from tether.policy.status import CONTROLLER_NAME, LocalStatusWriter, merged_status
+from tether.platform.watch import ResourceEvent
+from tether.policy import PolicyConfig
+from tether.policy.inbound.index import InboundIndex
+from tether.policy.status import CONTROLLER_NAME, LocalStatusWriter, desired_statuses, merged_status
 from tether.resources import kinds
 
 
@@ -51,7 +56,8 @@ async def test_inbound_routes_are_accepted_by_an_existing_server_only(workdir: P
         h.apply(server("web"))
         route = await until(h, key, "r", Accepted=("True", "Accepted"), ResolvedRefs=("True", "ResolvedRefs"))
         parents = route["status"]["parents"]
-        assert parents[0]["parentRef"] == {"group": "policy.linkerd.io", "kind": "Server", "name": "web"}
+        assert parents[0]["parentRef"] == {"group": "policy.linkerd.io", "kind": "Server", "namespace": NS,
+                                           "name": "web"}
         assert parents[0]["controllerName"] == CONTROLLER_NAME
 
 
@@ -92,8 +98,8 @@ async def test_tls_and_tcp_routes_yield_to_routes_of_higher_precedence_on_their_
     async with Harness(workdir, pki, namespace(), service("web"), stream_route("TCPRoute", "tcp", "gone"),
                        status_writer=LocalStatusWriter) as h:
         route = await until(h, tcp, "tcp", Accepted=("True", "Accepted"), ResolvedRefs=("False", "BackendNotFound"))
-        assert route["status"]["parents"][0]["parentRef"] == {"group": "", "kind": "Service", "name": "web",
-                                                              "port": 80}
+        assert route["status"]["parents"][0]["parentRef"] == {"group": "core", "kind": "Service", "namespace": NS,
+                                                              "name": "web", "port": 80}
         h.apply(stream_route("TLSRoute", "tls", "web"))  # TLSRoute over TCPRoute (GEP-1426, as Linkerd)
         await until(h, tcp, "tcp", Accepted=("False", "RouteReasonConflicted"))
         await until(h, tls, "tls", Accepted=("True", "Accepted"), ResolvedRefs=("True", "ResolvedRefs"))
@@ -166,3 +172,31 @@ def test_other_controllers_parents_are_kept_and_transition_times_only_move_on_ch
     second = merged_status(first, {"parents": [denied]}, "2026-01-03T00:00:00Z")
     assert second is not None
     assert second["parents"][1]["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
+
+
+@pytest.mark.parametrize(("written", "expected"), [
+    # A Service parent is written with the core group as Linkerd's status controller spells it: "core".
+    ({"group": "core", "kind": "Service", "name": "web", "port": 80},
+     {"group": "core", "kind": "Service", "namespace": NS, "name": "web", "port": 80}),
+    ({"group": "", "kind": "Service", "name": "web", "port": 80, "sectionName": "http"},
+     {"group": "core", "kind": "Service", "namespace": NS, "name": "web", "port": 80}),
+    ({"group": "core", "kind": "Service", "name": "web", "namespace": "other"},
+     {"group": "core", "kind": "Service", "namespace": "other", "name": "web"}),
+    ({"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "out", "namespace": "linkerd-egress",
+      "port": 443},
+     {"group": "policy.linkerd.io", "kind": "EgressNetwork", "namespace": "linkerd-egress", "name": "out",
+      "port": 443}),
+    ({"group": "policy.linkerd.io", "kind": "Server", "name": "web", "sectionName": "x"},
+     {"group": "policy.linkerd.io", "kind": "Server", "namespace": NS, "name": "web"}),
+    # A kind the controller does not know: as the route wrote it (and refused, InvalidKind).
+    ({"group": "example.com", "kind": "Thing", "name": "t"}, {"group": "example.com", "kind": "Thing", "name": "t"}),
+])
+def test_status_parent_refs_are_spelled_as_linkerds(written: dict[str, Any], expected: dict[str, Any]) -> None:
+    index = InboundIndex(PolicyConfig())
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+             "metadata": {"name": "r", "namespace": NS}, "spec": {"parentRefs": [written], "rules": [{}]}}
+    index.apply(kinds.GATEWAY_HTTP_ROUTE.key, ResourceEvent("ADDED", route, "1", time.monotonic()))
+    index.flush()
+    desired = desired_statuses(index, {}, {})
+    [parent] = desired[(kinds.GATEWAY_HTTP_ROUTE.key, NS, "r")]["parents"]
+    assert parent["parentRef"] == expected

@@ -78,7 +78,18 @@ def _condition(type_: str, ok: bool, reason: str, message: str = "") -> dict[str
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
+def _linkerd_parent_ref(rtype: kinds.ResourceType, parent: Any, namespace: str) -> dict[str, Any]:
+    """A known parent as Linkerd's status controller spells it, whatever the route wrote: its API group
+    (``core`` for a Service, not ``""``), kind and namespace always, the port (not a Server's), no sectionName."""
+    ref: dict[str, Any] = {"group": rtype.group or "core", "kind": rtype.kind, "namespace": namespace,
+                           "name": parent.name}
+    if parent.port and rtype is not kinds.SERVER:
+        ref["port"] = parent.port
+    return ref
+
+
 def _parent_ref(parent: Any) -> dict[str, Any]:
+    """A parent of a kind this controller does not know, as the route wrote it."""
     ref: dict[str, Any] = {"group": parent.group, "kind": parent.kind, "name": parent.name}
     if parent.namespace:
         ref["namespace"] = parent.namespace
@@ -92,18 +103,20 @@ def _parent_ref(parent: Any) -> dict[str, Any]:
 def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
                   services: Mapping[tuple[str, str], Any], egress: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
     ns = parent.namespace or route.namespace
+    rtype: kinds.ResourceType
     if parent.targets(kinds.SERVER):
         exists = parent.name in inbound.objects[kinds.SERVER.key].get(ns, {}) and ns == route.namespace
-        what = "Server"
+        rtype = kinds.SERVER
     elif parent.targets(kinds.SERVICE):
-        exists, what = (ns, parent.name) in services, "Service"
+        exists, rtype = (ns, parent.name) in services, kinds.SERVICE
     elif parent.targets(kinds.EGRESS_NETWORK):
-        exists, what = (ns, parent.name) in egress, "EgressNetwork"
+        exists, rtype = (ns, parent.name) in egress, kinds.EGRESS_NETWORK
     else:
         return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [
             _condition("Accepted", False, "InvalidKind", f"{parent.kind} is not a Server, Service or EgressNetwork"),
             _condition("ResolvedRefs", True, "ResolvedRefs")]}
-    winner = None if not exists or what == "Server" else _winning_route_on(kind, parent, ns, inbound)
+    what = rtype.kind
+    winner = None if not exists or rtype is kinds.SERVER else _winning_route_on(kind, parent, ns, inbound)
     if not exists:
         accepted = _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist")
     elif winner is not None:
@@ -116,7 +129,8 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
                if b.targets(kinds.SERVICE) and ((b.namespace or route.namespace), b.name) not in services]
     resolved = (_condition("ResolvedRefs", False, "BackendNotFound", "no Service " + ", ".join(missing))
                 if missing else _condition("ResolvedRefs", True, "ResolvedRefs"))
-    return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [accepted, resolved]}
+    return {"parentRef": _linkerd_parent_ref(rtype, parent, ns), "controllerName": CONTROLLER_NAME,
+            "conditions": [accepted, resolved]}
 
 
 def _winning_route_on(kind: str, parent: Any, namespace: str, inbound: InboundIndex) -> str | None:

@@ -293,8 +293,17 @@ class _ControlPlane:
             LocalResourceWatcher(store))
         await destination.start()
         self.identity_port, self.destination_port = identity.port, destination.port
+        # No policy controller: a gRPC server without services answers UNIMPLEMENTED to the policy APIs (as an
+        # older control plane): default inbound policy, targets served by their profiles. Unreachable, the
+        # proxies' outbound connections would wait for it (proxy.md §7.1).
+        import grpc
+
+        no_policy = grpc.aio.server()
+        self.policy_port = no_policy.add_insecure_port("127.0.0.1:0")
+        await no_policy.start()
 
         async def stop() -> None:
+            await no_policy.stop(None)
             await destination.stop()
             await identity.stop()
             store.close()
@@ -316,7 +325,7 @@ class _ControlPlane:
             "LINKERD2_PROXY_DESTINATION_SVC_NAME": self.destination_name,
             "LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS": "127.0.0.0/8",
             "LINKERD2_PROXY_DESTINATION_CONTEXT": json.dumps({"ns": "bench", "nodeName": "n", "pod": f"{sa}-0"}),
-            "LINKERD2_PROXY_POLICY_SVC_ADDR": "127.0.0.1:9",
+            "LINKERD2_PROXY_POLICY_SVC_ADDR": f"127.0.0.1:{self.policy_port}",
             "LINKERD2_PROXY_POLICY_WORKLOAD": json.dumps({"ns": "bench", "pod": f"{sa}-0"}),
             "LINKERD2_PROXY_IDENTITY_DIR": str(self.tmp),
             "LINKERD2_PROXY_IDENTITY_TOKEN_FILE": str(token),

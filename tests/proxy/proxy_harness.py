@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import uvloop
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -289,6 +290,13 @@ class Mesh:
         await destination.start()
         self._stack.push_async_callback(destination.stop)
         self.destination = destination
+        # No policy controller: a gRPC server without services stands in for an older control plane, answering
+        # UNIMPLEMENTED to the policy APIs, so the proxies keep their default inbound policy and serve targets
+        # by their profiles (proxy.md §7.1). Unreachable, outbound connections would wait for it.
+        no_policy = grpc.aio.server()
+        self.policy_port = no_policy.add_insecure_port("127.0.0.1:0")
+        await no_policy.start()
+        self._stack.push_async_callback(no_policy.stop, None)
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
@@ -327,7 +335,7 @@ class Mesh:
             "LINKERD2_PROXY_DESTINATION_SVC_NAME": DESTINATION_SVC,
             "LINKERD2_PROXY_DESTINATION_CONTEXT": json.dumps({"ns": pod.ns, "nodeName": "node-1", "pod": pod.name}),
             "LINKERD2_PROXY_DESTINATION_PROFILE_NETWORKS": "127.0.0.0/8",
-            "LINKERD2_PROXY_POLICY_SVC_ADDR": "127.0.0.1:9",
+            "LINKERD2_PROXY_POLICY_SVC_ADDR": f"127.0.0.1:{self.policy_port}",
             "LINKERD2_PROXY_POLICY_WORKLOAD": json.dumps({"ns": pod.ns, "pod": pod.name}),
             "LINKERD2_PROXY_IDENTITY_DIR": str(self.tmp / f"identity-{pod.name}"),
             "LINKERD2_PROXY_IDENTITY_TOKEN_FILE": str(self.token_file(pod)),

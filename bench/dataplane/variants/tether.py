@@ -197,7 +197,7 @@ class _Tether(Variant):
         inbound_port, server_outbound, server_admin = ctx.port(), ctx.port(), ctx.port()
         client_inbound, client_outbound, client_admin = ctx.port(), ctx.port(), ctx.port()
         tap_ports = {"server": ctx.port(), "client": ctx.port()} if self.tap else {}
-        policy_port, policy_admin = (ctx.port(), ctx.port()) if self.policy else (9, 0)
+        policy_port, policy_admin = ctx.port(), ctx.port()
 
         store = Store(work / "store.db")
         try:
@@ -264,6 +264,9 @@ class _Tether(Variant):
                                client_admin, [f"{service_ip}:{service_port}"])
         if self.policy:  # the server's policy watched from the start, as the injector lists the pod's ports
             server_env["LINKERD2_PROXY_INBOUND_PORTS"] = str(backend_port)
+        else:  # bench/dataplane/no_policy.py: plaintext, answering UNIMPLEMENTED
+            for env in (server_env, client_env):
+                del env["LINKERD2_PROXY_POLICY_SVC_NAME"]
         for role, env, ip in (("server", server_env, server_ip), ("client", client_env, client_ip)):
             if role in tap_ports:
                 env["LINKERD2_PROXY_TAP_SVC_NAME"] = tap_identity()
@@ -272,6 +275,10 @@ class _Tether(Variant):
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         assert server_env["LINKERD2_PROXY_IDENTITY_LOCAL_NAME"] == SERVER_IDENTITY.dns_name
         controllers = [identity, destination]
+        if not self.policy:
+            controllers.append(ProxySpec("policy", [sys.executable, "-m", "bench.dataplane.no_policy",
+                                                    f"{LOOPBACK}:{policy_port}"], (LOOPBACK, policy_port),
+                                         env={"PYTHONPATH": str(REPO)}))
         if self.policy:
             controllers.append(ProxySpec("policy", tether + [
                 "policy", "serve", "--store", str(work / "store.db"), "--addr", f"{LOOPBACK}:{policy_port}",

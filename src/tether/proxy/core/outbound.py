@@ -89,8 +89,15 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
                 return
             resolution = answer
         if policy is not None:
+            # Linkerd blocks on the first policy answer (proxy.md §7.1): none within the failfast timeout, or
+            # a lookup the controller refused, and the connection is refused.
+            failed = policy.failed
             if not policy.ready:
-                yield Wait(policy, settings.failfast)  # none in time: the profile alone, until one comes
+                answer = yield Wait(policy, settings.failfast)
+                failed = answer if isinstance(answer, Failed) else None
+            if failed is not None:
+                yield Refuse(failed.error)
+                return
             resolution = replace(resolution, policy=policy)
         current = policy.policy if policy is not None else None
         if current is not None and settings.policy_metrics is not None:

@@ -370,9 +370,13 @@ class PolicyWatch(_Watch):
     """``OutboundPolicies.Watch`` for ``ip:port`` (proxy.md §7.1), on the policy controller's channel.
 
     ``policy`` is None until the first message, and after ``NOT_FOUND`` /
-    ``UNIMPLEMENTED`` (the target has no policy: the profile alone applies).
-    A message the proxy cannot use becomes Linkerd's invalid policy (every
-    request 500). Each balanced backend is a ``ServiceWatch`` leased for as
+    ``UNIMPLEMENTED`` (the target has no policy: the profile alone applies, as
+    Linkerd synthesizes one from it). Until the first answer a connection waits
+    (Linkerd blocks on it; other errors are retried with backoff meanwhile, and
+    the connection is refused when none came within the failfast timeout);
+    ``INVALID_ARGUMENT`` / ``FAILED_PRECONDITION`` are final and fail the
+    target's connections (``failed``). A message the proxy cannot use becomes
+    Linkerd's invalid policy (every request 500). Each balanced backend is a ``ServiceWatch`` leased for as
     long as the policy names it (shared with the profiles naming the same
     service).
     """
@@ -381,6 +385,7 @@ class PolicyWatch(_Watch):
         super().__init__(discovery, key)
         self._addr = addr
         self.policy: ClientPolicy | None = None
+        self.failed: Failed | None = None  # the controller refused the lookup for good
         self._backends: list[ServiceWatch] = []
         self._update_waiters: list[asyncio.Future[None]] = []
 
@@ -443,13 +448,10 @@ class PolicyWatch(_Watch):
     def _final(self, code: Code) -> None:
         self._hold([])
         self.policy = None
+        if code not in (Code.NOT_FOUND, Code.UNIMPLEMENTED):  # not "no policy": Linkerd fails the connection
+            log.warning("client policy: %s: the policy controller refused the lookup (%s)", self.key, code.name)
+            self.failed = Failed("discovery rejected")
         self._updated_now()
-
-    def _failed(self) -> None:
-        # Linkerd waits for the controller; here a target whose first watch failed is served by its profile
-        # alone meanwhile (a proxy without a reachable policy controller keeps working), and the policy
-        # applies from its first message on.
-        self.answered.set()
 
     def _forget(self) -> None:
         self._discovery.policies.pop(self.key, None)
@@ -457,14 +459,15 @@ class PolicyWatch(_Watch):
     def _closed(self) -> None:
         self._hold([])
 
-    async def wait(self, timeout: float) -> ClientPolicy | None:
-        """The policy once the controller answered (None: it has none); None too after ``timeout``."""
+    async def wait(self, timeout: float) -> ClientPolicy | Failed | None:
+        """The policy once the controller answered (None: it has none); ``Failed`` when it gave no answer
+        within ``timeout`` or refused the lookup."""
         if not self.answered.is_set():
             try:
                 await asyncio.wait_for(self.answered.wait(), timeout)
             except TimeoutError:
-                return None
-        return self.policy
+                return Failed("discovery unavailable")
+        return self.failed or self.policy
 
 
 class Discovery:

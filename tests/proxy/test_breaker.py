@@ -105,6 +105,39 @@ def test_the_balancer_takes_a_failing_endpoint_out_and_back() -> None:
     assert back.count(bad) > 1  # open again: it takes its share
 
 
+def test_min_ready_endpoints_keeps_the_last_ones_in() -> None:
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock, rng=random.Random(7))
+    balancer.reset([endpoint(1), endpoint(2), endpoint(3)])
+    balancer.configure_accrual(Accrual(1, 1.0, 1.0, min_ready=2))  # one failure ejects, but two stay in
+    for _ in range(60):  # every endpoint fails every request
+        slot = balancer.pick()
+        assert slot is not None  # never all out
+        balancer.outcome(slot, 500)
+    states = sorted(s.breaker.state.value if s.breaker else "open" for s in balancer._slots.values())
+    assert states == ["open", "open", "shut"]  # the first to fail went out; the other two are kept in
+    balancer.configure_accrual(Accrual(1, 1.0, 1.0))  # no minimum: the next failures eject them too
+    for _ in range(60):
+        slot = balancer.pick()
+        if slot is None:
+            break
+        balancer.outcome(slot, 500)
+    assert balancer.pick() is None
+
+
+def test_ejection_min_ready_endpoints_reaches_the_breaker() -> None:
+    from tether.api import outbound_pb2 as pb
+    from tether.proxy.core.client_policy_translation import translate
+
+    message = pb.OutboundPolicy()
+    message.metadata.default = "x"
+    accrual = message.protocol.http1.failure_accrual
+    accrual.consecutive_failures.max_failures = 7
+    accrual.ejection.min_ready_endpoints = 2
+    policy = translate(message, lambda path: None)
+    assert policy.accrual is not None and policy.accrual.min_ready == 2 and policy.unapplied == ()
+
+
 def test_with_every_endpoint_shut_the_balancer_has_nothing_to_offer() -> None:
     clock = Clock()
     balancer = Balancer(failfast=3.0, clock=clock)

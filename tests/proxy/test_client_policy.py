@@ -185,9 +185,9 @@ def test_header_modifiers_cannot_forge_l5d_headers_or_reframe_the_message(name: 
 
 def test_what_the_proxy_does_not_apply_is_named() -> None:
     message = served(controller(http_route("r", "web", [{}])))
-    message.protocol.detect.http1.failure_accrual.ejection.min_ready_endpoints = 2
+    message.protocol.detect.http1.routes[0].rules[0].backends.first_available.backends[0].requestTimeout.FromSeconds(1)
     policy = translate(message, Balancers())
-    assert any("ejection" in note for note in policy.unapplied), policy.unapplied
+    assert any("requestTimeout" in note for note in policy.unapplied), policy.unapplied
     applied = policy_of(http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx",
                                                                    "retry.linkerd.io/timeout": "1s",
                                                                    "timeout.linkerd.io/idle": "1m"}))
@@ -332,6 +332,7 @@ class PolicyWatch:
     def __init__(self, policy: ClientPolicy | None) -> None:
         self.policy = policy
         self.ready = True
+        self.failed = None
 
     def release(self) -> None:
         pass

@@ -27,7 +27,7 @@ import random
 from collections.abc import Callable, Iterable
 
 from tether.proxy.codec.addrs import SocketAddr
-from tether.proxy.core.breaker import Breaker, failed, shed
+from tether.proxy.core.breaker import Breaker, State, failed, shed
 from tether.proxy.core.client_policy import Accrual
 from tether.proxy.core.endpoint import Endpoint
 
@@ -213,6 +213,13 @@ class Balancer:
         for slot in self._slots.values():
             slot.breaker = None
 
+    def _at_minimum(self) -> bool:
+        """Whether ejecting one more endpoint would leave fewer than ``min_ready`` in (``ejection``)."""
+        accrual = self.accrual
+        assert accrual is not None
+        ready = sum(1 for s in self._slots.values() if s.breaker is None or s.breaker.state is State.OPEN)
+        return ready <= accrual.min_ready
+
     def outcome(self, slot: Slot, status: int, grpc_status: int | None = None) -> None:
         """An attempt on ``slot``'s endpoint ended with ``status`` (0: no response; ``grpc_status`` for gRPC),
         for its breaker: classified as Linkerd classifies it (``breaker.failed``, ``breaker.shed``)."""
@@ -221,5 +228,5 @@ class Balancer:
             return
         breaker = slot.breaker
         if breaker is None:
-            breaker = slot.breaker = Breaker(accrual, self._rng.random)
+            breaker = slot.breaker = Breaker(accrual, self._rng.random, self._at_minimum if accrual.min_ready else None)
         breaker.record(not failed(status, grpc_status), self._clock(), shed(status, grpc_status))

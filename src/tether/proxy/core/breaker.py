@@ -57,10 +57,13 @@ class State(enum.Enum):
 
 
 class Breaker:
-    __slots__ = ("config", "state", "failures", "shut_count", "until", "probing", "_draw", "_buckets")
+    __slots__ = ("config", "state", "failures", "shut_count", "until", "probing", "_draw", "_buckets", "_kept")
 
-    def __init__(self, config: Accrual, draw: Callable[[], float]) -> None:
+    def __init__(self, config: Accrual, draw: Callable[[], float],
+                 kept: Callable[[], bool] | None = None) -> None:
         self.config = config
+        # Whether the endpoint must stay in although it trips (its balancer is at ``min_ready`` un-ejected).
+        self._kept = kept
         self.state = State.OPEN
         self.failures = 0  # consecutive, while open
         self.shut_count = 0  # times shut in a row (the backoff's exponent)
@@ -109,14 +112,23 @@ class Breaker:
             return
         config = self.config
         if config.success_rate is not None and self._rate_low(success and not overloaded, now):
-            self._shut(now)
+            self._trip(now)
             return
         if success:
             self.failures = 0
             return
         self.failures += 1
         if config.max_failures and self.failures >= config.max_failures:
-            self._shut(now)
+            self._trip(now)
+
+    def _trip(self, now: float) -> None:
+        """An open endpoint failed enough to be ejected: shut, unless its balancer must keep it (then it starts
+        counting again, as if just back in)."""
+        if self._kept is not None and self._kept():
+            self.failures = 0
+            self._buckets.clear()
+            return
+        self._shut(now)
 
     def _rate_low(self, ok: bool, now: float) -> bool:
         """Count the answer in the window; whether the success rate is now under the threshold."""

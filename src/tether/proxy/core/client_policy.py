@@ -219,7 +219,9 @@ def select_tls_route(routes: tuple[OpaqueRoute, ...], sni: str) -> OpaqueRoute |
 class Accrual:
     """Failure accrual (``core.breaker``): an endpoint is shut for a backoff after ``max_failures`` failures in a
     row (0: not by count), or -- the unified breaker's other half -- when its success rate over the last
-    ``window`` seconds falls below ``success_rate`` once ``min_requests`` answers are in it."""
+    ``window`` seconds falls below ``success_rate`` once ``min_requests`` answers are in it. An endpoint is not
+    shut while that would leave fewer than ``min_ready`` endpoints of its balancer un-ejected
+    (``ejection.min_ready_endpoints``; 0: no minimum)."""
 
     max_failures: int
     min_backoff: float
@@ -228,6 +230,7 @@ class Accrual:
     success_rate: float | None = None
     window: float = 10.0
     min_requests: int = 5
+    min_ready: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,19 +70,17 @@ def _policy(message: pb.OutboundPolicy, t: _Translator) -> ClientPolicy:
                             http2=t.http_routes(d.http2.routes, "protocol.detect.http2.routes"),
                             opaque=t.opaque_routes(d.opaque.routes, "protocol.detect.opaque.routes"),
                             detect_timeout=_seconds(d.timeout) if d.HasField("timeout") else None,
-                            accrual=_accrual(d.http1.failure_accrual, "protocol.detect.http1.failure_accrual", t)
+                            accrual=_accrual(d.http1.failure_accrual)
                             if d.http1.HasField("failure_accrual") else None)
     if kind in ("http1", "http2"):
         block = getattr(protocol, kind)
         routes = t.http_routes(block.routes, f"protocol.{kind}.routes")
-        accrual = _accrual(block.failure_accrual, f"protocol.{kind}.failure_accrual", t) \
-            if block.HasField("failure_accrual") else None
+        accrual = _accrual(block.failure_accrual) if block.HasField("failure_accrual") else None
         return ClientPolicy(parent, Protocol(kind), http1=routes, http2=routes, accrual=accrual)
     if kind == "grpc":
         block = protocol.grpc
         routes = t.grpc_routes(block.routes, "protocol.grpc.routes")
-        accrual = _accrual(block.failure_accrual, "protocol.grpc.failure_accrual", t) \
-            if block.HasField("failure_accrual") else None
+        accrual = _accrual(block.failure_accrual) if block.HasField("failure_accrual") else None
         return ClientPolicy(parent, Protocol.GRPC, http1=routes, http2=routes, accrual=accrual)
     if kind == "opaque":
         return ClientPolicy(parent, Protocol.OPAQUE, opaque=t.opaque_routes(protocol.opaque.routes,
@@ -278,16 +276,16 @@ def _retry(rule: pb.HttpRoute.Rule | pb.GrpcRoute.Rule, where: str, grpc: bool) 
     return Retry(r.max_retries, r.max_request_bytes, tuple(ranges), frozenset(), timeout, backoff)
 
 
-def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> Accrual | None:
-    if message.HasField("ejection") and message.ejection.min_ready_endpoints:
-        t.note(f"{where}.ejection", "minimum ready endpoints")
+def _accrual(message: pb.FailureAccrual) -> Accrual | None:
+    min_ready = message.ejection.min_ready_endpoints if message.HasField("ejection") else 0
     kind = message.WhichOneof("kind")
     if kind is None:
         return None
     if kind == "consecutive_failures":
         c = message.consecutive_failures
         b = c.backoff
-        return Accrual(max(c.max_failures, 1), _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio)
+        return Accrual(max(c.max_failures, 1), _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio,
+                       min_ready=min_ready)
     u = message.unified
     rate = u.success_rate_threshold if 0.0 < u.success_rate_threshold <= 1.0 else None
     if u.max_consecutive_failures == 0 and rate is None:
@@ -295,4 +293,4 @@ def _accrual(message: pb.FailureAccrual, where: str, t: _Translator) -> Accrual 
     b = u.backoff
     window = max(_seconds(u.decay), 0.01) if u.HasField("decay") else 10.0  # Linkerd: default 10 s, at least 10 ms
     return Accrual(u.max_consecutive_failures, _seconds(b.min_backoff), _seconds(b.max_backoff), b.jitter_ratio,
-                   rate, window, max(u.min_requests, 1))
+                   rate, window, max(u.min_requests, 1), min_ready)

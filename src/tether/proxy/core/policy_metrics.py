@@ -6,7 +6,8 @@
 - ``outbound_{http,grpc}_route_backend_requests_total``: one per attempt, under
   the backend the route drew, and ``..._backend_response_duration_seconds``
   (0.025 ... 10) and ``..._backend_response_statuses_total`` when it ended;
-- ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total``;
+- ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total`` (``overflow`` always
+  0: a retry waits for its backend's readiness here, where Linkerd's gives up);
 - ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
   policy's protocol;
 - ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
@@ -141,7 +142,11 @@ class PolicyMetrics:
         return server_name if self.hostname_labels else ""
 
     def retry(self, grpc: bool, route_labels: str, what: str, hostname: str = "") -> None:
-        self.family(grpc).retry[what].inc(f"{route_labels},{labels.render(('hostname', hostname))}")
+        """One retry event of the route; its four series come into being together, as Linkerd creates them (a
+        retry here waits for its backend instead of overflowing: ``overflow`` stays 0)."""
+        key = f"{route_labels},{labels.render(('hostname', hostname))}"
+        for name, counter in self.family(grpc).retry.items():
+            counter.inc(key, 1 if name == what else 0)
 
     def backend_response(self, grpc: bool, route_labels: str, backend_labels: str, status: int,
                          grpc_status: int | None, seconds: float) -> None:

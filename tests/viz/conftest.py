@@ -13,7 +13,7 @@ from viz.promlab import NS, FakeProxy, PrometheusProcess, deployment, meshed_pod
 __all__ = ["clean_host", "new_platform"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")  # one Prometheus for the modules that read it: each start waited ~10 s for scrapes
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusProcess, list[dict[str, Any]]]]:
     web = FakeProxy(web_metrics)
     idle = FakeProxy(lambda n: "process_start_time_seconds 1700000000\n")

@@ -155,6 +155,35 @@ def test_the_outbound_layer_refuses_denied_egress_and_forwards_allowed_egress() 
                and 'error=""' in line for line in text.splitlines()), text
 
 
+def test_http_detection_is_counted_under_the_parent_as_linkerd_names_its_results() -> None:
+    from layer_helpers import drive, replies
+
+    from tether.proxy.codec import detect
+    from tether.proxy.core.outbound import OutboundSettings, outbound
+
+    target = SocketAddr(parse_ip("8.8.8.8"), 443)
+    allowed = translate(served(controller(egress_network("allow-all", "Allow")), "8.8.8.8", 443), Balancers())
+    registry = Registry(retain_idle=600.0, clock=lambda: 0.0)
+    ticks = iter([10.0, 10.05, 20.0, 20.5])  # detection took 50 ms, then 500 ms
+    settings = OutboundSettings(detect_timeout=10.0, connect_timeout=1.0, failfast=3.0, profile_networks=(),
+                                local_ips=frozenset(), own_addrs=frozenset(), refuse_loopback=True,
+                                client_policies=lambda addr: PolicyWatch(allowed),  # type: ignore[arg-type,return-value]
+                                policy_metrics=PolicyMetrics(registry), clock=lambda: next(ticks))
+    drive(outbound(target, settings, None),
+          replies({cmd.Detect: detect.Opaque(), cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}))
+    drive(outbound(target, settings, None), replies({cmd.Detect: detect.ReadTimeout(),
+                                                     cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}))
+    text = registry.render()
+    parent = ('parent_group="policy.linkerd.io",parent_kind="EgressNetwork",parent_namespace="linkerd-egress",'
+              'parent_name="allow-all"')
+    results = {line.split('result="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
+               if line.startswith("outbound_tcp_detect_http_results_total{") and parent in line}
+    assert results == {"not_http": "1", "http/1": "0", "http/2": "0", "read_timeout": "1", "error": "0"}
+    buckets = [line for line in text.splitlines() if line.startswith("outbound_tcp_detect_http_duration_seconds")
+               and parent in line]
+    assert any('le="0.1"} 1' in line for line in buckets) and any('le="+Inf"} 2' in line for line in buckets), buckets
+
+
 @pytest.mark.parametrize("mutate, field", [
     (lambda m: m.ClearField("metadata"), "metadata"),
     (lambda m: m.protocol.ClearField("kind"), "protocol"),

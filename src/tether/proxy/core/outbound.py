@@ -22,6 +22,7 @@ The layer yields ``tether.proxy.core.commands``; it does no I/O. Caller:
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Generator
 from functools import partial
 from dataclasses import dataclass, replace
@@ -66,6 +67,7 @@ class OutboundSettings:
     client_policies: Callable[[SocketAddr], PolicySource] | None = None
     policy_metrics: PolicyMetrics | None = None  # outbound_{http,grpc}_route_* (proxy.md §9.5)
     draw: Callable[[], float] = random.random  # uniform in [0, 1): a connection route's weighted backend
+    clock: Callable[[], float] = time.monotonic  # seconds: how long protocol detection took
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: DiscoverySource | None) -> Layer:
@@ -108,7 +110,11 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
             return
         verdict: detect.Verdict = detect.Opaque()
         if not (resolution.opaque or current is not None and current.protocol is Protocol.OPAQUE):
+            began = settings.clock()
             verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
+            if current is not None and settings.policy_metrics is not None:
+                settings.policy_metrics.detected(current.parent_labels, _DETECT_RESULTS.get(type(verdict), "error"),
+                                                 settings.clock() - began)
             if isinstance(verdict, detect.Closed):
                 yield Refuse("closed before detection")
                 return
@@ -125,6 +131,10 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
         if policy is not None:
             policy.release()
 
+
+# The result label of outbound_tcp_detect_http_results_total (Linkerd's names; a connection closed first: error).
+_DETECT_RESULTS: dict[type[detect.Verdict], str] = {
+    detect.Http1: "http/1", detect.Http2: "http/2", detect.Opaque: "not_http", detect.ReadTimeout: "read_timeout"}
 
 # The protocol label of outbound_tcp_protocol_connections_total (Linkerd's names).
 _PROTOCOL_NAMES = {Protocol.DETECT: "detect", Protocol.OPAQUE: "opaq", Protocol.TLS: "tls", Protocol.HTTP1: "http/1",

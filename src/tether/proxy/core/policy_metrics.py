@@ -10,6 +10,9 @@
   0: a retry waits for its backend's readiness here, where Linkerd's gives up);
 - ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
   policy's protocol;
+- ``outbound_tcp_detect_http_results_total{result}`` and
+  ``outbound_tcp_detect_http_duration_seconds`` (0.001, 0.1): HTTP detection on
+  connections whose policy is known;
 - ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
   ``error`` on close): opaque connections under a policy's opaque route (a
   TCPRoute, an EgressNetwork's among them);
@@ -46,6 +49,8 @@ from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_series
 
 DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
+DETECT_BUCKETS = (0.001, 0.1)
+DETECT_RESULTS = ("not_http", "http/1", "http/2", "read_timeout", "error")  # Linkerd's ``result`` values
 BACKEND_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
               "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
@@ -125,6 +130,11 @@ class PolicyMetrics:
         self.tcp_close = registry.counter("outbound_tcp_route_close_total", "The number of connections closed.")
         self.tls_open = registry.counter("outbound_tls_route_open_total", "The number of connections opened.")
         self.tls_close = registry.counter("outbound_tls_route_close_total", "The number of connections closed.")
+        self.detect_results = registry.counter("outbound_tcp_detect_http_results_total",
+                                               "Protocol detection results.")
+        self.detect_duration = _Histogram("outbound_tcp_detect_http_duration_seconds",
+                                          "Time taken for protocol detection.", registry.clock, registry.retain_idle,
+                                          DETECT_BUCKETS)
         registry.add_collector(self._render_histograms)
 
     def family(self, grpc: bool) -> _Family:
@@ -180,10 +190,18 @@ class PolicyMetrics:
         values)."""
         (self.tls_close if tls else self.tcp_close).inc(f"{route_labels},{labels.render(('error', error))}")
 
+    def detected(self, parent_labels: str, result: str, seconds: float) -> None:
+        """HTTP detection on a connection to the parent ended with ``result`` (``DETECT_RESULTS``) after
+        ``seconds``; the parent's five result series come into being together, as Linkerd creates them."""
+        for name in DETECT_RESULTS:
+            self.detect_results.inc(f'{labels.render(("result", name))},{parent_labels}', 1 if name == result else 0)
+        self.detect_duration.observe(parent_labels, seconds)
+
     def _render_histograms(self, out: list[str]) -> None:
         for family in (self.http, self.grpc):
             family.duration.render(out)
             family.backend_duration.render(out)
+        self.detect_duration.render(out)
 
 
 def request_host(request: RequestHead) -> str:

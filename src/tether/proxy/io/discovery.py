@@ -545,9 +545,11 @@ class Discovery:
         return watch
 
     def collect_balancers(self, out: list[str]) -> None:
-        """``outbound_http_balancer_endpoints{parent_*,backend_*,state}`` for the backends of the client
-        policies watched now (proxy.md §9.5)."""
+        """``outbound_http_balancer_endpoints{parent_*,backend_*,state}`` and
+        ``outbound_http_balancer_p2c_endpoints{parent_*,backend_*}`` (every endpoint the balancer picks among,
+        ready or not) for the backends of the client policies watched now (proxy.md §9.5)."""
         values: dict[str, int] = {}
+        pools: dict[str, int] = {}
         for watch in self.policies.values():
             policy = watch.policy
             if policy is None:
@@ -559,8 +561,11 @@ class Discovery:
                 key = f"{policy.parent_labels},{backend.labels}"
                 values[f'{key},state="ready"'] = ready
                 values[f'{key},state="pending"'] = pending
+                pools[key] = ready + pending
         samples(out, "outbound_http_balancer_endpoints", "gauge", "The number of endpoints of a backend balancer.",
                 values.items())
+        samples(out, "outbound_http_balancer_p2c_endpoints", "gauge",
+                "The number of endpoints currently in a P2C balancer.", pools.items())
 
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)

@@ -40,22 +40,7 @@ HTTPServer(("0.0.0.0", 8080), H).serve_forever()
 
 
 def _script_app(name: str, script: str, port: int, service_port: int, target: int | None = None) -> str:
-    code = script.strip().replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return f"""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {NS}}}
-spec:
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      containers:
-      - name: app
-        image: python
-        command: [{PYTHON}, -u, -c, "{code}"]
-        ports: [{{containerPort: {port}}}]
----
+    return uplab.script_deployment(name, NS, script.strip(), container="app", port=port) + f"""---
 apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: {NS}}}

@@ -146,29 +146,6 @@ for conn in range(1, 1000):
 """
 
 
-def _python_deployment(name: str, namespace: str, script: str, *args: str, service_account: str = "default",
-                       port: str = "") -> str:
-    code = script.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    argv = "".join(f', "{a}"' for a in args)
-    ports = f"\n        ports: [{{name: tcp, containerPort: {port}}}]" if port else ""
-    return f"""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {namespace}}}
-spec:
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      serviceAccountName: {service_account}
-      containers:
-      - name: main
-        image: python
-        command: [{uplab.PYTHON}, -u, -c, "{code}"{argv}]{ports}
-"""
-
-
 def locked_server(namespace: str, app: str, protocol: str, *identities: str) -> str:
     """An injected namespace, a Server on ``app``'s ``tcp`` port and an AuthorizationPolicy admitting
     ``identities`` (a MeshTLSAuthentication)."""
@@ -220,10 +197,10 @@ TCP_POLICY = locked_server(TCP_NS, "echo", "opaque", HOLDER_ID) + service(TCP_NS
 def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: uplab.Platform) -> None:
     p = running
     p.apply(TCP_POLICY)
-    p.apply(_python_deployment("echo", TCP_NS, ECHO_SCRIPT, port="7000"))
+    p.apply(uplab.script_deployment("echo", TCP_NS, ECHO_SCRIPT, port=7000, port_name="tcp"))
     wait_for("the echo pod ready", lambda: [x for x in p.pods(TCP_NS) if x["metadata"]["name"].startswith("echo-")
                                             and ready(x)], timeout=60)
-    p.apply(_python_deployment("holder", TCP_NS, HOLDER_SCRIPT, f"echo.{TCP_NS}.svc.cluster.local",
+    p.apply(uplab.script_deployment("holder", TCP_NS, HOLDER_SCRIPT, f"echo.{TCP_NS}.svc.cluster.local",
                                service_account="holder"))
     (holder,) = wait_for("the holder pod", lambda: [x for x in p.pods(TCP_NS)
                                                      if x["metadata"]["name"].startswith("holder-") and ready(x)],
@@ -308,10 +285,10 @@ def test_route_filters_redirect_and_edit_headers_but_never_l5d_ones(running: upl
     p = running
     forged = "{name: l5d-client-id, value: admin.forged}"
     p.apply(FILTER_POLICY)  # a modifier naming l5d-client-id: the proxy refuses the whole policy
-    p.apply(_python_deployment("echo", FILTER_NS, ECHO_HEADERS_SCRIPT, port="8080"))
+    p.apply(uplab.script_deployment("echo", FILTER_NS, ECHO_HEADERS_SCRIPT, port=8080, port_name="tcp"))
     wait_for("the echo pod ready", lambda: [x for x in p.pods(FILTER_NS)
                                             if x["metadata"]["name"].startswith("echo-") and ready(x)], timeout=60)
-    p.apply(_python_deployment("caller", FILTER_NS, FILTER_CLIENT_SCRIPT, f"echo.{FILTER_NS}.svc.cluster.local",
+    p.apply(uplab.script_deployment("caller", FILTER_NS, FILTER_CLIENT_SCRIPT, f"echo.{FILTER_NS}.svc.cluster.local",
                                service_account="caller"))
     (caller_pod,) = wait_for("the caller pod", lambda: [x for x in p.pods(FILTER_NS)
                                                         if x["metadata"]["name"].startswith("caller-") and ready(x)],
@@ -356,7 +333,7 @@ def test_a_denied_client_keeps_its_connection_for_the_next_request(running: upla
     without closing, so one connection carries request after request -- a POST's body read and dropped too."""
     p = running
     p.apply(locked_server(KEEP_NS, "echo", "HTTP/1", HOLDER_ID) + service(KEEP_NS, "echo"))
-    p.apply(_python_deployment("echo", KEEP_NS, ECHO_HEADERS_SCRIPT, port="8080"))
+    p.apply(uplab.script_deployment("echo", KEEP_NS, ECHO_HEADERS_SCRIPT, port=8080, port_name="tcp"))
     (echo,) = wait_for("the echo pod ready", lambda: [x for x in p.pods(KEEP_NS)
                                                       if x["metadata"]["name"].startswith("echo-") and ready(x)],
                        timeout=60)

@@ -87,31 +87,6 @@ while True:
 '''
 
 
-def _quoted(text: str) -> str:
-    """``text`` as a YAML double-quoted scalar."""
-    return '"' + text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') + '"'
-
-
-def _deployment(name: str, script: str, *args: str, port: bool = True) -> str:
-    ports = "\n        ports: [{containerPort: 8080}]" if port else ""
-    argv = ", ".join(_quoted(a) for a in args)
-    return f"""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {NS}}}
-spec:
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-      - name: main
-        image: python
-        command: [{uplab.PYTHON}, -u, -c, {_quoted(script)}, {argv}]{ports}
-"""
-
-
 def _service(name: str, port: int, app_protocol: str | None = None) -> str:
     protocol = f", appProtocol: {app_protocol}" if app_protocol else ""
     return f"""
@@ -217,10 +192,10 @@ def test_a_tcproute_sends_connections_by_weight_and_follows_a_switch(running: up
     p = running
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
     for name in ("db", "db-a", "db-b"):
-        p.apply(_service(name, 5432, "linkerd.io/tcp") + "---" + _deployment(name, SERVER, "tcp", name))
+        p.apply(_service(name, 5432, "linkerd.io/tcp") + "---" + uplab.script_deployment(name, NS, SERVER, "tcp", name, port=8080))
     _all_ready(p, "db", "db-a", "db-b")
     p.apply(_tcp_route(0, 1))  # before the client's first connection
-    p.apply(_deployment("tcp-client", CLIENT, "tcp", f"db.{NS}.svc.cluster.local", "5432", port=False))
+    p.apply(uplab.script_deployment("tcp-client", NS, CLIENT, "tcp", f"db.{NS}.svc.cluster.local", "5432"))
     _all_ready(p, "tcp-client")
     wait_for("connections at db-b", _only(p, "tcp-client", "db-b"), timeout=90)
     p.apply(_tcp_route(1, 0))
@@ -241,12 +216,12 @@ def test_tlsroutes_send_tls_by_sni_to_the_right_backend(running: uplab.Platform)
     ca, cert, key = _certificates()
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
     for name in ("tls", "tls-a", "tls-b"):
-        p.apply(_service(name, 443) + "---" + _deployment(name, SERVER, "tls", name, cert, key))
+        p.apply(_service(name, 443) + "---" + uplab.script_deployment(name, NS, SERVER, "tls", name, cert, key, port=8080))
     _all_ready(p, "tls", "tls-a", "tls-b")
     p.apply(TLS_ROUTES)
     host = f"tls.{NS}.svc.cluster.local"
     for client, sni in (("sni-a", "a.example.com"), ("sni-b", "www.example.org"), ("sni-none", "c.example.net")):
-        p.apply(_deployment(client, CLIENT, "tls", host, "443", sni, ca, port=False))
+        p.apply(uplab.script_deployment(client, NS, CLIENT, "tls", host, "443", sni, ca))
     _all_ready(p, "sni-a", "sni-b", "sni-none")
     wait_for("a.example.com at tls-a", _only(p, "sni-a", "tls-a"), timeout=90)
     wait_for("www.example.org at tls-b", _only(p, "sni-b", "tls-b"), timeout=60)

@@ -226,9 +226,19 @@ while True:
 """
 
 
-def client(name: str, namespace: str, url: str, *, annotations: str = "") -> str:
-    """A Deployment that GETs ``url`` five times a second and prints ``ok 200`` or the error."""
-    script = CLIENT_SCRIPT.replace("\n", "\\n").replace('"', '\\"')
+def yaml_quoted(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (scripts go into manifests so)."""
+    return '"' + text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"') + '"'
+
+
+def script_deployment(name: str, namespace: str, script: str, *args: str, container: str = "main",
+                      port: int | None = None, port_name: str | None = None, service_account: str | None = None,
+                      annotations: str = "") -> str:
+    """A Deployment (label ``app: name``) whose one container runs the Python ``script`` with ``args``."""
+    argv = "".join(f", {yaml_quoted(a)}" for a in args)
+    named = f"name: {port_name}, " if port_name else ""
+    ports = f"\n        ports: [{{{named}containerPort: {port}}}]" if port is not None else ""
+    account = f"\n      serviceAccountName: {service_account}" if service_account else ""
     return f"""
 apiVersion: apps/v1
 kind: Deployment
@@ -239,12 +249,17 @@ spec:
     metadata:
       labels: {{app: {name}}}
       annotations: {{{annotations}}}
-    spec:
+    spec:{account}
       containers:
-      - name: client
+      - name: {container}
         image: python
-        command: [{PYTHON}, -u, -c, "{script}", "{url}"]
+        command: [{PYTHON}, -u, -c, {yaml_quoted(script)}{argv}]{ports}
 """
+
+
+def client(name: str, namespace: str, url: str, *, annotations: str = "") -> str:
+    """A Deployment that GETs ``url`` five times a second and prints ``ok 200`` or the error."""
+    return script_deployment(name, namespace, CLIENT_SCRIPT, url, container="client", annotations=annotations)
 
 
 def tap_lines(p: Platform, *args: str, want: int, timeout: float = 60) -> list[str]:

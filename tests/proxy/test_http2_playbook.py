@@ -245,33 +245,125 @@ def test_a_routes_timeout_answers_deadline_exceeded_and_cancels_the_upstream_str
             >> Up(0, Headers(1, OK, end=True)))
 
 
-def test_a_per_attempt_timeout_resets_the_slow_stream_and_retries_after_the_backoff() -> None:
-    """A client policy rule's retry.linkerd.io/timeout on an HTTP/2 stream, as on an HTTP/1 request."""
+POLICY_GET = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r")]
+
+
+def policy_playbook(annotations: dict[str, str], clock: FakeClock) -> H2Playbook:
+    """An outbound HTTP/2 connection whose requests follow an HTTPRoute with ``annotations`` (the policy
+    controller's own message, as tests/proxy/test_client_policy.py builds it) to one endpoint, cp.UP."""
     import test_client_policy as cp
 
     from tether.proxy.core.routes import outbound_router
 
-    annotations = {"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1", "retry.linkerd.io/timeout": "300ms"}
     policy = cp.policy_of(cp.http_route("r", "web", [{}], annotations=annotations),
                           balancers=cp.Balancers({cp.WEB: "10.0.0.7"}))
     router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
                              failfast=3.0, loop_addrs=frozenset(), draw=lambda: 0.0,
                              policies=cp.PolicyWatch(policy))
-    get = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r")]
-    settings = HttpSettings("outbound", lambda: 100.0, None, strip_proxy_errors=True)
-    assert (H2Playbook(router, settings)
-            >> Down(Headers(1, get, end=True))
+    return H2Playbook(router, HttpSettings("outbound", clock, None, strip_proxy_errors=True))
+
+
+def later(clock: FakeClock, seconds: float) -> Do:
+    def move() -> None:
+        clock.now += seconds
+    return Do(move)
+
+
+def test_a_per_attempt_timeout_resets_the_slow_stream_and_retries_after_the_backoff() -> None:
+    """A client policy rule's retry.linkerd.io/timeout on an HTTP/2 stream, as on an HTTP/1 request."""
+    import test_client_policy as cp
+
+    annotations = {"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1", "retry.linkerd.io/timeout": "300ms"}
+    assert (policy_playbook(annotations, FakeClock())
+            >> Down(Headers(1, POLICY_GET, end=True))
             << Connect(cp.UP)
             >> Connected()
             << CallLater(0.3)  # the per-attempt timeout
-            << SendUp(0, Headers(1, get, end=True))
+            << SendUp(0, Headers(1, POLICY_GET, end=True))
             >> Fire()
             << CallLater(0.025)  # the backoff (25 ms, draw 0: no jitter)
             << SendUp(0, Rst(1, ErrorCodes.CANCEL))  # the slow attempt is dropped
             >> Fire()
-            << SendUp(0, Headers(3, get, end=True))  # the last attempt has no per-attempt timeout
+            << SendUp(0, Headers(3, POLICY_GET, end=True))  # the last attempt has no per-attempt timeout
             >> Up(0, Headers(3, OK, end=True))
             << SendDown(Headers(1, OK, end=True)))
+
+
+def test_a_retry_gets_its_own_full_per_attempt_timeout() -> None:
+    """The per-attempt timeout runs from the attempt's start (its upstream stream), not the client stream's:
+    325 ms after the stream began, its second attempt still has all of its 300 ms, and answers within them."""
+    import test_client_policy as cp
+
+    clock = FakeClock()
+    annotations = {"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "2", "retry.linkerd.io/timeout": "300ms"}
+    assert (policy_playbook(annotations, clock)
+            >> Down(Headers(1, POLICY_GET, end=True))
+            << Connect(cp.UP)
+            >> Connected()
+            << CallLater(0.3)
+            << SendUp(0, Headers(1, POLICY_GET, end=True))
+            >> later(clock, 0.3)
+            >> Fire()
+            << CallLater(0.025)  # the backoff
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL))
+            >> later(clock, 0.025)
+            >> Fire()
+            << CallLater(0.3)  # a retry is left: the second attempt's own timeout, whole
+            << SendUp(0, Headers(3, POLICY_GET, end=True))
+            >> later(clock, 0.2)  # 525 ms after the stream began, 200 ms into this attempt
+            >> Up(0, Headers(3, OK, end=True))
+            << SendDown(Headers(1, OK, end=True)))
+
+
+def test_an_idle_timeout_resets_a_response_on_which_nothing_moves() -> None:
+    """timeout.linkerd.io/idle on an HTTP/2 stream: each frame either way starts it over; a stream with none
+    for that long is reset (INTERNAL_ERROR, as hyper resets a stream whose body failed in linkerd2-proxy's
+    stream-timeouts), the upstream stream cancelled, the connection kept."""
+    import test_client_policy as cp
+
+    clock = FakeClock()
+    assert (policy_playbook({"timeout.linkerd.io/idle": "1s"}, clock)
+            >> Down(Headers(1, POLICY_GET, end=True))
+            << CallLater(1.0)  # the idle timeout, for the stream's whole life
+            << Connect(cp.UP)
+            >> Connected()
+            << SendUp(0, Headers(1, POLICY_GET, end=True))
+            >> Up(0, Headers(1, OK))
+            << SendDown(Headers(1, OK))
+            >> later(clock, 0.6)
+            >> Up(0, Data(1, b"hel"))  # a frame: the timer is pushed back
+            << SendDown(Data(1, b"hel"))
+            >> later(clock, 0.4)
+            >> Fire()
+            << CallLater(0.6)
+            >> later(clock, 0.6)
+            >> Fire()  # nothing since the data: the stream is reset
+            << SendDown(Rst(1, ErrorCodes.INTERNAL_ERROR))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL)))
+
+
+def test_an_idle_stream_before_its_response_head_gets_504() -> None:
+    """Idle before the response head: Linkerd's non-fatal policy timeout (504 with l5d-proxy-error, not retried);
+    the upstream stream is cancelled, the client's connection and the endpoint's stay."""
+    import test_client_policy as cp
+
+    clock = FakeClock()
+    annotations = {"timeout.linkerd.io/idle": "1s", "retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"}
+    assert (policy_playbook(annotations, clock)
+            >> Down(Headers(1, POLICY_GET, end=True))
+            << CallLater(1.0)
+            << Connect(cp.UP)
+            >> Connected()
+            << SendUp(0, Headers(1, POLICY_GET, end=True))
+            >> later(clock, 1.0)
+            >> Fire()
+            << Count("outbound_http_errors_total", 'error="response timeout"')
+            << SendDown(Headers(1, [(b":status", b"504"), (b"content-length", b"0"),
+                                    (b"l5d-proxy-error", b"HTTP stream idle for 1s")], end=True))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL))
+            >> Down(Headers(3, POLICY_GET, end=True))  # the next stream goes up the same connection
+            << CallLater(1.0)
+            << SendUp(0, Headers(3, POLICY_GET, end=True)))
 
 
 def test_an_endpoints_keep_alive_pings_it_and_a_silent_one_is_dropped() -> None:

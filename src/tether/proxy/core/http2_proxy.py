@@ -297,7 +297,7 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head", "backoff", "attempt")
+                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -342,6 +342,9 @@ class _Stream:
         self.timer: Timer | None = None  # the route's timeout, until the response head
         self.backoff: Timer | None = None  # a client policy retry's backoff, before it is routed again
         self.attempt: Timer | None = None  # a client policy rule's per-attempt timeout, until the response head
+        self.idle: Timer | None = None  # a client policy rule's idle timeout, until the stream is over
+        self.active = 0.0  # when a frame of this stream last came either way (the idle timeout's reference)
+        self.idled = False  # the idle timeout ended it (its route metrics say IDLE_TIMEOUT)
         self.kept: list[bytes] | None = None  # the request body kept for a retry (None: not kept, or too large)
         self.kept_size = 0
         self.skip_ack = 0  # bytes of a retry's request already acknowledged to the client (sent again as kept)
@@ -558,6 +561,7 @@ class Http2Proxy:
             self.down.ack(sid, event.flow_controlled_length)  # nowhere to go: dropped
             return
         self.down.ack(sid, event.flow_controlled_length - len(data))  # padding
+        self._moved(stream)
         if data:
             stream.body_seen = True
             stream.req_buf.append(data)
@@ -831,6 +835,7 @@ class Http2Proxy:
             elif isinstance(event, h2e.TrailersReceived):
                 stream = up.streams.get(event.stream_id)
                 if stream is not None:
+                    self._moved(stream)
                     stream.resp_trailers = list(event.headers)
                     self._note_grpc_status(stream, stream.resp_trailers)
             elif isinstance(event, h2e.StreamEnded):
@@ -851,6 +856,7 @@ class Http2Proxy:
                 self._up_goaway(up, event)
 
     def _response_head(self, stream: _Stream, headers: Headers, end: bool) -> None:
+        self._moved(stream)
         self._sample(stream)
         status = next((v for n, v in headers if n == b":status"), b"")
         stream.status = int(status) if status.isdigit() else 502
@@ -898,6 +904,7 @@ class Http2Proxy:
             return
         data = event.data
         up.ep.ack(event.stream_id, event.flow_controlled_length - len(data))  # padding
+        self._moved(stream)
         if data:
             stream.owed_up += len(data)
             self.down.queue_data(stream.sid, data)
@@ -984,6 +991,10 @@ class Http2Proxy:
         if route.timeout is not None:
             left = stream.start + route.timeout - self.settings.clock()
             stream.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(stream))
+        idle = exchange.idle_timeout(route)
+        if idle is not None:
+            stream.active = self.settings.clock()
+            stream.idle = self.sink.call_later(idle, lambda: self._idle_check(stream, idle))
         if route.budget is not None:
             stream.kept = []  # nothing has gone upstream yet: what the client sent so far is all in req_buf
             for chunk in stream.req_buf:
@@ -1016,6 +1027,29 @@ class Http2Proxy:
         if self.over or stream.phase is not Phase.WAITING or stream.usid != usid:
             return
         self._fail(stream, errors.attempt_timeout(timeout))
+        self._after()
+
+    def _moved(self, stream: _Stream) -> None:
+        """A frame of ``stream`` came (from the client or the upstream): its idle timeout starts over."""
+        if stream.idle is not None:
+            stream.active = self.settings.clock()
+
+    def _idle_check(self, stream: _Stream, idle: float) -> None:
+        """The idle timer fired: re-armed if a frame came meanwhile; else the stream ends as linkerd2-proxy's
+        stream timeouts end it -- 504 / DEADLINE_EXCEEDED before the response head (not retried), after it a
+        gRPC response's trailers say DEADLINE_EXCEEDED and any other stream is reset (INTERNAL_ERROR)."""
+        stream.idle = None
+        if self.over or stream.phase not in (*_BEFORE_HEAD, Phase.RELAYING):
+            return
+        left = stream.active + idle - self.settings.clock()
+        if left > 0:
+            stream.idle = self.sink.call_later(left, lambda: self._idle_check(stream, idle))
+            return
+        stream.idled = True
+        if stream.phase is Phase.RELAYING:
+            self._leg_failed(stream, errors.idle_timeout(idle))
+        else:
+            self._fail(stream, errors.idle_timeout(idle), attempt=False)
         self._after()
 
     @staticmethod
@@ -1249,6 +1283,9 @@ class Http2Proxy:
             stream.backoff.cancel()
             stream.backoff = None
         self._stop_attempt(stream)
+        if stream.idle is not None:
+            stream.idle.cancel()
+            stream.idle = None
         if stream.routing is not None:
             stream.routing.close()
             stream.routing = None
@@ -1264,6 +1301,10 @@ class Http2Proxy:
             if stream.timed_out:
                 exchange.record_route(self.settings, stream.route_labels, 0, False, stream.start, "timeout",
                                       route=stream.route)
+            elif stream.idled:  # as HTTP/1 records it: the response's status once its head went out, else none
+                exchange.record_route(self.settings, stream.route_labels,
+                                      status if stream.phase is Phase.RELAYING else 0, False, stream.start, "idle",
+                                      grpc, route=stream.route)
             else:
                 ok = not error and not stream.route.is_failure(status, grpc)
                 exchange.record_route(self.settings, stream.route_labels, status, ok, stream.start, error, grpc,

@@ -204,6 +204,43 @@ def test_observe_streams_the_matching_requests_to_the_tap_identity(pki: Pki) -> 
     _run(body)
 
 
+def test_the_server_advertises_the_http2_settings_it_is_given(pki: Pki) -> None:
+    """The control listener follows the inbound server's HTTP/2 settings (proxy.md §2.2; the proxy passes
+    ``config.inbound.server_h2``): its SETTINGS frame carries them, not the defaults."""
+    import ssl
+
+    import hyperframe.frame as hf
+
+    from tether.proxy.codec.http2 import Http2Params
+
+    params = Http2Params(stream_window=131_072, connection_window=2 << 20, max_concurrent_streams=7,
+                         max_frame_size=32_768, max_header_list_size=40_000)
+
+    async def body() -> None:
+        proxy_id, key, chain = pki.leaf("web", "emojivoto")
+        server = TapServer(Taps(base=1), pki.leaf("tap", "linkerd-viz")[0],
+                           lambda: server_context(key, chain, pki.anchors_pem), params)
+        await server.start("127.0.0.1", 0)
+        try:
+            client = ssl.create_default_context(cadata=pki.anchors_pem.decode())
+            client.set_alpn_protocols(["h2"])
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=client,
+                                                           server_hostname=proxy_id)
+            writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + hf.SettingsFrame(0).serialize())
+            frame, length = hf.Frame.parse_frame_header(memoryview(await reader.readexactly(9)))
+            frame.parse_body(memoryview(await reader.readexactly(length)))
+            writer.close()
+        finally:
+            await server.stop()
+        assert isinstance(frame, hf.SettingsFrame) and "ACK" not in frame.flags
+        assert frame.settings[hf.SettingsFrame.INITIAL_WINDOW_SIZE] == 131_072
+        assert frame.settings[hf.SettingsFrame.MAX_CONCURRENT_STREAMS] == 7
+        assert frame.settings[hf.SettingsFrame.MAX_FRAME_SIZE] == 32_768
+        assert frame.settings[hf.SettingsFrame.MAX_HEADER_LIST_SIZE] == 40_000
+
+    _run(body)
+
+
 @pytest.mark.parametrize("who", ["another identity", "no certificate"])
 def test_other_clients_are_unauthenticated(pki: Pki, who: str) -> None:
     async def body() -> None:

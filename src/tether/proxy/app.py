@@ -130,7 +130,8 @@ class Proxy:
         self._inbound_settings: InboundSettings | None = None
         self._outbound_settings: OutboundSettings | None = None
         # Tap (LINKERD2_PROXY_TAP_SVC_NAME): observers for both HttpSettings, a server once certified.
-        self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng) if config.tap_svc_name else None
+        self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng,
+                            h2=config.inbound.server_h2.params) if config.tap_svc_name else None
         self.metrics.add_collector(self._identity_collector)
         self.metrics.add_collector(process_collector)
         self.metrics.add_collector(_build_info)

@@ -46,7 +46,7 @@ from urllib.parse import quote
 
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
 from tether.proxy.codec import http2_events as h2e
-from tether.proxy.codec.http2 import H2Endpoint, H2ProtocolError
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, H2Endpoint, H2ProtocolError, Http2Params
 from tether.proxy.io.grpc_client import Code
 from tether.proxy.io.tls import client_identity
 
@@ -126,7 +126,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: GrpcServer) -> None:
         self.server = server
-        self.endpoint = H2Endpoint(client=False)
+        self.endpoint = H2Endpoint(client=False, params=server.h2)
         self.transport: Any = None  # asyncio's or uvloop's TLS transport
         self.identity: str | None = None
         self.calls: dict[int, Call] = {}
@@ -238,8 +238,10 @@ class _Connection(asyncio.Protocol):
 class GrpcServer:
     """Server-streaming gRPC methods (``handlers``, by ``/package.Service/Method`` path) over mTLS."""
 
-    def __init__(self, handlers: dict[str, Handler], context: Callable[[], ssl.SSLContext]) -> None:
+    def __init__(self, handlers: dict[str, Handler], context: Callable[[], ssl.SSLContext],
+                 h2: Http2Params = DEFAULT_PARAMS) -> None:
         self.handlers = handlers
+        self.h2 = h2  # the SETTINGS each connection advertises, and holds its client to
         self._context = context
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core.tap import INBOUND, OUTBOUND, TapObserver, Taps
 from tether.proxy.io.identity_client import TlsMaterial
 from tether.proxy.io.tap_server import TapServer
@@ -43,8 +44,10 @@ class TapBindError(OSError):
 
 
 class ProxyTap:
-    def __init__(self, tap_identity: str, addr: SocketAddr, *, rng: random.Random | None = None) -> None:
+    def __init__(self, tap_identity: str, addr: SocketAddr, *, rng: random.Random | None = None,
+                 h2: Http2Params = DEFAULT_PARAMS) -> None:
         self.tap_identity = tap_identity
+        self.h2 = h2  # the inbound server's HTTP/2 settings: the control listener follows them (proxy.md §2.2)
         self.addr = addr
         self.taps = Taps(base=(rng or random.SystemRandom()).getrandbits(32))
         self.inbound = TapObserver(self.taps, INBOUND, time.monotonic)
@@ -64,7 +67,7 @@ class ProxyTap:
         """Serve Observe on ``addr`` with the certificate ``material`` returns (asked again on each handshake, so
         rotation is followed). Raises ``TapBindError`` naming the address when it cannot listen."""
         self._material, self._contexts_for = material, contexts_for
-        server = TapServer(self.taps, self.tap_identity, self._context)
+        server = TapServer(self.taps, self.tap_identity, self._context, self.h2)
         try:
             await server.start(str(self.addr.ip), self.addr.port)
         except OSError as err:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from google.protobuf.message import DecodeError
 
 from tether.api import tap_pb2
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core.tap import MatchError, Tap, Taps, new_tap
 from tether.proxy.io.grpc_client import Code, method_path
 from tether.proxy.io.grpc_server import Call, GrpcServer
@@ -43,10 +44,11 @@ OBSERVE = method_path(tap_pb2.DESCRIPTOR.services_by_name["Tap"], "Observe")
 
 
 class TapServer:
-    def __init__(self, taps: Taps, tap_identity: str, context: Callable[[], ssl.SSLContext]) -> None:
+    def __init__(self, taps: Taps, tap_identity: str, context: Callable[[], ssl.SSLContext],
+                 h2: Http2Params = DEFAULT_PARAMS) -> None:
         self.taps = taps
         self.tap_identity = tap_identity
-        self.grpc = GrpcServer({OBSERVE: self._observe}, context)
+        self.grpc = GrpcServer({OBSERVE: self._observe}, context, h2)
         self._changed = asyncio.Event()  # set (and replaced) when a tap opens or closes
 
     @property

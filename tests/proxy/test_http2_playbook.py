@@ -248,7 +248,7 @@ def test_a_routes_timeout_answers_deadline_exceeded_and_cancels_the_upstream_str
 POLICY_GET = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r")]
 
 
-def policy_playbook(annotations: dict[str, str], clock: FakeClock) -> H2Playbook:
+def policy_playbook(annotations: dict[str, str], clock: FakeClock, metrics: Any = None) -> H2Playbook:
     """An outbound HTTP/2 connection whose requests follow an HTTPRoute with ``annotations`` (the policy
     controller's own message, as tests/proxy/test_client_policy.py builds it) to one endpoint, cp.UP."""
     import test_client_policy as cp
@@ -259,7 +259,7 @@ def policy_playbook(annotations: dict[str, str], clock: FakeClock) -> H2Playbook
                           balancers=cp.Balancers({cp.WEB: "10.0.0.7"}))
     router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
                              failfast=3.0, loop_addrs=frozenset(), draw=lambda: 0.0,
-                             policies=cp.PolicyWatch(policy))
+                             policies=cp.PolicyWatch(policy), policy_metrics=metrics)
     return H2Playbook(router, HttpSettings("outbound", clock, None, strip_proxy_errors=True))
 
 
@@ -321,8 +321,12 @@ def test_an_idle_timeout_resets_a_response_on_which_nothing_moves() -> None:
     stream-timeouts), the upstream stream cancelled, the connection kept."""
     import test_client_policy as cp
 
+    from tether.proxy.core.metrics import Registry
+    from tether.proxy.core.policy_metrics import PolicyMetrics
+
     clock = FakeClock()
-    assert (policy_playbook({"timeout.linkerd.io/idle": "1s"}, clock)
+    registry = Registry(retain_idle=600.0, clock=clock)
+    assert (policy_playbook({"timeout.linkerd.io/idle": "1s"}, clock, PolicyMetrics(registry))
             >> Down(Headers(1, POLICY_GET, end=True))
             << CallLater(1.0)  # the idle timeout, for the stream's whole life
             << Connect(cp.UP)
@@ -339,6 +343,32 @@ def test_an_idle_timeout_resets_a_response_on_which_nothing_moves() -> None:
             >> later(clock, 0.6)
             >> Fire()  # nothing since the data: the stream is reset
             << SendDown(Rst(1, ErrorCodes.INTERNAL_ERROR))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL)))
+    assert (f'outbound_http_route_request_statuses_total{{{cp.PARENT},{cp.ROUTE},hostname="",http_status="200",'
+            f'error="IDLE_TIMEOUT"}} 1') in registry.render()
+
+
+def test_an_idle_grpc_response_ends_with_deadline_exceeded_trailers() -> None:
+    """A gRPC response on which nothing moves for the idle timeout ends as Linkerd ends a gRPC response that
+    failed after its head: trailers with DEADLINE_EXCEEDED, the upstream stream cancelled."""
+    import test_client_policy as cp
+
+    clock = FakeClock()
+    call = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r"),
+            (b"content-type", b"application/grpc")]
+    head = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    assert (policy_playbook({"timeout.linkerd.io/idle": "1s"}, clock)
+            >> Down(Headers(1, call, end=True))
+            << CallLater(1.0)
+            << Connect(cp.UP)
+            >> Connected()
+            << SendUp(0, Headers(1, call, end=True))
+            >> Up(0, Headers(1, head))
+            << SendDown(Headers(1, head))
+            >> later(clock, 1.0)
+            >> Fire()
+            << SendDown(Headers(1, [(b"grpc-status", b"4"), (b"grpc-message", b"HTTP stream idle for 1s")],
+                                end=True))
             << SendUp(0, Rst(1, ErrorCodes.CANCEL)))
 
 

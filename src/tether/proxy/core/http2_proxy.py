@@ -1017,7 +1017,7 @@ class Http2Proxy:
             return
         assert stream.route is not None and stream.route.timeout is not None
         stream.timed_out = True
-        self._fail(stream, errors.response_timeout(stream.route.timeout), attempt=False)
+        self._fail(stream, exchange.route_timeout(stream.route), attempt=False)
         self._after()
 
     def _attempt_timed_out(self, stream: _Stream, usid: int, timeout: float) -> None:
@@ -1078,7 +1078,7 @@ class Http2Proxy:
             self._detach(stream)
             stream.status = None
             stream.timed_out = True
-            self._fail(stream, errors.response_timeout(route.timeout or 0.0), attempt=False)
+            self._fail(stream, exchange.route_timeout(route), attempt=False)
             return True
         self._again(stream, delay=exchange.retry_delay(route))
         return True

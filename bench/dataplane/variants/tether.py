@@ -49,11 +49,11 @@ that port.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 import os
 import random
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -172,10 +172,8 @@ class _Tether(Variant):
             loop = f"uvloop {uvloop.__version__}"
         except ImportError:  # pragma: no cover
             loop = "asyncio"
-        # Which proxy was measured: part 1 carries detected HTTP per connection; with the request-level
-        # layer (tether.proxy.http, proxy part 2) HTTP/1 is routed per request.
-        http = "HTTP/1 per request" if importlib.util.find_spec("tether.proxy.codec.http1") else "HTTP per connection"
-        return f"tether {__version__} ({http}; Python {platform.python_version()}, {loop})"
+        # Which proxy was measured: the commit of the tree it ran from (and whether that tree had changes).
+        return f"tether {__version__} ({_commit()}; Python {platform.python_version()}, {loop})"
 
     def plan(self, ctx: Context) -> Plan:
         from tether.naming import WorkloadIdentity, control_plane_identity
@@ -480,3 +478,15 @@ class TetherTCP(_Tether):
     compare_to = ("haproxy-tcp",)
     opaque = True
 
+
+def _commit() -> str:
+    """``git <short hash>`` of the tree the proxy runs from, ``+changes`` when it differs; ``git unknown``."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "git unknown"
+    return f"git {head}{'+changes' if dirty else ''}"

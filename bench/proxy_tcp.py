@@ -133,6 +133,8 @@ def _transfer(sink_ip: str, target_ip: str, total: int, streams: int) -> float:
         _expect(sink, b"listening")
         load = _spawn_role("load", {"ip": target_ip, "port": PORT, "bytes": total, "streams": streams})
         out, _ = load.communicate(timeout=600)
+        if load.returncode != 0:  # the sink would wait for the bytes forever
+            raise RuntimeError(f"the load to {target_ip}:{PORT} failed (exit status {load.returncode})")
         started = float(out.split()[-1])
         done = _expect(sink, b"done").split()
         received, finished = int(done[1]), float(done[2])
@@ -208,11 +210,22 @@ def _load(args: dict) -> None:
                 pass
 
     amounts = [each] * (args["streams"] - 1) + [args["bytes"] - each * (args["streams"] - 1)]
-    threads = [threading.Thread(target=send, args=(s, a)) for s, a in zip(socks, amounts)]
+    failures: list[BaseException] = []
+
+    def guarded(sock: socket.socket, amount: int) -> None:
+        try:
+            send(sock, amount)
+        except OSError as exc:
+            failures.append(exc)
+            raise
+
+    threads = [threading.Thread(target=guarded, args=(s, a)) for s, a in zip(socks, amounts)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    if failures:
+        sys.exit(f"load: {len(failures)} of {len(socks)} connections failed: {failures[0]!r}")
     print(f"started {started}", flush=True)
 
 
@@ -245,6 +258,7 @@ class _ControlPlane:
         from tether.identity import pem, pki
         from tether.identity.server import IdentityConfig, IdentityService
         from tether.naming import WorkloadIdentity, control_plane_identity
+        from tether.platform.local.endpointslices import desired_slices
         from tether.platform.local.tokens import LocalTokenSigner, LocalTokenVerifier, TokenKey
         from tether.platform.local.watch import LocalResourceWatcher
         from tether.store import Store
@@ -282,11 +296,14 @@ class _ControlPlane:
         await identity.start()
         store = Store(self.tmp / "store.db")
         server_ip, client_ip, service_ip = self._ips
-        store.apply_many([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}},
-                          _pod("server-0", "server", server_ip), _pod("client-0", "client", client_ip),
-                          {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "server", "namespace": "bench"},
-                           "spec": {"selector": {"app": "server"}, "clusterIP": service_ip,
-                                    "ports": [{"name": "db", "port": PORT, "targetPort": PORT}]}}])
+        pods = [_pod("server-0", "server", server_ip), _pod("client-0", "client", client_ip)]
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "server", "namespace": "bench"},
+                   "spec": {"selector": {"app": "server"}, "clusterIP": service_ip,
+                            "ports": [{"name": "db", "port": PORT, "targetPort": PORT}]}}
+        # The destination reads EndpointSlices: written here as the local platform's slice controller would
+        # (without them the service has no endpoints and the client proxy refuses each connection at failfast).
+        store.apply_many([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}}, *pods, service,
+                          *desired_slices(service, pods)])
         destination = DestinationService(
             DestinationConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0",
                               tls=TlsFiles(self.tmp / "dst.crt", self.tmp / "dst.key")),

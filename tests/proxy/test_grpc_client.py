@@ -16,6 +16,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
@@ -339,3 +340,61 @@ def test_grpc_timeout_header_fits_eight_digits() -> None:
     assert grpc_timeout(10 ** 6) == "1000000S"
     with pytest.raises(ValueError):
         Channel("no-port")
+
+
+class _SilentTlsServer(asyncio.Protocol):
+    """A TLS server (memory BIOs over a plain TCP transport) that never answers close_notify, as a peer that
+    leaves the TLS shutdown to the client: only the client's closing of the socket ends the connection."""
+
+    def __init__(self, pki: Pki) -> None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        key, chain = pki.server
+        (pki.dir / "server.pem").write_bytes(chain + key)
+        ctx.load_cert_chain(pki.dir / "server.pem")
+        ctx.set_alpn_protocols(["h2"])
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.talked = asyncio.Event()  # the client sent HTTP/2 bytes over TLS
+        self.eof = asyncio.Event()  # the client closed the TCP connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
+
+    def data_received(self, data: bytes) -> None:
+        self.incoming.write(data)
+        try:
+            self.tls.do_handshake()
+            while self.tls.read(65536):
+                self.talked.set()
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass  # more to come / the client's close_notify, deliberately not answered
+        self.transport.write(self.outgoing.read())
+
+    def eof_received(self) -> None:
+        self.eof.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof.set()
+
+
+def test_closing_a_tls_channel_closes_the_socket_without_the_servers_close_notify(pki: Pki) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        peer = _SilentTlsServer(pki)
+        server = await loop.create_server(lambda: peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        ch = Channel(f"127.0.0.1:{port}", ssl_context=client_context(pki), server_name=SERVER_NAME)
+        call = asyncio.ensure_future(ch.unary(CERTIFY, identity_pb2.CertifyRequest(identity="web"),
+                                              identity_pb2.CertifyResponse))
+        try:
+            await peer.talked.wait()
+            await ch.close()
+            # Bounded well below the event loop's own TLS shutdown timeout (30 s), far above the channel's.
+            await asyncio.wait_for(peer.eof.wait(), 15)
+            with pytest.raises(RpcError):
+                await call
+        finally:
+            call.cancel()
+            server.close()
+
+    run(main)

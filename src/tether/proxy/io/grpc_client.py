@@ -54,6 +54,9 @@ from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint, H2ProtocolError, error_name
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
 
+# Seconds a closed TLS connection waits for the server's close_notify before the socket is closed anyway: the
+# event loop's default (30 s) kept the certify channel's connection to identity open after every round.
+TLS_SHUTDOWN_TIMEOUT = 1.0
 
 
 class Code(enum.IntEnum):
@@ -465,16 +468,16 @@ class Channel:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         conn = _Connection(self.max_message)
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "server_hostname": self.server_name or self.host,
+                   "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT}
         try:
             async with asyncio.timeout(self.connect_timeout):
                 if self.path is not None:
-                    transport, _ = await loop.create_unix_connection(
-                        lambda: conn, self.path, ssl=self.ssl_context,
-                        server_hostname=(self.server_name or self.host) if self.ssl_context else None)
+                    transport, _ = await loop.create_unix_connection(lambda: conn, self.path, **tls)
                 else:
-                    transport, _ = await loop.create_connection(
-                        lambda: conn, self.host, self.port, ssl=self.ssl_context,
-                        server_hostname=(self.server_name or self.host) if self.ssl_context else None)
+                    transport, _ = await loop.create_connection(lambda: conn, self.host, self.port, **tls)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise RpcError(Code.UNAVAILABLE, f"cannot connect to {self.target}: {exc}") from None
         if self.ssl_context is not None:

@@ -93,7 +93,7 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
 
     bot = pods["vote-bot"]["metadata"]["name"]
     tally = uplab.wait_for("a tally from vote-bot",
-                           lambda: [line for line in p.tether("logs", "-n", "emojivoto", bot).stdout.splitlines()
+                           lambda: [line for line in p.logs("emojivoto", bot).splitlines()
                                     if " requests in " in line], timeout=20)
     assert " 0 ok" not in tally[-1], tally
 
@@ -111,7 +111,7 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
     assert rows["emoji"]["stats"]["tcp_read_bytes"] > 0
     assert 0.5 < rows["web"]["stats"]["success"] <= 1.0
     # The doughnut votes fail on purpose: once vote-bot has seen a 500, web's proxy has counted it.
-    uplab.wait_for("a failed vote", lambda: "(500:" in p.tether("logs", "-n", "emojivoto", bot).stdout, timeout=30)
+    uplab.wait_for("a failed vote", lambda: "(500:" in p.logs("emojivoto", bot), timeout=30)
     uplab.wait_for("web's 500s in Prometheus", lambda: prom.query(
         'sum(response_total{deployment="web", direction="inbound", classification="failure", status_code="500"}) > 0'),
         timeout=30)

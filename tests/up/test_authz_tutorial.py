@@ -180,7 +180,7 @@ def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform
     intruder_pod = wait_for("intruder ready", lambda: pod("intruder-"), timeout=90)
 
     def log() -> list[str]:
-        return p.tether("logs", "-n", NS, intruder_pod["metadata"]["name"]).stdout.splitlines()
+        return p.logs(NS, intruder_pod["metadata"]["name"]).splitlines()
 
     wait_for("the intruder's vote denied", lambda: "vote PERMISSION_DENIED" in log(), timeout=60)
     assert "vote ok" not in log() and "results ok" not in log()

@@ -87,7 +87,7 @@ def test_only_the_authorized_identity_gets_through(running: uplab.Platform) -> N
     (other,) = wait_for("the other client", lambda: [x for x in _pods(p, "other-") if ready(x)], timeout=60)
 
     def log(pod: dict) -> str:
-        return str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout)
+        return p.logs(NS, pod["metadata"]["name"])
 
     wait_for("the other client refused with 403", lambda: "403" in log(other), timeout=60)
     wait_for("the allowed client answered", lambda: log(allowed).count("ok 200") >= 3, timeout=60)
@@ -207,7 +207,7 @@ def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: 
                          timeout=60)
 
     def log() -> str:
-        return str(p.tether("logs", "-n", TCP_NS, holder["metadata"]["name"]).stdout)
+        return p.logs(TCP_NS, holder["metadata"]["name"])
 
     # Authorized: one connection carries reply after reply.
     wait_for("replies on the first connection", lambda: "conn 1 reply 5\n" in log(), timeout=60)
@@ -295,7 +295,7 @@ def test_route_filters_redirect_and_edit_headers_but_never_l5d_ones(running: upl
                              timeout=60)
 
     def lines(path: str) -> list[str]:
-        out = str(p.tether("logs", "-n", FILTER_NS, caller_pod["metadata"]["name"]).stdout)
+        out = p.logs(FILTER_NS, caller_pod["metadata"]["name"])
         return [line for line in out.splitlines() if line.startswith(path + " ")]
 
     # Linkerd's invalid policy: every request 403, so the forged identity never reaches the app.

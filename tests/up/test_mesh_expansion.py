@@ -221,7 +221,7 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
         name = caller["metadata"]["name"]
         wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
         wait_for("the meshed pod gets answers from the VM",
-                 lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=60)
+                 lambda: p.logs("meshed", name).count("ok 200") >= 3, timeout=60)
     finally:
         stop.set()
         capture.join()
@@ -352,7 +352,7 @@ def test_a_vm_with_a_spire_svid_joins_the_mesh(running: uplab.Platform, spire_vm
         name = caller["metadata"]["name"]
         wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
         wait_for("the meshed pod gets answers from the VM",
-                 lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=60)
+                 lambda: p.logs("meshed", name).count("ok 200") >= 3, timeout=60)
         assert agent.calls == 1  # one Workload API stream, held open
         assert "Traceback" not in vm.log("proxy")
     finally:

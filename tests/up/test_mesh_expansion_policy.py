@@ -80,7 +80,7 @@ def test_the_vm_answers_only_whom_its_policy_names_and_a_pod_admits_the_vm_by_it
     name = caller["metadata"]["name"]
 
     def caller_sees(answer: str) -> bool:
-        return last_answer(p.tether("logs", "-n", "meshed", name).stdout) == answer
+        return last_answer(p.logs("meshed", name)) == answer
 
     wait_for("the VM's proxy refuses the caller", lambda: caller_sees("error HTTP Error 403: Forbidden"), timeout=60)
     p.apply(clients("billing", VM_NS, CALLER_IDENTITY))

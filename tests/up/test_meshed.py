@@ -65,7 +65,7 @@ def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None
     (caller,) = _ready_pods(p, "meshed", "client-", 1)
     name = caller["metadata"]["name"]
     wait_for("answers through both proxies",
-             lambda: p.tether("logs", "-n", "meshed", name).stdout.count("ok 200") >= 3, timeout=45)
+             lambda: p.logs("meshed", name).count("ok 200") >= 3, timeout=45)
     proxy_log = p.tether("logs", "-n", "meshed", name, "-c", "proxy").stdout
     assert re.search(r"certified as default\.meshed\.serviceaccount", proxy_log), proxy_log
 
@@ -122,7 +122,7 @@ def test_an_unmeshed_pod_reaches_a_meshed_one(running: uplab.Platform) -> None:
     assert "initContainers" not in caller["spec"]
     name = caller["metadata"]["name"]
     wait_for("answers from the meshed server",
-             lambda: p.tether("logs", "-n", "outside", name).stdout.count("ok 200") >= 3, timeout=45)
+             lambda: p.logs("outside", name).count("ok 200") >= 3, timeout=45)
 
 
 def _capture_on(prefix: str, stop: threading.Event, frames: list[tuple[str, bytes]]) -> None:
@@ -155,7 +155,7 @@ def test_a_capture_between_pods_shows_no_readable_payload_between_meshed_pods(ru
         (open_,) = _ready_pods(p, "outside", "open-", 1)
         for pod in (sealed, open_):
             ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-            wait_for(f"{name} gets answers", lambda: p.tether("logs", "-n", ns, name).stdout.count("ok 200") >= 5,
+            wait_for(f"{name} gets answers", lambda: p.logs(ns, name).count("ok 200") >= 5,
                      timeout=45)
     finally:
         stop.set()

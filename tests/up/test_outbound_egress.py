@@ -100,7 +100,7 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
     (caller,) = wait_for("the caller ready", lambda: [x for x in p.pods(NS) if ready(x)], timeout=90)
 
     def log() -> str:
-        return str(p.tether("logs", "-n", NS, caller["metadata"]["name"]).stdout)
+        return p.logs(NS, caller["metadata"]["name"])
 
     wait_for("the caller refused with 403", lambda: log().count("403") >= 3, timeout=60)
     assert "ok 200" not in log() and _Handler.seen == []

@@ -139,7 +139,7 @@ def test_a_grpcroute_retries_unavailable_and_counts_under_its_name(running: upla
     (echo,) = [x for x in p.pods(NS) if x["metadata"]["name"].startswith("echo-")]
 
     def log(pod: dict) -> str:
-        return str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout)
+        return p.logs(NS, pod["metadata"]["name"])
 
     wait_for("the caller's OKs", lambda: log(caller).count("ok OK") >= 5, timeout=90)
     assert "served UNAVAILABLE" in log(echo)

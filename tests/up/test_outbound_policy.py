@@ -78,7 +78,7 @@ def test_an_httproute_splits_shifts_and_redirects(running: uplab.Platform) -> No
     def log(prefix: str) -> str:
         (pod,) = [x for x in _pods(p, prefix) if not (prefix == "web-" and x["metadata"]["name"].startswith(
             ("web-v1", "web-v2")))]
-        return str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout)
+        return p.logs(NS, pod["metadata"]["name"])
 
     wait_for("the client answered", lambda: log("client-").count("ok 200") >= 3, timeout=60)
     wait_for("both backends take a share", lambda: "GET / " in log("web-v1-") and "GET / " in log("web-v2-"),
@@ -152,7 +152,7 @@ def test_linkerds_traffic_shifting_tutorial(running: uplab.Platform) -> None:
 
     def served(version: str) -> int:
         (pod,) = [x for x in p.pods(SHIFT_NS) if x["metadata"]["name"].startswith(version)]
-        return str(p.tether("logs", "-n", SHIFT_NS, pod["metadata"]["name"]).stdout).count("GET / ")
+        return p.logs(SHIFT_NS, pod["metadata"]["name"]).count("GET / ")
 
     wait_for("the 90/10 canary reaching both versions", lambda: served("v1-") >= 9 and served("v2-") >= 1, timeout=90)
     p.apply(yaml.safe_dump(everything_to_v2))

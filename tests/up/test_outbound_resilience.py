@@ -130,7 +130,7 @@ def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_
 
     def log(prefix: str) -> str:
         pods = _pods(p, prefix)
-        return "".join(str(p.tether("logs", "-n", NS, pod["metadata"]["name"]).stdout) for pod in pods)
+        return "".join(p.logs(NS, pod["metadata"]["name"]) for pod in pods)
 
     # Retries: the client sees only 200s; the server did answer 500s.
     wait_for("the retrier answered", lambda: log("retrier-").count("ok 200") >= 5, timeout=90)

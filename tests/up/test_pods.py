@@ -27,7 +27,7 @@ def _ready_pods(p: uplab.Platform, namespace: str, count: int, prefix: str = "")
 
 
 def _log(p: uplab.Platform, namespace: str, pod: str, *args: str) -> str:
-    return p.tether("logs", "-n", namespace, pod, *args).stdout
+    return p.logs(namespace, pod, *args)
 
 
 def test_a_deployment_becomes_ready_pods_with_addresses(running: uplab.Platform) -> None:

@@ -35,7 +35,7 @@ def _ready(p: uplab.Platform, prefix: str, count: int) -> list[dict]:
 
 
 def _log(p: uplab.Platform, pod: str) -> list[str]:
-    return p.tether("logs", "-n", "steady", pod).stdout.splitlines()
+    return p.logs("steady", pod).splitlines()
 
 
 def _answers_after(p: uplab.Platform, pod: str, start: int, count: int) -> list[str]:

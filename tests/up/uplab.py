@@ -132,6 +132,15 @@ class Platform:
             assert proc.returncode != 0, proc.stdout
         return proc
 
+    def logs(self, namespace: str, pod: str, *args: str) -> str:
+        """``tether logs`` of a pod; "" while its container has written nothing yet (a poll's answer, not a
+        failure: a container starts after its pod is listed)."""
+        proc = self.tether("logs", "-n", namespace, pod, *args, ok=None)
+        if proc.returncode != 0:
+            assert "no output of container" in proc.stderr, f"tether logs -n {namespace} {pod}: {proc.stderr}"
+            return ""
+        return str(proc.stdout)
+
     def apply(self, manifest: str) -> None:
         self.tether("apply", "-f", "-", input=manifest)
 

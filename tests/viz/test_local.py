@@ -46,7 +46,7 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     pods = wait_for("web and client ready", pods_ready, timeout=90)
     caller = next(x["metadata"]["name"] for x in pods if x["metadata"]["name"].startswith("client-"))
     wait_for("answers through both proxies",
-             lambda: p.tether("logs", "-n", NS, caller).stdout.count("ok 200") >= 5, timeout=60)
+             lambda: p.logs(NS, caller).count("ok 200") >= 5, timeout=60)
 
     # Prometheus holds Linkerd's series, labelled by the relabelling (deployment, namespace, pod).
     series = wait_for("client's outbound responses in Prometheus", lambda: prom.query(

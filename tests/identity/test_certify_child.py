@@ -18,8 +18,8 @@ def run(coro: object) -> None:
 
 
 def _pid(child: CertifyChild) -> int:
-    assert child._process is not None
-    return child._process.pid
+    assert child.pid is not None
+    return child.pid
 
 
 def test_a_round_makes_a_key_and_csr_and_names_what_failed() -> None:
@@ -47,11 +47,11 @@ def test_the_child_holds_no_descriptor_of_the_proxy() -> None:
             held.listen()
             ours = os.readlink(f"/proc/self/fd/{held.fileno()}")
             async with CertifyChild() as child:
+                await child.ask({"op": "new", "name": "a.b", "password": "00"})  # started: its descriptors settled
                 fds = Path(f"/proc/{_pid(child)}/fd")
                 theirs = {os.readlink(fd) for fd in fds.iterdir()}
                 assert ours not in theirs
                 assert not any(target.startswith("socket:") for target in theirs), theirs
-                await child.ask({"op": "new", "name": "a.b", "password": "00"})
 
     run(scenario())
 
@@ -59,15 +59,14 @@ def test_the_child_holds_no_descriptor_of_the_proxy() -> None:
 def test_the_child_exits_with_its_round_and_is_killed_when_cancelled() -> None:
     async def scenario() -> None:
         async with CertifyChild() as child:
-            process = child._process
-        assert process is not None and process.returncode == 0
+            pass
+        assert child.returncode == 0
         entered = asyncio.Event()
-        held: list[asyncio.subprocess.Process] = []
+        held: list[CertifyChild] = []
 
         async def round_cut_short() -> None:
             async with CertifyChild() as child:
-                assert child._process is not None
-                held.append(child._process)
+                held.append(child)
                 entered.set()
                 await asyncio.Event().wait()
 

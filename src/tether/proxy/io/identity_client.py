@@ -25,6 +25,7 @@ import logging
 import os
 import random
 import secrets
+import signal
 import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -292,7 +293,7 @@ def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key: PrivateKey) -> None:
 class CertifyChild:
     """A child interpreter running ``tether.proxy.certify`` for one round of requests (see its docstring).
 
-    Spawned (``python -m tether.proxy.certify``), never forked: a proxy process may hold threads
+    Spawned (``python -m tether.proxy.certify`` by ``posix_spawn``), never forked: a proxy process may hold threads
     (grpcio's, or a test harness's), and a fork taken while another thread holds a lock aborts or
     deadlocks; a forked child would also hold every open socket of the proxy until it exits, delaying
     their FINs. Requests go to its stdin and answers come from its stdout, one JSON document per line; it
@@ -301,37 +302,60 @@ class CertifyChild:
     """
 
     def __init__(self) -> None:
-        self._process: asyncio.subprocess.Process | None = None
+        self.pid: int | None = None
+        self.returncode: int | None = None  # once reaped: its exit status, or minus the signal that ended it
+        self._stdin = -1
+        self._stdout: asyncio.StreamReader | None = None
+        self._stdout_transport: asyncio.BaseTransport | None = None
 
     async def __aenter__(self) -> CertifyChild:
+        # posix_spawn, not the event loop's subprocess support: uvloop forks and runs Python's at-fork handlers
+        # in the child before exec, which crashed or hung the child when other threads (grpcio's) were running.
+        to_child, to_child_w = os.pipe()
+        from_child, from_child_w = os.pipe()
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                _INTERPRETER, "-P", "-m", "tether.proxy.certify", env=_child_env(),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=_ANSWER_LIMIT)
+            self.pid = os.posix_spawn(_INTERPRETER, [_INTERPRETER, "-P", "-m", "tether.proxy.certify"],
+                                      _child_env(), file_actions=[(os.POSIX_SPAWN_DUP2, to_child, 0),
+                                                                  (os.POSIX_SPAWN_DUP2, from_child_w, 1)])
         except OSError as exc:
+            for fd in (to_child_w, from_child):
+                os.close(fd)
             raise IdentityUnavailable(f"tether.proxy.certify could not start: {exc}") from None
+        finally:
+            os.close(to_child)
+            os.close(from_child_w)
+        self._stdin = to_child_w
+        reader = self._stdout = asyncio.StreamReader(limit=_ANSWER_LIMIT)
+        self._stdout_transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_child, "rb", buffering=0))
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        process = self._process
-        if process is None:
+        pid = self.pid
+        if pid is None or self.returncode is not None:
             return
-        self._process = None
-        if process.returncode is None and exc_info[0] is None:
-            assert process.stdin is not None
-            process.stdin.close()  # its end of input: it exits
-        else:
-            process.kill()  # cancelled or failed mid-round: no answer is awaited any more
-        await process.wait()
+        if exc_info[0] is not None:
+            os.kill(pid, signal.SIGKILL)  # cancelled or failed mid-round: no answer is awaited any more
+        if self._stdin >= 0:
+            os.close(self._stdin)  # its end of input: it exits
+            self._stdin = -1
+        if self._stdout_transport is not None:
+            self._stdout_transport.close()
+        await _exited(pid)
+        self.returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Its answer to one request; `IdentityUnavailable` when it failed or gave none."""
-        process = self._process
-        assert process is not None and process.stdin is not None and process.stdout is not None
+        assert self._stdout is not None and self._stdin >= 0
         try:
-            process.stdin.write(json.dumps(request).encode() + b"\n")
-            await process.stdin.drain()
-            line = await process.stdout.readline()
+            # A request is a few KiB and the child has read the last one: the empty pipe takes it at once.
+            data = memoryview(json.dumps(request).encode() + b"\n")
+            while data:
+                data = data[os.write(self._stdin, data):]
+            async with asyncio.timeout(_ANSWER_TIMEOUT_S):
+                line = await self._stdout.readline()
+        except TimeoutError:
+            raise IdentityUnavailable(f"tether.proxy.certify gave no answer within {_ANSWER_TIMEOUT_S:.0f}s") from None
         except (OSError, ValueError) as exc:  # ValueError: an answer longer than _ANSWER_LIMIT
             raise IdentityUnavailable(f"tether.proxy.certify: {exc}") from None
         try:
@@ -350,9 +374,31 @@ class CertifyChild:
 _INTERPRETER = "/proc/self/exe" if os.path.exists("/proc/self/exe") else sys.executable
 
 
+async def _exited(pid: int) -> None:
+    """Until process ``pid`` (a child) has exited, without blocking the loop (a pidfd becomes readable then)."""
+    pidfd = os.pidfd_open(pid)
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await done
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
 def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
+
+# A child answers in well under a second (most of it importing cryptography); one that does not is killed and
+# the round fails, to be retried, rather than holding the proxy's identity forever.
+_ANSWER_TIMEOUT_S = 30.0
 
 # An answer holds two PEM keys and a certificate chain: a few KiB, a long chain a few tens.
 _ANSWER_LIMIT = 1 << 20

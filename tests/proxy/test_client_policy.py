@@ -662,7 +662,8 @@ def test_an_idle_request_before_its_response_head_gets_504() -> None:
                         b"l5d-proxy-error: HTTP stream idle for 1s\r\n\r\n"))  # non-fatal: the connection stays
 
 
-def test_the_balancer_families_count_each_backends_endpoints() -> None:
+def balancer_lines(policy: ClientPolicy) -> list[str]:
+    """What discovery's balancer collector renders while ``policy`` is the one client policy watched."""
     from datetime import timedelta
 
     from tether.proxy.core.config import Backoff
@@ -672,18 +673,30 @@ def test_the_balancer_families_count_each_backends_endpoints() -> None:
         def __init__(self, policy: ClientPolicy) -> None:
             self.policy = policy
 
-    balancers = Balancers()
-    policy = translate(served(controller(http_route("r", "web", [{"backendRefs": [backend("api")]}]))), balancers)
-    api = next(b.balancer for b in policy.backends() if b.balancer is not None and 'backend_name="api"' in b.labels)
-    api.reset([*api.endpoints, Endpoint(SocketAddr(parse_ip("10.1.0.10"), 8080))])  # two endpoints now
     discovery = Discovery(context_token="", idle_timeout=60.0,
                           backoff=Backoff(timedelta(seconds=1), timedelta(seconds=1), 0.0), failfast=3.0,
                           clock=lambda: 0.0)
     discovery.policies["10.96.0.10:80"] = Watched(policy)  # type: ignore[assignment]
     out: list[str] = []
     discovery.collect_balancers(out)
+    return out
+
+
+def test_the_balancer_families_count_each_backends_endpoints() -> None:
+    balancers = Balancers()
+    policy = translate(served(controller(http_route("r", "web", [{"backendRefs": [backend("api")]}]))), balancers)
+    api = next(b.balancer for b in policy.backends() if b.balancer is not None and 'backend_name="api"' in b.labels)
+    api.reset([*api.endpoints, Endpoint(SocketAddr(parse_ip("10.1.0.10"), 8080))])  # two endpoints now
+    out = balancer_lines(policy)
     p2c = [line for line in out if line.startswith("outbound_http_balancer_p2c_endpoints{") and 'backend_name="api"'
            in line]
     ready = [line for line in out if line.startswith("outbound_http_balancer_endpoints{") and 'backend_name="api"'
              in line and 'state="ready"' in line]
     assert [line.rsplit(" ", 1)[1] for line in p2c] == ["2"] and [line.rsplit(" ", 1)[1] for line in ready] == ["2"]
+    updates = {line.split('op="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in out
+               if line.startswith("outbound_http_balancer_p2c_updates_total{") and 'backend_name="api"' in line}
+    assert updates == {"Reset": "2", "Add": "0", "Remove": "0"}  # the balancer's first answer, then the test's
+    # The HTTP route's backend is the HTTP family's alone; the Service's own opaque route (its connections that
+    # are not HTTP) goes to the Service itself, counted in the TCP family.
+    tcp = [line for line in out if line.startswith(("outbound_tcp_balancer_", "outbound_tls_balancer_"))]
+    assert tcp and all(line.startswith("outbound_tcp_balancer_") and 'backend_name="web"' in line for line in tcp)

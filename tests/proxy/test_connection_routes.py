@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "policy" / "outbound"))
 from layer_helpers import drive, kinds, replies  # noqa: E402
 from outbound_helpers import backend, egress_network, stream_route  # noqa: E402
 from proxy_tls_helpers import real_client_hello  # noqa: E402
-from test_client_policy import API, API_V2, ORIG, Balancers, PolicyWatch, controller, draws, served  # noqa: E402
+from test_client_policy import (  # noqa: E402
+    API, API_V2, ORIG, Balancers, PolicyWatch, balancer_lines, controller, draws, served)
 
 from tether.proxy.codec import detect  # noqa: E402
 from tether.proxy.codec.addrs import SocketAddr, parse_ip  # noqa: E402
@@ -84,6 +85,17 @@ def test_a_tcp_route_sends_each_connection_to_a_backend_drawn_by_weight() -> Non
     assert opened.endswith(" 2")
     [closed] = proxy.lines("outbound_tcp_route_close_total")
     assert 'error=""' in closed and closed.endswith(" 2")
+
+
+def test_tcp_and_tls_route_backends_are_counted_in_their_own_balancer_families() -> None:
+    for kind, family in (("TCPRoute", "tcp"), ("TLSRoute", "tls")):
+        policy = translate(served(controller(stream_route(kind, "split", "web", [backend("api")]))), Balancers())
+        lines = [line for line in balancer_lines(policy) if not line.startswith("#")]
+        ours = [line for line in lines if 'backend_name="api"' in line]
+        assert f'outbound_{family}_balancer_endpoints{{' in "".join(ours), lines
+        assert all(line.startswith(f"outbound_{family}_balancer_") for line in ours), ours
+        assert any(line.startswith(f"outbound_{family}_balancer_p2c_updates_total{{") and 'op="Reset"' in line
+                   for line in ours), ours
 
 
 def test_a_tcp_route_backend_that_does_not_exist_refuses_its_connections() -> None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import importlib.util
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
+from tether.resources.loading import load_text
 from up import uplab
 from up.uplab import ready, wait_for, web_server
 
@@ -360,3 +363,86 @@ def test_a_denied_client_keeps_its_connection_for_the_next_request(running: upla
     deny = [line for line in _metrics(p, echo).splitlines() if line.startswith("inbound_http_authz_deny_total{")
             and 'srv_name="echo-server"' in line and 'tls="no_identity"' in line]
     assert deny and sum(float(line.rsplit(" ", 1)[1]) for line in deny) >= 5, deny
+
+
+# -- Linkerd's rate-limiting tutorial (proxy.md §8.3) ---------------------------------------------------------
+
+RATE_NS = "emojivoto"  # the tutorial's manifests name it
+RATE_TUTORIAL = Path(__file__).resolve().parents[1] / "policy" / "outbound" / "tutorials" / "rate-limiting.yaml"
+OVERRIDDEN_ID = f"default.{RATE_NS}.serviceaccount.identity.linkerd.cluster.local"  # the tutorial's override
+PLAIN_ID = f"plain.{RATE_NS}.serviceaccount.identity.linkerd.cluster.local"
+
+# Every 1.5 s (the client's bucket is full again by then), a burst of 12 requests back to back on one connection:
+# one line of their statuses in order.
+BURST_SCRIPT = """
+import http.client, sys, time
+while True:
+    time.sleep(1.5)
+    statuses = []
+    try:
+        c = http.client.HTTPConnection(sys.argv[1], 80, timeout=5)
+        for _ in range(12):
+            c.request("GET", "/")
+            r = c.getresponse(); r.read()
+            statuses.append(str(r.status))
+        c.close()
+    except Exception as e:
+        statuses.append("error-" + type(e).__name__)
+    print("burst", " ".join(statuses), flush=True)
+"""
+
+
+def _bursts(text: str) -> list[list[str]]:
+    return [line.split()[1:] for line in text.splitlines() if line.startswith("burst ")]
+
+
+def _leading_ok(burst: list[str]) -> int:
+    return next((i for i, status in enumerate(burst) if status != "200"), len(burst))
+
+
+def test_linkerds_rate_limiting_tutorial(running: uplab.Platform) -> None:
+    """The tutorial's Server (all-unauthenticated) and HTTPLocalRateLimitPolicy on emojivoto's web port, applied
+    in its order: 4 requests per second per client identity, then an override of 6 for the ``default`` service
+    account. Two meshed clients (``default`` and ``plain``) send bursts: requests over a client's limit get the
+    web proxy's 429 on the same connection and are counted in ``inbound_http_local_ratelimit_total`` under the
+    policy's name; once the override is in force, a ``default`` burst starting with a full bucket gets at least
+    its 6 requests through, more than the 4 of the per-identity limit."""
+    p = running
+    server, limit, override = load_text(RATE_TUTORIAL.read_text(), RATE_TUTORIAL.name)
+    p.apply(f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {RATE_NS}, annotations: {{linkerd.io/inject: enabled}}}}
+""")
+    p.apply(web_server("web-svc", RATE_NS, 1))  # the tutorial's Server selects app=web-svc, port http
+    wait_for("the web pod ready", lambda: [x for x in p.pods(RATE_NS)
+                                           if x["metadata"]["name"].startswith("web-svc-") and ready(x)], timeout=60)
+    p.apply(yaml.safe_dump(server) + "---\n" + yaml.safe_dump(limit))
+    url = f"web-svc.{RATE_NS}.svc.cluster.local"
+    p.apply(uplab.script_deployment("overridden", RATE_NS, BURST_SCRIPT, url))  # service account: default
+    p.apply(uplab.script_deployment("plain", RATE_NS, BURST_SCRIPT, url, service_account="plain"))
+
+    def bursts(prefix: str) -> list[list[str]]:
+        pods = [x for x in p.pods(RATE_NS) if x["metadata"]["name"].startswith(prefix)]
+        return _bursts(p.logs(RATE_NS, pods[0]["metadata"]["name"])) if pods else []
+
+    def limited(prefix: str) -> bool:
+        """A burst cut short by the per-identity limit of 4: its first 429 comes before a 6th request."""
+        return any(b and b[0] == "200" and "429" in b and _leading_ok(b) < 6 and set(b) <= {"200", "429"}
+                   for b in bursts(prefix))
+
+    wait_for("the default client limited to about 4 requests per second", lambda: limited("overridden-"), timeout=90)
+    wait_for("the plain client limited to about 4 requests per second", lambda: limited("plain-"), timeout=60)
+    (web,) = [x for x in p.pods(RATE_NS) if x["metadata"]["name"].startswith("web-svc-")]
+    counted = [line for line in _metrics(p, web).splitlines()
+               if line.startswith("inbound_http_local_ratelimit_total{")]
+    assert any('ratelimit_name="web-http"' in line and 'ratelimit_scope="identity"' in line
+               and 'srv_name="web-http"' in line for line in counted), counted
+
+    # The tutorial's second step: the same policy with an override of 6 for the default service account.
+    seen = len(bursts("overridden-"))
+    p.apply(yaml.safe_dump(override))
+    wait_for("a default burst with 6 requests through",
+             lambda: any(_leading_ok(b) >= 6 for b in bursts("overridden-")[seen:]), timeout=60)
+    plain = bursts("plain-")
+    assert plain and "429" in plain[-1], plain[-3:]  # the others keep the per-identity limit

@@ -8,16 +8,22 @@
 - the same route's ``/slow`` rule has ``timeouts.request: 500ms``: the server
   takes 3 s, the client gets the proxy's 504 (its own patience is 2 s).
 - ``shop`` has a good and a broken pod behind one Service annotated
-  ``balancer.linkerd.io/failure-accrual: consecutive`` (3 failures, a minute
+  ``balancer.linkerd.io/failure-accrual: consecutive`` (3 failures, 30 s
   out): the broken pod gets exactly three requests, then none while the good
-  one keeps serving. (Taking it back after the backoff is tested with a fake
-  clock in ``tests/proxy/test_breaker.py``.)
+  one keeps serving; then the broken pod is mended and, once its penalty
+  (30 s, plus jitter) has passed, the breaker's probe succeeds and it serves
+  again. (The state machine's every step is tested with a fake clock in
+  ``tests/proxy/test_breaker.py``.)
 """
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,14 +39,15 @@ NS = "resilience"
 SERVER = """
 import http.server, os, sys, time
 flaky = [0]
-broken = os.environ.get("MODE") == "broken"
+broken_while = os.environ.get("MODE")  # a path: the server fails every request while that file exists
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.startswith("/slow"):
             time.sleep(3)
         if self.path.startswith("/flaky"):
             flaky[0] += 1
-        failing = broken or (self.path.startswith("/flaky") and flaky[0] % 2 == 1)
+        failing = (bool(broken_while) and os.path.exists(broken_while)
+                   or self.path.startswith("/flaky") and flaky[0] % 2 == 1)
         code = 500 if failing else 200
         self.send_response(code)
         self.send_header("content-length", "2")
@@ -102,8 +109,8 @@ spec:
 
 ACCRUAL = ('balancer.linkerd.io/failure-accrual: consecutive, '
            'balancer.linkerd.io/failure-accrual-consecutive-max-failures: "3", '
-           'balancer.linkerd.io/failure-accrual-consecutive-min-penalty: 1m, '
-           'balancer.linkerd.io/failure-accrual-consecutive-max-penalty: 1m')
+           'balancer.linkerd.io/failure-accrual-consecutive-min-penalty: 30s, '
+           'balancer.linkerd.io/failure-accrual-consecutive-max-penalty: 30s')
 
 
 def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
@@ -116,12 +123,13 @@ def _metrics(p: uplab.Platform, pod: dict) -> str:
                           capture_output=True, text=True, timeout=30).stdout
 
 
-def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_a_failing_pod_out(
-        running: uplab.Platform) -> None:
+def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_a_failing_pod_out_and_back(
+        running: uplab.Platform, broken_flag: Path) -> None:
     p = running
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
     p.apply(service("flaky") + "---" + server("flaky", "flaky") + "---" + ROUTE)
-    p.apply(service("shop", ACCRUAL) + "---" + server("shop-good", "shop") + "---" + server("shop-bad", "shop", "broken"))
+    p.apply(service("shop", ACCRUAL) + "---" + server("shop-good", "shop")
+            + "---" + server("shop-bad", "shop", str(broken_flag)))
     for prefix in ("flaky-", "shop-good-", "shop-bad-"):
         wait_for(f"the {prefix} pod ready", lambda n=prefix: [x for x in _pods(p, n) if ready(x)], timeout=90)
     p.apply(uplab.client("retrier", NS, f"http://flaky.{NS}.svc.cluster.local/flaky"))
@@ -145,9 +153,26 @@ def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_
     # Timeout: the proxy answers 504 before the client's own 2 s patience runs out.
     wait_for("the waiter's 504", lambda: "504" in log("waiter-"), timeout=60)
 
-    # Failure accrual: three failures in a row at the broken pod, then it is out (for a minute).
+    # Failure accrual: three failures in a row at the broken pod, then it is out (for 30 s).
     wait_for("the broken pod out", lambda: log("shop-bad-").count("served / 500") >= 3, timeout=90)
     good_before = log("shop-good-").count("served / 200")
     wait_for("twenty more requests at the good pod", lambda: log("shop-good-").count("served / 200")
              >= good_before + 20, timeout=60)
     assert log("shop-bad-").count("served / 500") == 3
+
+    # Mended, it is taken back: the breaker's probe after the penalty succeeds and the pod serves again.
+    broken_flag.unlink()
+    wait_for("the mended pod back in the balancer", lambda: "served / 200" in log("shop-bad-"), timeout=120)
+    assert log("shop-bad-").count("served / 500") == 3
+
+
+@pytest.fixture
+def broken_flag() -> Iterator[Path]:
+    """A file the ``shop-bad`` pod fails while it exists, in a directory its uid may read."""
+    home = Path(tempfile.mkdtemp(prefix="tether-breaker-"))
+    home.chmod(0o755)
+    flag = home / "broken"
+    flag.write_text("")
+    flag.chmod(0o644)
+    yield flag
+    shutil.rmtree(home)

@@ -263,8 +263,15 @@ class ClientPolicy:
 
     def backends(self) -> list[RouteBackend]:
         """Every backend of every route (HTTP, gRPC, opaque and TLS)."""
-        out = [b for route in (*self.http1, *self.http2) for rule in route.rules for b in rule.backends]
-        out.extend(b for route in (*self.opaque, *self.tls) for b in route.backends)
+        return [b for _, b in self.backends_by_family()]
+
+    def backends_by_family(self) -> list[tuple[str, RouteBackend]]:
+        """Every backend with the family of its balancer metrics (proxy.md §9.5): ``http`` for HTTP and gRPC
+        routes, ``tcp`` for opaque routes, ``tls`` for TLS routes (a Service both ways is in both, as
+        linkerd2-proxy builds a balancer per protocol stack)."""
+        out = [("http", b) for route in (*self.http1, *self.http2) for rule in route.rules for b in rule.backends]
+        out.extend(("tcp", b) for route in self.opaque for b in route.backends)
+        out.extend(("tls", b) for route in self.tls for b in route.backends)
         return out
 
     def routes(self, h2: bool) -> tuple[OutboundRoute, ...]:

@@ -58,6 +58,7 @@ _FINAL_CODES = frozenset({Code.NOT_FOUND, Code.INVALID_ARGUMENT, Code.FAILED_PRE
 _SERVICE = pb.DESCRIPTOR.services_by_name["Destination"]
 GET, GET_PROFILE = method_path(_SERVICE, "Get"), method_path(_SERVICE, "GetProfile")
 WATCH_POLICY = method_path(outbound_pb.DESCRIPTOR.services_by_name["OutboundPolicies"], "Watch")
+FAMILIES = ("http", "tcp", "tls")  # the outbound balancer metric families (proxy.md §9.5)
 
 
 class WaitingBalancer(Balancer):
@@ -545,27 +546,37 @@ class Discovery:
         return watch
 
     def collect_balancers(self, out: list[str]) -> None:
-        """``outbound_http_balancer_endpoints{parent_*,backend_*,state}`` and
-        ``outbound_http_balancer_p2c_endpoints{parent_*,backend_*}`` (every endpoint the balancer picks among,
-        ready or not) for the backends of the client policies watched now (proxy.md §9.5)."""
-        values: dict[str, int] = {}
-        pools: dict[str, int] = {}
+        """``outbound_{http,tcp,tls}_balancer_endpoints{parent_*,backend_*,state}``,
+        ``..._p2c_endpoints{parent_*,backend_*}`` (every endpoint the balancer picks among, ready or not) and
+        ``..._p2c_updates_total{parent_*,backend_*,op}`` (discovery's updates applied to it) for the backends of
+        the client policies watched now, each in the family of the routes naming it (proxy.md §9.5)."""
+        values: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
+        pools: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
+        updates: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
         for watch in self.policies.values():
             policy = watch.policy
             if policy is None:
                 continue
-            for backend in policy.backends():
-                if backend.balancer is None:
+            for family, backend in policy.backends_by_family():
+                balancer = backend.balancer
+                if balancer is None:
                     continue
-                ready, pending = backend.balancer.endpoint_states()
+                ready, pending = balancer.endpoint_states()
                 key = f"{policy.parent_labels},{backend.labels}"
-                values[f'{key},state="ready"'] = ready
-                values[f'{key},state="pending"'] = pending
-                pools[key] = ready + pending
-        samples(out, "outbound_http_balancer_endpoints", "gauge", "The number of endpoints of a backend balancer.",
-                values.items())
-        samples(out, "outbound_http_balancer_p2c_endpoints", "gauge",
-                "The number of endpoints currently in a P2C balancer.", pools.items())
+                values[family][f'{key},state="ready"'] = ready
+                values[family][f'{key},state="pending"'] = pending
+                pools[family][key] = ready + pending
+                for op, count in balancer.updates.items():
+                    updates[family][f'{key},op="{op}"'] = count
+        for family in FAMILIES:
+            prefix = f"outbound_{family}_balancer"
+            samples(out, f"{prefix}_endpoints", "gauge", "The number of endpoints of a backend balancer.",
+                    values[family].items())
+            samples(out, f"{prefix}_p2c_endpoints", "gauge", "The number of endpoints currently in a P2C balancer.",
+                    pools[family].items())
+            samples(out, f"{prefix}_p2c_updates_total", "counter",
+                    "The total number of service discovery updates received by a P2C balancer.",
+                    updates[family].items())
 
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)

@@ -66,6 +66,17 @@ def test_the_host_a_request_is_labelled_with(target: bytes, headers: tuple[tuple
     assert request_host(RequestHead(b"GET", target, headers)) == expected
 
 
+def test_an_http2_request_with_both_authority_and_host_is_routed_and_labelled_by_its_authority() -> None:
+    from tether.proxy.core.http2_proxy import _Stream
+
+    pseudo = {b":method": b"GET", b":scheme": b"http", b":path": b"/", b":authority": b"api.example.com:80"}
+    head = _Stream(1, pseudo, ((b"host", b"other.example.com"), (b"x-a", b"1")), 0.0).request_head()
+    assert head.headers == ((b"host", b"api.example.com:80"), (b"x-a", b"1"))
+    assert request_host(head) == "api.example.com"
+    alone = _Stream(3, {**pseudo, b":authority": b""}, ((b"host", b"other.example.com"),), 0.0).request_head()
+    assert request_host(alone) == "other.example.com"  # no :authority: the host header
+
+
 def test_without_the_variable_the_label_stays_empty() -> None:
     metrics = PolicyMetrics(Registry(retain_idle=600.0))
     assert metrics.hostname(RequestHead(b"GET", b"/", ((b"host", b"web.example.com"),))) == ""

@@ -356,16 +356,17 @@ class _Stream:
         self.head: RequestHead | None = None
 
     def request_head(self) -> RequestHead:
-        """The request as the router, the policy and tap see it (``Host`` from ``:authority``)."""
+        """The request as the router, the policy and tap see it: ``Host`` from ``:authority``, which wins over a
+        ``host`` header when both came (RFC 9113 §8.3.1; linkerd2-proxy routes and labels by the URI's)."""
         head = self.head
         if head is None:
             headers = tuple(self.headers)
             if self.authority:
                 for name, _ in headers:
                     if name == b"host":
+                        headers = tuple(h for h in headers if h[0] != b"host")
                         break
-                else:
-                    headers = ((b"host", self.authority),) + headers
+                headers = ((b"host", self.authority),) + headers
             head = self.head = RequestHead(self.method, self.path, headers, b"2")
         return head
 

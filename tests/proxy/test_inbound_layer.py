@@ -120,6 +120,33 @@ def test_opaque_ports_skip_detection() -> None:
     assert forwarded(seen).addr == target
 
 
+def test_http_detection_is_counted_per_server_with_its_duration() -> None:
+    from tether.proxy.core.metrics import Registry
+    from tether.proxy.core.policy_metrics import DetectMetrics
+
+    now = [100.0]
+    registry = Registry(retain_idle=600.0, clock=lambda: now[0])
+    s = settings(detect_metrics=DetectMetrics(registry, "inbound"))
+
+    def sniffed(reply: detect.Verdict) -> detect.Verdict:
+        now[0] += 0.05  # the detection took 50 ms
+        return reply
+
+    drive(inbound(APP, CLIENT, s), replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(CLIENT_ID, None),
+                                            cmd.Sniff: lambda c: sniffed(detect.Http1()), **OK}))
+    drive(inbound(APP, CLIENT, s), replies({cmd.Detect: lambda c: sniffed(detect.Opaque()), **OK}))  # plaintext
+    drive(inbound(parse_socket_addr(f"{POD_IP}:3306"), CLIENT, s), replies(OK))  # an opaque port: not detected
+    drive(inbound(APP, CLIENT, s), replies({cmd.Detect: detect.Tls(ClientHello("api.example.com", ())), **OK}))
+    text = registry.render()
+    server = 'srv_group="",srv_kind="default",srv_name="all-unauthenticated",srv_port="8080"'
+    results = {line.split('result="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
+               if line.startswith("inbound_tcp_detect_http_results_total{") and server in line}
+    assert results == {"http/1": "1", "not_http": "1", "http/2": "0", "read_timeout": "0", "error": "0"}, text
+    assert 'srv_port="3306"' not in text
+    assert f'inbound_tcp_detect_http_duration_seconds_bucket{{{server},le="0.1"}} 2' in text, text
+    assert f'inbound_tcp_detect_http_duration_seconds_bucket{{{server},le="0.001"}} 0' in text, text
+
+
 def test_refusals_before_forwarding() -> None:
     other_ip = parse_socket_addr("10.9.9.9:8080")
     seen = drive(inbound(other_ip, CLIENT, settings()), replies({}))

@@ -7,6 +7,9 @@ that traffic: the client's proxy answers 403 itself and the server sees
 nothing; then the EgressNetwork allows it and the requests reach the server,
 counted by the client's proxy under the EgressNetwork's name
 (``outbound_http_route_request_statuses_total{parent_kind="EgressNetwork"}``).
+Then the how-to's last step: the network denies again but an HTTPRoute on it
+(the tutorial's ``httpbin-get``, its path matching the server's) lets that
+path out while the client's other path is refused, counted under the route.
 """
 
 from __future__ import annotations
@@ -83,6 +86,34 @@ spec:
 """
 
 
+def get_route(port: int) -> str:
+    """The how-to's ``httpbin-get`` HTTPRoute (one path let out of the EgressNetwork), on the server's port."""
+    return f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: httpbin-get, namespace: {EGRESS_NS}}}
+spec:
+  parentRefs: [{{name: outside, kind: EgressNetwork, group: policy.linkerd.io, namespace: {EGRESS_NS}, port: {port}}}]
+  rules: [{{matches: [{{path: {{value: /out}}}}]}}]
+"""
+
+
+# Each path once every 0.3 s: "<path> <status>" (the status of an HTTPError too).
+TWO_PATHS_SCRIPT = """
+import sys, time, urllib.error, urllib.request
+while True:
+    for path in ("/out", "/other"):
+        try:
+            with urllib.request.urlopen(sys.argv[1] + path, timeout=2) as r:
+                print(path, r.status, flush=True)
+        except urllib.error.HTTPError as e:
+            print(path, e.code, flush=True)
+        except Exception as e:
+            print(path, "error", e, flush=True)
+    time.sleep(0.3)
+"""
+
+
 def _metrics(p: uplab.Platform, pod: dict) -> str:
     script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
     return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
@@ -96,18 +127,18 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {EGRESS_NS}}}\n")
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
     p.apply(egress("Deny", ip))
-    p.apply(uplab.client("caller", NS, f"http://{ip}:{port}/out"))
+    p.apply(uplab.script_deployment("caller", NS, TWO_PATHS_SCRIPT, f"http://{ip}:{port}"))
     (caller,) = wait_for("the caller ready", lambda: [x for x in p.pods(NS) if ready(x)], timeout=90)
 
     def log() -> str:
         return p.logs(NS, caller["metadata"]["name"])
 
-    wait_for("the caller refused with 403", lambda: log().count("403") >= 3, timeout=60)
-    assert "ok 200" not in log() and _Handler.seen == []
+    wait_for("the caller refused with 403", lambda: log().count("/out 403") >= 3, timeout=60)
+    assert " 200" not in log() and _Handler.seen == []
 
     p.apply(egress("Allow", ip))
-    wait_for("the caller let out", lambda: "ok 200" in log(), timeout=60)
-    assert "/out" in _Handler.seen
+    wait_for("the caller let out", lambda: "/out 200" in log() and "/other 200" in log(), timeout=60)
+    assert "/out" in _Handler.seen and "/other" in _Handler.seen
 
     metrics = _metrics(p, caller)
     statuses = [line for line in metrics.splitlines()
@@ -115,3 +146,17 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
                 and 'parent_kind="EgressNetwork"' in line and 'parent_name="outside"' in line]
     assert any('http_status="403"' in line for line in statuses), statuses
     assert any('http_status="200"' in line for line in statuses), statuses
+
+    # Denied again, with the how-to's HTTPRoute on the network: its path goes out, the other is refused.
+    p.apply(egress("Deny", ip) + "---" + get_route(port))
+    mark = len(log())
+    wait_for("/out let out by the route while /other is refused",
+             lambda: "/out 200" in log()[mark:] and "/other 403" in log()[mark:], timeout=60)
+    since = log()[mark:]
+    last_other = since.rindex("/other ")
+    assert since[last_other:].startswith("/other 403"), since[-300:]
+    routed = [line for line in _metrics(p, caller).splitlines()
+              if line.startswith("outbound_http_route_request_statuses_total{")
+              and 'route_name="httpbin-get"' in line and 'parent_name="outside"' in line]
+    assert any('http_status="200"' in line for line in routed), routed
+    assert not any('http_status="403"' in line for line in routed), routed

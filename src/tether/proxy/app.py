@@ -44,7 +44,7 @@ from tether.proxy.io.policy_client import PolicyClient
 from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
-from tether.proxy.core.policy_metrics import PolicyMetrics
+from tether.proxy.core.policy_metrics import DetectMetrics, PolicyMetrics
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
@@ -219,6 +219,7 @@ class Proxy:
             policies=self.policies.policy,
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
+            detect_metrics=DetectMetrics(self.metrics, "inbound"),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),

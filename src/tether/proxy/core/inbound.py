@@ -64,6 +64,7 @@ from tether.proxy.core.inbound_authz import (
     server_labels,
 )
 from tether.proxy.core.metrics import Registry
+from tether.proxy.core.policy_metrics import DetectMetrics
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
@@ -89,6 +90,7 @@ class InboundSettings:
     registry: Registry | None = None  # where the per-request authorization metrics go
     # Subscribe to a port's policy changes (io.policy_client): forwarded connections are re-checked on each.
     policy_changes: PolicyChanges | None = None
+    detect_metrics: DetectMetrics | None = None  # inbound_tcp_detect_http_*
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -121,6 +123,7 @@ def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings)
         session = Session(orig_dst, labels.no_tls(labels.PORT_SKIPPED), False, None)
         yield from _authorized(session, client, settings, detect.Opaque())
         return
+    began = _now(settings)
     verdict = yield Detect(tls=True, timeout=settings.detect_timeout)
     plaintext = labels.no_tls(labels.NO_TLS_FROM_REMOTE)
     if isinstance(verdict, detect.Closed):
@@ -134,7 +137,9 @@ def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings)
             return
         assert isinstance(accepted, TlsAccepted)
         session = Session(orig_dst, labels.tls_accepted(accepted.client_id), True, accepted.client_id)
+        began = _now(settings)
         inner = yield Sniff(settings.detect_timeout)
+        _detected(settings, orig_dst.port, inner, began)
         if isinstance(inner, detect.Closed):
             yield Refuse("closed before detection", _accept_labels(orig_dst, session.tls_labels, settings))
             return
@@ -147,7 +152,24 @@ def inbound(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings)
         yield from _authorized(Session(orig_dst, labels.tls_passthrough(sni), False, None), client, settings,
                                detect.Opaque())
     else:
+        # Plaintext: one read told it is not TLS and what HTTP it is, so the duration counted is that read's.
+        _detected(settings, orig_dst.port, verdict, began)
         yield from _authorized(Session(orig_dst, plaintext, False, None), client, settings, verdict)
+
+
+def _now(settings: InboundSettings) -> float:
+    return settings.detect_metrics.clock() if settings.detect_metrics is not None else 0.0
+
+
+def _detected(settings: InboundSettings, port: int, verdict: detect.Verdict, began: float) -> None:
+    """``inbound_tcp_detect_http_*`` for a connection to ``port`` whose HTTP detection ended with ``verdict``
+    (not for a server whose policy is opaque: Linkerd does not detect there)."""
+    metrics = settings.detect_metrics
+    if metrics is None:
+        return
+    policy = settings.policy(port)
+    if not policy.opaque:
+        metrics.detected(server_labels(policy, port), verdict, metrics.clock() - began)
 
 
 def _direct(orig_dst: SocketAddr, client: SocketAddr, settings: InboundSettings) -> Layer:

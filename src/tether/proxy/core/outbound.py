@@ -113,8 +113,7 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
             began = settings.clock()
             verdict = yield Detect(tls=False, timeout=settings.detect_timeout)
             if current is not None and settings.policy_metrics is not None:
-                settings.policy_metrics.detected(current.parent_labels, _DETECT_RESULTS.get(type(verdict), "error"),
-                                                 settings.clock() - began)
+                settings.policy_metrics.detection.detected(current.parent_labels, verdict, settings.clock() - began)
             if isinstance(verdict, detect.Closed):
                 yield Refuse("closed before detection")
                 return
@@ -131,10 +130,6 @@ def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: Discov
         if policy is not None:
             policy.release()
 
-
-# The result label of outbound_tcp_detect_http_results_total (Linkerd's names; a connection closed first: error).
-_DETECT_RESULTS: dict[type[detect.Verdict], str] = {
-    detect.Http1: "http/1", detect.Http2: "http/2", detect.Opaque: "not_http", detect.ReadTimeout: "read_timeout"}
 
 # The protocol label of outbound_tcp_protocol_connections_total (Linkerd's names).
 _PROTOCOL_NAMES = {Protocol.DETECT: "detect", Protocol.OPAQUE: "opaq", Protocol.TLS: "tls", Protocol.HTTP1: "http/1",

@@ -12,7 +12,8 @@
   policy's protocol;
 - ``outbound_tcp_detect_http_results_total{result}`` and
   ``outbound_tcp_detect_http_duration_seconds`` (0.001, 0.1): HTTP detection on
-  connections whose policy is known;
+  connections whose policy is known (``DetectMetrics``, which also keeps the
+  inbound side's ``inbound_tcp_detect_http_*`` under the ``srv_*`` labels);
 - ``outbound_tcp_route_{open,close}_total`` (``target_ip``, ``target_port``;
   ``error`` on close): opaque connections under a policy's opaque route (a
   TCPRoute, an EgressNetwork's among them);
@@ -42,6 +43,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 
+from tether.proxy.codec import detect
 from tether.proxy.codec.addrs import is_dns_name
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import labels
@@ -51,6 +53,9 @@ from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_serie
 DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
 DETECT_BUCKETS = (0.001, 0.1)
 DETECT_RESULTS = ("not_http", "http/1", "http/2", "read_timeout", "error")  # Linkerd's ``result`` values
+# A verdict's ``result`` (a connection closed before detection ended: ``error``).
+_RESULT_OF: dict[type[detect.Verdict], str] = {
+    detect.Http1: "http/1", detect.Http2: "http/2", detect.Opaque: "not_http", detect.ReadTimeout: "read_timeout"}
 BACKEND_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
               "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
@@ -130,11 +135,7 @@ class PolicyMetrics:
         self.tcp_close = registry.counter("outbound_tcp_route_close_total", "The number of connections closed.")
         self.tls_open = registry.counter("outbound_tls_route_open_total", "The number of connections opened.")
         self.tls_close = registry.counter("outbound_tls_route_close_total", "The number of connections closed.")
-        self.detect_results = registry.counter("outbound_tcp_detect_http_results_total",
-                                               "Protocol detection results.")
-        self.detect_duration = _Histogram("outbound_tcp_detect_http_duration_seconds",
-                                          "Time taken for protocol detection.", registry.clock, registry.retain_idle,
-                                          DETECT_BUCKETS)
+        self.detection = DetectMetrics(registry, "outbound")
         registry.add_collector(self._render_histograms)
 
     def family(self, grpc: bool) -> _Family:
@@ -190,18 +191,31 @@ class PolicyMetrics:
         values)."""
         (self.tls_close if tls else self.tcp_close).inc(f"{route_labels},{labels.render(('error', error))}")
 
-    def detected(self, parent_labels: str, result: str, seconds: float) -> None:
-        """HTTP detection on a connection to the parent ended with ``result`` (``DETECT_RESULTS``) after
-        ``seconds``; the parent's five result series come into being together, as Linkerd creates them."""
-        for name in DETECT_RESULTS:
-            self.detect_results.inc(f'{labels.render(("result", name))},{parent_labels}', 1 if name == result else 0)
-        self.detect_duration.observe(parent_labels, seconds)
-
     def _render_histograms(self, out: list[str]) -> None:
         for family in (self.http, self.grpc):
             family.duration.render(out)
             family.backend_duration.render(out)
-        self.detect_duration.render(out)
+
+
+class DetectMetrics:
+    """``<direction>_tcp_detect_http_results_total{result}`` and ``..._duration_seconds`` (0.001, 0.1) of one
+    direction's HTTP detection: outbound per parent (``parent_*``), inbound per server (``srv_*``)."""
+
+    def __init__(self, registry: Registry, direction: str) -> None:
+        self.clock = registry.clock
+        self.results = registry.counter(f"{direction}_tcp_detect_http_results_total", "Protocol detection results.")
+        self.duration = _Histogram(f"{direction}_tcp_detect_http_duration_seconds",
+                                   "Time taken for protocol detection.", registry.clock, registry.retain_idle,
+                                   DETECT_BUCKETS)
+        registry.add_collector(self.duration.render)
+
+    def detected(self, key_labels: str, verdict: detect.Verdict, seconds: float) -> None:
+        """HTTP detection under ``key_labels`` ended with ``verdict`` after ``seconds``; the five result series
+        of those labels come into being together, as Linkerd creates them."""
+        result = _RESULT_OF.get(type(verdict), "error")
+        for name in DETECT_RESULTS:
+            self.results.inc(f'{labels.render(("result", name))},{key_labels}', 1 if name == result else 0)
+        self.duration.observe(key_labels, seconds)
 
 
 def request_host(request: RequestHead) -> str:

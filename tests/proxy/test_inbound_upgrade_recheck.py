@@ -141,3 +141,45 @@ def test_a_policy_change_tears_down_an_upgraded_connection_between_real_proxies(
             await server.stop(None)
 
     run(scenario())
+
+
+def test_an_http2_connect_tunnel_is_reset_when_a_change_stops_admitting_its_request() -> None:
+    """A 2xx to an HTTP/2 CONNECT makes its stream a tunnel (RFC 9113 §8.5), watched as an upgraded HTTP/1
+    connection is: on a change that no longer admits it, both legs are reset -- CONNECT_ERROR to the client,
+    CANCEL upstream -- and it is counted."""
+    from h2.errors import ErrorCodes
+    from h2_playbook import Connect, Connected, Data, Do, Down, H2Playbook, Headers, Rst, SendDown, SendUp, Up
+    from test_http2_proxy import ADDRS, Router, http_settings
+
+    def catch_all(*identities: str) -> ServerPolicy:
+        message = server_message(route_authz=[identities_authz("callers", *identities)])
+        del message.protocol.detect.http_routes[0].rules[0].matches[:]  # every request, CONNECT's too
+        return translate(message)
+
+    current = [catch_all(WEB)]
+    changes, registry = Changes(), Registry(retain_idle=600)
+    policy = InboundRequestPolicy(lambda: current[0], facts(registry), clock=lambda: 0.0, changes=changes)
+    connect = [(b":method", b"CONNECT"), (b":authority", b"db.example.com:5432")]
+    ok = [(b":status", b"200")]
+
+    def change(*identities: str) -> None:
+        current[0] = catch_all(*identities)
+        changes.fire(8080)
+
+    play = H2Playbook(Router(ADDRS[:1]), http_settings("inbound", policy=policy, informational=False))
+    assert (play
+            >> Down(Headers(1, connect))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, connect))
+            >> Up(0, Headers(1, ok))
+            << SendDown(Headers(1, ok))
+            >> Do(lambda: change(WEB, VOTE))  # still admitted: nothing happens
+            >> Down(Data(1, b"ping"))
+            << SendUp(0, Data(1, b"ping"))
+            >> Do(lambda: change(VOTE))
+            << SendDown(Rst(1, ErrorCodes.CONNECT_ERROR))
+            << SendUp(0, Rst(1, ErrorCodes.CANCEL)))
+    assert changes.subscribers[8080] == []  # the watch ended with the stream
+    assert ('inbound_tcp_authz_terminate_total{target_port="8080",srv_group="policy.linkerd.io",srv_kind="server",'
+            f'srv_name="voting-grpc",srv_port="8080",tls="true",client_id="{WEB}"}} 1') in registry.render()

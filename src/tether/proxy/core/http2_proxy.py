@@ -297,7 +297,7 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled")
+                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled", "unwatch")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -354,6 +354,7 @@ class _Stream:
         self.refused = False  # an upstream refused it once (REFUSED_STREAM): sent again, once
         self.error: ProxyError | None = None  # what the proxy answered, if it did (for the observer)
         self.head: RequestHead | None = None
+        self.unwatch: Callable[[], None] | None = None  # a CONNECT tunnel's policy watch (Http2Proxy._tunnel)
 
     def request_head(self) -> RequestHead:
         """The request as the router, the policy and tap see it: ``Host`` from ``:authority``, which wins over a
@@ -884,6 +885,24 @@ class Http2Proxy:
             stream.timer = None
         if self.settings.observer is not None:
             self.settings.observer.response(stream, stream.status or 0, headers)
+        if stream.method == b"CONNECT" and 200 <= (stream.status or 0) < 300:
+            self._tunnel(stream)
+
+    def _tunnel(self, stream: _Stream) -> None:
+        """A 2xx to CONNECT made the stream a tunnel: like an upgraded HTTP/1 connection it follows the port's
+        policy (proxy.md §8.3, ``RequestPolicy.upgraded``) and is reset both ways (CONNECT_ERROR to the client)
+        once a change no longer admits its request."""
+        policy = self.settings.policy
+        watch = policy.upgraded(stream.request_head()) if policy is not None else None
+        if watch is not None:
+            stream.unwatch = watch.watch(lambda: self._revoked(stream))
+
+    def _revoked(self, stream: _Stream) -> None:
+        if self.over or stream.phase is not Phase.RELAYING:
+            return
+        self._detach(stream)
+        self._reset_down(stream, ErrorCodes.CONNECT_ERROR)
+        self._after()
 
     def _sample(self, stream: _Stream) -> None:
         if not stream.sampled and stream.pick is not None:
@@ -1274,6 +1293,9 @@ class Http2Proxy:
         self._release(stream)
 
     def _release(self, stream: _Stream) -> None:
+        if stream.unwatch is not None:
+            stream.unwatch()
+            stream.unwatch = None
         if stream.in_flight:
             stream.in_flight = False
             exchange.leave(self.settings)

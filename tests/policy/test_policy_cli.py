@@ -96,7 +96,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Runn
         proc = subprocess.Popen(
             [TETHER, "policy", "serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
              "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--trust-anchors", str(pki.ca),
-             "--default-policy", "cluster-authenticated"],
+             "--default-policy", "cluster-authenticated", "--patch-timeout-ms", "2500"],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TETHER_HOME": str(home)},
         )
     try:
@@ -114,6 +114,11 @@ def running(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Runn
 def test_on_the_local_platform_the_controller_does_not_load_the_kubernetes_client(running: Running) -> None:
     # kubernetes_asyncio brings aiohttp (compiled, so in the process's mappings) and ~45 MiB resident with it.
     assert "/aiohttp/" not in Path(f"/proc/{running.pid}/maps").read_text()
+
+
+def test_a_patch_timeout_that_is_not_a_positive_number_is_refused_by_name(running: Running) -> None:
+    proc = running.run("policy", "serve", "--patch-timeout-ms", "0")
+    assert proc.returncode == 2 and "--patch-timeout-ms" in proc.stderr, proc.stderr
 
 
 def test_diagnostics_policy_of_a_pod_port(running: Running) -> None:

@@ -101,8 +101,9 @@ async def test_a_status_already_written_is_not_written_again(workdir: Path, pki:
 async def test_a_write_waiting_for_another_process_holds_up_neither_grpc_nor_the_watches(
         workdir: Path, pki: Pki) -> None:
     writers: list[Observed] = []
+    # A patch timeout longer than the test: here the write must wait for the lock, not be given up on.
     async with Harness(workdir, pki, namespace(), pod(), http_route("r", "web"),
-                       status_writer=observing(writers, "r")) as h:
+                       status_writer=observing(writers, "r"), patch_timeout=600.0) as h:
         await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
         watch = h.watch(8080)
         assert (await watch.next())["labels"]["kind"] == "default"
@@ -126,3 +127,50 @@ async def test_a_write_waiting_for_another_process_holds_up_neither_grpc_nor_the
             other.close()
         await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("True", "Accepted"))
         watch.call.cancel()
+
+
+class Stuck:
+    """The real local writer, except that writes for ``key`` never finish until ``release`` is set."""
+
+    def __init__(self, inner: LocalStatusWriter, key: Key) -> None:
+        self.inner = inner
+        self.key = key
+        self.release = asyncio.Event()
+        self.given_up = 0
+
+    async def write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
+        if key == self.key and not self.release.is_set():
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.given_up += 1
+                raise
+        return await self.inner.write(key, resource_version, status)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+async def test_a_write_past_the_patch_timeout_is_given_up_counted_and_retried(workdir: Path, pki: Pki) -> None:
+    writers: list[Stuck] = []
+
+    def make(path: Path) -> Stuck:
+        writers.append(Stuck(LocalStatusWriter(path), (ROUTE, NS, "stuck")))
+        return writers[-1]
+
+    # Linkerd's --patch-timeout-ms: a write that does not finish in time is abandoned, the others go on.
+    async with Harness(workdir, pki, namespace(), pod(), http_route("stuck", "web"), http_route("fine", "web"),
+                       status_writer=make, patch_timeout=0.05) as h:
+        [writer] = writers
+        await stored(h.store, ROUTE, "fine", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+        status = h.service.status
+        assert status is not None
+        while writer.given_up == 0:
+            await status.reconcile()
+        assert accepted(h.store.get(ROUTE, NS, "stuck")) is None  # never written
+        timeouts = h.service.metrics.registry.get_sample_value(
+            "resource_status_patch_timeouts_total", {"kind": "HTTPRoute"})
+        assert timeouts is not None and timeouts >= 1
+        writer.release.set()  # the platform answers again: the next round writes it
+        await status.reconcile()
+        await stored(h.store, ROUTE, "stuck", lambda o: accepted(o) == ("False", "NoMatchingParent"))

@@ -27,6 +27,7 @@ from tether.policy.config import (
     DEFAULT_ADMIN_ADDR,
     DEFAULT_CLUSTER_NETWORKS,
     DEFAULT_EGRESS_NAMESPACE,
+    DEFAULT_PATCH_TIMEOUT_MS,
     DEFAULT_PROBE_NETWORKS,
     DEFAULT_STREAM_QUEUE_CAPACITY,
     DEFAULT_WEBHOOK_ADDR,
@@ -86,6 +87,9 @@ def policy() -> None:
               help="The webhook's certificate chain (PEM); without it no webhook is served.")
 @click.option("--server-tls-key", type=FILE, help="The webhook's private key (PEM).")
 @click.option("--admission-controller-disabled", is_flag=True, help="Serve no admission webhook.")
+@click.option("--patch-timeout-ms", type=click.IntRange(min=1), default=DEFAULT_PATCH_TIMEOUT_MS, show_default=True,
+              help="How long one status write may take before it is given up (counted in "
+                   "resource_status_patch_timeouts_total; the next round retries).")
 @serving_options
 @platform_options
 def serve(
@@ -93,7 +97,7 @@ def serve(
     probe_networks: tuple, identity_domain: str, cluster_domain: str, control_plane_ns: str,
     default_opaque_ports: PortSet, global_egress_network_namespace: str, allow_l5d_request_headers: bool,
     stream_queue_capacity: int, server_addr: str, server_tls_cert: Path | None, server_tls_key: Path | None,
-    admission_controller_disabled: bool, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
+    admission_controller_disabled: bool, patch_timeout_ms: int, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
     insecure: bool, log_level: str, platform: Platform,
 ) -> None:
     """Serve InboundServerPolicies and OutboundPolicies over TLS, fed by the platform's policy resources."""
@@ -117,6 +121,7 @@ def serve(
         global_egress_network_namespace=global_egress_network_namespace,
         allow_l5d_request_headers=allow_l5d_request_headers,
         stream_queue_capacity=stream_queue_capacity,
+        patch_timeout=patch_timeout_ms / 1000,
         webhook=webhook,
     )
     store: Store | None = None
@@ -125,7 +130,9 @@ def serve(
         if not platform.kubernetes:
             # The local platform has one policy controller, which writes status into the store.
             store = Store(store_path or home.store_path())
-            writer = LocalStatusWriter(store.path)
+            # The store's own wait for its write lock ends with the patch timeout, so a write given up on
+            # does not linger in its thread.
+            writer = LocalStatusWriter(store.path, busy_timeout=config.patch_timeout)
         asyncio.run(_serve(config, platform.resource_watcher(store), writer))
     except StoreError as exc:
         raise CliError(str(exc)) from None

@@ -4,7 +4,8 @@ Mirrors the flags of Linkerd's policy controller that Tether implements
 (``--grpc-addr``, ``--admin-addr``, ``--cluster-networks``, ``--default-policy``,
 ``--probe-networks``, ``--identity-domain``, ``--cluster-domain``,
 ``--control-plane-namespace``, ``--default-opaque-ports``,
-``--global-egress-network-namespace``, ``--allow-l5d-request-headers``) plus the TLS files of the gRPC port.
+``--global-egress-network-namespace``, ``--allow-l5d-request-headers``, ``--patch-timeout-ms``) plus the TLS
+files of the gRPC port.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ DEFAULT_CLUSTER_NETWORKS = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/1
 DEFAULT_PROBE_NETWORKS = "0.0.0.0/0,::/0"
 DEFAULT_EGRESS_NAMESPACE = "linkerd-egress"
 DEFAULT_STREAM_QUEUE_CAPACITY = 100
+DEFAULT_PATCH_TIMEOUT_MS = 5000  # Linkerd's --patch-timeout-ms
 
 
 class InvalidNetworks(ValueError):
@@ -72,6 +74,8 @@ class PolicyConfig:
     allow_l5d_request_headers: bool = False
     stream_queue_capacity: int = DEFAULT_STREAM_QUEUE_CAPACITY
     stream_queue_bytes: int = DEFAULT_MAX_BYTES
+    # How long one status write may take before the round gives it up (counted, retried next round).
+    patch_timeout: float = DEFAULT_PATCH_TIMEOUT_MS / 1000
     shutdown_grace: float = 2.0
     webhook: WebhookSettings | None = None  # None: no admission webhook (the local platform validates on apply)
 

@@ -68,6 +68,8 @@ class PolicyMetrics:
         self.status_patches = Counter("resource_status_patches", "Status writes, by kind", ["kind"], registry=r)
         self.status_errors = Counter("resource_status_errors", "Status writes that failed, by kind", ["kind"],
                                      registry=r)
+        self.status_timeouts = Counter("resource_status_patch_timeouts",
+                                       "Status writes given up after --patch-timeout-ms, by kind", ["kind"], registry=r)
 
     def watch_index(self, sizes: Callable[[], dict[str, int]], watched: Callable[[], int], updates: Callable[[], int],
                     problems: Callable[[], list[tuple[str, str]]], side: str = "inbound") -> None:

@@ -64,7 +64,7 @@ class PolicyService(ProcessFacade):
             side="outbound")
         self.status = None if status_writer is None else StatusController(
             self.index, lambda: self.outbound_index.services, lambda: self.outbound_index.egress_networks,
-            status_writer, self.metrics, leading=leading)
+            status_writer, self.metrics, leading=leading, patch_timeout=config.patch_timeout)
         self._status_task: asyncio.Task[None] | None = None
         self._status_writer = status_writer
         self._process = ControlPlaneProcess(

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -249,29 +250,34 @@ class LocalStatusWriter:
 
     Opens its own ``Store`` on ``path`` and writes from a worker thread: a connection shared with
     the watches would make them wait for this writer's lock while it waits for another process's.
+    A write the controller gave up on (``--patch-timeout-ms``) may still be running in its thread
+    when the next begins: the lock keeps them (and ``close``) one at a time on the connection.
     """
 
     def __init__(self, path: Path, *, busy_timeout: float = 30.0) -> None:
         self._store = Store(path, busy_timeout=busy_timeout)
+        self._lock = threading.Lock()
 
     async def write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
         return await asyncio.to_thread(self._write, key, resource_version, status)
 
     def close(self) -> None:
-        self._store.close()
+        with self._lock:
+            self._store.close()
 
     def _write(self, key: Key, resource_version: str, status: dict[str, Any]) -> str | None:
         type_key, namespace, name = key
-        try:
-            obj = self._store.get(type_key, namespace, name)
-            if obj is None:
-                return None
-            metadata = dict(obj["metadata"])
-            if resource_version:
-                metadata["resourceVersion"] = resource_version  # Conflict if the object moved on
-            stored = self._store.apply({**obj, "metadata": metadata, "status": status})
-        except (StoreError, ValidationError) as exc:  # a stored object that no longer validates included
-            raise StatusWriteFailed(str(exc)) from None
+        with self._lock:
+            try:
+                obj = self._store.get(type_key, namespace, name)
+                if obj is None:
+                    return None
+                metadata = dict(obj["metadata"])
+                if resource_version:
+                    metadata["resourceVersion"] = resource_version  # Conflict if the object moved on
+                stored = self._store.apply({**obj, "metadata": metadata, "status": status})
+            except (StoreError, ValidationError) as exc:  # a stored object that no longer validates included
+                raise StatusWriteFailed(str(exc)) from None
         return str(stored["metadata"]["resourceVersion"])
 
 
@@ -297,13 +303,14 @@ class StatusController:
     def __init__(self, inbound: InboundIndex, services: Callable[[], Mapping[tuple[str, str], Any]],
                  egress: Callable[[], Mapping[tuple[str, str], Any]], writer: StatusWriter, metrics: PolicyMetrics,
                  period: float = RECONCILE_PERIOD_S, *, leading: asyncio.Event | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 patch_timeout: float = 5.0, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._inbound = inbound
         self._services = services
         self._egress = egress
         self._writer = writer
         self._metrics = metrics
         self._period = period
+        self._patch_timeout = patch_timeout
         self._leading = leading
         self._clock = clock
         self._current: dict[Key, tuple[str, Any]] = {}  # (resourceVersion, status) as last seen or written
@@ -372,7 +379,14 @@ class StatusController:
                 continue
             kind = key[0].partition(".")[0]
             try:
-                new_version = await self._writer.write(key, version, new)
+                async with asyncio.timeout(self._patch_timeout):  # Linkerd's --patch-timeout-ms, per write
+                    new_version = await self._writer.write(key, version, new)
+            except TimeoutError:
+                # The write may still land; the watch then shows it, else the next round writes again.
+                self._metrics.status_timeouts.labels(kind).inc()
+                log.warning("status of %s %s/%s not written within %.0f ms (next round retries)", kind, key[1],
+                            key[2], self._patch_timeout * 1000)
+                continue
             except StatusWriteFailed as exc:
                 # One object's failure must not hold up the others': count it, log it, and go on.
                 self._metrics.status_errors.labels(kind).inc()

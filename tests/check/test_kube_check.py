@@ -69,7 +69,7 @@ async def _install(api: Any, *, skip: tuple[str, str] | None = None, unready: st
     """Post the install's objects and control-plane pods; returns the anchors PEM by name."""
     docs = copy.deepcopy(list(_manifests()))
     for doc in docs:
-        for resource in ("v1/namespaces", "v1/serviceaccounts", "v1/services", "v1/secrets", "v1/configmaps",
+        for resource in ("v1/nodes", "v1/namespaces", "v1/serviceaccounts", "v1/services", "v1/secrets", "v1/configmaps",
                          "v1/pods", "apps/v1/deployments", "rbac.authorization.k8s.io/v1/clusterroles",
                          "rbac.authorization.k8s.io/v1/clusterrolebindings",
                          "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",

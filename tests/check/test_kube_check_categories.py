@@ -165,6 +165,58 @@ async def test_cni_versions_and_control_plane_proxies(tmp_path: Path) -> None:
             found["control plane proxies are healthy"]["error"]
 
 
+async def test_cluster_networks_contain_every_node_pod_and_service(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        api.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+        await api.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+                                              "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]}})
+        inside = _pod("web-1", "shop", {"app": "web"})
+        inside["status"]["podIPs"] = [{"ip": "10.244.0.7"}]
+        await api.post("/api/v1/namespaces/shop/pods", json=inside)
+        host = _pod("agent-1", "shop", {"app": "agent"})  # host network: the node's address, not checked
+        host["spec"]["hostNetwork"] = True
+        host["status"]["podIP"] = "203.0.113.4"
+        await api.post("/api/v1/namespaces/shop/pods", json=host)
+        await api.post("/api/v1/namespaces/shop/services", json={
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}})
+        await api.post("/api/v1/namespaces/shop/services", json={
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless", "namespace": "shop"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}]}})
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 0, out
+        for description in ("cluster networks contains all node podCIDRs", "cluster networks contains all pods",
+                            "cluster networks contains all services"):
+            assert found[description]["result"] == "success"
+
+        # A node, a pod and a Service outside the default networks (a cloud's own ranges).
+        await api.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-b"},
+                                              "spec": {"podCIDRs": ["198.18.0.0/24"]}})
+        outside = _pod("web-2", "shop", {"app": "web"})
+        outside["status"]["podIP"] = "198.18.0.9"
+        await api.post("/api/v1/namespaces/shop/pods", json=outside)
+        await api.post("/api/v1/namespaces/shop/services", json={
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "shop"},
+            "spec": {"clusterIP": "34.118.224.5", "clusterIPs": ["34.118.224.5"], "ports": [{"port": 80}]}})
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 1
+        networks = "10.0.0.0/8,100.64.0.0/10,172.16.0.0/12,192.168.0.0/16,fd00::/8"
+        nodes = found["cluster networks contains all node podCIDRs"]
+        assert nodes["result"] == "error" and nodes["error"] == (
+            "node has podCIDR(s) [198.18.0.0/24] which are not contained in the Linkerd clusterNetworks.\n\t"
+            'Try installing linkerd via --set clusterNetworks="' + networks.replace(",", "\\,") + '\\,198.18.0.0/24"')
+        assert found["cluster networks contains all pods"]["error"] == (
+            f"the Linkerd clusterNetworks [{networks!r}] do not include pod shop/web-2 (198.18.0.9)")
+        services = found["cluster networks contains all services"]
+        assert services["error"] == f"the Linkerd clusterNetworks [{networks!r}] do not include svc shop/api (34.118.224.5)"
+        assert "l5d-cluster-networks-pods" in services["hint"]
+
+
 async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import re
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from tether.identity import pem, pki
 from tether.injector.annotations import PROXY_VERSION, TRUST_ROOT_SHA256, trust_root_sha256
 from tether.naming import TRUST_ROOTS_CONFIGMAP, issuer_name
 from tether.platform.kubernetes.client import ApiError, ClientSettings, KubeClient, KubeError
+from tether.policy.config import InvalidNetworks, parse_networks
+from tether.resources.policy import Network
 
 MINIMUM_VERSION = (1, 31)
 COMPONENT_LABEL = "linkerd.io/control-plane-component"
@@ -141,6 +144,24 @@ def _other_proxy_versions(pods: Sequence[dict[str, Any]], version: str) -> list[
     return [f"* {p['metadata']['namespace']}/{p['metadata']['name']} runs proxy "
             f"{(p['metadata'].get('annotations') or {}).get(PROXY_VERSION, 'unknown')}"
             for p in pods if (p["metadata"].get("annotations") or {}).get(PROXY_VERSION) != version]
+
+
+def _pod_addresses(pod: dict[str, Any]) -> list[str]:
+    """A pod's own addresses (a host-network pod has the node's, which the cluster networks need not hold)."""
+    if (pod.get("spec") or {}).get("hostNetwork"):
+        return []
+    status = pod.get("status") or {}
+    return [a["ip"] for a in status.get("podIPs") or () if a.get("ip")] or (
+        [status["podIP"]] if status.get("podIP") else [])
+
+
+def _cluster_ips(service: dict[str, Any]) -> list[str]:
+    """A ClusterIP Service's cluster IPs (headless and ExternalName Services have none)."""
+    spec = service.get("spec") or {}
+    if spec.get("type", "ClusterIP") != "ClusterIP":
+        return []
+    ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+    return [ip for ip in ips if ip != "None"]
 
 
 def _version(text: str) -> tuple[int, int] | None:
@@ -370,11 +391,67 @@ class KubeChecks:
                 ([f"no pods for {', '.join(missing)}"] if missing else [])
                 + ([f"not ready: {', '.join(unready)}"] if unready else [])))
 
+    def _cluster_networks(self) -> tuple[str, tuple[Network, ...]]:
+        """``clusterNetworks`` as linkerd-config holds it: the text and the networks."""
+        values = getattr(self, "_values", None)
+        if values is None:
+            raise Problem("the cluster networks are unknown: the linkerd-config ConfigMap could not be read")
+        text = str(values.get("clusterNetworks") or "")
+        try:
+            return text, parse_networks(text)
+        except InvalidNetworks as exc:
+            raise Problem(f"linkerd-config's clusterNetworks: {exc}") from None
+
+    def _node_cidrs_covered(self) -> None:
+        text, networks = self._cluster_networks()
+        outside = set()
+        for node in self._list("/api/v1/nodes"):
+            spec = node.get("spec") or {}
+            for cidr in spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []):
+                try:
+                    network = ipaddress.ip_network(cidr, strict=False)
+                except ValueError:
+                    outside.add(cidr)
+                    continue
+                if not any(network.version == n.cidr.version and network.subnet_of(n.cidr)  # type: ignore[arg-type]
+                           for n in networks):
+                    outside.add(cidr)
+        if outside:
+            cidrs = sorted(outside)
+            wanted = "\\,".join([*(part for part in text.split(",") if part.strip()), *cidrs])  # --set escapes
+            raise Problem(f"node has podCIDR(s) [{' '.join(cidrs)}] which are not contained in the Linkerd "
+                          f'clusterNetworks.\n\tTry installing linkerd via --set clusterNetworks="{wanted}"')
+
+    def _addresses_covered(self, what: str, path: str, addresses: Callable[[dict[str, Any]], list[str]]) -> None:
+        text, networks = self._cluster_networks()
+        outside = []
+        for obj in self._list(path):
+            meta = obj.get("metadata") or {}
+            for address in addresses(obj):
+                try:
+                    ip = ipaddress.ip_address(address)
+                except ValueError:
+                    continue
+                if not any(n.contains(ip) for n in networks):
+                    outside.append(f"{what} {meta.get('namespace', '')}/{meta.get('name', '')} ({address})")
+        if outside:
+            raise Problem(f"the Linkerd clusterNetworks [{text!r}] do not include " + ", ".join(outside))
+
     def config_category(self) -> Category:
+        # Without them a proxy takes a call to a pod or Service outside these networks for egress: no
+        # discovery, no mTLS (Linkerd's checks, in its order, wording and hint anchors).
+        networks_hint = ("re-install with --set clusterNetworks=... naming every pod and Service network "
+                         "(https://linkerd.io/2/checks/#l5d-cluster-networks-{})")
         return Category("linkerd-config", [
             Check("'linkerd-config' config map exists", self._config_map, INSTALL_HINT),
             Check("control plane pods are ready", self._components_ready,
                   f"kubectl -n {self._cp} get pods; kubectl -n {self._cp} describe pods", retry=True),
+            Check("cluster networks contains all node podCIDRs", self._node_cidrs_covered,
+                  networks_hint.format("cidr")),
+            Check("cluster networks contains all pods", lambda: self._addresses_covered(
+                "pod", "/api/v1/pods", _pod_addresses), networks_hint.format("pods")),
+            Check("cluster networks contains all services", lambda: self._addresses_covered(
+                "svc", "/api/v1/services", _cluster_ips), networks_hint.format("pods")),
         ])
 
     # -- identity and webhook certificates -------------------------------------------------------------

@@ -8,7 +8,8 @@
   server and client auth) signed by the identity component's own CA code
   (``tether.identity.ca.CertificateAuthority``, the code behind Certify), for
   the proxies that read certificates from files (Envoy, HAProxy);
-- the destination service's serving certificate, for the Tether variants.
+- the destination service's serving certificate, for the Tether variants;
+- the tap identity's leaf (``tap.linkerd-viz``), for the variants that open a tap.
 
 The Tether variants do not use the leaves: they run ``tether identity serve``
 with this issuer, and each proxy gets its certificate from it through Certify
@@ -29,6 +30,7 @@ from tether.naming import DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, Worklo
 CLIENT_IDENTITY = WorkloadIdentity("bench-client", "bench")
 SERVER_IDENTITY = WorkloadIdentity("bench-server", "bench")
 DESTINATION_IDENTITY = control_plane_identity("destination")
+TAP_IDENTITY = WorkloadIdentity("tap", "linkerd-viz")  # what tether.viz.tap_injector.tap_identity() names
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class MeshCerts:
     issuer_cert: Path | None = None  # the issuer (for `tether identity serve`)
     issuer_key: Path | None = None
     destination: Leaf | None = None  # the destination service's serving certificate
+    tap: Leaf | None = None  # the tap server's identity (Observe is served to it only)
 
 
 def issue_mesh_certs(directory: Path) -> MeshCerts:
@@ -73,4 +76,5 @@ def issue_mesh_certs(directory: Path) -> MeshCerts:
         return paths
 
     return MeshCerts(directory / "anchor.crt", leaf(CLIENT_IDENTITY, "client"), leaf(SERVER_IDENTITY, "server"),
-                     directory / "issuer.crt", directory / "issuer.key", leaf(DESTINATION_IDENTITY, "destination"))
+                     directory / "issuer.crt", directory / "issuer.key", leaf(DESTINATION_IDENTITY, "destination"),
+                     leaf(TAP_IDENTITY, "tap"))

@@ -503,4 +503,5 @@ def test_the_policy_and_tap_hooks_see_each_request() -> None:
             << Close())
     assert hooks.seen == [("check", b"/r"), ("request", b"/r"), ("response", 200), ("end", 200),
                           ("check", b"/no"), ("end", 503)]
+    assert hooks.ends == [(2, []), (0, [])]  # the relayed body's bytes ("ok"); the refusal relayed none
     assert [[(n.lower(), v) for n, v in h] for h in hooks.response_headers] == [[(b"content-length", b"2")]]

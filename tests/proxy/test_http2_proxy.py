@@ -491,6 +491,7 @@ class Observed:
         self.seen: list[tuple[str, object]] = []
         self.clients: list[tuple[str, int] | None] = []
         self.response_headers: list[list[tuple[bytes, bytes]]] = []
+        self.ends: list[tuple[int, list[tuple[bytes, bytes]]]] = []  # (response_bytes, trailers) of each end
 
     def check(self, request: RequestHead) -> ProxyError | None:
         self.seen.append(("check", request.target))
@@ -504,9 +505,10 @@ class Observed:
         self.seen.append(("response", status))
         self.response_headers.append(list(headers))
 
-    def end(self, stream: object, status: int | None, error: ProxyError | None,
-            grpc_status: int | None = None) -> None:
+    def end(self, stream: object, status: int | None, error: ProxyError | None, grpc_status: int | None = None,
+            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self.seen.append(("end", status))
+        self.ends.append((response_bytes, list(trailers)))
 
 
 def test_the_policy_and_tap_hooks_see_each_stream() -> None:
@@ -524,6 +526,7 @@ def test_the_policy_and_tap_hooks_see_each_stream() -> None:
     told.remove(("end", 503))
     assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]
     assert [h for h in hooks.response_headers[0] if h[0] == b":status"] == [(b":status", b"200")]  # as relayed
+    assert (2, []) in hooks.ends and (0, []) in hooks.ends  # b"hi" relayed; the refusal relayed no body
 
 
 def test_a_refused_stream_is_sent_again_once() -> None:

@@ -103,7 +103,7 @@ def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_p
                     async with connection(svc, 80, local_addr=(client.ip, 0)) as (reader, writer):
                         app_socket = writer.get_extra_info("sockname")[:2]
                         for path in ("/other", "/api/list"):
-                            head, _ = await request(reader, writer, "GET", path)
+                            head, body = await request(reader, writer, "GET", path)
                             assert head.status == 200
                     async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:
                         assert await channel.unary_unary("/test.Names/Who")(b"hi", timeout=10) == b"web-0 hi"
@@ -146,6 +146,15 @@ def test_both_directions_and_both_http_versions_report_to_the_tap_identity(tmp_p
                 ends = [e.http.response_end for e in observed.events if e.http.HasField("response_end")]
                 assert [end.eos.WhichOneof("end") for end in ends] == [None, "grpc_status_code"]
                 assert ends[1].eos.grpc_status_code == 0
+                # The bytes of each response body relayed: the HTTP/1 answer's, the gRPC reply's framed message.
+                assert [end.response_bytes for end in ends] == [len(body), 5 + len(b"web-0 hi")]
+                assert all(end.since_request_init.ToNanoseconds() >= end.since_response_init.ToNanoseconds()
+                           for end in ends)
+            # The trailers where headers were asked for (the gRPC call's grpc-status), none otherwise.
+            out_ends = [e.http.response_end for e in outbound.events if e.http.HasField("response_end")]
+            assert [h.value for h in out_ends[1].trailers.headers if h.name == "grpc-status"] == [b"0"]
+            assert not out_ends[0].trailers.headers
+            assert not any(e.http.response_end.trailers.headers for e in inbound.events)
             # The finished taps are gone: the request path is back to an empty list.
             for proxy in (server_proxy, client_proxy):
                 assert proxy.tap is not None and proxy.tap.taps.taps == []

@@ -406,7 +406,7 @@ def test_the_observer_turns_the_layers_calls_into_events() -> None:
     now[0] = 10.004
     observer.response(second, 200, ((b":status", b"200"), (b"Content-Type", b"application/json")))
     now[0] = 10.005
-    observer.end(second, 200, None)
+    observer.end(second, 200, None, response_bytes=1234, trailers=((b"X-Checksum", b"abc"),))
     observer.end(first, 200, None)  # never tapped: nothing
     init, rsp, end = tap.events
     r = init.http.request_init
@@ -421,6 +421,11 @@ def test_the_observer_turns_the_layers_calls_into_events() -> None:
         ("content-type", b"application/json")]
     assert rsp.http.response_init.since_request_init.ToNanoseconds() == pytest.approx(4_000_000, abs=1000)
     assert end.http.response_end.since_response_init.ToNanoseconds() == pytest.approx(1_000_000, abs=1000)
+    assert end.http.response_end.since_request_init.ToNanoseconds() == pytest.approx(5_000_000, abs=1000)
+    # The body's bytes and the trailers (asked for, names lower-cased); no gRPC status, no reset.
+    assert end.http.response_end.response_bytes == 1234
+    assert [(h.name, h.value) for h in end.http.response_end.trailers.headers] == [("x-checksum", b"abc")]
+    assert end.http.response_end.eos.WhichOneof("end") is None
 
 
 def test_an_answer_without_a_relayed_response_still_ends_the_stream() -> None:
@@ -434,11 +439,12 @@ def test_an_answer_without_a_relayed_response_still_ends_the_stream() -> None:
     stream = object()
     observer.request(stream, RequestHead(b"POST", b"/x", ((b"host", b"web"),)),
                      'direction="inbound",target_addr="10.0.0.2:8080",tls="true",client_id="a\\"b"', None)
-    observer.end(stream, 503, None)  # e.g. load shed: the proxy's own answer
+    observer.end(stream, 503, None, trailers=((b"x-t", b"1"),))  # e.g. load shed: the proxy's own answer
     assert [e.http.WhichOneof("event") for e in tap.events] == ["request_init", "response_init", "response_end"]
     assert tap.events[1].http.response_init.http_status == 503
     assert tap.events[0].source_meta.labels["client_id"] == 'a"b'
     assert (tap.events[0].source.ip.ipv4, tap.events[0].source.port) == (0, 0)  # no client address given
     assert not tap.events[1].http.response_init.headers.headers  # not asked for
+    assert not tap.events[2].http.response_end.trailers.headers  # nor trailers
     assert tap.finished
     assert parse_labels('a="x\\\\y",b=""') == {"a": "x\\y", "b": ""}

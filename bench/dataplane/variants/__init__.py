@@ -28,12 +28,15 @@ from bench.dataplane.variants.tether import (
     TetherHTTP,
     TetherHTTPPolicy,
     TetherHTTPTap,
+    TetherHTTPTapped,
+    TetherHTTPTappedAll,
     TetherTCP,
 )
 
 # Order matters only for display; measurements are interleaved and rotated.
 VARIANTS: dict[str, type[Variant]] = {
-    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPTap, TetherHTTPPolicy, TetherTCP,
+    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPTap, TetherHTTPTapped, TetherHTTPTappedAll,
+                        TetherHTTPPolicy, TetherTCP,
                         DirectH2, EnvoyH2, HAProxyH2, TetherH2,
                         DirectGrpc, EnvoyGrpc, HAProxyGrpc, TetherGrpc)
 }

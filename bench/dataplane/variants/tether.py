@@ -150,6 +150,9 @@ def store_objects(*, server_ip: str, client_ip: str, service_ip: str, service_po
 class _Tether(Variant):
     opaque: ClassVar[bool]
     tap: ClassVar[bool] = False  # both proxies with LINKERD2_PROXY_TAP_SVC_NAME (tap server up, no tap open)
+    # A tap open on both proxies during the run (bench/dataplane/tap_watch.py), at most this many requests
+    # per one-second window and proxy; None: no tap open.
+    tap_open: ClassVar[int | None] = None
     policy: ClassVar[bool] = False  # a policy controller, and policy_objects() in the store
 
     @classmethod
@@ -291,7 +294,9 @@ class _Tether(Variant):
             entry=(service_ip, service_port),
             meta={"admin": {"client": (client_ip, client_admin), "server": (server_ip, server_admin)},
                   "calls": {role: str(work / f"calls-{role}") for role in ("client", "server")},
-                  "inbound": (server_ip, inbound_port), "identity_admin": identity_admin},
+                  "inbound": (server_ip, inbound_port), "identity_admin": identity_admin,
+                  "tap": {role: (ip, tap_ports[role]) for role, ip in (("server", server_ip), ("client", client_ip))
+                          if role in tap_ports}},
         )
 
     def start(self, ctx: Context, sup: Supervisor, pinning: Pinning, nice: int) -> None:
@@ -318,6 +323,25 @@ class _Tether(Variant):
                     raise StartError(f"{self.name}/{role}: not ready after 30 s (no certificate from identity?)\n"
                                      f"{self.procs[role].log_tail()}")
                 time.sleep(0.1)
+        if self.tap_open is not None:
+            self._open_tap(ctx, sup, pinning, nice)
+
+    def _open_tap(self, ctx: Context, sup: Supervisor, pinning: Pinning, nice: int) -> None:
+        """The watcher, on the load generator's CPU (a tap controller does not run beside the proxies)."""
+        assert self.plan_ is not None and self.tap_open is not None
+        tap = ctx.certs.tap
+        if tap is None:
+            raise StartError(f"{self.name}: the run's PKI has no tap identity (bench/dataplane/pki.py)")
+        identities = {"server": SERVER_IDENTITY.dns_name, "client": CLIENT_IDENTITY.dns_name}
+        targets = [f"{identities[role]}@{host}:{port}" for role, (host, port) in self.plan_.meta["tap"].items()]
+        count_file = ctx.workdir / "tap-events"
+        argv = [sys.executable, "-m", "bench.dataplane.tap_watch", "--anchors", str(ctx.certs.anchor),
+                "--cert", str(tap.chain), "--key", str(tap.key), "--limit", str(self.tap_open),
+                "--count-file", str(count_file), *targets]
+        self.procs["tap-watch"] = sup.start(f"{self.name}/tap-watch", argv, cpus=pinning.load, nice=nice,
+                                            log=ctx.workdir / "tap-watch.log", cwd=ctx.workdir,
+                                            env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.plan_.meta["tap_events"] = str(count_file)
 
     def verify(self, ctx: Context) -> list[Check]:
         assert self.plan_ is not None
@@ -372,7 +396,21 @@ class _Tether(Variant):
                                 allowed > 0 and denied == 0,
                                 f"inbound_http_authz_allow_total{{route_name=bench,authz_name=bench-client-only}}="
                                 f"{allowed:.0f}, denied or without a route={denied:.0f}"))
+        if "tap_events" in meta:
+            events = _tap_events(Path(meta["tap_events"]))
+            watcher = self.procs["tap-watch"]
+            alive = watcher.popen.poll() is None
+            checks.append(Check("the tap stayed open on both proxies and received their events",
+                                alive and events > 0,
+                                f"{events} events" + ("" if alive else f"; the watcher exited: {watcher.log_tail(5)}")))
         return checks + tls13_probe(*meta["inbound"], ctx.certs)
+
+
+def _tap_events(count_file: Path) -> int:
+    try:
+        return int(count_file.read_text().strip().partition("=")[2] or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def _get(host: str, port: int, path: str) -> tuple[int, str]:
@@ -442,6 +480,23 @@ class TetherHTTPTap(TetherHTTP):
                    "listens and the HTTP layers report to it) and no tap open: what tap costs when nobody watches")
     compare_to = ("tether-http",)
     tap = True
+
+
+class TetherHTTPTapped(TetherHTTPTap):
+    name = "tether-http-tapped"
+    description = ("tether-http-tap with a tap open on both proxies, as `tether viz tap` of one pod opens it: "
+                   "every request matched, at most 100 per one-second window and proxy (--max-rps 100) get "
+                   "their three events, streamed over mTLS to a watcher on the load generator's CPU")
+    compare_to = ("tether-http", "tether-http-tap")
+    tap_open = 100
+
+
+class TetherHTTPTappedAll(TetherHTTPTap):
+    name = "tether-http-tapped-all"
+    description = ("tether-http-tapped with no practical limit: every request of the run gets its three tap "
+                   "events (the most a tap can cost)")
+    compare_to = ("tether-http", "tether-http-tap")
+    tap_open = 1_000_000
 
 
 class TetherHTTPPolicy(TetherHTTP):

@@ -124,15 +124,16 @@ class StreamObserver(Protocol):
     address, None when the transport did not say), ``response`` at its response head (the headers the
     client gets), ``end`` when the exchange is over (status None: no response was sent; ``error``: the
     error kind the proxy answered, if it did; ``grpc_status``: a gRPC stream's, from its trailers or the
-    proxy's own answer).
+    proxy's own answer; ``response_bytes``: the relayed response body's bytes; ``trailers``: the relayed
+    response's trailers).
     """
 
     def request(self, stream: object, request: RequestHead, labels: str, client: ClientAddr | None) -> None: ...
 
     def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None: ...
 
-    def end(self, stream: object, status: int | None, error: ProxyError | None,
-            grpc_status: int | None = None) -> None: ...
+    def end(self, stream: object, status: int | None, error: ProxyError | None, grpc_status: int | None = None,
+            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None: ...
 
 
 # Rapid reset (CVE-2023-44487): streams a client resets before their response head, less one per response head

@@ -181,7 +181,7 @@ class _Exchange:
     __slots__ = ("request", "received", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
                  "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
-                 "chunked", "in_flight")
+                 "chunked", "in_flight", "sent", "trailers")
 
     def __init__(self, request: RequestHead, start: float) -> None:
         self.request = request  # as it goes on (a route's header modifier may have edited it)
@@ -208,6 +208,8 @@ class _Exchange:
         self.head: ResponseHead | None = None  # the final response head being relayed
         self.success = True  # by the route's classes (the route metrics)
         self.chunked = False  # the response to the client is chunked (so it may carry trailers)
+        self.sent = 0  # response body bytes relayed to the client (tap's response_end)
+        self.trailers: Headers = ()  # the relayed response's trailers, kept only for an observer (tap)
         self.in_flight = False
 
 
@@ -456,6 +458,7 @@ class Http1Proxy:
                 self._response_head(ex, event)
             elif isinstance(event, Body):
                 if ex.phase is Phase.RELAYING:
+                    ex.sent += len(event.data)
                     self.sink.send_down(self.server.send_body(event.data))
             elif isinstance(event, EndOfMessage):
                 if ex.phase is Phase.RELAYING:
@@ -673,6 +676,8 @@ class Http1Proxy:
         up, pick, client, head = ex.up, ex.pick, ex.client, ex.head
         assert up is not None and pick is not None and client is not None and head is not None
         self.sink.send_down(server.send_end(trailers if ex.chunked else ()))
+        if ex.chunked and self.settings.observer is not None:
+            ex.trailers = trailers
         self._record(pick.labels, head.status, head.status < 500, ex.start)
         self._route_response(ex, head.status, ex.success)
         ex.up = None
@@ -850,7 +855,8 @@ class Http1Proxy:
             exchange.leave(self.settings)
         observer = self.settings.observer
         if observer is not None and not told:
-            observer.end(ex, ex.head.status if ex.head is not None else None, None)
+            observer.end(ex, ex.head.status if ex.head is not None else None, None,
+                         response_bytes=ex.sent, trailers=ex.trailers)
         if self.ex is ex:
             self.ex = None
 

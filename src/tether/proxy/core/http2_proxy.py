@@ -297,7 +297,7 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled", "unwatch")
+                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled", "unwatch", "sent")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -334,6 +334,7 @@ class _Stream:
         self.grpc_status: int | None = None
         self.head_ended = False  # the response's end was carried by its headers
         self.resp_trailers: Headers | None = None
+        self.sent = 0  # response body bytes relayed to the client (tap's response_end)
         self.sampled = False  # the endpoint's latency sample was taken
         self.reset_after: int | None = None  # reset the client's stream with this code once the response is out
         # A ServiceProfile route (proxy.md §7.5, §7.6): see Http2Proxy._routed.
@@ -488,7 +489,7 @@ class Http2Proxy:
         for stream in list(self.streams.values()):
             self._release(stream)
             if self.settings.observer is not None:
-                self.settings.observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None)
+                self._tell_end(stream)
         self.streams.clear()
         self.sink.close()
 
@@ -927,6 +928,7 @@ class Http2Proxy:
         self._moved(stream)
         if data:
             stream.owed_up += len(data)
+            stream.sent += len(data)
             self.down.queue_data(stream.sid, data)
             self._flush_down(stream.sid)
 
@@ -935,8 +937,10 @@ class Http2Proxy:
             return
         self._go(stream, Step.END)
         self.touched.append(stream)
+        if trailers is not None:  # a downgraded (HTTP/1) response's
+            stream.resp_trailers = trailers
         if not stream.head_ended:
-            self.down.queue_end(stream.sid, trailers if trailers is not None else stream.resp_trailers)
+            self.down.queue_end(stream.sid, stream.resp_trailers)
             self._flush_down(stream.sid)
         status = stream.status or 200
         success = stream.grpc_status == 0 if stream.grpc_status is not None else status < 500
@@ -1122,6 +1126,7 @@ class Http2Proxy:
         stream.head_ended = stream.sampled = stream.recorded = False
         stream.counted = stream.counted and not recount
         stream.resp_trailers = None
+        stream.sent = 0
         stream.attempts = 0
         stream.discard = False  # an upstream lost before the head detached the stream: it goes on
         self._go(stream, Step.RETRY)
@@ -1258,12 +1263,18 @@ class Http2Proxy:
             return False
         return stream.usid is None or stream.up is None or not stream.up.ep.pending(stream.usid)
 
+    def _tell_end(self, stream: _Stream) -> None:
+        observer = self.settings.observer
+        assert observer is not None
+        observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None,
+                     response_bytes=stream.sent, trailers=stream.resp_trailers or ())
+
     def _finish(self, stream: _Stream, step: Step) -> None:
         if stream.phase is Phase.OVER:
             return
         self._go(stream, step)
         if self.settings.observer is not None:
-            self.settings.observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None)
+            self._tell_end(stream)
         self.streams.pop(stream.sid, None)
         if stream.owed_down:
             self.down.ack(stream.sid, stream.owed_down)
@@ -1437,6 +1448,7 @@ class Http2Proxy:
                     self._downgraded_response(stream, event)
             elif isinstance(event, Body):
                 if stream.phase is Phase.RELAYING:
+                    stream.sent += len(event.data)
                     self.down.queue_data(stream.sid, event.data)
             elif isinstance(event, EndOfMessage):
                 self._response_end(stream, [(n.lower(), v) for n, v in event.trailers] or None)

@@ -33,6 +33,7 @@ from bench.dataplane.closedloop import H2Load, h2load_argv, h2load_binary, parse
 from bench.dataplane.pki import issue_mesh_certs  # noqa: E402
 from bench.dataplane.procs import Pinning, Supervisor, stop_process  # noqa: E402
 from bench.dataplane.procstat import MachineTimes, cpu_seconds, parse_stat_cpu, peak_rss_bytes, rss_bytes  # noqa: E402
+from bench.dataplane.report import proxy_roles  # noqa: E402
 from bench.dataplane.variants import VARIANTS, Context  # noqa: E402
 from bench.dataplane.variants.envoy import envoy_configs  # noqa: E402
 from bench.dataplane.variants.haproxy import haproxy_configs  # noqa: E402
@@ -509,3 +510,21 @@ def test_tiny_run_of_the_tether_http_policy_variant() -> None:
     checks = res["variants"]["tether-http-policy"]["checks"]
     assert any("AuthorizationPolicy" in c["what"] for c in checks)
     assert checks and all(c["ok"] for c in checks), checks
+
+
+@needs_nginx
+@needs_wrk
+def test_tiny_run_of_the_tether_http_tapped_variant() -> None:
+    """A tap open on both proxies (the tap controller's loop, as the tap identity): the watcher received events,
+    and its process is not counted as a proxy."""
+    opts = runner.Options(variants=["tether-http-tapped"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
+                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
+                          callcount_requests=0, log=lambda line: None)
+    res = runner.run(opts)
+    (thr,) = res["throughput"]
+    assert thr["requests"] > 0 and thr["errors"] == 0
+    checks = res["variants"]["tether-http-tapped"]["checks"]
+    tap = [c for c in checks if "tap stayed open" in c["what"]]
+    assert tap and tap[0]["ok"] and int(tap[0]["detail"].split()[0]) > 0, tap
+    assert checks and all(c["ok"] for c in checks), checks
+    assert "tap-watch" not in proxy_roles(res, "tether-http-tapped")

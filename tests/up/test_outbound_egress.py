@@ -10,6 +10,12 @@ counted by the client's proxy under the EgressNetwork's name
 Then the how-to's last step: the network denies again but an HTTPRoute on it
 (the tutorial's ``httpbin-get``, its path matching the server's) lets that
 path out while the client's other path is refused, counted under the route.
+
+Egress by hostname (the how-to's ``tls-egress`` TLSRoute): on the denied
+network, a TLSRoute naming one hostname lets TLS connections with that SNI out
+to the original destination (a TLS server in the test, verified by the client
+against its CA: the proxy did not terminate it), while another SNI's
+connections are closed.
 """
 
 from __future__ import annotations
@@ -17,13 +23,19 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import ipaddress
+import socket
+import ssl
 import subprocess
+import tempfile
 import threading
+from pathlib import Path
 from collections.abc import Iterator
 
 import pytest
 
 from up import uplab
+from up.test_outbound_stream_routes import CLIENT as TLS_CLIENT
+from up.test_outbound_stream_routes import _certificates
 from up.uplab import ready, wait_for
 
 
@@ -86,16 +98,22 @@ spec:
 """
 
 
-def get_route(port: int) -> str:
-    """The how-to's ``httpbin-get`` HTTPRoute (one path let out of the EgressNetwork), on the server's port."""
+def egress_route(api: str, kind: str, name: str, port: int, rest: str) -> str:
+    """A route of the how-to's on the ``outside`` EgressNetwork, on the server's port; ``rest``: its spec's rules
+    (and hostnames)."""
     return f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: httpbin-get, namespace: {EGRESS_NS}}}
+apiVersion: gateway.networking.k8s.io/{api}
+kind: {kind}
+metadata: {{name: {name}, namespace: {EGRESS_NS}}}
 spec:
   parentRefs: [{{name: outside, kind: EgressNetwork, group: policy.linkerd.io, namespace: {EGRESS_NS}, port: {port}}}]
-  rules: [{{matches: [{{path: {{value: /out}}}}]}}]
+{rest}
 """
+
+
+def get_route(port: int) -> str:
+    """The how-to's ``httpbin-get`` HTTPRoute: one path let out of the EgressNetwork."""
+    return egress_route("v1", "HTTPRoute", "httpbin-get", port, "  rules: [{matches: [{path: {value: /out}}]}]")
 
 
 # Each path once every 0.3 s: "<path> <status>" (the status of an HTTPError too).
@@ -160,3 +178,77 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
               and 'route_name="httpbin-get"' in line and 'parent_name="outside"' in line]
     assert any('http_status="200"' in line for line in routed), routed
     assert not any('http_status="403"' in line for line in routed), routed
+
+
+@pytest.fixture
+def outside_tls() -> Iterator[tuple[str, int, str, list[str]]]:
+    """A TLS server on the host's outside address (a.example.com and *.example.org): its address, its CA and the
+    SNIs of the handshakes it saw."""
+    ip = _outside_address()
+    if ip is None:
+        pytest.skip("the host has no address outside 10.0.0.0/8 to stand for the outside world")
+    ca, cert, key = _certificates()
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "cert.pem").write_text(cert)
+        (Path(folder) / "key.pem").write_text(key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(Path(folder) / "cert.pem", Path(folder) / "key.pem")
+    served: list[str] = []  # the SNI of each handshake
+    context.sni_callback = lambda _sock, name, _ctx: served.append(name or "")
+    listener = socket.create_server((ip, 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                if tls.recv(64):
+                    tls.sendall(b"outside\n")
+        except (OSError, ssl.SSLError):
+            pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield ip, listener.getsockname()[1], ca, served
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=10)
+
+
+def tls_route(port: int) -> str:
+    """The how-to's ``tls-egress`` TLSRoute: one hostname let out of the EgressNetwork."""
+    return egress_route("v1alpha2", "TLSRoute", "tls-egress", port, "  hostnames: [a.example.com]\n  rules:\n"
+                        "  - backendRefs: [{kind: EgressNetwork, group: policy.linkerd.io, name: outside}]")
+
+
+def test_a_tlsroute_lets_one_hostname_out_of_a_denied_egress_network(
+        running: uplab.Platform, outside_tls: tuple[str, int, str, list[str]]) -> None:
+    p = running
+    ip, port, ca, served = outside_tls
+    p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {EGRESS_NS}}}\n")
+    p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
+    p.apply(egress("Deny", ip) + "---" + tls_route(port))
+    for name, sni in (("named", "a.example.com"), ("unnamed", "www.example.org")):
+        p.apply(uplab.script_deployment(name, NS, TLS_CLIENT, "tls", ip, str(port), sni, ca))
+
+    def log(prefix: str) -> str:
+        pods = [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix) and ready(x)]
+        return p.logs(NS, pods[0]["metadata"]["name"]) if pods else ""
+
+    wait_for("the named host let out", lambda: log("named-").count("got outside") >= 3, timeout=90)
+    wait_for("the other host's connections closed", lambda: log("unnamed-").count("error ") >= 3, timeout=60)
+    assert "got outside" not in log("unnamed-")
+    assert set(served) == {"a.example.com"}, served
+    (named,) = [x for x in p.pods(NS) if x["metadata"]["name"].startswith("named-")]
+    opened = [line for line in _metrics(p, named).splitlines()
+              if line.startswith("outbound_tls_route_open_total{") and 'route_name="tls-egress"' in line]
+    assert any('parent_kind="EgressNetwork"' in line and 'parent_name="outside"' in line for line in opened), opened

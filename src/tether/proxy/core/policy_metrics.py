@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from functools import lru_cache
 
 from tether.proxy.codec import detect
 from tether.proxy.codec.addrs import is_dns_name
@@ -138,11 +139,8 @@ class PolicyMetrics:
         self.detection = DetectMetrics(registry, "outbound")
         registry.add_collector(self._render_histograms)
 
-    def family(self, grpc: bool) -> _Family:
-        return self.grpc if grpc else self.http
-
     def backend_request(self, grpc: bool, route_labels: str, backend_labels: str) -> None:
-        self.family(grpc).backend_requests.inc(f"{route_labels},{backend_labels}")
+        (self.grpc if grpc else self.http).backend_requests.inc(f"{route_labels},{backend_labels}")
 
     def hostname(self, request: RequestHead) -> str:
         """The ``hostname`` label's value for ``request`` (see the module docstring); "" when not exported."""
@@ -155,14 +153,14 @@ class PolicyMetrics:
     def retry(self, grpc: bool, route_labels: str, what: str, hostname: str = "") -> None:
         """One retry event of the route; its four series come into being together, as Linkerd creates them (a
         retry here waits for its backend instead of overflowing: ``overflow`` stays 0)."""
-        key = f"{route_labels},{labels.render(('hostname', hostname))}"
-        for name, counter in self.family(grpc).retry.items():
+        key = f"{route_labels},{_hostname(hostname)}"
+        for name, counter in (self.grpc if grpc else self.http).retry.items():
             counter.inc(key, 1 if name == what else 0)
 
     def backend_response(self, grpc: bool, route_labels: str, backend_labels: str, status: int,
                          grpc_status: int | None, seconds: float) -> None:
         """An attempt at a backend ended: its status (0: no response: ``error="UNKNOWN"``)."""
-        family = self.family(grpc)
+        family = self.grpc if grpc else self.http
         key = f"{route_labels},{backend_labels}"
         family.backend_duration.observe(key, seconds)
         family.backend_statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, '' if status else 'UNKNOWN')}")
@@ -171,8 +169,8 @@ class PolicyMetrics:
                  error: str, hostname: str = "") -> None:
         """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
         ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came); ``hostname`` as ``hostname()``."""
-        family = self.family(grpc)
-        key = f"{route_labels},{labels.render(('hostname', hostname))}"
+        family = self.grpc if grpc else self.http
+        key = f"{route_labels},{_hostname(hostname)}"
         family.duration.observe(key, seconds)
         family.statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, error)}")
 
@@ -233,6 +231,14 @@ def request_host(request: RequestHead) -> str:
     return host.lower() if is_dns_name(host) else ""
 
 
+# Label renderings asked for on every request, cached (a C call, where rendering is a dozen Python calls):
+# statuses, codes and errors are few; hostnames are the client's, so their cache is bounded.
+@lru_cache(maxsize=1024)
+def _hostname(hostname: str) -> str:
+    return labels.render(("hostname", hostname))
+
+
+@lru_cache(maxsize=1024)
 def _outcome(grpc: bool, status: int, grpc_status: int | None, error: str) -> str:
     """``http_status`` (or ``grpc_status``, by name) and ``error``."""
     if grpc:

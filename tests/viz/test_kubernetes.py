@@ -68,3 +68,28 @@ def test_no_serviceprofile_crd_means_no_routes_and_an_unreachable_api_is_named(l
     result = CliRunner().invoke(cli, ["viz", "stat", "deploy", "-n", NS, "--platform", "kubernetes", "--kubeconfig",
                                       str(gone), "--prometheus-url", prom.url], env={"TETHER_HOME": str(tmp_path)})
     assert result.exit_code == 1 and "cannot list /api/v1/namespaces/emojivoto/pods from the Kubernetes API" in result.output
+
+
+def test_routes_lists_the_cluster_s_policy_routes_without_traffic(lab, tmp_path: Path) -> None:
+    """The HTTPRoutes of both groups and GRPCRoutes come from the API server (kmock): a route of the Service that
+    carried nothing has its row without figures; a group whose CRD is not served (404) has none."""
+    prom, objs = lab
+    plain = [o for o in objs if o["kind"] != "ServiceProfile"]
+    route = {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "HTTPRoute",
+             "metadata": {"name": "emoji-canary", "namespace": NS},
+             "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "emoji", "port": 8080}]}}
+    with ThreadedApi(tmp_path, kmock.KubernetesScaffold) as api:
+        _serve(api, plain)
+
+        async def routes() -> None:
+            api.api["list", kmock.resource("policy.linkerd.io", "v1beta3", "httproutes")] << listing("8", route)
+            api.api["list", kmock.resource("policy.linkerd.io", "v1beta3", "servers")] << listing("8")
+            for plural in ("httproutes", "grpcroutes"):
+                api.api["list", kmock.resource("gateway.networking.k8s.io", "v1", plural)] << 404 << status(
+                    404, "NotFound", "the server could not find the resource")
+
+        api.call(routes)
+        out = _viz(api, prom.url, tmp_path, "routes", "deploy/web", "-n", NS, "--to", "svc/emoji", "-t", "30s")
+        assert out.exit_code == 0, out.output
+        rows = {line.split()[0]: line.split() for line in out.output.splitlines()[1:]}
+        assert set(rows["emoji-canary"][2:]) == {"-"} and rows["emoji-split"][2] != "-"

@@ -263,4 +263,49 @@ def test_routes_of_a_service_without_a_profile_are_its_client_policy_routes(lab,
     assert inbound.exit_code == 0 and inbound.output.splitlines()[1].split()[:2] == ["[default]", "[default]"]
     # Neither a profile nor policy-route traffic: the error says both.
     none = CliRunner().invoke(cli, ["viz", "routes", "deploy/emoji", "-n", NS, "--to", "deploy/web"], env=env)
-    assert none.exit_code == 1 and "nor traffic on an HTTPRoute or GRPCRoute" in none.output
+    assert none.exit_code == 1 and "nor an HTTPRoute or GRPCRoute of it, nor traffic on one" in none.output
+
+
+def _route(kind: str, name: str, namespace: str, parent: dict[str, Any]) -> dict[str, Any]:
+    group = "policy.linkerd.io/v1beta3" if kind == "HTTPRoute" else "gateway.networking.k8s.io/v1"
+    return {"apiVersion": group, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+            "spec": {"parentRefs": [parent], "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}]}]}}
+
+
+def test_policy_routes_without_traffic_are_listed_without_figures(lab, tmp_path: Path) -> None:
+    """As ``linkerd viz routes`` lists a profile's routes with "-": an HTTPRoute or GRPCRoute of the Service (or of a
+    Server selecting the pods) that carried nothing in the window still has its row; another parent's does not."""
+    prom, objs = lab
+    emoji = {"group": "core", "kind": "Service", "name": "emoji", "port": 8080}
+    web_server = {"group": "policy.linkerd.io", "kind": "Server", "name": "web-http"}
+    declared = [
+        _route("HTTPRoute", "emoji-split", NS, emoji),  # carried traffic: its row has figures, once
+        _route("HTTPRoute", "emoji-canary", NS, emoji),
+        _route("GRPCRoute", "emoji-grpc", NS, emoji),
+        _route("HTTPRoute", "voting-route", NS, {**emoji, "name": "voting"}),  # another Service
+        {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server", "metadata": {"name": "web-http", "namespace": NS},
+         "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "port": 8080, "proxyProtocol": "HTTP/1"}},
+        {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server", "metadata": {"name": "emoji-http", "namespace": NS},
+         "spec": {"podSelector": {"matchLabels": {"app": "emoji"}}, "port": 8080}},
+        _route("HTTPRoute", "web-api", NS, web_server),
+        _route("HTTPRoute", "emoji-only", NS, {**web_server, "name": "emoji-http"}),  # a Server not of web's pods
+    ]
+    plain = [o for o in objs if o["kind"] != "ServiceProfile"] + declared
+    rows = api.top_routes(prom.client, Objects(plain), Target(DEPLOYMENT, NS, "web"), "30s",
+                          to=Target(SERVICE, NS, "emoji"))
+    assert [(r.name, r.extra["route_type"], r.stats is not None) for r in rows] == [
+        ("emoji-split", "HTTPRoute", True), ("emoji-canary", "HTTPRoute", False), ("emoji-grpc", "GRPCRoute", False)]
+    served = api.top_routes(prom.client, Objects(plain), Target(DEPLOYMENT, NS, "web"), "30s")
+    assert [(r.name, r.extra["authority"], r.stats is not None) for r in served] == [
+        ("[default]", "[default]", True), ("web-api", "web-http", False)]
+    # The CLI over the local store: the route without traffic prints "-" in every figure.
+    env = {"TETHER_HOME": str(_home(tmp_path, plain)), "TETHER_PROMETHEUS_URL": prom.url}
+    out = CliRunner().invoke(cli, ["viz", "routes", "deploy/web", "-n", NS, "--to", "svc/emoji", "-t", "30s"],
+                             env=env, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    canary = next(line.split() for line in out.output.splitlines() if line.startswith("emoji-canary"))
+    assert canary[1] == "emoji" and set(canary[2:]) == {"-"}
+    # Routes but no traffic at all (emoji's clients): rows without figures, not an error.
+    idle = api.top_routes(prom.client, Objects(plain), Target(DEPLOYMENT, NS, "emoji"), "30s",
+                          to=Target(SERVICE, NS, "emoji"))
+    assert [(r.name, r.stats) for r in idle] == [("emoji-canary", None), ("emoji-grpc", None), ("emoji-split", None)]

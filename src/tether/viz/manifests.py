@@ -321,6 +321,10 @@ def _web(namespace: str, control_plane_ns: str, trust_domain: str, cluster_domai
          "rules": [{"apiGroups": [""], "resources": ["pods", "services", "namespaces"], "verbs": read},
                    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": read},
                    {"apiGroups": ["linkerd.io"], "resources": ["serviceprofiles"], "verbs": read},
+                   # The policy routes `routes` lists without traffic (and the Servers they attach to).
+                   {"apiGroups": ["policy.linkerd.io"], "resources": ["servers", "httproutes"], "verbs": read},
+                   {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes", "grpcroutes"],
+                    "verbs": read},
                    {"apiGroups": [TAP_API_GROUP], "resources": ["*"], "verbs": ["watch"]}]},
         {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role, **cluster_meta},
          "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},

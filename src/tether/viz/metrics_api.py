@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from tether.naming import DEFAULT_CLUSTER_DOMAIN, DEFAULT_CONTROL_PLANE_NS, DEFAULT_TRUST_DOMAIN, WorkloadIdentity
 from tether.naming import InvalidName
+from tether.resources.errors import ValidationError
+from tether.resources.selectors import LabelSelector
 from tether.viz import promql
 from tether.viz.prometheus import Prometheus, Sample, count
 from tether.viz.targets import AUTHORITY, DEPLOYMENT, NAMESPACE, POD, SERVICE, Target
@@ -392,17 +394,17 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
         profiles = _profiles(objects, services, client_ns, mesh)
     found = {k: v for k, v in profiles.items() if v is not None}
     if not found and to is not None and destination.kind != AUTHORITY:
-        policy = _policy_routes(prometheus, target, window, {_name(s) for s in services})
+        policy = _policy_routes(prometheus, objects, target, window, {_name(s) for s in services})
         if policy:
             return policy
     if not found and to is None and target.kind not in (SERVICE, AUTHORITY):
-        served = _inbound_policy_routes(prometheus, target, window)
+        served = _inbound_policy_routes(prometheus, objects, target, window)
         if served:
             return served
     if not found:
         where = f" in namespace {destination.namespace}" if destination.namespace else ""
         asked_policy = destination.kind != AUTHORITY and (to is not None or target.kind != SERVICE)
-        also = " (nor traffic on an HTTPRoute or GRPCRoute of it)" if asked_policy else ""
+        also = " (nor an HTTPRoute or GRPCRoute of it, nor traffic on one)" if asked_policy else ""
         raise LookupError(f"no ServiceProfile found for {destination}{where}{also}")
     queries = promql.routes(target, window, sorted(found), to=to)
     results = prometheus.query_all(queries.queries)
@@ -416,18 +418,66 @@ def top_routes(prometheus: Prometheus, objects: Objects, target: Target, window:
     return rows
 
 
-def _inbound_policy_routes(prometheus: Prometheus, target: Target, window: str) -> list[Row]:
+ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")  # the policy routes ``routes`` lists (both HTTPRoute groups)
+
+
+def _declared_routes(objects: Objects, namespaces: Iterable[str], parent_kind: str,
+                     parents: set[tuple[str, str]]) -> list[tuple[str, str, str, str]]:
+    """``(parent, namespace, name, kind)`` of the HTTPRoutes and GRPCRoutes in ``namespaces`` whose parentRefs name
+    one of ``parents`` (``(namespace, name)`` of a ``parent_kind``; a ref's namespace defaults to the route's), in
+    order: the routes the policy holds, whether or not they carried traffic."""
+    found: set[tuple[str, str, str, str]] = set()
+    for kind in ROUTE_KINDS:
+        for ns in sorted(set(namespaces)):
+            for route in objects.list(kind, ns):
+                route_ns, name = _name(route)
+                for ref in (route.get("spec") or {}).get("parentRefs") or ():
+                    parent = (ref.get("namespace") or route_ns, ref.get("name"))
+                    if ref.get("kind") == parent_kind and parent in parents:
+                        found.add((str(parent[1]), route_ns, name, kind))
+    return sorted(found)
+
+
+def _servers_of(objects: Objects, pods: list[Obj]) -> set[tuple[str, str]]:
+    """``(namespace, name)`` of the Servers whose podSelector picks any of ``pods``."""
+    out: set[tuple[str, str]] = set()
+    for ns in sorted({_name(p)[0] for p in pods}):
+        labels = [(p.get("metadata") or {}).get("labels") or {} for p in pods if _name(p)[0] == ns]
+        for server in objects.list("Server", ns):
+            try:
+                selector = LabelSelector.from_spec((server.get("spec") or {}).get("podSelector"), "spec.podSelector")
+            except ValidationError:
+                continue  # admission refuses it; nothing to show
+            if any(selector.matches(lbl) for lbl in labels):
+                out.add(_name(server))
+    return out
+
+
+def _inbound_policy_routes(prometheus: Prometheus, objects: Objects, target: Target, window: str) -> list[Row]:
     """Without a ServiceProfile or ``--to``, the routes of ``target``'s inbound policy (HTTPRoute, GRPCRoute,
-    default) that served traffic in the window, from ``stat_inbound``'s rows: the SERVICE column is the Server."""
-    return [Row("route", row.namespace, row.extra["route"], row.stats,
+    default) that served traffic in the window, from ``stat_inbound``'s rows: the SERVICE column is the Server;
+    then, without figures, the routes of the Servers selecting its pods that served none."""
+    rows = [Row("route", row.namespace, row.extra["route"], row.stats,
                 extra={"authority": row.extra["server"], "route_type": row.extra["route_type"]})
             for row in stat_inbound(prometheus, target, window)]
+    servers = _servers_of(objects, _pods_of(objects, target))
+    return rows + _without_traffic(rows, _declared_routes(objects, {ns for ns, _ in servers}, "Server", servers))
 
 
-def _policy_routes(prometheus: Prometheus, target: Target, window: str, services: set[tuple[str, str]]) -> list[Row]:
+def _without_traffic(rows: list[Row], declared: list[tuple[str, str, str, str]]) -> list[Row]:
+    """Rows without figures for the ``declared`` routes (``_declared_routes``) that have no row in ``rows``."""
+    seen = {(r.extra["authority"], r.name) for r in rows}
+    return [Row("route", ns, name, None, extra={"authority": parent, "route_type": kind})
+            for parent, ns, name, kind in declared if (parent, name) not in seen]
+
+
+def _policy_routes(prometheus: Prometheus, objects: Objects, target: Target, window: str,
+                   services: set[tuple[str, str]]) -> list[Row]:
     """Without a ServiceProfile, the client policy's routes (HTTPRoute, GRPCRoute, default) to ``services`` that
     carried traffic in the window, from the outbound route families (``stat_outbound``'s rows): effective success
-    and latency per route, and its tries (the backends' requests and responses) as the actual rate and success."""
+    and latency per route, and its tries (the backends' requests and responses) as the actual rate and success;
+    then, without figures, the Services' HTTPRoutes and GRPCRoutes (the producer's and the client namespace's)
+    that carried none."""
     rows: list[Row] = []
     names = {name for _, name in services}
     for row in stat_outbound(prometheus, target, window):
@@ -443,7 +493,8 @@ def _policy_routes(prometheus: Prometheus, target: Target, window: str, services
             route.attempts = (route.attempts or 0) + (row.stats.attempts or 0)
             route.actual_success = (route.actual_success or 0) + row.stats.success
             route.actual_failure = (route.actual_failure or 0) + row.stats.failure
-    return rows
+    namespaces = {ns for ns, _ in services} | ({target.namespace} if target.namespace else set())
+    return rows + _without_traffic(rows, _declared_routes(objects, namespaces, "Service", services))
 
 
 # -- Edges ----------------------------------------------------------------------------------------

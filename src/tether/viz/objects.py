@@ -9,8 +9,12 @@ from typing import Any
 
 from tether.store import Store
 
-_STORE_KEYS = {"Pod": "Pod", "Deployment": "Deployment.apps", "Namespace": "Namespace", "Service": "Service",
-               "ServiceProfile": "ServiceProfile.linkerd.io"}
+_STORE_KEYS = {"Pod": ("Pod",), "Deployment": ("Deployment.apps",), "Namespace": ("Namespace",),
+               "Service": ("Service",), "ServiceProfile": ("ServiceProfile.linkerd.io",),
+               "Server": ("Server.policy.linkerd.io",),
+               # Both groups' HTTPRoutes: the policy controller serves either.
+               "HTTPRoute": ("HTTPRoute.policy.linkerd.io", "HTTPRoute.gateway.networking.k8s.io"),
+               "GRPCRoute": ("GRPCRoute.gateway.networking.k8s.io",)}
 
 
 class StoreObjects:
@@ -18,5 +22,5 @@ class StoreObjects:
         self.store = store
 
     def list(self, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        key = _STORE_KEYS[kind]
-        return self.store.list(key, None if kind == "Namespace" else namespace).items
+        return [item for key in _STORE_KEYS[kind]
+                for item in self.store.list(key, None if kind == "Namespace" else namespace).items]

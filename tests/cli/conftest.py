@@ -17,6 +17,12 @@ Run = Callable[..., subprocess.CompletedProcess]
 
 
 @pytest.fixture
+def tether_executable() -> str:
+    """The installed ``tether`` script, for a test that runs it with arguments the ``tether`` fixture does not take."""
+    return TETHER
+
+
+@pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TETHER
 
 Run = Any  # the `tether` fixture from conftest
 
@@ -63,8 +62,8 @@ def test_large_annotation_and_object_are_refused(tether: Run, tmp_path: Path) ->
     _assert_nothing_stored(tether)
 
 
-def test_non_utf8_stdin_is_an_error(home: Path) -> None:
-    done = subprocess.run([TETHER, "apply", "-f", "-"], input=b"kind: \xff\xfe\n", capture_output=True,
+def test_non_utf8_stdin_is_an_error(tether_executable: str, home: Path) -> None:
+    done = subprocess.run([tether_executable, "apply", "-f", "-"], input=b"kind: \xff\xfe\n", capture_output=True,
                           env={**os.environ, "TETHER_HOME": str(home)}, timeout=60)
     assert done.returncode == 1 and b"Traceback" not in done.stderr
     assert b"<stdin> line 1: not UTF-8 text (byte 6)" in done.stderr

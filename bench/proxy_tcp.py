@@ -254,6 +254,7 @@ class _ControlPlane:
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
 
+        from bench.dataplane import no_policy as no_policy_server
         from tether.destination import DestinationConfig, DestinationService, TlsFiles
         from tether.identity import pem, pki
         from tether.identity.server import IdentityConfig, IdentityService
@@ -310,14 +311,8 @@ class _ControlPlane:
             LocalResourceWatcher(store))
         await destination.start()
         self.identity_port, self.destination_port = identity.port, destination.port
-        # No policy controller: a gRPC server without services answers UNIMPLEMENTED to the policy APIs (as an
-        # older control plane): default inbound policy, targets served by their profiles. Unreachable, the
-        # proxies' outbound connections would wait for it (proxy.md §7.1).
-        import grpc
-
-        no_policy = grpc.aio.server()
-        self.policy_port = no_policy.add_insecure_port("127.0.0.1:0")
-        await no_policy.start()
+        # No policy controller: bench/dataplane/no_policy.py stands in for it.
+        no_policy, self.policy_port = await no_policy_server.start()
 
         async def stop() -> None:
             await no_policy.stop(None)

@@ -1,4 +1,5 @@
-"""``python -m bench.dataplane.no_policy HOST:PORT``: a gRPC server without services (plaintext).
+"""``python -m bench.dataplane.no_policy HOST:PORT``: a gRPC server without services (plaintext); ``start`` runs
+one in the caller's event loop.
 
 The variants run without the policy controller point their proxies here: every
 policy call is answered UNIMPLEMENTED, as an older control plane answers, so a
@@ -15,10 +16,16 @@ import sys
 import grpc
 
 
-async def _serve(addr: str) -> None:
+async def start(addr: str = "127.0.0.1:0") -> tuple[grpc.aio.Server, int]:
+    """The server, serving on ``addr``, and its port (the one bound when ``addr`` asks for port 0)."""
     server = grpc.aio.server()
-    server.add_insecure_port(addr)
+    port = server.add_insecure_port(addr)
     await server.start()
+    return server, port
+
+
+async def _serve(addr: str) -> None:
+    server, _ = await start(addr)
     await server.wait_for_termination()
 
 

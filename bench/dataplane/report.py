@@ -8,7 +8,7 @@ tested without running anything.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from bench.dataplane.runner import median
 
@@ -139,6 +139,13 @@ def _table(header: list[str], rows: list[list[str]], align: str | None = None) -
     sep = ["---:" if a == "r" else "---" for a in align]
     lines = [header, sep, *rows]
     return ["| " + " | ".join(cells) + " |" for cells in lines]
+
+
+def _per_proxy(results: dict[str, Any], key: str) -> Iterator[tuple[str, dict[str, Any], str, Any]]:
+    """(variant, its result, proxy, what ``result[key]`` holds for that proxy) for each proxy of each variant."""
+    for name, result in results.items():
+        for role, of_role in result[key].items():
+            yield name, result, role, of_role
 
 
 def _rate(rate: float, high: float | None) -> str:
@@ -392,12 +399,9 @@ def churn_section(res: dict[str, Any]) -> list[str]:
            "wrk with `Connection: close` (every request a new client connection), in segments; each proxy's RSS "
            "before and after each segment, MB. Growth from segment to segment is memory closed connections "
            "leave behind.", ""]
-    rows = []
-    for name, c in churn.items():
-        for role, before in c["rss_before"].items():
-            rows.append([name, role, _mb(before), " → ".join(_mb(seg["rss"][role]) for seg in c["segments"]),
-                         _n(sum(seg["requests"] for seg in c["segments"])),
-                         _n(median([seg["rps"] for seg in c["segments"]]))])
+    rows = [[name, role, _mb(before), " → ".join(_mb(seg["rss"][role]) for seg in c["segments"]),
+             _n(sum(seg["requests"] for seg in c["segments"])), _n(median([seg["rps"] for seg in c["segments"]]))]
+            for name, c, role, before in _per_proxy(churn, "rss_before")]
     return out + _table(["variant", "proxy", "RSS before", "RSS after each segment", "connections",
                          "connections / s"], rows) + [""]
 
@@ -418,17 +422,13 @@ def callcount_section(res: dict[str, Any], top: int = 12) -> list[str]:
            "in the throughput runs). Python = calls of Python functions; builtin = calls of functions written "
            "in C (methods of bytes, dict, the ssl and socket objects, the event loop's C methods...). The "
            "counts include each connection's accept and close, spread over its requests.", ""]
-    rows = []
-    for name, c in counts.items():
-        for role, r in c["roles"].items():
-            rows.append([name, role, _n(c["requests"]), _n(per_request(r), 1),
-                         _n(r["builtin_calls"] / r["requests"] if r.get("requests") else math.nan, 1)])
+    rows = [[name, role, _n(c["requests"]), _n(per_request(r), 1),
+             _n(r["builtin_calls"] / r["requests"] if r.get("requests") else math.nan, 1)]
+            for name, c, role, r in _per_proxy(counts, "roles")]
     out += _table(["variant", "proxy", "requests", "Python calls / request", "builtin calls / request"], rows,
                   "llrrr") + [""]
-    for name, c in counts.items():
-        for role, r in c["roles"].items():
-            if not r.get("requests"):
-                continue
+    for name, _, role, r in _per_proxy(counts, "roles"):
+        if r.get("requests"):
             out += [f"Python functions called most, {name} {role} proxy (calls per request):", ""]
             out += _table(["function", "calls / request"],
                           [[f"`{f}`", _n(n / r["requests"], 2)] for f, n in r["top"][:top]]) + [""]

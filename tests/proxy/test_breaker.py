@@ -76,6 +76,13 @@ def test_jitter_adds_up_to_its_share_of_the_backoff() -> None:
     assert b.until == 3.0  # 2 s + 50 % of it
 
 
+def test_jitter_never_takes_the_backoff_past_its_maximum() -> None:
+    # Linkerd's ExponentialBackoff (the same for failure accrual as for reconnects): jitter <= max - base.
+    b = Breaker(Accrual(1, 2.0, 2.5, 0.5), lambda: 1.0)
+    b.record(False, 0.0)
+    assert b.until == 2.5
+
+
 def endpoint(last: int) -> Endpoint:
     return Endpoint(SocketAddr(parse_ip(f"10.1.0.{last}"), 8080))
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core.breaker import Breaker, State, failed, shed
 from tether.proxy.core.client_policy import Accrual
+from tether.proxy.core.config import Backoff
 from tether.proxy.core.endpoint import Endpoint
 
 DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
@@ -76,6 +78,10 @@ class Slot:
         return self.ewma.read(now) * (self.in_flight + 1)
 
 
+# A connect failure's backoff where the caller gives none: Linkerd's outbound default without its jitter.
+RECONNECT_BACKOFF = Backoff(timedelta(milliseconds=100), timedelta(seconds=60), 0.0)
+
+
 class Balancer:
     """The endpoints of one service and the P2C choice among them."""
 
@@ -85,7 +91,7 @@ class Balancer:
         failfast: float,
         clock: Callable[[], float],
         rng: random.Random | None = None,
-        backoff: Callable[[int], float] = lambda n: min(0.1 * 2 ** min(n - 1, 10), 60.0),
+        backoff: Callable[[int], float] = lambda n: RECONNECT_BACKOFF.delay(n, 0.0),
     ) -> None:
         self._failfast = failfast
         self._clock = clock

@@ -5,9 +5,10 @@ responses in a row are failures -- or, with a ``success_rate`` (the unified
 breaker), until the share of successes among the answers of the last
 ``window`` seconds (ten buckets) falls below it once ``min_requests`` answers
 are in; there, and for probes, a 429 or ``RESOURCE_EXHAUSTED`` is a failure
-too. Then it is **shut** for a backoff (the
-minimum, doubled on each shutting in a row, capped at the maximum, plus up to
-``jitter`` of itself at random). When the backoff has passed it admits
+too. Then it is **shut** for a backoff (``core.config.Backoff``, Linkerd's
+exponential backoff as for reconnects: the minimum, doubled on each shutting
+in a row, capped at the maximum, plus up to ``jitter`` of itself at random,
+never past the maximum). When the backoff has passed it admits
 exactly **one** probe request (**probation**): a success opens it again and
 forgets the backoff, a failure shuts it for the next, longer backoff.
 Responses that arrive while it is shut are ignored (they were sent before).
@@ -24,8 +25,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from datetime import timedelta
 
 from tether.proxy.core.client_policy import Accrual
+from tether.proxy.core.config import Backoff
 
 
 # gRPC codes that are failures (Linkerd's classify.rs): UNKNOWN, DEADLINE_EXCEEDED, PERMISSION_DENIED, INTERNAL,
@@ -147,10 +150,10 @@ class Breaker:
         return answers >= config.min_requests and sum(b[1] for b in buckets) / answers < config.success_rate
 
     def backoff(self) -> float:
-        """The backoff of the next shutting: min x 2^(shut in a row), capped at max, plus jitter."""
+        """The backoff of the next shutting (the first is the minimum's)."""
         c = self.config
-        base = min(c.min_backoff * (1 << min(self.shut_count, 32)), c.max_backoff)
-        return base + base * c.jitter * self._draw()
+        backoff = Backoff(timedelta(seconds=c.min_backoff), timedelta(seconds=c.max_backoff), c.jitter)
+        return backoff.delay(self.shut_count + 1, self._draw())
 
     def _open(self) -> None:
         self.state = State.OPEN

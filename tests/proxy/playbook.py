@@ -244,6 +244,20 @@ def _joined(calls: list[object]) -> list[object]:
     return out
 
 
+@dataclass(frozen=True)
+class Steps:
+    """Several inputs and expected calls as one (``>>`` or ``<<`` it): a sequence many playbooks share."""
+
+    steps: tuple[tuple[str, object], ...]
+
+
+def exchange(addr: object, up: int, request: bytes, response: bytes) -> Steps:
+    """``request`` served on a new upstream connection (number ``up``) to ``addr``: checked out, connected,
+    written, answered with ``response``, which goes down; the connection is checked in for reuse."""
+    return Steps((("out", Checkout(addr)), ("in", Connected()), ("out", SendUp(up, request)),
+                  ("in", UpData(up, response)), ("out", SendDown(response)), ("out", Checkin(up, reuse=True))))
+
+
 @dataclass
 class Playbook:
     """Inputs and expected sink calls, checked on ``bool()`` (``assert playbook``)."""
@@ -255,11 +269,13 @@ class Playbook:
     core: Http1Proxy | None = None
 
     def __rshift__(self, event: object) -> Playbook:
-        self.steps.append(("in", event))
-        return self
+        return self._add("in", event)
 
     def __lshift__(self, call: object) -> Playbook:
-        self.steps.append(("out", call))
+        return self._add("out", call)
+
+    def _add(self, kind: str, item: object) -> Playbook:
+        self.steps.extend(item.steps if isinstance(item, Steps) else [(kind, item)])
         return self
 
     def start(self) -> None:

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import uvloop
@@ -359,6 +359,39 @@ class Mesh:
         if ready:
             await proxy.identity.ready()
         return proxy
+
+    def one_served_pod(self, app: str, port: int, service_port: int | None = None, *,
+                       inbound_port: int = 4143) -> ServedPod:
+        """The pod ``{app}-0`` serving ``port`` behind the Service ``app`` (on ``service_port``, else the same
+        port), and the pod ``client-0`` to call it; no proxies yet."""
+        server = self.pod(f"{app}-0", app=app, ports=[port], inbound_port=inbound_port)
+        client = self.pod("client-0", app="client")
+        return ServedPod(server, client, self.service(app, [(service_port or port, port)]))
+
+    async def two_proxies(self, app: str, port: int, service_port: int | None = None, *, inbound_port: int = 4143,
+                          server_env: dict[str, str] | None = None,
+                          client_env: dict[str, str] | None = None) -> TwoProxies:
+        """``one_served_pod`` with both pods' proxies started (``server_env``, ``client_env`` added to their
+        environments), the client's routing to the Service."""
+        server, client, svc = self.one_served_pod(app, port, service_port, inbound_port=inbound_port)
+        server_proxy = await self.start_proxy(server, **(server_env or {}))
+        client_proxy = await self.start_proxy(client, outbound_to=[f"{svc}:{service_port or port}"],
+                                              **(client_env or {}))
+        return TwoProxies(server, client, svc, server_proxy, client_proxy)
+
+
+class ServedPod(NamedTuple):
+    server: Pod
+    client: Pod
+    service: str  # the Service's cluster IP
+
+
+class TwoProxies(NamedTuple):
+    server: Pod
+    client: Pod
+    service: str  # the Service's cluster IP
+    server_proxy: Proxy
+    client_proxy: Proxy
 
 
 # -- apps -------------------------------------------------------------------------------------------------------

@@ -529,7 +529,7 @@ def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
 
 
 def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
-    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendUp, UpData, exchange
 
     registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
     route = http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
@@ -544,12 +544,7 @@ def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
             << Checkin(0, reuse=False)
             << CallLater(0.025)
             >> Fire()
-            << Checkout(UP)
-            >> Connected()
-            << SendUp(1, get_)
-            >> UpData(1, fail)
-            << SendDown(fail)
-            << Checkin(1, reuse=True))
+            >> exchange(UP, 1, get_, fail))
     text = registry.render()
     assert f'outbound_http_route_retry_limit_exceeded_total{{{PARENT},{ROUTE},hostname=""}} 1' in text
     assert f'http_status="500",error=""}} 1' in text

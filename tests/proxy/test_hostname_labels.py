@@ -84,7 +84,7 @@ def test_without_the_variable_the_label_stays_empty() -> None:
 
 
 def retried_request(metrics: PolicyMetrics, host: bytes) -> None:
-    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendUp, UpData, exchange
 
     route = http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
     get_ = b"GET /r HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
@@ -98,12 +98,7 @@ def retried_request(metrics: PolicyMetrics, host: bytes) -> None:
             << Checkin(0, reuse=False)
             << CallLater(0.025)
             >> Fire()
-            << Checkout(UP)
-            >> Connected()
-            << SendUp(1, get_)
-            >> UpData(1, ok)
-            << SendDown(ok)
-            << Checkin(1, reuse=True))
+            >> exchange(UP, 1, get_, ok))
 
 
 @pytest.mark.parametrize(("exported", "host", "label"), [
@@ -164,9 +159,7 @@ def test_a_real_proxy_labels_its_route_metrics_with_the_requests_host(tmp_path: 
         await server.start()
         try:
             async with Mesh(tmp_path) as mesh:
-                web_pod = mesh.pod("web-0", app="web", ports=[8080])
-                client = mesh.pod("client-0", app="client")
-                svc = mesh.service("web", [(80, 8080)])
+                web_pod, client, svc = mesh.one_served_pod("web", 8080, 80)
                 feed(index, service("web", svc), http_route("r", "web", [{}]))
                 await mesh.start_proxy(web_pod)
                 a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"],

@@ -23,7 +23,7 @@ from playbook import (
     Playbook,
     SendDown,
     SendUp,
-    UpData,
+    exchange,
 )
 from test_http1_proxy import ADDR, GET, OK, router
 
@@ -53,12 +53,7 @@ def test_a_403_keeps_the_connection_and_the_next_request_is_served_on_it() -> No
             >> DownData(b"GET /deny HTTP/1.1\r\nHost: web\r\n\r\n")
             << SendDown(FORBIDDEN)
             >> DownData(GET)
-            << Checkout(ADDR)
-            >> Connected()
-            << SendUp(0, GET)
-            >> UpData(0, OK)
-            << SendDown(OK)
-            << Checkin(0, reuse=True))
+            >> exchange(ADDR, 0, GET, OK))
     assert events.count("route") == 1  # the refused request never reached the router
 
 
@@ -70,12 +65,7 @@ def test_the_refused_requests_body_is_read_and_dropped_before_the_next_request()
             << SendDown(FORBIDDEN)
             >> DownData(b"4\r\ndefg\r\n")  # dropped: nothing goes anywhere
             >> DownData(b"0\r\n\r\n" + GET)  # the body's end and, pipelined behind it, the next request
-            << Checkout(ADDR)
-            >> Connected()
-            << SendUp(0, GET)
-            >> UpData(0, OK)
-            << SendDown(OK)
-            << Checkin(0, reuse=True))
+            >> exchange(ADDR, 0, GET, OK))
 
 
 def test_a_body_over_the_drain_limit_closes_the_connection() -> None:

@@ -44,11 +44,7 @@ async def closed_streams_lost() -> None:
 def test_closed_connections_leave_no_cyclic_garbage(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, a = await mesh.two_proxies("web", 8080, 80)
             async with Web(server.ip, 8080, "web-0"):
                 async with connection(svc, 80) as (reader, writer):  # discovery and policy settled first
                     assert (await request(reader, writer, "GET", "/warm"))[0].status == 200
@@ -109,9 +105,7 @@ def test_the_process_entry_is_told_once_the_proxy_serves(tmp_path: Path) -> None
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
+            server, client, svc = mesh.one_served_pod("web", 8080, 80)
             await mesh.start_proxy(server)
             env = mesh.proxy_env(client, outbound_to=[f"{svc}:80"])
             serving = asyncio.Event()

@@ -140,11 +140,7 @@ def test_requests_balanced_per_request_over_one_client_connection(tmp_path: Path
 def test_bodies_framing_and_upgrade(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, _ = await mesh.two_proxies("web", 8080, 80)
             async with Web(server.ip, 8080, "web-0") as app:
                 async with connection(svc, 80) as (reader, writer):
                     big = bytes(range(256)) * 8192  # 2 MiB, streamed through both proxies
@@ -181,11 +177,7 @@ def test_bodies_framing_and_upgrade(tmp_path: Path) -> None:
 def test_endpoints_added_and_removed_take_effect_per_request(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            first = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            await mesh.start_proxy(first)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            first, client, svc, _, a = await mesh.two_proxies("web", 8080, 80)
             second = mesh.pod("web-1", app="web", ports=[8080], apply=False)
             await mesh.start_proxy(second)
             async with Web(first.ip, 8080, "web-0"), Web(second.ip, 8080, "web-1"), \
@@ -216,9 +208,7 @@ def test_endpoints_added_and_removed_take_effect_per_request(tmp_path: Path) -> 
 def test_synthesized_errors(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
+            server, client, svc = mesh.one_served_pod("web", 8080, 80)
             empty = mesh.service("nobody", [(80, 8080)])
             b = await mesh.start_proxy(server)
             a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80", f"{empty}:80"],
@@ -267,11 +257,7 @@ def test_not_http_after_all_is_carried_opaque(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, _, _ = await mesh.two_proxies("echo", 7000)
             async with EchoServer(server.ip, 7000), connection(svc, 7000) as (reader, writer):
                 # Starts like a request line (detection: HTTP/1), but no line end within 8 KiB.
                 payload = b"NOT-AN-HTTP-METHOD-" * 1000

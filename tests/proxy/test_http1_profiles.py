@@ -89,9 +89,7 @@ def route_samples(metrics: Any, name: str, route: str, **want: str) -> float:
 def test_route_timeout_answers_504_and_metrics_follow_routes(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
+            web, client, svc = mesh.one_served_pod("web", 8080, 80)
             mesh.store.apply_many([service_profile("web", routes=[
                 {"name": "slow", "condition": {"method": "GET", "pathRegex": "/slow.*"}, "timeout": "300ms"},
                 {"name": "books", "condition": {"pathRegex": "/books/[^/]*"}},
@@ -139,9 +137,7 @@ def test_route_timeout_answers_504_and_metrics_follow_routes(tmp_path: Path) -> 
 def test_retryable_route_hides_a_flaky_endpoint(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
+            web, client, svc = mesh.one_served_pod("web", 8080, 80)
             mesh.store.apply_many([service_profile("web", routes=[
                 {"name": "flaky", "condition": {"pathRegex": "/flaky.*"}, "isRetryable": True},
             ], retryBudget={"retryRatio": 1.0, "minRetriesPerSecond": 10, "ttl": "10s"})])
@@ -188,9 +184,7 @@ def test_retryable_route_hides_a_flaky_endpoint(tmp_path: Path) -> None:
 def test_the_budget_bounds_retries_to_an_always_failing_endpoint(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
+            web, client, svc = mesh.one_served_pod("web", 8080, 80)
             # A tiny budget: no share per request, a reserve of 1/s over 10 s: 10 retries in any 10 s.
             mesh.store.apply_many([service_profile("web", routes=[
                 {"name": "fail", "condition": {"pathRegex": "/fail.*"}, "isRetryable": True},
@@ -308,11 +302,7 @@ def test_l5d_dst_override_names_the_target_in_ingress_mode(tmp_path: Path) -> No
 def test_a_profile_applied_later_takes_effect_on_an_open_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            await mesh.start_proxy(web)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            web, client, svc, _, a = await mesh.two_proxies("web", 8080, 80)
             api = Api(web.ip, 8080, "web-0")
             async with apps(api), connection(svc, 80) as (reader, writer):
                 head, _ = await request(reader, writer, "GET", "/books/1")

@@ -31,6 +31,7 @@ from playbook import (
     UpEof,
     Wait,
     Waited,
+    exchange,
 )
 
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
@@ -210,12 +211,7 @@ def test_a_stale_pooled_connection_is_tried_again_on_a_new_one() -> None:
             << SendUp(0, GET)
             >> UpEof(0)  # the server had closed it while idle
             << Checkin(0, reuse=False)
-            << Checkout(ADDR)
-            >> Connected()
-            << SendUp(1, GET)
-            >> UpData(1, OK)
-            << SendDown(OK)
-            << Checkin(1, reuse=True))
+            >> exchange(ADDR, 1, GET, OK))
 
 
 def test_an_upstream_closing_before_its_head_is_502() -> None:
@@ -300,12 +296,7 @@ def test_pipelined_requests_are_served_one_after_the_other() -> None:
     events: list[str] = []
     assert (Playbook(router(events), settings())
             >> DownData(GET + GET)
-            << Checkout(ADDR)
-            >> Connected()
-            << SendUp(0, GET)
-            >> UpData(0, OK)
-            << SendDown(OK)
-            << Checkin(0, reuse=True)
+            >> exchange(ADDR, 0, GET, OK)
             << Checkout(ADDR, pooled=True)  # the second, already read
             << SendUp(0, GET)
             >> UpData(0, OK)
@@ -489,12 +480,7 @@ def test_the_policy_and_tap_hooks_see_each_request() -> None:
     play = Playbook(router(events), settings(policy=hooks, observer=hooks))
     assert (play
             >> DownData(GET)
-            << Checkout(ADDR)
-            >> Connected()
-            << SendUp(0, GET)
-            >> UpData(0, OK)
-            << SendDown(OK)
-            << Checkin(0, reuse=True)
+            >> exchange(ADDR, 0, GET, OK)
             >> DownData(b"GET /no HTTP/1.1\r\nHost: web\r\n\r\n")
             << Count("outbound_http_errors_total", 'error="loadshed"')
             << SendDown(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"

@@ -153,11 +153,7 @@ def test_large_streaming_messages_both_ways(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("names-0", app="names", ports=[9090])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("names", [(9090, 9090)])
-            await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:9090"])
+            server, client, svc, _, _ = await mesh.two_proxies("names", 9090)
             app = await grpc_server(server.ip, 9090, Names("names-0"))
             try:
                 async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:

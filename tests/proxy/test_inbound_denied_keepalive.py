@@ -21,12 +21,9 @@ from test_http1_mesh import Web, header, request
 def test_requests_denied_with_403_share_one_connection_between_the_proxies(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server, LINKERD2_PROXY_INBOUND_DEFAULT_POLICY="cluster-authenticated",
-                                       LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS="10.255.0.0/16")
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, a = await mesh.two_proxies(
+                "web", 8080, 80, server_env={"LINKERD2_PROXY_INBOUND_DEFAULT_POLICY": "cluster-authenticated",
+                                             "LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS": "10.255.0.0/16"})
             async with Web(server.ip, 8080, "web-0") as web:
                 async with connection(svc, 80) as (reader, writer):
                     for method, path, body in (("GET", "/a", None), ("POST", "/b", b"x" * 3000),

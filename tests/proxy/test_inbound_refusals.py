@@ -47,11 +47,8 @@ async def errors(proxy: Proxy, direction: str) -> dict[str, float]:
 def test_bad_input_on_the_direct_port(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            b = await mesh.start_proxy(server, LINKERD2_PROXY_INBOUND_DETECT_TIMEOUT="500ms")
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, b, _ = await mesh.two_proxies(
+                "echo", 7000, server_env={"LINKERD2_PROXY_INBOUND_DETECT_TIMEOUT": "500ms"})
             host = server.ip
             meshed = mesh.ca.client_context(identity_of("attacker"), alpn=ALPN)
 
@@ -94,11 +91,7 @@ def test_bad_input_on_the_direct_port(tmp_path: Path) -> None:
 def test_untrusted_or_expired_client_certificates_are_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            b = await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, b, _ = await mesh.two_proxies("echo", 7000)
             stranger = Ca.create(tmp_path / "other-ca")
             untrusted = stranger.client_context(identity_of("client"), alpn=ALPN)
             untrusted.load_verify_locations(cadata=mesh.ca.anchors_pem.decode())  # it trusts us; we do not trust it
@@ -152,9 +145,7 @@ def test_outbound_refuses_a_server_with_the_wrong_identity_or_untrusted_anchors(
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             # The destination sends peers to port 15143, where a forged server listens instead of the proxy.
-            server = mesh.pod("echo-0", app="echo", ports=[7000], inbound_port=15143)
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
+            server, client, svc = mesh.one_served_pod("echo", 7000, inbound_port=15143)
             a = await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
             impostor = mesh.ca.server_context(identity_of("impostor"))  # a valid mesh certificate, wrong name
             stranger = Ca.create(tmp_path / "other-ca").server_context(server.identity)  # right name, wrong anchor

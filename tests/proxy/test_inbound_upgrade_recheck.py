@@ -99,9 +99,7 @@ def test_a_policy_change_tears_down_an_upgraded_connection_between_real_proxies(
         server, port = await controller.serve()
         try:
             async with Mesh(tmp_path) as mesh:
-                web_pod = mesh.pod("web-0", app="web", ports=[8080])
-                client = mesh.pod("client-0", app="client")
-                svc = mesh.service("web", [(80, 8080)])
+                web_pod, client, svc = mesh.one_served_pod("web", 8080, 80)
 
                 def locked(*identities: str) -> pb.Server:
                     message = server_message(route_authz=[identities_authz("callers", *identities)],

@@ -92,12 +92,8 @@ def test_endpoints_added_and_removed_while_connections_flow(tmp_path: Path) -> N
 def test_one_shared_discovery_per_target_closed_when_idle(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web0 = mesh.pod("web-0", app="web", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(7000, 7000)])
-            await mesh.start_proxy(web0)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"],
-                                       LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT="100ms")
+            web0, client, svc, _, a = await mesh.two_proxies(
+                "web", 7000, client_env={"LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT": "100ms"})
             async with EchoServer(web0.ip, 7000, "web-0"), connection(svc, 7000) as (r1, w1), \
                     connection(svc, 7000) as (r2, w2):
                 for reader, writer in ((r1, w1), (r2, w2)):
@@ -114,9 +110,7 @@ def test_one_shared_discovery_per_target_closed_when_idle(tmp_path: Path) -> Non
 def test_cached_discovery_keeps_serving_while_the_destination_is_down(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            web0 = mesh.pod("web-0", app="web", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(7000, 7000)])
+            web0, client, svc = mesh.one_served_pod("web", 7000)
             other = mesh.service("other", [(7000, 7000)], app="web")
             await mesh.start_proxy(web0)
             a = await mesh.start_proxy(client, outbound_to=[f"{svc}:7000", f"{other}:7000"],

@@ -74,9 +74,7 @@ def test_an_idle_keep_alive_client_is_closed_by_the_proxy() -> None:
 def test_accepted_connections_are_bounded_and_ready_says_so(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
+            server, client, svc = mesh.one_served_pod("echo", 7000)
             await mesh.start_proxy(server)
             env = mesh.proxy_env(client, outbound_to=[f"{svc}:7000"])
             proxy = Proxy(ProxyConfig.from_env(env), env, max_connections=1)

@@ -36,11 +36,7 @@ def test_opaque_server_speaks_first(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("mail-0", app="mail", ports=[25])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("mail", [(25, 25)])
-            await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:25"])
+            server, client, svc, _, _ = await mesh.two_proxies("mail", 25)
             async with BannerServer(server.ip, 25):
                 async with connection(svc, 25) as (reader, writer):
                     assert await reader.readline() == b"220 tether.test ESMTP ready\r\n"
@@ -58,11 +54,7 @@ def test_http1_carried_per_connection(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, a = await mesh.two_proxies("web", 8080, 80)
             async with HttpServer(server.ip, 8080, "web-0") as app:
                 async with connection(svc, 80) as (reader, writer):
                     for path in ("/", "/books", "/authors/1"):
@@ -99,11 +91,7 @@ def test_grpc_through_the_mesh_with_the_http2_session_protocol(tmp_path: Path) -
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[9090])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(9090, 9090)])
-            b = await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:9090"])
+            server, client, svc, b, _ = await mesh.two_proxies("echo", 9090)
             app = grpc.aio.server()
             app.add_generic_rpc_handlers((_echo_service(),))
             app.add_insecure_port(f"{server.ip}:9090")
@@ -136,11 +124,7 @@ def test_bytes_between_the_proxies_are_tls(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             # The destination tells peers to use port 15143, where the relay listens; it forwards to 4143.
-            server = mesh.pod("echo-0", app="echo", ports=[7000], inbound_port=15143)
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, _, _ = await mesh.two_proxies("echo", 7000, inbound_port=15143)
             secret = b"TETHER-PLAINTEXT-MARKER-" * 2000
             async with RecordingRelay(server.ip, 15143, (server.ip, 4143)) as relay, \
                     EchoServer(server.ip, 7000):
@@ -171,11 +155,7 @@ def test_certificate_refresh_during_traffic(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, b, a = await mesh.two_proxies("echo", 7000)
             async with EchoServer(server.ip, 7000, "echo-0"), connection(svc, 7000) as (reader, writer):
                 writer.write(b"before ")
                 assert await reader.readline() == b"echo-0\n"
@@ -211,11 +191,7 @@ def test_transport_metrics_are_counted(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:7000"])
+            server, client, svc, b, a = await mesh.two_proxies("echo", 7000)
             payload = bytes(range(256)) * 100
             greeting = b"echo-0\n"
             async with EchoServer(server.ip, 7000, "echo-0"):

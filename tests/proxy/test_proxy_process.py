@@ -40,9 +40,7 @@ def test_missing_or_bad_variables_exit_64_naming_the_variable(tmp_path: Path) ->
 def test_proxy_process_serves_then_drains_on_sigterm(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("echo-0", app="echo", ports=[7000])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("echo", [(7000, 7000)])
+            server, client, svc = mesh.one_served_pod("echo", 7000)
             await mesh.start_proxy(server)
             env = {"PATH": os.environ.get("PATH", ""),
                    **mesh.proxy_env(client, outbound_to=[f"{svc}:7000"]),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from tether.http_request import HttpError, parse_head
+from tether.http_response import response
 
 MAX_HEAD = 8 * 1024
 READ_TIMEOUT_S = 5.0
@@ -47,31 +48,26 @@ class AdminServer:
             await self._server.wait_closed()
             self._server = None
 
-    def respond(self, method: str, path: str) -> tuple[str, str, bytes]:
-        """(status line, content type, body) for one request."""
+    def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for one request."""
         if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", _TEXT, b"only GET and HEAD\n"
+            return 405, _TEXT, b"only GET and HEAD\n"
         if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, self._metrics()
+            return 200, CONTENT_TYPE_LATEST, self._metrics()
         if path == "/ready":
-            return ("200 OK", _TEXT, b"ok\n") if self._ready() else ("500 Internal Server Error", _TEXT, self._not_ready)
+            return (200, _TEXT, b"ok\n") if self._ready() else (500, _TEXT, self._not_ready)
         if path == "/live":
-            return "200 OK", _TEXT, b"live\n"
+            return 200, _TEXT, b"live\n"
         if path == "/ping":
-            return "200 OK", _TEXT, b"pong\n"
-        return "404 Not Found", _TEXT, b"not found\n"
+            return 200, _TEXT, b"pong\n"
+        return 404, _TEXT, b"not found\n"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = parse_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S))
             method = request.method
             status, content_type, body = self.respond(method, request.path)
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode("latin-1")
-            )
-            if method != "HEAD":
-                writer.write(body)
+            writer.write(response(status, body, content_type, keep_alive=False, head_only=method == "HEAD"))
             await writer.drain()
         except (HttpError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             pass  # a client that sent junk or left gets no answer

@@ -23,8 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tether.http_request import Request
 from tether.injector.admission import Admission
-from tether.serving import http
-from tether.serving.webhook import MAX_BODY, ConnectionTasks, WebhookConfig, WebhookServer, tls_context
+from tether.serving.webhook import MAX_BODY, MAX_HEAD, ConnectionTasks, WebhookConfig, WebhookServer, tls_context
 
 __all__ = ["InjectorServer", "ServeConfig", "run", "tls_context"]
 
@@ -84,7 +83,7 @@ class InjectorServer:
         admin_host, admin_port = self._config.admin_addr
         serve = self._tasks.handler(self._admin_reply, max_body=self._config.max_body,
                                     idle_timeout=self._config.idle_timeout)
-        self._admin = await asyncio.start_server(serve, admin_host, admin_port, limit=http.MAX_HEAD)
+        self._admin = await asyncio.start_server(serve, admin_host, admin_port, limit=MAX_HEAD)
         return self._admin.sockets[0].getsockname()[1]
 
     async def start_webhook(self) -> int:

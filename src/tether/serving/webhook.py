@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Protocol
 
 from tether.http_request import HttpError, Request, read_request
-from tether.serving import http
+from tether.http_response import response
 from tether.serving.admission_review import TEXT, Reply
 
+MAX_HEAD = 64 * 1024  # a request head past it is answered 431
 MAX_BODY = 10 * 1024 * 1024
 
 Handler = Callable[[Request], Awaitable[tuple[int, bytes, str]]]
@@ -64,7 +65,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             try:
                 request = await asyncio.wait_for(read_request(reader, max_body), idle_timeout)
             except HttpError as err:
-                writer.write(http.response(err.status, f"{err.message}\n".encode(), TEXT, keep_alive=False))
+                writer.write(response(err.status, f"{err.message}\n".encode(), TEXT, keep_alive=False))
                 await writer.drain()
                 return
             if request is None:
@@ -72,7 +73,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             status, body, content_type = await reply(request)
             keep_alive = request.keep_alive
             writer.write(
-                http.response(status, body, content_type, keep_alive=keep_alive, head_only=request.method == "HEAD")
+                response(status, body, content_type, keep_alive=keep_alive, head_only=request.method == "HEAD")
             )
             await writer.drain()
             if not keep_alive:
@@ -127,7 +128,7 @@ class WebhookServer:
         """Listen; return the bound port (useful when asked for port 0)."""
         host, port = self.config.addr
         serve = self._tasks.handler(self._reply, max_body=self.config.max_body, idle_timeout=self.config.idle_timeout)
-        self._server = await asyncio.start_server(serve, host, port, ssl=self._tls, limit=http.MAX_HEAD)
+        self._server = await asyncio.start_server(serve, host, port, ssl=self._tls, limit=MAX_HEAD)
         self._reloader = asyncio.create_task(self._reload_certificates())
         return self._server.sockets[0].getsockname()[1]
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from tether.http_request import HttpError, read_request
+from tether.http_response import response as http_response
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry
 
@@ -37,9 +38,6 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
-_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 406: "Not Acceptable", 411: "Length Required", 413: "Payload Too Large",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,18 +192,11 @@ async def _read_request(
 
 
 def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> None:
-    body = response.body
-    headers = [("content-type", response.content_type), *response.headers]
+    body, headers = response.body, list(response.headers)
     if gzip_ok and len(body) > 1024:
         body = gzip.compress(body, compresslevel=5)
         headers.append(("content-encoding", "gzip"))
-    if response.status != 204:
-        headers.append(("content-length", str(len(body))))
-    if not keep_alive:
-        headers.append(("connection", "close"))
-    head = f"HTTP/1.1 {response.status} {_REASONS.get(response.status, '')}\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
-    writer.write(head.encode("latin-1") + (body if response.status != 204 else b""))
+    writer.write(http_response(response.status, body, response.content_type, keep_alive=keep_alive, headers=headers))
 
 
 def _json(value: object) -> Response:

@@ -30,6 +30,15 @@ while True:
     c, _ = s.accept(); c.sendall(b"220 banner ready\\r\\n"); c.close()
 """
 
+# A gRPC server with no service: every call is answered UNIMPLEMENTED. Its first bytes on a connection are
+# HTTP/2's server preface (SETTINGS), which is not a protocol that speaks first.
+GRPC = """
+from concurrent import futures
+import grpc
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2)); server.add_insecure_port("0.0.0.0:8080")
+server.start(); server.wait_for_termination()
+"""
+
 FAILING = """
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class H(BaseHTTPRequestHandler):
@@ -59,6 +68,7 @@ MANIFESTS = [
     web_server("bare", NS, 1, annotations="linkerd.io/inject: disabled"),
     _script_app("banner", BANNER, 2525, 2525),
     _script_app("failing", FAILING, 8080, 80),
+    _script_app("rpc", GRPC, 8080, 8080),
     web_server("refusing", NS, 1).replace("targetPort: http", "targetPort: 9090"),
     f"apiVersion: v1\nkind: Service\nmetadata: {{name: nobody, namespace: {NS}}}\n"
     "spec: {selector: {app: nobody}, ports: [{port: 80, targetPort: 8080}]}\n",
@@ -86,7 +96,7 @@ def mesh(running: uplab.Platform) -> uplab.Platform:
 
     def all_ready() -> bool:
         pods = running.pods(NS)
-        return len(pods) == 8 and all(ready(p) for p in pods)
+        return len(pods) == 9 and all(ready(p) for p in pods)
 
     wait_for("every workload of the module ready", all_ready, timeout=120)
     return running
@@ -115,6 +125,16 @@ def test_a_healthy_call_is_ok(mesh: uplab.Platform) -> None:
     assert "destination Get web.dg.svc.cluster.local:80" in evidence
     text = mesh.tether("diagnose", "deploy/client", "-n", NS, "--to", f"web.{NS}.svc.cluster.local:80").stdout
     assert text.startswith("ok: deploy/client -> web.dg.svc.cluster.local:80")
+
+
+def test_a_healthy_grpc_call_is_ok(mesh: uplab.Platform) -> None:
+    # Regression: the gRPC server's SETTINGS frame was taken for a server-speaks-first banner (layer proxy),
+    # and then an HTTP/1 GET for the app's answer (a 502, layer application).
+    doc = diagnose(mesh, "deploy/client", f"rpc.{NS}:8080")
+    assert doc["ok"] is True and doc["layer"] is None, doc
+    evidence = details(doc)
+    assert "opens with an HTTP/2 SETTINGS frame" in evidence
+    assert "HTTP/2 200 grpc-status: 12" in evidence and 'tls="true"' in evidence
 
 
 def test_an_unmeshed_client_fails_at_injection(mesh: uplab.Platform) -> None:
@@ -262,8 +282,22 @@ def test_proxy_metrics_controller_metrics_identity_and_version(mesh: uplab.Platf
     assert "SANs:       DNS:default.dg.serviceaccount.identity.linkerd.cluster.local" in ident
     assert "issuer:     CN=identity.linkerd.cluster.local" in ident and "hours left" in ident
     version = mesh.tether("version", "--proxy", "-n", NS).stdout
-    assert "Server version: 0.1.0" in version and "\t0.1.0 (6 pods)" in version
+    assert "Server version: 0.1.0" in version and "\t0.1.0 (7 pods)" in version
     assert mesh.tether("version", "--client", "--short").stdout == "0.1.0\n"
+
+
+def test_diagnostics_find_the_controllers_tether_up_runs(mesh: uplab.Platform) -> None:
+    # No address, anchors or client certificate: those of the platform in $TETHER_HOME, as `tether up` ran it
+    # (the default localhost addresses reach nothing there: the controllers listen on the bridge).
+    web = pod_of(mesh, "web")["metadata"]["name"]
+    inbound = json.loads(mesh.tether("diagnostics", "policy", f"po/{web}", "8080", "-n", NS, "-o", "json").stdout)
+    assert inbound["labels"]["kind"] == "default"
+    outbound = mesh.tether("diagnostics", "policy", "svc/web", "80", "-n", NS).stdout
+    assert outbound.startswith(f"target:   service/{NS}/web:80")
+    endpoints = mesh.tether("diagnostics", "endpoints", f"web.{NS}.svc.cluster.local:80", "-o", "json").stdout
+    assert web in endpoints
+    profile = mesh.tether("diagnostics", "profile", f"web.{NS}.svc.cluster.local:80").stdout
+    assert f"fully qualified name: web.{NS}.svc.cluster.local" in profile
 
 
 POLICY = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tether.diagnose.layers import http2_server_preface
 from tether.diagnose.walk import Authority, DiagnoseError, parse_authority, proxy_error_meaning
 
 
@@ -29,3 +30,12 @@ def test_proxy_errors_are_explained() -> None:
     assert "fail-fast" in proxy_error_meaning("logical service web.shop.svc.cluster.local:80: service in fail-fast")
     assert "shed load" in proxy_error_meaning("service overloaded: load shed")
     assert proxy_error_meaning("something else") == ""
+
+
+def test_an_http2_server_preface_is_not_a_banner() -> None:
+    settings = bytes.fromhex("000018 04 00 00000000".replace(" ", "")) + bytes(24)  # SETTINGS, 4 settings, stream 0
+    assert http2_server_preface(settings)
+    assert not http2_server_preface(b"220 banner ready\r\n")
+    assert not http2_server_preface(bytes.fromhex("000000 04 01 00000000"))  # a SETTINGS ack opens nothing
+    assert not http2_server_preface(bytes.fromhex("000018 04 00 00000001") + bytes(24))  # not on stream 0
+    assert not http2_server_preface(bytes.fromhex("000005 04 00 00000000") + bytes(5))  # not whole settings

@@ -45,11 +45,13 @@ _FILE = click.Path(dir_okay=False, exists=True, path_type=Path)
 def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--destination-addr",
-                     help="Where the destination service listens [default: localhost:8086; with --platform "
-                          "kubernetes: a port-forward to a ready linkerd-destination pod]."),
+                     help="Where the destination service listens [default: where `tether up` runs it "
+                          "($TETHER_HOME), else localhost:8086; with --platform kubernetes: a port-forward to a "
+                          "ready linkerd-destination pod]."),
         click.option("--trust-anchors", "--tls-ca", "trust_anchors", type=_FILE,
-                     help="Roots to verify the destination's certificate (PEM) [default: system roots; with "
-                          "--platform kubernetes: the cluster's linkerd-identity-trust-roots ConfigMap]."),
+                     help="Roots to verify the destination's certificate (PEM) [default: $TETHER_HOME's trust "
+                          "anchors when `tether up` runs it, else system roots; with --platform kubernetes: the "
+                          "cluster's linkerd-identity-trust-roots ConfigMap]."),
         click.option("--server-name",
                      help="Identity expected in the destination's certificate "
                           "[default: linkerd-destination.<cp-ns>.serviceaccount.identity.<cp-ns>.<trust-domain>]."),

@@ -1,7 +1,10 @@
 """Where a diagnostics command reaches a control-plane component: its local address, or a port-forward.
 
-On the local platform a command connects to the address it is given (or the
-component's default one).  With ``--platform kubernetes`` it needs neither
+On the local platform a command connects to the address it is given, else where
+``tether up`` runs the component (the bridge's address in ``$TETHER_HOME``'s
+settings, verified against that state's trust anchors and presenting its CLI
+certificate when no anchors are given), else
+the component's default address.  With ``--platform kubernetes`` it needs neither
 address nor certificate: a ready pod of the component is reached through the
 API server's port-forward and the component's certificate verified against the
 cluster's published trust anchors (``tether.diagnose.kube_reach``).  An address
@@ -20,8 +23,10 @@ from typing import Any
 
 import click
 
+from tether.cli import home
 from tether.cli.errors import CliError
 from tether.cli.platform_opts import Platform
+from tether.platform.local import config as platform_config
 from tether.serving.channel import ClientTls
 
 # component -> (gRPC port in its pod, as `tether install` renders it; default address on the local platform)
@@ -49,14 +54,33 @@ tunnel_factory: Callable[[Platform], Callable[[str, str, int], Any]] = _api_tunn
 def reach(platform: Platform, component: str, addr: str | None, addr_flag: str, control_plane_ns: str,
           tls: ClientTls | None, follow: Follow) -> None:
     """Run ``follow(addr, tls)`` against ``component``: at ``addr`` locally, through a port-forward on Kubernetes."""
-    port, default_addr = PORTS[component]
+    port, _ = PORTS[component]
     if not platform.kubernetes:
-        asyncio.run(follow(addr or default_addr, tls))
+        if addr is None:
+            addr, tls = _local_component(component, tls)
+        asyncio.run(follow(addr, tls))
         return
     if addr is not None:
         raise click.UsageError(f"{addr_flag} is for the local platform: with --platform kubernetes the "
                                f"{component} is reached through a port-forward")
     asyncio.run(_through_forward(platform, component, port, control_plane_ns, tls, follow))
+
+
+def _local_component(component: str, tls: ClientTls | None) -> tuple[str, ClientTls | None]:
+    """Where ``tether up`` runs ``component``, with its state's trust anchors and client certificate when ``tls``
+    names no roots; the default address when there is no local platform in ``$TETHER_HOME``."""
+    try:
+        config = platform_config.load(home.state_dir())
+    except platform_config.PlatformConfigError:
+        config = None
+    if config is None:
+        return PORTS[component][1], tls
+    layout = config.layout
+    if tls is not None and tls.roots is None:
+        tls = dataclasses.replace(tls, roots=layout.trust_anchors)
+        if tls.cert is None and layout.cli_cert.exists():  # the destination requires a client's certificate
+            tls = dataclasses.replace(tls, cert=layout.cli_cert, key=layout.cli_key)
+    return config.address(getattr(config.ports, component)), tls
 
 
 async def _through_forward(platform: Platform, component: str, port: int, control_plane_ns: str,

@@ -80,9 +80,11 @@ def print_server(doc: dict[str, Any]) -> None:
                                          "routes that apply [default: the service's namespace].")
 @click.option("--cluster-domain", default=DEFAULT_CLUSTER_DOMAIN, show_default=True,
               help="svc/: the cluster domain of the service's name.")
-@click.option("--policy-addr", help="Where the policy controller listens [default: localhost:8090; with --platform "
-                                    "kubernetes: a port-forward to a ready linkerd-policy pod].")
+@click.option("--policy-addr", help="Where the policy controller listens [default: where `tether up` runs it "
+                                    "($TETHER_HOME), else localhost:8090; with --platform kubernetes: a "
+                                    "port-forward to a ready linkerd-policy pod].")
 @click.option("--trust-anchors", type=_FILE, help="Roots to verify the controller's certificate (PEM) [default: "
+                                                  "$TETHER_HOME's trust anchors when `tether up` runs it, else "
                                                   "system roots; with --platform kubernetes: the cluster's "
                                                   "linkerd-identity-trust-roots ConfigMap].")
 @click.option("--server-name", help="Identity expected in the controller's certificate "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,8 @@ from tether.platform.local.launcher import Launcher, tail
 from tether.platform.local.netns import LocalNetError
 from tether.platform.local.probes import socket_in
 from tether.ports import DEFAULT_OPAQUE_PORTS, parse_port_set
+from tether.proxy.codec.http2 import ACK, FRAME_HEADER, SETTINGS, H2Endpoint
+from tether.proxy.codec.http2_events import GoAway, ResponseReceived, StreamReset, error_name
 from tether.store import Store, StoreError
 from tether.viz.exposition import Exposition, parse
 
@@ -61,6 +64,18 @@ LOG_LINES = 400
 _DENY = "deny"
 
 
+def http2_server_preface(banner: bytes) -> bool:
+    """Whether ``banner`` opens with an HTTP/2 server's preface: a SETTINGS frame on stream 0 (RFC 9113 §3.4).
+
+    A gRPC or other HTTP/2 server sends it as soon as it accepts, but its client sends its own preface at
+    once too, so the proxy's protocol detection is not held up: that app does not "speak first"."""
+    if len(banner) < FRAME_HEADER:
+        return False
+    length = int.from_bytes(banner[0:3], "big")
+    stream = int.from_bytes(banner[5:9], "big") & 0x7FFF_FFFF
+    return banner[3] == SETTINGS and not banner[4] & ACK and stream == 0 and length % 6 == 0
+
+
 @dataclass(frozen=True)
 class Probe:
     """What one real call from the source pod to the service got."""
@@ -70,6 +85,41 @@ class Probe:
     proxy_error: str | None = None
     error: str | None = None
     head: str = ""
+
+
+def _h2_call(sock: socket.socket, authority: Authority) -> Probe:
+    """A gRPC request with prior-knowledge HTTP/2 on the connected ``sock``, as a gRPC client makes one (the
+    health check's path; any answer, UNIMPLEMENTED included, is the app's or the proxies')."""
+    h2 = H2Endpoint(client=True)
+    h2.initiate()
+    stream = h2.next_stream_id()
+    h2.send_headers(stream, [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", authority.fqdn.encode()),
+                             (b":path", b"/grpc.health.v1.Health/Check"), (b"content-type", b"application/grpc"),
+                             (b"te", b"trailers"), (b"user-agent", b"tether-diagnose")], end_stream=True)
+    try:
+        sock.sendall(h2.data_to_send())
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return Probe(True, error="closed without an answer")
+            events = h2.receive_data(chunk)
+            if out := h2.data_to_send():
+                sock.sendall(out)
+            for event in events:
+                if isinstance(event, ResponseReceived) and event.stream_id == stream:
+                    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+                    status = int(headers.get(":status", "0"))
+                    grpc = headers.get("grpc-status")
+                    return Probe(True, status, headers.get("l5d-proxy-error"),
+                                 head=f"HTTP/2 {status}" + (f" grpc-status: {grpc}" if grpc else ""))
+                if isinstance(event, StreamReset) and event.stream_id == stream:
+                    return Probe(True, error=f"stream reset ({error_name(event.error_code)})")
+                if isinstance(event, GoAway):
+                    return Probe(True, error=f"GOAWAY ({error_name(event.error_code)})")
+            if h2.failed:
+                return Probe(True, error="the answer broke HTTP/2")
+    except OSError as exc:
+        return Probe(True, error=exc.strerror or str(exc))
 
 
 class LocalDiagnosis(Walk):
@@ -265,8 +315,8 @@ class LocalDiagnosis(Walk):
         from tether.serving.channel import ClientTls
 
         name = control_plane_identity("destination", self.config.control_plane_ns, self.config.trust_domain).dns_name
-        pki_dir = self.config.layout.pki  # with the platform's client certificate: the destination requires one
-        return ClientTls(roots=pki_dir / "ca.crt", server_name=name, cert=pki_dir / "cli.crt", key=pki_dir / "cli.key")
+        layout = self.config.layout  # with the platform's client certificate: the destination requires one
+        return ClientTls(roots=layout.trust_anchors, server_name=name, cert=layout.cli_cert, key=layout.cli_key)
 
     def _discovery(self, authority: Authority, source: Mapping[str, Any]
                    ) -> tuple[dict[str, Any], dict[str, Any], dict | None]:
@@ -371,8 +421,9 @@ class LocalDiagnosis(Walk):
         return None
 
     def _probe(self, source: Mapping[str, Any], service: Mapping[str, Any], authority: Authority,
-               http: bool) -> Probe:
-        """One call from inside the source pod to the service's cluster IP, as its app makes it."""
+               protocol: str) -> Probe:
+        """One call from inside the source pod to the service's cluster IP, as its app makes it: ``opaque`` (a
+        connection), ``http2`` (a gRPC request) or ``http1`` (a GET)."""
         ip = (service.get("spec") or {}).get("clusterIP")
         try:
             sock = socket_in(facts.netns_of(self.config, source))
@@ -384,9 +435,11 @@ class LocalDiagnosis(Walk):
                 sock.connect((ip, authority.port))
             except OSError as exc:
                 return Probe(False, error=exc.strerror or str(exc))
-            if not http:
+            if protocol == "opaque":
                 return Probe(True)
             sock.settimeout(CALL_TIMEOUT_S)
+            if protocol == "http2":
+                return _h2_call(sock, authority)
             try:
                 sock.sendall(f"GET / HTTP/1.1\r\nHost: {authority.fqdn}\r\nUser-Agent: tether-diagnose\r\n"
                              "Connection: close\r\n\r\n".encode())
@@ -421,7 +474,11 @@ class LocalDiagnosis(Walk):
         target_port = facts.target_port(svc_port, target) or authority.port
         opaque = self._opaque(target, service, authority.port, target_port, profile)
         banner = self._speaks_first(target, target_port)
-        if banner is not None and not opaque:
+        http2 = banner is not None and http2_server_preface(banner)
+        if http2:
+            self._note(f"app {ref}:{target_port}", "opens with an HTTP/2 SETTINGS frame (an HTTP/2 server, as gRPC's): "
+                       "called with HTTP/2")
+        elif banner is not None and not opaque:
             self._note(f"app {ref}:{target_port}", f"sends {banner[:40]!r} before the client says anything")
             raise Failure(
                 f"the app on {ref}:{target_port} speaks first, but the port is not opaque: the client's proxy "
@@ -430,7 +487,7 @@ class LocalDiagnosis(Walk):
                 f"mark the port opaque: {inject_keys.OPAQUE_PORTS}: \"{target_port}\" on the pods and "
                 f"\"{authority.port}\" on the Service")
         before = self._error_counts(source)
-        probe = self._probe(source, service, authority, http=not opaque)
+        probe = self._probe(source, service, authority, "opaque" if opaque else "http2" if http2 else "http1")
         self._note(f"call from {facts.ref(source)} to {authority.fqdn}",
                    probe.head or ("connected" if probe.connected and not probe.error else probe.error or "connected"))
         source_id = proxies.identity_of(source) or ""

@@ -204,6 +204,15 @@ class Layout:
         return self.pki / "ca.crt"
 
     @property
+    def cli_cert(self) -> Path:
+        """The certificate (and ``cli_key``) the CLI presents to the controllers, which require a client's."""
+        return self.pki / "cli.crt"
+
+    @property
+    def cli_key(self) -> Path:
+        return self.pki / "cli.key"
+
+    @property
     def service_ipam_dir(self) -> Path:
         return self.state_dir / "services"
 

@@ -160,3 +160,35 @@ def test_pod_table_counts_native_sidecars_as_kubectl_does(tether: Run) -> None:
     tether("apply", "-f", str(EXAMPLES))
     header = tether("get", "deploy", "-n", "emojivoto").stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "AGE"]
+
+
+def test_get_endpointslices_shows_kubectls_columns(tether: Run, tmp_path: Path) -> None:
+    # A selectorless Service's hand-written slice (issue #18): one ready address, one terminating.
+    manifest = tmp_path / "slice.yaml"
+    manifest.write_text("""
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: legacy, namespace: shop}
+spec: {ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: legacy-1, namespace: shop, labels: {kubernetes.io/service-name: legacy}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.9.0.7]
+  conditions: {ready: true}
+- addresses: [10.9.0.8]
+  conditions: {ready: false, terminating: true}
+""")
+    tether("apply", "-f", str(manifest))
+    table = tether("get", "endpointslices", "-n", "shop").stdout.splitlines()
+    assert table[0].split() == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    assert table[1].split()[:4] == ["legacy-1", "IPv4", "8080", "10.9.0.7,10.9.0.8"]
+    assert tether("get", "endpointslice", "-n", "shop", "-o", "name").stdout.split() == [
+        "endpointslice.discovery.k8s.io/legacy-1"]

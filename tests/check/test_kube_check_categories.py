@@ -9,6 +9,7 @@ trust domain ``linkerd-config`` holds; ``linkerd-control-plane-proxy``; extensio
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -215,6 +216,43 @@ async def test_cluster_networks_contain_every_node_pod_and_service(tmp_path: Pat
         services = found["cluster networks contains all services"]
         assert services["error"] == f"the Linkerd clusterNetworks [{networks!r}] do not include svc shop/api (34.118.224.5)"
         assert "l5d-cluster-networks-pods" in services["hint"]
+
+
+async def test_each_webhooks_certificate_is_checked(tmp_path: Path) -> None:
+    from tether.cli.install_cmd import CA_LIFETIME, webhook_certificate
+
+    async def replace_secret(name: str, issued: datetime) -> None:
+        _, crt, key = webhook_certificate("linkerd-policy-validator.linkerd.svc", "cluster.local", issued)
+        path = f"/api/v1/namespaces/linkerd/secrets/{name}"
+        await api.delete(path)
+        await api.post("/api/v1/namespaces/linkerd/secrets", json={
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": "linkerd"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in (("tls.crt", crt), ("tls.key", key))}})
+
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+        found = results((await tether(*base))[1])
+        for webhook in ("proxy-injector", "policy-validator"):
+            assert found[f"{webhook} webhook has valid cert"]["result"] == "success"
+            assert found[f"{webhook} cert is valid for at least 60 days"]["result"] == "success"
+
+        now = datetime.now(UTC)
+        await replace_secret("linkerd-policy-validator-k8s-tls", now - CA_LIFETIME + timedelta(days=10))
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 0  # a warning only
+        soon = found["policy-validator cert is valid for at least 60 days"]
+        assert soon["result"] == "warning" and soon["error"].startswith("policy-validator cert will expire on")
+        assert "linkerd-policy-validator-k8s-tls" in soon["hint"]
+
+        await replace_secret("linkerd-policy-validator-k8s-tls", now - CA_LIFETIME - timedelta(days=1))
+        code, out, _ = await tether(*base)
+        found = results(out)
+        assert code == 1 and found["policy-validator webhook has valid cert"]["result"] == "error"
+        assert found["proxy-injector webhook has valid cert"]["result"] == "success"
 
 
 async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp_path: Path) -> None:

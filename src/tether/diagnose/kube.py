@@ -502,28 +502,41 @@ class KubeChecks:
         )
         return Category("linkerd-identity", identity_checks(self._credentials, self.now, hints))
 
-    def _webhook_cert(self) -> Any:
-        text = self._secret_pem("linkerd-proxy-injector-k8s-tls", "tls.crt")
+    def _webhook_cert(self, webhook: str) -> Any:
+        secret = f"linkerd-{webhook}-k8s-tls"
+        text = self._secret_pem(secret, "tls.crt")
         try:
-            return pem.parse_certificates(text.encode(), "linkerd-proxy-injector-k8s-tls")[0]
+            return pem.parse_certificates(text.encode(), secret)[0]
         except pem.PemError as exc:
             raise Problem(str(exc)) from None
 
-    def _webhook_valid(self) -> None:
-        problem = validity_problem(self._webhook_cert(), self.now())
+    def _webhook_valid(self, webhook: str) -> None:
+        problem = validity_problem(self._webhook_cert(webhook), self.now())
         if problem:
-            raise Problem(f"proxy-injector cert {problem}")
+            raise Problem(f"{webhook} cert {problem}")
 
-    def _webhook_not_expiring(self) -> None:
-        cert = self._webhook_cert()
+    def _webhook_not_expiring(self, webhook: str) -> None:
+        cert = self._webhook_cert(webhook)
         if cert.not_valid_after_utc - self.now() < EXPIRY_WARNING:
-            raise Problem(f"proxy-injector cert will expire on {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
+            raise Problem(f"{webhook} cert will expire on {cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
 
     def webhook_category(self) -> Category:
-        hint = "re-run `tether upgrade`: it issues the webhook's certificate anew when it is near its end"
+        """Linkerd's checks of each webhook's serving certificate: the proxy injector's and the policy
+        validator's (Tether has no ServiceProfile validator webhook: ``tether apply`` and the policy
+        controller's rule set validate)."""
+        def hint(webhook: str) -> str:
+            # `tether upgrade --from` keeps a webhook certificate it is given, and issues one it is not.
+            return (f"run `tether upgrade --from` on the saved objects without Secret linkerd-{webhook}-k8s-tls: "
+                    "it issues that webhook a new certificate")
+
         return Category("linkerd-webhooks-and-apisvc-tls", [
-            Check("proxy-injector webhook has valid cert", self._webhook_valid, hint),
-            Check("proxy-injector cert is valid for at least 60 days", self._webhook_not_expiring, hint, warning=True),
+            check
+            for webhook in ("proxy-injector", "policy-validator")
+            for check in (
+                Check(f"{webhook} webhook has valid cert", lambda w=webhook: self._webhook_valid(w), hint(webhook)),
+                Check(f"{webhook} cert is valid for at least 60 days", lambda w=webhook: self._webhook_not_expiring(w),
+                      hint(webhook), warning=True),
+            )
         ])
 
     # -- versions and HA -------------------------------------------------------------------------------

@@ -78,7 +78,15 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     (edge,) = [e for e in edges if (e["src"], e["dst"]) == ("client", "web")]
     assert edge["secured"] and edge["client_id"] == IDENTITY and edge["server_id"] == IDENTITY
 
-    assert "√ Prometheus scrapes" in p.tether("viz", "check").stdout
+    # viz check: Linkerd's linkerd-viz category as the local platform answers it; --proxy adds the data plane's.
+    checked = p.tether("viz", "check", "--proxy", "-n", NS, "--wait", "60s").stdout
+    for line in ("linkerd-viz", "√ viz is installed", "√ tap server has valid cert",
+                 "√ viz extension components are running", "√ viz extension components are ready",
+                 "√ viz extension self-check", "√ prometheus is installed and configured correctly",
+                 "linkerd-viz-data-plane", "√ data plane proxy metrics are present in Prometheus"):
+        assert line in checked, checked
+    wrong = p.tether("viz", "check", "--proxy", "-n", "nowhere", "--wait", "0", ok=False).stdout
+    assert '× data plane namespace exists' in wrong and 'the "nowhere" namespace does not exist' in wrong, wrong
 
     # Tap: pods created while viz is installed got the tap injector's env (not the one that disables it), so
     # their proxies serve Observe to the tap server, which streams each request's three events.
@@ -116,3 +124,6 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     p.tether("viz", "uninstall", "--purge")
     gone = p.tether("viz", "stat", "deploy", "-n", NS, "--prometheus-url", prom.url, ok=False)
     assert f"cannot reach Prometheus at {prom.url}" in gone.stderr
+    uninstalled = p.tether("viz", "check", "--wait", "0", ok=False).stdout
+    assert "× viz is installed" in uninstalled and "viz is not installed in" in uninstalled, uninstalled
+    assert "linkerd-viz\n" not in uninstalled  # the fatal category stopped the rest

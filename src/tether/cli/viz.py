@@ -41,7 +41,6 @@ from tether.store.errors import StoreError
 from tether.viz import local, tables
 from tether.viz.objects import StoreObjects
 from tether.viz.scrape_config import PROXY_JOB
-from tether.viz.workloads import MESHED_LABEL
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_targets
@@ -361,12 +360,12 @@ def discovery(state_dir: Path) -> None:
 @click.option("--control-plane-ns", default="linkerd", show_default=True,
               help="(kubernetes) The control plane's namespace.")
 @click.option("--wait", default="5m", show_default=True, callback=lambda c, p, v: _wait(c, p, v),
-              help="(kubernetes) How long to retry checks that may pass by waiting (0: no retries).")
+              help="How long to retry checks that may pass by waiting (0: no retries).")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "short"]), default="table", show_default=True,
-              help="(kubernetes) The report's format.")
-@click.option("--proxy", is_flag=True, help="(kubernetes) Also check that Prometheus holds the data plane's proxy "
-              "metrics (needs --prometheus-url).")
-@click.option("-n", "--namespace", help="(kubernetes) With --proxy: only the pods of this namespace [default: all].")
+              help="The report's format.")
+@click.option("--proxy", is_flag=True, help="Also check that Prometheus holds the data plane's proxy metrics "
+              "(linkerd-viz-data-plane; on kubernetes it needs --prometheus-url).")
+@click.option("-n", "--namespace", help="With --proxy: only the pods of this namespace [default: all].")
 @click.option("--expected-version", metavar="VERSION",
               help="(kubernetes) The latest version, to check that viz's proxies are up-to-date (Tether has no "
                    "release channel to ask; without it that check warns).")
@@ -376,8 +375,9 @@ def discovery(state_dir: Path) -> None:
 def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns: str, wait: float, output: str,
           proxy: bool, namespace: str | None, expected_version: str | None, prometheus_url: str | None,
           kube: KubeTarget | None) -> None:
-    """Check viz: locally, that Prometheus answers and scrapes every meshed pod's proxy; on Kubernetes, Linkerd's
-    linkerd-viz checks against the API server (and, with --proxy, linkerd-viz-data-plane). Exit 1 if one fails."""
+    """Check viz with Linkerd's linkerd-viz category (and, with --proxy, linkerd-viz-data-plane): locally, viz's
+    settings, the tap server's certificate, its components and Prometheus; on Kubernetes, against the API server.
+    Exit 1 if one fails."""
     if kube is not None:
         if namespace is not None and not proxy:
             raise click.UsageError("-n/--namespace selects the data plane: give --proxy too")
@@ -391,45 +391,29 @@ def check(click_ctx: click.Context, viz_namespace: str | None, control_plane_ns:
                 raise click.BadParameter(str(err), param_hint="--prometheus-url") from None
         _check_kubernetes(kube, viz_namespace, control_plane_ns, wait, output, prometheus, namespace, expected_version)
         return
-    given = [name for name in ("viz_namespace", "control_plane_ns", "wait", "output", "proxy", "namespace",
-                               "expected_version")
+    given = [name for name in ("viz_namespace", "control_plane_ns", "expected_version")
              if click_ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise click.UsageError(f"{flags}: not used with --platform local")
-    ctx = Context(prometheus_url)
-    problems: list[str] = []
+    if namespace is not None and not proxy:
+        raise click.UsageError("-n/--namespace selects the data plane: give --proxy too")
+    _check_local(prometheus_url, namespace, proxy, wait, output)
 
-    def run() -> None:
-        try:
-            ctx.prometheus.ready()
-            click.echo(f"√ Prometheus is ready at {ctx.prometheus.url}")
-        except PrometheusError as err:
-            click.echo(f"× {err}")
-            problems.append(str(err))
-            return
-        targets = ctx.prometheus.targets()
-        proxies = [t for t in targets if (t.get("labels") or {}).get("job") == PROXY_JOB]
-        pods = {(t["labels"].get("namespace"), t["labels"].get("pod")): t for t in proxies}
-        meshed = [p for p in ctx.objects.list("Pod", None)
-                  if MESHED_LABEL in ((p.get("metadata") or {}).get("labels") or {})
-                  and (p.get("status") or {}).get("phase") == "Running"]
-        missing = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in meshed
-                   if (p["metadata"]["namespace"], p["metadata"]["name"]) not in pods]
-        down = [f"{ns}/{pod} ({t.get('lastError') or t.get('health')})" for (ns, pod), t in sorted(pods.items())
-                if t.get("health") == "down"]
-        if missing:
-            problems.append(f"not scraped yet: {', '.join(missing)}")
-        if down:
-            problems.append(f"scrapes failing: {', '.join(down)}")
-        mark = "×" if missing or down else "√"
-        click.echo(f"{mark} Prometheus scrapes {len(pods)} proxies ({len(meshed)} meshed pods running)")
-        for line in problems:
-            click.echo(f"    {line}")
 
-    ctx.run(run)
-    if problems:
-        raise SystemExit(1)
+def _check_local(prometheus_url: str | None, namespace: str | None, proxy: bool, wait: float, output: str) -> None:
+    """``linkerd viz check``'s categories as the local platform answers them (tether.diagnose.viz_local)."""
+    import sys
+
+    from tether import __version__
+    from tether.cli.check import run_categories
+    from tether.diagnose.local import LocalChecks
+    from tether.diagnose.viz_local import LocalVizChecks
+
+    platform = LocalChecks(home.state_dir(), lambda config: (), __version__, namespace)
+    checks = LocalVizChecks(platform, prometheus_url)
+    if not run_categories(checks.categories(proxy=proxy), output, wait):
+        sys.exit(1)
 
 
 def _wait(ctx: click.Context, param: click.Parameter, value: str) -> float:

@@ -78,3 +78,31 @@ def test_many_targets_stay_bounded() -> None:
 def test_label_values_are_escaped() -> None:
     assert labels.render(("sni", 'a"b\\c\nd')) == 'sni="a\\"b\\\\c\\nd"'
     assert labels.dst_labels({"zone": "z", "pod": "p"}) == 'dst_pod="p",dst_zone="z"'
+
+
+def test_transfer_cost_counts_outbound_endpoint_bytes_by_zone_locality_and_survives_expiry() -> None:
+    clock = Clock()
+    tcp = TcpMetrics(clock, retain_idle=600)
+    to_local = 'direction="outbound",peer="dst",authority="web:80",dst_zone_locality="local"'
+    to_unknown = 'direction="outbound",peer="dst",authority="api:80",dst_pod="api-0"'
+    local, unknown, accepted = Counts(), Counts(), Counts()
+    meters = [tcp.open(to_local, local)]
+    tcp.open(to_unknown, unknown).close()  # closed: its bytes were folded in when it ended (0 then)
+    unknown_live = Counts()
+    meters.append(tcp.open(to_unknown, unknown_live))
+    tcp.open('direction="outbound",peer="src",target_addr="10.0.0.1:80"', accepted)  # the app's side: not counted
+    local.tx, local.rx, unknown_live.tx, unknown_live.rx, accepted.rx = 100, 1000, 7, 70, 5000
+
+    def cost() -> dict[str, int]:
+        out: list[str] = []
+        tcp.render(out)
+        return {line.split("{")[1].split("}")[0]: int(line.rsplit(" ", 1)[1]) for line in out
+                if line.startswith("outbound_tcp_transfer_cost_bytes_total{")}
+
+    expected = {'op="Recv",zone_locality="Local"': 1000, 'op="Recv",zone_locality="Unknown"': 70,
+                'op="Send",zone_locality="Local"': 100, 'op="Send",zone_locality="Unknown"': 7}
+    assert cost() == expected
+    for meter in meters:
+        meter.close()
+    clock.now = 601  # the series expire; the counter keeps what they counted
+    assert cost() == expected and to_local not in tcp.snapshot()

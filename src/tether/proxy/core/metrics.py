@@ -67,14 +67,28 @@ class Meter:
         series.touched = self._metrics.clock()
 
 
+# The outbound connections to endpoints, whose bytes are ``outbound_tcp_transfer_cost_bytes_total``'s.
+_TO_ENDPOINTS = 'direction="outbound",peer="dst"'
+_LOCALITIES = {"local": "Local", "remote": "Remote"}  # the endpoint's zone_locality label (from discovery)
+
+
+def _locality(labels: str) -> str:
+    _, found, rest = labels.partition('dst_zone_locality="')
+    return _LOCALITIES.get(rest.partition('"')[0], "Unknown") if found else "Unknown"
+
+
 class TcpMetrics:
-    """``tcp_open_total``, ``tcp_close_total``, ``tcp_open_connections``, ``tcp_{read,write}_bytes_total``."""
+    """``tcp_open_total``, ``tcp_close_total``, ``tcp_open_connections``, ``tcp_{read,write}_bytes_total``, and
+    ``outbound_tcp_transfer_cost_bytes_total{op="Send"|"Recv",zone_locality}``: the bytes of the outbound
+    connections to endpoints by the endpoint's ``zone_locality`` label (``Unknown`` without one), kept when their
+    series expire (a counter never goes down)."""
 
     def __init__(self, clock: Callable[[], float], retain_idle: float, max_series: int = MAX_SERIES) -> None:
         self.clock = clock
         self._retain_idle = retain_idle
         self._max_series = max_series
         self._series: dict[str, _TcpSeries] = {}
+        self._expired_transfer: dict[tuple[str, str], int] = {}  # (op, zone_locality): bytes of expired series
 
     def open(self, labels: str, stream: Counted) -> Meter:
         series = self._series.get(labels)
@@ -119,17 +133,37 @@ class TcpMetrics:
             closed = values["close_total"]
             assert isinstance(closed, dict)
             out.extend(f'tcp_close_total{{{labels},errno="{errno}"}} {n}' for errno, n in closed.items())
+        transfer = dict(self._expired_transfer)
+        for labels, values in snap.items():
+            if labels.startswith(_TO_ENDPOINTS):
+                self._add_transfer(transfer, labels, values["write_bytes_total"], values["read_bytes_total"])
+        _header(out, "outbound_tcp_transfer_cost_bytes_total", "counter",
+                "The total number of bytes sent and received on outbound connections to endpoints.")
+        out.extend(f'outbound_tcp_transfer_cost_bytes_total{{op="{op}",zone_locality="{zone}"}} {n}'
+                   for (op, zone), n in sorted(transfer.items()))
+
+    @staticmethod
+    def _add_transfer(into: dict[tuple[str, str], int], labels: str, sent: object, received: object) -> None:
+        zone = _locality(labels)
+        assert isinstance(sent, int) and isinstance(received, int)
+        into[("Send", zone)] = into.get(("Send", zone), 0) + sent
+        into[("Recv", zone)] = into.get(("Recv", zone), 0) + received
+
+    def _drop(self, key: str) -> None:
+        series = self._series.pop(key)
+        if key.startswith(_TO_ENDPOINTS):
+            self._add_transfer(self._expired_transfer, key, series.written, series.read)
 
     def _evict(self, now: float, *, force: bool) -> None:
         idle = [(s.touched, k) for k, s in self._series.items() if not s.live]
         expired = [k for touched, k in idle if now - touched > self._retain_idle]
         for key in expired:
-            del self._series[key]
+            self._drop(key)
         if force and len(self._series) >= self._max_series:
             # Too many series even after expiry: drop the least recently touched idle tenth.
             idle = sorted((t, k) for t, k in idle if k in self._series)
             for _, key in idle[: max(1, self._max_series // 10)]:
-                del self._series[key]
+                self._drop(key)
 
 
 class Counter:

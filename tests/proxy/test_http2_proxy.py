@@ -492,6 +492,7 @@ class Observed:
         self.clients: list[tuple[str, int] | None] = []
         self.response_headers: list[list[tuple[bytes, bytes]]] = []
         self.ends: list[tuple[int, list[tuple[bytes, bytes]]]] = []  # (response_bytes, trailers) of each end
+        self.resets: list[int | None] = []  # the reset code of each end (None: not reset)
 
     def check(self, request: RequestHead) -> ProxyError | None:
         self.seen.append(("check", request.target))
@@ -506,9 +507,11 @@ class Observed:
         self.response_headers.append(list(headers))
 
     def end(self, stream: object, status: int | None, error: ProxyError | None, grpc_status: int | None = None,
-            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = (),
+            reset_code: int | None = None) -> None:
         self.seen.append(("end", status))
         self.ends.append((response_bytes, list(trailers)))
+        self.resets.append(reset_code)
 
 
 def test_the_policy_and_tap_hooks_see_each_stream() -> None:
@@ -527,6 +530,7 @@ def test_the_policy_and_tap_hooks_see_each_stream() -> None:
     assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]
     assert [h for h in hooks.response_headers[0] if h[0] == b":status"] == [(b":status", b"200")]  # as relayed
     assert (2, []) in hooks.ends and (0, []) in hooks.ends  # b"hi" relayed; the refusal relayed no body
+    assert hooks.resets == [None, None]  # neither stream was reset
 
 
 def test_a_refused_stream_is_sent_again_once() -> None:
@@ -557,5 +561,7 @@ def test_a_refused_stream_is_sent_again_once() -> None:
     def refuse(server: H2Server, stream: int, request: list[tuple[bytes, bytes]], body: bytes) -> None:
         server.conn.reset_stream(stream, Codes.REFUSED_STREAM)
 
-    Harness(always, {ADDRS[0]: lambda: H2Server(refuse)}).run(http2(Router(ADDRS[:1]), http_settings()))
+    hooks = Observed(refuse=b"/never")
+    Harness(always, {ADDRS[0]: lambda: H2Server(refuse)}).run(http2(Router(ADDRS[:1]), http_settings(observer=hooks)))
     assert always.resets.get(sid) == Codes.REFUSED_STREAM
+    assert hooks.resets == [Codes.REFUSED_STREAM]  # tap's response_end says how the stream ended

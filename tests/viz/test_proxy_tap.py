@@ -446,5 +446,14 @@ def test_an_answer_without_a_relayed_response_still_ends_the_stream() -> None:
     assert (tap.events[0].source.ip.ipv4, tap.events[0].source.port) == (0, 0)  # no client address given
     assert not tap.events[1].http.response_init.headers.headers  # not asked for
     assert not tap.events[2].http.response_end.trailers.headers  # nor trailers
+    # A stream reset: its code is the end of stream (no gRPC status to say it).
+    reset_stream = object()
+    tap2 = new_tap(tap_pb2.ObserveRequest(limit=1), lambda: None)
+    taps.add(tap2)
+    observer.request(reset_stream, RequestHead(b"GET", b"/y", ((b"host", b"web"),)),
+                     'direction="inbound",target_addr="10.0.0.2:8080"', None)
+    observer.end(reset_stream, None, None, reset_code=7)  # REFUSED_STREAM
+    end = tap2.events[-1].http.response_end
+    assert end.eos.WhichOneof("end") == "reset_error_code" and end.eos.reset_error_code == 7
     assert tap.finished
     assert parse_labels('a="x\\\\y",b=""') == {"a": "x\\y", "b": ""}

@@ -125,7 +125,7 @@ class StreamObserver(Protocol):
     client gets), ``end`` when the exchange is over (status None: no response was sent; ``error``: the
     error kind the proxy answered, if it did; ``grpc_status``: a gRPC stream's, from its trailers or the
     proxy's own answer; ``response_bytes``: the relayed response body's bytes; ``trailers``: the relayed
-    response's trailers).
+    response's trailers; ``reset_code``: the HTTP/2 error code the client's stream was reset with, if it was).
     """
 
     def request(self, stream: object, request: RequestHead, labels: str, client: ClientAddr | None) -> None: ...
@@ -133,7 +133,8 @@ class StreamObserver(Protocol):
     def response(self, stream: object, status: int, headers: Sequence[tuple[bytes, bytes]]) -> None: ...
 
     def end(self, stream: object, status: int | None, error: ProxyError | None, grpc_status: int | None = None,
-            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None: ...
+            response_bytes: int = 0, trailers: Sequence[tuple[bytes, bytes]] = (),
+            reset_code: int | None = None) -> None: ...
 
 
 # Rapid reset (CVE-2023-44487): streams a client resets before their response head, less one per response head

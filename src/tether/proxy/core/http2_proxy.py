@@ -1251,7 +1251,7 @@ class Http2Proxy:
             self.down.drop(stream.sid)
         else:
             self.down.reset(stream.sid, code)
-        self._finish(stream, Step.RESET)
+        self._finish(stream, Step.RESET, reset=code)
 
     def _through(self, stream: _Stream) -> bool:
         """The response's end went to the client and the request's end to the upstream (or nowhere)."""
@@ -1263,18 +1263,18 @@ class Http2Proxy:
             return False
         return stream.usid is None or stream.up is None or not stream.up.ep.pending(stream.usid)
 
-    def _tell_end(self, stream: _Stream) -> None:
+    def _tell_end(self, stream: _Stream, reset: int | None = None) -> None:
         observer = self.settings.observer
         assert observer is not None
         observer.end(stream, stream.status, stream.error, stream.grpc_status if stream.grpc else None,
-                     response_bytes=stream.sent, trailers=stream.resp_trailers or ())
+                     response_bytes=stream.sent, trailers=stream.resp_trailers or (), reset_code=reset)
 
-    def _finish(self, stream: _Stream, step: Step) -> None:
+    def _finish(self, stream: _Stream, step: Step, reset: int | None = None) -> None:
         if stream.phase is Phase.OVER:
             return
         self._go(stream, step)
         if self.settings.observer is not None:
-            self._tell_end(stream)
+            self._tell_end(stream, reset)
         self.streams.pop(stream.sid, None)
         if stream.owed_down:
             self.down.ack(stream.sid, stream.owed_down)

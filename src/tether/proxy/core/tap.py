@@ -470,11 +470,12 @@ class TapObserver:
             tapped.response_init(status, [h for h in headers if h[0][:1] != b":"], self.clock())
 
     def end(self, stream: object, status: int | None, error: object, grpc_status: int | None = None,
-            response_bytes: int = 0, trailers: Sequence[Header] = ()) -> None:
+            response_bytes: int = 0, trailers: Sequence[Header] = (), reset_code: int | None = None) -> None:
         tapped = self._streams.pop(id(stream), None)
         if tapped is None:
             return
         now = self.clock()
         if tapped.response_started is None and status is not None:
             tapped.response_init(status, (), now)  # the proxy answered (an error) without a relayed head
-        tapped.response_end(now, grpc_status=grpc_status, response_bytes=response_bytes, trailers=trailers)
+        tapped.response_end(now, grpc_status=grpc_status, response_bytes=response_bytes, trailers=trailers,
+                            reset_code=reset_code)

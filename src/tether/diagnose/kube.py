@@ -1,9 +1,10 @@
 """``tether check --platform kubernetes``: Linkerd's categories against an API server.
 
-``kubernetes-api`` (fatal), ``kubernetes-version``, ``linkerd-existence`` (fatal:
+``kubernetes-api`` (fatal), ``kubernetes-version``, ``gateway-api-crd`` (the Gateway API route CRDs:
+optional, but serving the versions the policy controller watches), ``linkerd-existence`` (fatal:
 what ``tether install`` makes — namespace, ClusterRoles, ClusterRoleBindings,
 ServiceAccounts, CRDs, the injector's MutatingWebhookConfiguration),
-``linkerd-config``, ``linkerd-cni-plugin`` (when the CNI is enabled, by flag or
+``linkerd-config`` (with the cluster-network checks), ``linkerd-cni-plugin`` (when the CNI is enabled, by flag or
 ``cniEnabled``), ``linkerd-identity`` (the ``linkerd-identity-trust-roots``
 ConfigMap and the ``linkerd-identity-issuer`` Secret, the issuer's name under the
 trust domain ``linkerd-config`` holds), ``linkerd-webhooks-and-apisvc-tls``,
@@ -41,7 +42,9 @@ from tether.identity import pem, pki
 from tether.injector.annotations import PROXY_VERSION, TRUST_ROOT_SHA256, trust_root_sha256
 from tether.naming import TRUST_ROOTS_CONFIGMAP, issuer_name
 from tether.platform.kubernetes.client import ApiError, ClientSettings, KubeClient, KubeError
+from tether.platform.kubernetes.resources import api_resource
 from tether.policy.config import InvalidNetworks, parse_networks
+from tether.resources import kinds
 from tether.resources.policy import Network
 
 MINIMUM_VERSION = (1, 31)
@@ -64,6 +67,9 @@ _EXISTENCE = [
     ("ValidatingWebhookConfiguration", "control plane ValidatingWebhookConfigurations exist", "l5d-existence-vwc"),
 ]
 INSTALL_HINT = "apply what `tether install` prints (`tether install --crds` first)"
+# The Gateway API routes the policy controller watches: (plural.group, the version it watches), HTTPRoute first.
+GATEWAY_ROUTES = tuple((f"{r.plural}.{r.group}", r.version) for r in map(api_resource, (
+    kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key, kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key)))
 EXTENSION_LABEL = "linkerd.io/extension"
 CNI_NAME = "linkerd-cni"
 CNI_CONFIG_MAP = "linkerd-cni-config"
@@ -256,6 +262,40 @@ class KubeChecks:
             if any(k == kind for k, _ in self.expected.objects):
                 checks.append(Check(description, lambda kind=kind: self._missing(kind), INSTALL_HINT))
         return Category("linkerd-existence", checks, fatal=True)
+
+    def _gateway_crd(self, name: str) -> dict[str, Any] | None:
+        return self._get(_PATHS["CustomResourceDefinition"].format(name=name))
+
+    def _gateway_installed(self) -> None:
+        missing = [name for name, _ in GATEWAY_ROUTES[:2] if self._gateway_crd(name) is None]
+        if missing:
+            raise Problem(f"the {' and '.join(missing)} CRD{'s are' if len(missing) > 1 else ' is'} not installed: "
+                          "routes of the Gateway API cannot be applied (policy.linkerd.io HTTPRoutes work without)")
+
+    def _gateway_versions(self) -> None:
+        wrong = []
+        for name, version in GATEWAY_ROUTES:
+            crd = self._gateway_crd(name)
+            if crd is None:
+                continue  # optional: watched once it exists
+            served = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or () if v.get("served")}
+            if version not in served:
+                wrong.append(f"the {name} CRD does not serve {version} "
+                             f"(it serves {', '.join(sorted(filter(None, served))) or 'nothing'})")
+        if wrong:
+            raise Problem("; ".join(wrong) + ": the policy controller sees none of those routes; upgrade to Gateway "
+                          "API v1.0.0 or later")
+
+    def gateway_category(self) -> Category:
+        """The Gateway API's route CRDs: optional for Tether (its policy controller watches each only once it
+        exists, and reads policy.linkerd.io HTTPRoutes without), so their absence is a warning; one that does not
+        serve the version the controller watches makes those routes silently invisible, an error."""
+        hint = ("kubectl apply --server-side -f https://github.com/kubernetes-sigs/gateway-api/releases/download/"
+                "v1.4.0/standard-install.yaml")
+        return Category("gateway-api-crd", [
+            Check("Gateway API is installed", self._gateway_installed, hint, warning=True),
+            Check("Gateway API CRDs serve the versions the policy controller watches", self._gateway_versions, hint),
+        ])
 
     def crd_category(self) -> Category:
         return Category("linkerd-crd", [
@@ -903,6 +943,7 @@ class KubeChecks:
         if crds:
             yield self.crd_category()
             return
+        yield self.gateway_category()
         yield from (self.existence_category(), self.config_category())
         for optional in (self.cni_category, self.identity_category, self.webhook_category,
                          self.linkerd_version_category, self.version_category, self.control_plane_proxy_category,

@@ -15,7 +15,7 @@ import ssl
 import sys
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 from cryptography import x509
@@ -479,6 +479,20 @@ def test_profile_summary_leaves_idle_out_and_names_areas() -> None:
     assert "| TLS | 40.0 % | 40.0 % |" in text
 
 
+def _tiny_tether_run(variant: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One short round of a Tether variant at 100 req/s (no profile, no call count): its requests went through
+    without an error and its own checks passed; its results and those checks."""
+    opts = runner.Options(variants=[variant], rounds=1, throughput_seconds=1, latency_seconds=0.3,
+                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
+                          callcount_requests=0, log=lambda line: None)
+    res = runner.run(opts)
+    (thr,) = res["throughput"]
+    assert thr["requests"] > 0 and thr["errors"] == 0
+    checks = res["variants"][variant]["checks"]
+    assert checks and all(c["ok"] for c in checks), checks
+    return res, checks
+
+
 @needs_nginx
 @needs_wrk
 def test_tiny_run_of_the_tether_http_variant() -> None:
@@ -486,14 +500,7 @@ def test_tiny_run_of_the_tether_http_variant() -> None:
 
     Once the bench's store lacked the server's EndpointSlice and every request answered 504; only this catches it.
     """
-    opts = runner.Options(variants=["tether-http"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
-                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
-                          callcount_requests=0, log=lambda line: None)
-    res = runner.run(opts)
-    (thr,) = res["throughput"]
-    assert thr["requests"] > 0 and thr["errors"] == 0
-    checks = res["variants"]["tether-http"]["checks"]
-    assert checks and all(c["ok"] for c in checks), checks
+    _tiny_tether_run("tether-http")
 
 
 @needs_nginx
@@ -501,15 +508,8 @@ def test_tiny_run_of_the_tether_http_variant() -> None:
 def test_tiny_run_of_the_tether_http_policy_variant() -> None:
     """With a policy controller: every request through the pair is authorized by the AuthorizationPolicy on the
     HTTPRoute (the variant's own check reads the server proxy's inbound_http_authz_allow_total)."""
-    opts = runner.Options(variants=["tether-http-policy"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
-                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
-                          callcount_requests=0, log=lambda line: None)
-    res = runner.run(opts)
-    (thr,) = res["throughput"]
-    assert thr["requests"] > 0 and thr["errors"] == 0
-    checks = res["variants"]["tether-http-policy"]["checks"]
+    _, checks = _tiny_tether_run("tether-http-policy")
     assert any("AuthorizationPolicy" in c["what"] for c in checks)
-    assert checks and all(c["ok"] for c in checks), checks
 
 
 @needs_nginx
@@ -517,14 +517,7 @@ def test_tiny_run_of_the_tether_http_policy_variant() -> None:
 def test_tiny_run_of_the_tether_http_tapped_variant() -> None:
     """A tap open on both proxies (the tap controller's loop, as the tap identity): the watcher received events,
     and its process is not counted as a proxy."""
-    opts = runner.Options(variants=["tether-http-tapped"], rounds=1, throughput_seconds=1, latency_seconds=0.3,
-                          min_samples=10, rates=["100"], warmup_seconds=1, nice=0, pin=False, profile_seconds=0,
-                          callcount_requests=0, log=lambda line: None)
-    res = runner.run(opts)
-    (thr,) = res["throughput"]
-    assert thr["requests"] > 0 and thr["errors"] == 0
-    checks = res["variants"]["tether-http-tapped"]["checks"]
+    res, checks = _tiny_tether_run("tether-http-tapped")
     tap = [c for c in checks if "tap stayed open" in c["what"]]
-    assert tap and tap[0]["ok"] and int(tap[0]["detail"].split()[0]) > 0, tap
-    assert checks and all(c["ok"] for c in checks), checks
+    assert tap and int(tap[0]["detail"].split()[0]) > 0, tap
     assert "tap-watch" not in proxy_roles(res, "tether-http-tapped")

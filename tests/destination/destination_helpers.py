@@ -3,7 +3,7 @@
 ``Harness`` runs the real ``DestinationService`` (TLS, real grpc.aio server)
 over a real store in the test's temp dir, fed by the local platform's watcher,
 with the local platform's EndpointSlice and ExternalWorkload controllers keeping
-the Services' slices (as ``tether up`` runs them), and opens real gRPC streams against it.  ``Stream.next`` awaits the next
+the Services' slices (as ``tether up`` runs them), and opens real gRPC streams against it.  ``ServerStream.next`` (tests/grpc_streams.py) awaits the next
 message (bounded by a timeout, never a sleep).
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_streams import WAIT, ServerStream
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -37,7 +38,6 @@ DESTINATION_NAME = control_plane_identity("destination").dns_name
 CLIENT_NAME = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
 NS = "emojivoto"
 CD = "cluster.local"
-WAIT = 10.0  # seconds any single expected message may take (generous: CI machines are shared)
 
 
 # -- PKI -------------------------------------------------------------------------------------------
@@ -213,41 +213,6 @@ def token(ns: str) -> str:
 # -- running -----------------------------------------------------------------------------------------------
 
 
-class Stream:
-    """One open ``Get``/``GetProfile`` call, read a message at a time."""
-
-    def __init__(self, call: Any, to_dict: Any) -> None:
-        self.call = call
-        self._to_dict = to_dict
-
-    async def next(self, timeout: float = WAIT) -> dict[str, Any]:
-        message = await asyncio.wait_for(self.call.read(), timeout)
-        assert message is not grpc.aio.EOF, "the stream ended"
-        return self._to_dict(message)
-
-    async def raw(self, timeout: float = WAIT) -> Any:
-        message = await asyncio.wait_for(self.call.read(), timeout)
-        assert message is not grpc.aio.EOF, "the stream ended"
-        return message
-
-    async def error(self, timeout: float = WAIT) -> grpc.aio.AioRpcError:
-        """Read until the call fails; return the failure."""
-        async def drain() -> grpc.aio.AioRpcError:
-            try:
-                while await self.call.read() is not grpc.aio.EOF:
-                    pass
-            except grpc.aio.AioRpcError as exc:
-                return exc
-            raise AssertionError("the stream ended with OK")
-        return await asyncio.wait_for(drain(), timeout)
-
-    async def code(self, timeout: float = WAIT) -> grpc.StatusCode:
-        return await asyncio.wait_for(self.call.code(), timeout)
-
-    def cancel(self) -> None:
-        self.call.cancel()
-
-
 class Harness:
     """A store in ``directory``, the destination over it (TLS), and a client channel."""
 
@@ -309,13 +274,13 @@ class Harness:
     def delete(self, kind: str, name: str, ns: str | None = NS) -> None:
         self.store.delete(kind, ns, name)
 
-    def get(self, path: str, context_token: str = "", channel: grpc.aio.Channel | None = None) -> Stream:
+    def get(self, path: str, context_token: str = "", channel: grpc.aio.Channel | None = None) -> ServerStream:
         stub = destination_pb2_grpc.DestinationStub(channel or self.channel)
-        return Stream(stub.Get(pb.GetDestination(scheme="k8s", path=path, context_token=context_token)), update_dict)
+        return ServerStream(stub.Get(pb.GetDestination(scheme="k8s", path=path, context_token=context_token)), update_dict)
 
-    def get_profile(self, path: str, context_token: str = "", channel: grpc.aio.Channel | None = None) -> Stream:
+    def get_profile(self, path: str, context_token: str = "", channel: grpc.aio.Channel | None = None) -> ServerStream:
         stub = destination_pb2_grpc.DestinationStub(channel or self.channel)
-        return Stream(stub.GetProfile(pb.GetDestination(scheme="k8s", path=path, context_token=context_token)),
+        return ServerStream(stub.GetProfile(pb.GetDestination(scheme="k8s", path=path, context_token=context_token)),
                       profile_dict)
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:

@@ -4,7 +4,7 @@
 certificate chained to the trust anchor, as proxies present) over a real store
 in the test's temp dir, fed by the local platform's watcher, and calls it with
 the client stubs generated from ``proto/`` as a linkerd2-proxy would.
-``Watch.next`` awaits the next message (bounded by a timeout, never a sleep).
+``Harness.watch`` opens a ``ServerStream`` (tests/grpc_streams.py), whose ``next`` awaits the next message (bounded by a timeout, never a sleep).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_streams import WAIT, ServerStream
 
 from tether.api import inbound_pb2 as pb
 from tether.api import inbound_pb2_grpc
@@ -36,7 +37,6 @@ from tether.store import Store
 SERVER_IDENTITY = control_plane_identity("destination")  # proxies expect the policy service to be this
 SERVER_NAME = SERVER_IDENTITY.dns_name
 NS = "emojivoto"
-WAIT = 10.0
 TD = "cluster.local"
 
 
@@ -198,31 +198,6 @@ def workload(pod_name: str = "web-0", ns: str = NS, *, external: bool = False) -
 # -- the running controller ---------------------------------------------------------------------------
 
 
-class Watch:
-    """One WatchPort call; ``next`` awaits its next message as a dict."""
-
-    def __init__(self, call: Any) -> None:
-        self.call = call
-
-    async def next(self, timeout: float = WAIT) -> dict[str, Any]:
-        message = await asyncio.wait_for(self.call.read(), timeout)
-        assert message is not grpc.aio.EOF, "the stream ended"
-        return server_dict(message)
-
-    async def error(self, timeout: float = WAIT) -> grpc.aio.AioRpcError:
-        async def drain() -> grpc.aio.AioRpcError:
-            try:
-                while await self.call.read() is not grpc.aio.EOF:
-                    pass
-            except grpc.aio.AioRpcError as exc:
-                return exc
-            raise AssertionError("the stream ended with OK")
-        return await asyncio.wait_for(drain(), timeout)
-
-    async def code(self, timeout: float = WAIT) -> grpc.StatusCode:
-        return await asyncio.wait_for(self.call.code(), timeout)
-
-
 class Harness:
     """A store in ``directory``, the policy controller over it (mTLS), and a client channel with a certificate."""
 
@@ -278,10 +253,10 @@ class Harness:
         assert self.store.delete(kinds.lookup(kind).key, ns, name) is not None, f"no {kind} {name}"
 
     def watch(self, port: int = 8080, pod_name: str = "web-0", ns: str = NS, *, raw: str | None = None,
-              channel: grpc.aio.Channel | None = None, external: bool = False) -> Watch:
+              channel: grpc.aio.Channel | None = None, external: bool = False) -> ServerStream:
         stub = inbound_pb2_grpc.InboundServerPoliciesStub(channel or self.channel)
         text = raw if raw is not None else workload(pod_name, ns, external=external)
-        return Watch(stub.WatchPort(pb.PortSpec(workload=text, port=port)))
+        return ServerStream(stub.WatchPort(pb.PortSpec(workload=text, port=port)), server_dict)
 
     async def get(self, port: int = 8080, pod_name: str = "web-0", ns: str = NS, *,
                   raw: str | None = None, external: bool = False) -> dict[str, Any]:

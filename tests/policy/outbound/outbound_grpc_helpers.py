@@ -3,10 +3,10 @@ with the ``OutboundPolicies`` stub generated from ``proto/`` as a linkerd2-proxy
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import grpc
+from grpc_streams import next_message
 from outbound_helpers import NS, type_key
 from policy_helpers import WAIT, workload
 from policy_helpers import Harness as PolicyHarness
@@ -49,6 +49,4 @@ def spec(authority: str | None, addr: tuple[str, int] | None, ns: str) -> pb.Tra
 
 
 async def next_policy(call: Any) -> pb.OutboundPolicy:
-    message = await asyncio.wait_for(call.read(), WAIT)
-    assert message is not grpc.aio.EOF, "the stream ended"
-    return message
+    return await next_message(call)

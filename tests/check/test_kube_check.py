@@ -11,18 +11,17 @@ import copy
 import functools
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from click.testing import CliRunner
+from executables import TETHER
 
 from k8s.kube_helpers import emulated_api
 from tether.cli.main import cli
 from tether.injector.annotations import trust_root_sha256
 
-TETHER = str(Path(sys.executable).parent / "tether")
 _COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Service": "/api/v1/namespaces/{ns}/services",

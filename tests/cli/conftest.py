@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from executables import TETHER
 
-TETHER = str(Path(sys.executable).parent / "tether")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "emojivoto"
 
 Run = Callable[..., subprocess.CompletedProcess]

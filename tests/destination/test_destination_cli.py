@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from destination_helpers import Pki, namespace, pod, profile, service, with_slices
+from executables import TETHER
 
 from tether.store import Store
 
-TETHER = str(Path(sys.executable).parent / "tether")
 AUTHORITY = "web.emojivoto.svc.cluster.local:80"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import stat
 import subprocess
-import sys
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -14,12 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 from cryptography import x509
 from identity_helpers import WEB, csr_for
+from executables import TETHER
 
 from tether.cli.identity import identity
 from tether.identity import pem
 from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer
-
-TETHER = str(Path(sys.executable).parent / "tether")
 
 
 def run(*args: str, input: bytes | None = None) -> Result:

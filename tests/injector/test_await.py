@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executables import TETHER
 
 from tether.cli.await_cmd import await_
 from tether.injector import MeshConfig, inject
@@ -24,7 +25,6 @@ from tether.platform.local.await_proxy import EX_UNAVAILABLE, parse_duration, wa
 
 from .helpers import deployment
 
-TETHER = str(Path(sys.executable).with_name("tether"))
 DEADLINE_S = 30.0
 
 

@@ -8,7 +8,6 @@ import http.server
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,12 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
+from executables import TETHER
 
 from tether.injector import MeshConfig, Origin, inject
 
 from .helpers import ANCHOR_FILE, WORKLOADS_FILE, template_of
 
-TETHER = str(Path(sys.executable).parent / "tether")
 Run = Callable[..., subprocess.CompletedProcess]
 
 

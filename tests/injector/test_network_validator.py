@@ -18,7 +18,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executables import TETHER
 
 from tether.cli.network_validator import UNSUCCESSFUL_EXIT_CODE, network_validator
 from tether.injector import MeshConfig, inject
@@ -35,7 +35,6 @@ from tether.platform.local.proxy_init import ProxyInitConfig
 
 from .helpers import ANCHOR_FILE, deployment
 
-TETHER = str(Path(sys.executable).with_name("tether"))
 DEADLINE_S = 30.0
 PREFIX = f"tv{os.getpid():x}"
 _OURS = re.compile(r"^tv([0-9a-f]+)-")

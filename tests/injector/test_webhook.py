@@ -15,7 +15,6 @@ import queue
 import signal
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from executables import TETHER
 
 from tether.injector import MeshConfig, Origin, inject
 from tether.injector.admission import Admission
@@ -38,7 +38,6 @@ from tether.injector.server import InjectorServer, ServeConfig
 
 from .helpers import ANCHOR_FILE, deployment, pod
 
-TETHER = str(Path(sys.executable).parent / "tether")
 NAMESPACES = {"shop": {"linkerd.io/inject": "enabled"}, "plain": {}}
 
 

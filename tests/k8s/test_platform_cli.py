@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ import grpc
 import kmock
 import pytest
 from click.testing import CliRunner
+from executables import TETHER
 
 from tether.cli.main import cli
 from tether.destination.client import open_channel, stream_endpoints, update_dict
@@ -24,8 +24,6 @@ from tether.platform.tokens import IDENTITY_AUDIENCE
 
 from .kube_helpers import TOKEN_REVIEWS, FakeAuthenticator, emulated_api
 from .test_controllers import SLICES, WEB_ID, certify, endpoint_slice, namespace, pod, service, write_pki
-
-TETHER = str(Path(sys.executable).parent / "tether")
 
 
 @asynccontextmanager

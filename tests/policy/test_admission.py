@@ -8,18 +8,17 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from policy_helpers import NS, SERVER_NAME, Harness, Pki, mesh_tls, namespace, policy, server
+from executables import TETHER
 
 from tether.policy.admission import PolicyAdmission
 from tether.policy.config import WebhookSettings
 
 P = "policy.linkerd.io"
-TETHER = str(Path(sys.executable).parent / "tether")
 
 
 def review(obj: dict[str, Any], *, operation: str = "CREATE", uid: str = "u-1") -> dict[str, Any]:

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +26,10 @@ from policy_helpers import (
     server,
     server_authz,
 )
+from executables import TETHER
 
 from tether.store import Store
 
-TETHER = str(Path(sys.executable).parent / "tether")
 P = "policy.linkerd.io"
 
 

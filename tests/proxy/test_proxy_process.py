@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from executables import TETHER
 from proxy_harness import EchoServer, Mesh, connection, run
-
-TETHER = Path(sys.executable).with_name("tether")
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -31,7 +30,7 @@ def test_missing_or_bad_variables_exit_64_naming_the_variable(tmp_path: Path) ->
     env = {**base, **run(env_of_a_pod())}
     for variable, value in (("LINKERD2_PROXY_INBOUND_DETECT_TIMEOUT", "10"),
                             ("LINKERD2_PROXY_LOG", "linkerd=loud")):
-        for argv in ([sys.executable, "-m", "tether.proxy"], [str(TETHER), "proxy"]):
+        for argv in ([sys.executable, "-m", "tether.proxy"], [TETHER, "proxy"]):
             done = _run(argv, {**env, variable: value})
             assert done.returncode == 64, done.stderr
             assert variable in done.stderr or "LINKERD2_PROXY_LOG" in done.stderr

@@ -20,7 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from viz.promlab import free_port, wait_for
+from up.uplab import wait_for
+from viz.promlab import free_port
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from up.conftest import clean_host, new_platform
-from viz.promlab import NS, FakeProxy, PrometheusProcess, deployment, meshed_pod, wait_for, web_metrics
+from up.uplab import wait_for
+from viz.promlab import NS, FakeProxy, PrometheusProcess, deployment, meshed_pod, web_metrics
 
 __all__ = ["clean_host", "new_platform"]
 

@@ -14,13 +14,14 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from up.uplab import wait_for
 
 from tether.viz import scrape_config
 from tether.viz.prometheus import Prometheus, PrometheusError
@@ -32,18 +33,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 class PrometheusProcess:

@@ -688,6 +688,12 @@ def test_the_balancer_families_count_each_backends_endpoints() -> None:
     ready = [line for line in out if line.startswith("outbound_http_balancer_endpoints{") and 'backend_name="api"'
              in line and 'state="ready"' in line]
     assert [line.rsplit(" ", 1)[1] for line in p2c] == ["2"] and [line.rsplit(" ", 1)[1] for line in ready] == ["2"]
+    queue = {line.split("{")[0]: line.rsplit(" ", 1)[1] for line in out
+             if line.startswith("outbound_http_balancer_queue_") and 'backend_name="api"' in line}
+    assert queue["outbound_http_balancer_queue_gate_timeout_seconds"] == "3"
+    assert queue["outbound_http_balancer_queue_length"] == "0"
+    assert queue["outbound_http_balancer_queue_gate_shut_total"] == "0"
+    assert "outbound_http_balancer_queue_latency_seconds_bucket" in queue
     updates = {line.split('op="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in out
                if line.startswith("outbound_http_balancer_p2c_updates_total{") and 'backend_name="api"' in line}
     assert updates == {"Reset": "2", "Add": "0", "Remove": "0"}  # the balancer's first answer, then the test's

@@ -116,6 +116,31 @@ def test_waiting_for_the_first_endpoint() -> None:
     asyncio.run(scenario())
 
 
+def test_the_queue_figures_count_each_request_once_its_wait_and_the_failfast_gate() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        balancer = WaitingBalancer(failfast=3.0, clock=clock)
+        assert balancer.pick() is None  # an HTTP request's own pick finds nothing, then it waits
+        waiting = asyncio.ensure_future(balancer.wait(timeout=10.0))
+        tcp = asyncio.ensure_future(balancer.wait(timeout=10.0))  # a connection waits without picking first
+        await asyncio.sleep(0)
+        queue = balancer.gate()
+        assert (queue.requests, queue.waiting, queue.shut) == (2, 2, False)
+        clock.now += 3.5  # empty for longer than the failfast timeout: the gate shut at 1003
+        queue = balancer.gate()
+        assert (queue.shut, queue.shuts, queue.shut_at) == (True, 1, 1003.0)
+        clock.now += 0.5
+        balancer.add([endpoint(1)])  # the gate opens; both waiters go, after 4 s in the queue
+        assert (await waiting) is not None and (await tcp) is not None
+        assert (queue.shut, queue.opens, queue.opened_at, queue.waiting) == (False, 1, 1004.0, 0)
+        assert balancer.pick() is not None  # one more request, served at once
+        assert queue.requests == 3
+        hist = queue.latency()  # buckets 0.0005 ... 3, +Inf, then sum and count
+        assert hist[0] == 1 and hist[6] == 2 and hist[-2] == 8.0 and hist[-1] == 3
+
+    asyncio.run(scenario())
+
+
 def test_endpoint_from_the_destination_api() -> None:
     weighted = pb.WeightedAddr(addr=to_tcp_address("10.1.0.5", 8080), weight=10000,
                                metric_labels={"pod": "web-0", "zone": "a"})

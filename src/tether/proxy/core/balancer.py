@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
@@ -82,6 +83,45 @@ class Slot:
 RECONNECT_BACKOFF = Backoff(timedelta(milliseconds=100), timedelta(seconds=60), 0.0)
 
 
+QUEUE_BUCKETS = (0.0005, 0.005, 0.05, 0.5, 1.0, 3.0)  # outbound_*_balancer_queue_latency_seconds
+
+
+class QueueStats:
+    """What ``outbound_*_balancer_queue_*`` report of a balancer (proxy.md §9.5). Linkerd puts a queue in front
+    of each balancer; here a request takes its endpoint at once and waits only while there is none
+    (``io.discovery.WaitingBalancer.wait``), so: ``requests`` asked for an endpoint (a request or connection
+    that waited counts once), ``waiting`` now, the wait of those that waited (the others' is 0), and the
+    failfast gate: shut once the balancer has been empty for the failfast timeout, open again when an
+    endpoint comes (``shut_at``/``opened_at`` on the balancer's clock)."""
+
+    __slots__ = ("requests", "missed", "waiting", "waited", "shut", "shuts", "opens", "shut_at", "opened_at")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.missed = 0  # requests counted by a pick that found nothing: their wait is not counted again
+        self.waiting = 0
+        self.waited = [0.0] * (len(QUEUE_BUCKETS) + 3)  # per bucket (+Inf last), then the sum and the count
+        self.shut = False
+        self.shuts = 0
+        self.opens = 0
+        self.shut_at: float | None = None
+        self.opened_at: float | None = None
+
+    def observe_wait(self, seconds: float) -> None:
+        waited = self.waited
+        waited[bisect_left(QUEUE_BUCKETS, seconds)] += 1
+        waited[-2] += seconds
+        waited[-1] += 1
+
+    def latency(self) -> list[float]:
+        """The histogram of every request's time in the queue: those that did not wait in the first bucket."""
+        hist = list(self.waited)
+        at_once = max(self.requests - self.waiting - int(hist[-1]), 0)
+        hist[0] += at_once
+        hist[-1] += at_once
+        return hist
+
+
 class Balancer:
     """The endpoints of one service and the P2C choice among them."""
 
@@ -101,6 +141,7 @@ class Balancer:
         self._list: list[Slot] = []
         self._empty_since: float | None = clock()
         self.updates = {"Reset": 0, "Add": 0, "Remove": 0}  # balancer_p2c_updates_total{op}
+        self.queue = QueueStats()  # balancer_queue_*
         self.accrual: Accrual | None = None  # failure accrual per endpoint (``configure_accrual``)
 
     # -- updates from discovery -------------------------------------------------------------------------
@@ -135,12 +176,33 @@ class Balancer:
         self._changed_now()
 
     def _changed_now(self) -> None:
+        self.gate()
         self._list = list(self._slots.values())
         if self._list:
             self._empty_since = None
+            queue = self.queue
+            if queue.shut:
+                queue.shut = False
+                queue.opens += 1
+                queue.opened_at = self._clock()
         elif self._empty_since is None:
             self._empty_since = self._clock()
         self.notify()
+
+    def gate(self) -> QueueStats:
+        """The queue's figures, the failfast gate brought up to date: shut at the moment the balancer had been
+        empty for the failfast timeout."""
+        queue = self.queue
+        empty_since = self._empty_since
+        if empty_since is not None and not queue.shut and self._clock() - empty_since >= self._failfast:
+            queue.shut = True
+            queue.shuts += 1
+            queue.shut_at = empty_since + self._failfast
+        return queue
+
+    @property
+    def failfast(self) -> float:
+        return self._failfast
 
     def notify(self) -> None:
         """Called after every update from discovery; ``io.discovery.WaitingBalancer`` wakes its waiters."""
@@ -161,16 +223,23 @@ class Balancer:
     def has_endpoints(self) -> bool:
         return bool(self._list)
 
-    def pick(self) -> Slot | None:
+    def pick(self, count: bool = True) -> Slot | None:
         """P2C among the endpoints not in backoff (all of them if every one is); None if there are none, or
-        if failure accrual has shut every one (the caller fails fast)."""
+        if failure accrual has shut every one (the caller waits, then fails fast). ``count``: a request asking
+        (the queue's figures), not a waiting one asking again."""
+        if count:
+            self.queue.requests += 1
         slots = self._list
         if not slots:
+            if count:
+                self.queue.missed += 1
             return None
         now = self._clock()
         if self.accrual is not None:
             slots = [s for s in slots if s.breaker is None or s.breaker.admits(now)]
             if not slots:
+                if count:
+                    self.queue.missed += 1
                 return None
         ready = [s for s in slots if s.retry_at <= now] or slots
         if len(ready) == 1:

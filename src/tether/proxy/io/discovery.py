@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 
 from tether.api import destination_pb2 as pb
@@ -41,7 +42,8 @@ from tether.proxy.core.commands import Failed
 from tether.proxy.core.config import Backoff
 from tether.proxy.core.metrics import samples
 from tether.proxy.core.profiles import Profile
-from tether.proxy.core.balancer import Balancer, Slot
+from tether.proxy.core.balancer import QUEUE_BUCKETS, Balancer, Slot
+from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.endpoint import Endpoint
 from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.client_policy_translation import invalid_policy
@@ -88,23 +90,35 @@ class WaitingBalancer(Balancer):
         return waiter
 
     async def wait(self, timeout: float) -> Slot | None:
-        """An endpoint, waiting for one up to ``timeout`` (or less, when failfast comes first)."""
-        deadline = self._clock() + timeout
-        while True:
-            slot = self.pick()
-            if slot is not None:
-                return slot
-            failfast = self.failfast_left()
-            if failfast is None:  # pragma: no cover - pick() answers whenever there are endpoints
-                return None
-            left = min(deadline - self._clock(), failfast)
-            if left <= 0:
-                return None
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except TimeoutError:
-                pass
+        """An endpoint, waiting for one up to ``timeout`` (or less, when failfast comes first): the request's
+        time in the queue (counted in it once: by the caller's ``pick`` that found nothing, else here)."""
+        queue = self.queue
+        began = self._clock()
+        deadline = began + timeout
+        if queue.missed:
+            queue.missed -= 1
+        else:
+            queue.requests += 1
+        queue.waiting += 1
+        try:
+            while True:
+                slot = self.pick(count=False)
+                if slot is not None:
+                    return slot
+                failfast = self.failfast_left()
+                if failfast is None:  # pragma: no cover - pick() answers whenever there are endpoints
+                    return None
+                left = min(deadline - self._clock(), failfast)
+                if left <= 0:
+                    return None
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except TimeoutError:
+                    pass
+        finally:
+            queue.waiting -= 1
+            queue.observe_wait(self._clock() - began)
 
 
 class _Watch:
@@ -553,6 +567,7 @@ class Discovery:
         values: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
         pools: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
         updates: dict[str, dict[str, int]] = {family: {} for family in FAMILIES}
+        balancers: dict[str, dict[str, Balancer]] = {family: {} for family in FAMILIES}
         for watch in self.policies.values():
             policy = watch.policy
             if policy is None:
@@ -568,6 +583,8 @@ class Discovery:
                 pools[family][key] = ready + pending
                 for op, count in balancer.updates.items():
                     updates[family][f'{key},op="{op}"'] = count
+                balancers[family][key] = balancer
+        self._collect_queues(out, balancers)
         for family in FAMILIES:
             prefix = f"outbound_{family}_balancer"
             samples(out, f"{prefix}_endpoints", "gauge", "The number of endpoints of a backend balancer.",
@@ -577,6 +594,36 @@ class Discovery:
             samples(out, f"{prefix}_p2c_updates_total", "counter",
                     "The total number of service discovery updates received by a P2C balancer.",
                     updates[family].items())
+
+    def _collect_queues(self, out: list[str], balancers: dict[str, dict[str, Balancer]]) -> None:
+        """``outbound_{http,tcp,tls}_balancer_queue_*`` of the same backends (``core.balancer.QueueStats``);
+        the gate's times as Unix timestamps (0: never)."""
+        wall = time.time() - self._clock()  # the balancers' clock to Unix time
+
+        def stamp(at: float | None) -> float:
+            return 0.0 if at is None else round(wall + at, 3)
+
+        for family in FAMILIES:
+            prefix = f"outbound_{family}_balancer_queue"
+            queues = {key: balancer.gate() for key, balancer in balancers[family].items()}
+            samples(out, f"{prefix}_length", "gauge", "The number of requests in the queue.",
+                    ((k, q.waiting) for k, q in queues.items()))
+            samples(out, f"{prefix}_requests_total", "counter", "The total number of requests enqueued.",
+                    ((k, q.requests) for k, q in queues.items()))
+            out.append(f"# HELP {prefix}_latency_seconds The time requests spent in the queue.")
+            out.append(f"# TYPE {prefix}_latency_seconds histogram")
+            for key, queue in queues.items():
+                render_histogram(out, f"{prefix}_latency_seconds", key, queue.latency(), QUEUE_BUCKETS)
+            samples(out, f"{prefix}_gate_open_total", "counter", "The number of times the gate opened.",
+                    ((k, q.opens) for k, q in queues.items()))
+            samples(out, f"{prefix}_gate_shut_total", "counter", "The number of times the gate shut.",
+                    ((k, q.shuts) for k, q in queues.items()))
+            samples(out, f"{prefix}_gate_open_time_seconds", "gauge", "When the gate last opened (Unix time).",
+                    ((k, stamp(q.opened_at)) for k, q in queues.items()))
+            samples(out, f"{prefix}_gate_shut_time_seconds", "gauge", "When the gate last shut (Unix time).",
+                    ((k, stamp(q.shut_at)) for k, q in queues.items()))
+            samples(out, f"{prefix}_gate_timeout_seconds", "gauge", "The failfast timeout of the gate.",
+                    ((k, balancers[family][k].failfast) for k in queues))
 
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)

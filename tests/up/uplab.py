@@ -271,9 +271,10 @@ def client(name: str, namespace: str, url: str, *, annotations: str = "") -> str
     return script_deployment(name, namespace, CLIENT_SCRIPT, url, container="client", annotations=annotations)
 
 
-def tap_lines(p: Platform, *args: str, want: int, timeout: float = 60) -> list[str]:
-    """The first ``want`` lines ``tether viz tap ARGS`` streams (it runs until interrupted, as a user's would)."""
-    proc = subprocess.Popen([TETHER, "viz", "tap", *args], env=p.env, stdout=subprocess.PIPE,
+def tap_lines(p: Platform, *args: str, want: int, timeout: float = 60, command: str = "tap") -> list[str]:
+    """The first ``want`` lines ``tether viz tap ARGS`` (or ``viz top``: ``command``) streams (it runs until
+    interrupted, as a user's would)."""
+    proc = subprocess.Popen([TETHER, "viz", command, *args], env=p.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     try:
@@ -281,9 +282,9 @@ def tap_lines(p: Platform, *args: str, want: int, timeout: float = 60) -> list[s
         deadline = time.monotonic() + timeout
         while len(lines) < want:
             readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            assert readable, f"viz tap {' '.join(args)}: {len(lines)} lines after {timeout:.0f}s: {lines}"
+            assert readable, f"viz {command} {' '.join(args)}: {len(lines)} lines after {timeout:.0f}s: {lines}"
             line = proc.stdout.readline()
-            assert line, f"viz tap {' '.join(args)} ended: {proc.stderr.read() if proc.stderr else ''}"
+            assert line, f"viz {command} {' '.join(args)} ended: {proc.stderr.read() if proc.stderr else ''}"
             lines.append(line.rstrip("\n"))
     finally:
         proc.send_signal(signal.SIGINT)

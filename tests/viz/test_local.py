@@ -101,10 +101,33 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     client_ip = by_app["client"]["status"]["podIP"]
     assert f" src={client_ip}:" in req, lines
     assert any(line.startswith("rsp ") and ":status=200" in line for line in lines), lines
-    assert any(line.startswith("end ") for line in lines), lines
+    end = next(line for line in lines if line.startswith("end "))
+    assert "response-length=0B" not in end, lines  # the body's bytes the proxy relayed
+    # -o wide: both sides named from the pods at their addresses, with their namespace.
+    wide = next(line for line in uplab.tap_lines(p, "deploy/web", "-n", NS, "-o", "wide", want=3)
+                if line.startswith("req "))
+    assert wide.endswith(f"src_res=deploy/client src_ns={NS} dst_res=deploy/web dst_ns={NS}"), wide
     out = uplab.tap_lines(p, "deploy/client", "-n", NS, "--to", "deploy/web", want=3)
     assert out[0].startswith("req ") and "proxy=out" in out[0] and "tls=true" in out[0], out
     assert f" src={client_ip}:" in out[0], out  # the app's own socket, in its pod
+    # top: the busiest paths from the same taps, printed as plain tables when piped (client -> web, GET /).
+    # (A table is printed at most once a second, after an event: the first may have no finished request yet.)
+    top = uplab.tap_lines(p, "deploy/web", "-n", NS, want=8, command="top")
+    assert top[0].split()[:4] == ["SOURCE", "DESTINATION", "METHOD", "PATH"], top
+    assert any(line.split()[2:4] == ["GET", "/"] for line in top), top
+
+    # routes: web has no ServiceProfile, so the client's policy route to web's Service, with its traffic
+    # (all successful, tries included); authz: web's inbound authorization allowed them, denied none.
+    def routed() -> list | None:
+        rows = _json(p, "viz", "routes", "deploy/client", "-n", NS, "--to", "svc/web", "-t", "30s")
+        return rows if rows and rows[0]["stats"] and rows[0]["stats"]["success_count"] > 0 else None
+
+    (route,) = wait_for("the client's route to web with traffic", routed, timeout=60)
+    assert route["authority"] == "web" and route["stats"]["failure_count"] == 0, route
+    assert route["stats"]["actual_success_count"] >= route["stats"]["success_count"] > 0, route
+    (allowed,) = [r for r in _json(p, "viz", "authz", "deploy/web", "-n", NS, "-t", "30s") if r["stats"]]
+    assert allowed["stats"]["allowed_count"] > 0 and not allowed["stats"]["denied_count"], allowed
+
     quiet = by_app["quiet"]["metadata"]["name"]
     refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)
     assert f"{quiet}: tap disabled (viz.linkerd.io/disable-tap)" in refused.stderr

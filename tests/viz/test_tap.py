@@ -28,7 +28,7 @@ from tether.viz.dashboard.server import Dashboard
 from tether.viz.dashboard.views import Views
 from tether.viz.metrics_api import Mesh
 from tether.viz.prometheus import Prometheus
-from tether.viz.tap import (NoTappablePods, TapError, per_pod_limit,
+from tether.viz.tap import (NoTappablePods, TapError, hydrate, peer_labels, per_pod_limit,
                             tappable_pods, translate_match)
 from viz.browser import CHROMEDRIVER, CHROMIUM, Browser
 from viz.taplab import NS, TapLab as _Lab, _objects
@@ -106,6 +106,10 @@ def test_tap_by_resource_merges_both_pods_events(lab: _Lab) -> None:
     inits = [e for e in events if e.http.WhichOneof("event") == "request_init"]
     assert sorted((e.destination.port, e.http.request_init.path, e.http.request_init.id.base) for e in inits) == [
         (8080, "/api/a", 1), (8080, "/api/a", 2), (8080, "/api/b", 1), (8080, "/api/b", 2)]
+    # The controller labels each event's destination with the pod at its address (the client, 10.0.0.1, is none).
+    assert sorted(e.destination_meta.labels["pod"] for e in inits) == [
+        "web-5d8f7c9b4-abcde", "web-5d8f7c9b4-abcde", "web-5d8f7c9b4-fghij", "web-5d8f7c9b4-fghij"]
+    assert all(e.destination_meta.labels["deployment"] == "web" and "pod" not in e.source_meta.labels for e in events)
 
 
 def test_an_untappable_resource_is_not_found_naming_the_pods(lab: _Lab) -> None:
@@ -139,6 +143,41 @@ def test_tap_lines_read_as_linkerd_s() -> None:
         "end id=3:1 proxy=in src=10.0.0.1:5000 dst=10.0.0.2:8080 tls=true grpc-status=0 duration=500µs "
         "response-length=3B",
     ]
+
+
+def test_events_get_the_pods_labels_and_wide_lines_name_both_sides() -> None:
+    """As Linkerd's tap server labels each event's peers from the pods at their addresses, and ``viz tap -o wide``
+    prints them: the tapped kind's resource (else the pod) and the namespace of each side, then the route."""
+    peers = peer_labels(_objects())
+    assert peers["127.0.0.2"] == {"namespace": NS, "pod": "web-5d8f7c9b4-abcde", "serviceaccount": "web",
+                                  "deployment": "web"}
+    taps = Taps(base=3)
+    from tether.proxy.core.tap import new_tap
+
+    tap = new_tap(tap_pb2.ObserveRequest(limit=1), lambda: None)
+    taps.add(tap)
+    # Inbound at web from emoji's pod; the proxy's own label (tls) stays, and 10.9.9.9 is no pod.
+    stream = taps.begin(TapRequest(INBOUND, ("127.0.0.4", 5000), ("127.0.0.2", 8080), "GET", "http", "web:80", "/",
+                                   source_labels={"tls": "true", "namespace": "as-the-proxy-saw-it"},
+                                   route_labels={"route": "GET /"}), 0.0)
+    assert stream is not None
+    (event,) = tap.events
+    hydrate(event, peers)
+    assert dict(event.source_meta.labels) == {"tls": "true", "namespace": "as-the-proxy-saw-it",
+                                              "pod": "emoji-5d8f7c9b4-aaaaa", "serviceaccount": "default",
+                                              "deployment": "emoji"}
+    assert event.destination_meta.labels["deployment"] == "web"
+    line = tables.tap_line(event, "deployment")
+    assert line.endswith(":path=/ src_res=deploy/emoji src_ns=as-the-proxy-saw-it dst_res=deploy/web "
+                         f"dst_ns={NS} rt_route=GET /"), line
+    assert tables.tap_line(event, "pod").endswith(
+        f"src_res=po/emoji-5d8f7c9b4-aaaaa src_ns=as-the-proxy-saw-it dst_res=po/web-5d8f7c9b4-abcde dst_ns={NS} "
+        "rt_route=GET /")
+    assert " src_res=ns/as-the-proxy-saw-it dst_res=ns/" in tables.tap_line(event, "namespace")
+    unknown = tap_pb2.TapEvent()
+    unknown.CopyFrom(event)
+    unknown.source.CopyFrom(tap_pb2.TapEvent().source)  # no address: nothing to look up
+    assert hydrate(unknown, {}).source_meta.labels["tls"] == "true"
 
 
 def test_cli_tap_errors_name_the_pods_or_the_server(lab: _Lab, tmp_path: Path) -> None:

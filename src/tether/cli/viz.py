@@ -43,7 +43,7 @@ from tether.viz.objects import StoreObjects
 from tether.viz.scrape_config import PROXY_JOB
 from tether.viz import metrics_api as api
 from tether.viz.prometheus import Prometheus, PrometheusError
-from tether.viz.targets import NAMESPACE, Target, TargetError, parse_one, parse_targets
+from tether.viz.targets import NAMESPACE, Target, TargetError, kind_of, parse_one, parse_targets
 
 DEFAULT_NAMESPACE = "default"
 class Context:
@@ -991,7 +991,9 @@ def _tap_address(tap_server: str | None) -> str:
 
 @viz.command()
 @_tap_options
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
+              help="wide adds each peer's resource (of RESOURCE's kind, else its pod) and namespace, and the "
+                   "route's labels.")
 @platform_option
 def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
         scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
@@ -1000,11 +1002,12 @@ def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str 
     (--platform kubernetes) through the API server's tap APIService, as your kubeconfig's user."""
     request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
     source = _tap_source(tap_server, kube)
+    wide_kind = kind_of(request.target.resource.type) if output == "wide" else None
 
     def show(event: Any) -> None:
         from google.protobuf.json_format import MessageToDict
 
-        click.echo(json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event))
+        click.echo(json.dumps(MessageToDict(event)) if output == "json" else tables.tap_line(event, wide_kind))
 
     try:
         asyncio.run(source(request, show))

@@ -222,26 +222,46 @@ def method_name(method: http_types_pb2.HttpMethod) -> str:
     return http_types_pb2.HttpMethod.Registered.Name(method.registered)
 
 
-def tap_line(event: tap_pb2.TapEvent) -> str:
-    """One event as ``linkerd viz tap`` prints it."""
+SHORT_KINDS = {"deployment": "deploy", "pod": "po", "namespace": "ns"}
+
+
+def _resources(event: tap_pb2.TapEvent, kind: str) -> str:
+    """``-o wide``'s tail, as ``linkerd viz tap`` prints it: each peer's resource of the tapped ``kind`` (else its
+    pod) and namespace, then the route's labels."""
+    out = ""
+    for direction, meta in (("src", event.source_meta), ("dst", event.destination_meta)):
+        labels = meta.labels
+        if kind in labels:
+            out += f" {direction}_res={SHORT_KINDS.get(kind, kind)}/{labels[kind]}"
+        elif "pod" in labels:
+            out += f" {direction}_pod={labels['pod']}"
+        if kind != "namespace" and "namespace" in labels:
+            out += f" {direction}_ns={labels['namespace']}"
+    return out + "".join(f" rt_{k}={v}" for k, v in sorted(event.route_meta.labels.items()))
+
+
+def tap_line(event: tap_pb2.TapEvent, wide_kind: str | None = None) -> str:
+    """One event as ``linkerd viz tap`` prints it; with ``wide_kind`` (the tapped resource's kind: ``deployment``,
+    ``pod``, ``namespace``) as ``-o wide`` prints it."""
     inbound = event.proxy_direction == tap_pb2.TapEvent.INBOUND
     meta = event.source_meta if inbound else event.destination_meta
     head = (f"proxy={'in' if inbound else 'out'} src={_addr(event.source)} dst={_addr(event.destination)} "
             f"tls={meta.labels.get('tls', '')}")
+    tail = _resources(event, wide_kind) if wide_kind else ""
     kind = event.http.WhichOneof("event")
     if kind == "request_init":
         r = event.http.request_init
         return (f"req id={r.id.base}:{r.id.stream} {head} :method={method_name(r.method)} :authority={r.authority} "
-                f":path={r.path}")
+                f":path={r.path}{tail}")
     if kind == "response_init":
         r = event.http.response_init
         return (f"rsp id={r.id.base}:{r.id.stream} {head} :status={r.http_status} "
-                f"latency={_micros(r.since_request_init)}µs")
+                f"latency={_micros(r.since_request_init)}µs{tail}")
     if kind == "response_end":
         r = event.http.response_end
         end = r.eos.WhichOneof("end")
-        tail = (f" grpc-status={r.eos.grpc_status_code}" if end == "grpc_status_code"
-                else f" reset-error={r.eos.reset_error_code}" if end == "reset_error_code" else "")
-        return (f"end id={r.id.base}:{r.id.stream} {head}{tail} duration={_micros(r.since_response_init)}µs "
-                f"response-length={r.response_bytes}B")
+        eos = (f" grpc-status={r.eos.grpc_status_code}" if end == "grpc_status_code"
+               else f" reset-error={r.eos.reset_error_code}" if end == "reset_error_code" else "")
+        return (f"end id={r.id.base}:{r.id.stream} {head}{eos} duration={_micros(r.since_response_init)}µs "
+                f"response-length={r.response_bytes}B{tail}")
     return f"unknown event {head}"

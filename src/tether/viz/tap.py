@@ -31,11 +31,12 @@ from typing import Any
 import grpc
 
 from tether.api import http_types_pb2, tap_pb2, tap_pb2_grpc, viz_tap_pb2, viz_tap_pb2_grpc
+from tether.api.addresses import InvalidAddress, from_tcp_address
 from tether.naming import InvalidName, WorkloadIdentity
 from tether.viz.metrics_api import Mesh, Objects
 from tether.viz.tap_injector import DISABLE_TAP, TAP_ENV
 from tether.viz.targets import DEPLOYMENT, NAMESPACE, POD, TargetError, kind_of
-from tether.viz.workloads import MESHED_LABEL, PROXY_CONTAINER, select
+from tether.viz.workloads import MESHED_LABEL, PROXY_CONTAINER, pod_info, select
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,38 @@ def tappable_pods(objects: Objects, resource: viz_tap_pb2.Resource, mesh: Mesh) 
     if not out:
         raise NoTappablePods(f"no pods to tap for {what} in namespace {namespace}: " + "; ".join(refused))
     return out
+
+
+Peers = Mapping[str, Mapping[str, str]]  # a pod's IP -> the labels its events' peer gets (``peer_labels``)
+
+
+def peer_labels(objects: Objects) -> Peers:
+    """Each pod's IP -> what Linkerd's tap server adds to an event's source or destination metadata about the
+    pod at that address: ``namespace``, ``pod``, ``serviceaccount`` and its owner (``deployment``)."""
+    out: dict[str, dict[str, str]] = {}
+    for pod in objects.list("Pod", None):
+        info = pod_info(pod)
+        if info.ip is None or info.phase not in ("Pending", "Running"):
+            continue
+        labels = {"namespace": info.namespace, "pod": info.name,
+                  "serviceaccount": str((pod.get("spec") or {}).get("serviceAccountName") or "default")}
+        if info.deployment:
+            labels["deployment"] = info.deployment
+        out[info.ip] = labels
+    return out
+
+
+def hydrate(event: tap_pb2.TapEvent, peers: Peers) -> tap_pb2.TapEvent:
+    """``event`` with each peer's pod labels added (the proxy's own labels win, as they are what it saw)."""
+    for address, meta in ((event.source, event.source_meta), (event.destination, event.destination_meta)):
+        try:
+            ip = from_tcp_address(address)[0]
+        except (InvalidAddress, ValueError):
+            continue
+        for key, value in (peers.get(ip) or {}).items():
+            if key not in meta.labels:
+                meta.labels[key] = value
+    return event
 
 
 def per_pod_limit(max_rps: float, pods: int) -> int:
@@ -248,15 +281,20 @@ class TapController:
                 # The limit was reached before the window ended: wait for the next one.
                 await asyncio.sleep(max(0.0, window_end - loop.time()))
 
+    def peers(self) -> Peers:
+        """The pods' labels by IP, as the tap starts (``peer_labels``)."""
+        return peer_labels(self.objects)
+
     async def tap(self, request: viz_tap_pb2.TapByResourceRequest) -> AsyncIterator[tap_pb2.TapEvent]:
         """Every tapped pod's events, merged, until the caller stops; a pod's failure is raised."""
         pods, observe = self.plan(request)
-        async for event in self.observe(pods, observe):
+        async for event in self.observe(pods, observe, self.peers()):
             yield event
 
-    async def observe(self, pods: list[TapTarget], observe: tap_pb2.ObserveRequest
+    async def observe(self, pods: list[TapTarget], observe: tap_pb2.ObserveRequest, peers: Peers | None = None
                       ) -> AsyncIterator[tap_pb2.TapEvent]:
-        """What ``plan`` said, merged (for callers that plan off the loop: its objects may block)."""
+        """What ``plan`` said, merged, each event's peers labelled from ``peers`` (for callers that plan off the
+        loop: its objects may block)."""
         queue: asyncio.Queue[tap_pb2.TapEvent | Exception] = asyncio.Queue(maxsize=1000)
         tasks = [asyncio.create_task(self._observe(pod, observe, queue)) for pod in pods]
         try:
@@ -264,7 +302,7 @@ class TapController:
                 item = await queue.get()
                 if isinstance(item, Exception):
                     raise item
-                yield item
+                yield hydrate(item, peers) if peers else item
         finally:
             for task in tasks:
                 task.cancel()

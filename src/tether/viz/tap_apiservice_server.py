@@ -128,10 +128,15 @@ class TapApiService:
             return _error(err, err.status)
         except TapError as err:
             return _error(err, _TAP_STATUS.get(err.code.name, 500))
+        try:
+            peers = await asyncio.to_thread(self._controller.peers)
+        except Exception as err:  # noqa: BLE001 - the labels only add to the events: tap without them
+            log.warning("tap of %s: events carry no pod labels (the pods could not be listed: %s)", request.path, err)
+            peers = {}
         response = web.StreamResponse(headers={"Content-Type": rules.CONTENT_TYPE})
         await response.prepare(request)
         try:
-            async for event in self._controller.observe(pods, observe):
+            async for event in self._controller.observe(pods, observe, peers):
                 await response.write(rules.frame(event.SerializeToString()))
         except TapError as err:  # a pod failed mid-stream: the status is sent; say why in the stream
             log.warning("tap of %s ended: %s", request.path, err)

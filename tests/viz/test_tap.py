@@ -9,6 +9,7 @@ The CLI ``tether viz tap`` is run against the controller's gRPC server.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -178,6 +179,33 @@ def test_events_get_the_pods_labels_and_wide_lines_name_both_sides() -> None:
     unknown.CopyFrom(event)
     unknown.source.CopyFrom(tap_pb2.TapEvent().source)  # no address: nothing to look up
     assert hydrate(unknown, {}).source_meta.labels["tls"] == "true"
+
+
+def test_cli_tap_json_asks_for_headers_and_wide_does_not(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``-o json`` asks the proxies for the headers (Linkerd's tap sets extract for it); the event is printed whole."""
+    import tether.cli.viz as viz_cli
+
+    asked: list[Any] = []
+    event = tap_pb2.TapEvent(proxy_direction=INBOUND)
+    event.http.request_init.path = "/api"
+    event.http.request_init.headers.headers.add(name="x-id", value=b"7")
+
+    def source(tap_server: str | None, kube: object) -> Any:
+        async def run(request: Any, show: Any) -> None:
+            asked.append(request)
+            show(event)
+        return run
+
+    monkeypatch.setattr(viz_cli, "_tap_source", source)
+    out = CliRunner().invoke(cli, ["viz", "tap", "deploy/web", "-n", NS, "-o", "json"],
+                             env={"TETHER_HOME": str(tmp_path)}, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    assert asked[0].extract.http.WhichOneof("extract") == "headers"
+    doc = json.loads(out.output)
+    assert doc["http"]["requestInit"]["headers"]["headers"] == [{"name": "x-id", "value": "Nw=="}]
+    wide = CliRunner().invoke(cli, ["viz", "tap", "deploy/web", "-n", NS, "-o", "wide"],
+                              env={"TETHER_HOME": str(tmp_path)}, catch_exceptions=False)
+    assert wide.exit_code == 0 and not asked[1].HasField("extract"), wide.output
 
 
 def test_cli_tap_errors_name_the_pods_or_the_server(lab: _Lab, tmp_path: Path) -> None:

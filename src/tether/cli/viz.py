@@ -993,7 +993,7 @@ def _tap_address(tap_server: str | None) -> str:
 @_tap_options
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json"]), default="table", show_default=True,
               help="wide adds each peer's resource (of RESOURCE's kind, else its pod) and namespace, and the "
-                   "route's labels.")
+                   "route's labels; json is each event whole, with the headers and trailers.")
 @platform_option
 def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str | None, method: str | None,
         scheme: str | None, authority: str | None, path: str | None, max_rps: float, tap_server: str | None,
@@ -1001,6 +1001,8 @@ def tap(resource: str, namespace: str | None, to: str | None, to_namespace: str 
     """Stream the requests RESOURCE's proxies see, live, until Ctrl-C (`linkerd viz tap`). On Kubernetes
     (--platform kubernetes) through the API server's tap APIService, as your kubeconfig's user."""
     request = _tap_request(resource, namespace, to, to_namespace, method, scheme, authority, path, max_rps)
+    if output == "json":  # as Linkerd's: the JSON carries the requests' and responses' headers
+        request.extract.http.headers.SetInParent()
     source = _tap_source(tap_server, kube)
     wide_kind = kind_of(request.target.resource.type) if output == "wide" else None
 

@@ -200,10 +200,12 @@ class _Framing(enum.Enum):
 
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
-_VERSION = re.compile(rb"HTTP/1\.([01])\Z")
+# The versions taken, as the start line spells them -> as events carry them (a lookup, not a regex per line).
+_VERSIONS = {b"HTTP/1.1": b"1.1", b"HTTP/1.0": b"1.0"}
+# Methods known to be tokens (the rest are checked with _TOKEN).
+_METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH"})
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
-_DIGITS = re.compile(rb"[0-9]+\Z")
 _HEX = re.compile(rb"[0-9A-Fa-f]+\Z")
 
 
@@ -220,6 +222,7 @@ _FRAMING_HEADERS = frozenset({b"transfer-encoding", b"content-length", b"connect
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
                         b"upgrade", b"trailer"})
 _NONE: list[bytes] = []
+_LINE_ENDS = (10, 13)  # LF, CR as bytes items
 
 
 def scan_framing(headers: Headers) -> dict[bytes, list[bytes]]:
@@ -248,17 +251,17 @@ def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exce
         return _Framing.CHUNKED, 0
     if lengths:
         first = lengths[0]
-        if len(first) > 18 or not _DIGITS.match(first) or (len(lengths) > 1 and len(set(lengths)) != 1):
+        # bytes.isdigit: ASCII digits only, and not empty (as [0-9]+, without a regex call per message)
+        if len(first) > 18 or not first.isdigit() or (len(lengths) > 1 and len(set(lengths)) != 1):
             raise error("invalid Content-Length")
         return _Framing.LENGTH, int(lengths[0])
     return (_Framing.NONE if is_request else _Framing.UNTIL_CLOSE), 0
 
 
-def _wants_switch(method: bytes, found: dict[bytes, list[bytes]]) -> bool:
-    return method == b"CONNECT" or b"upgrade" in found
-
-
 def _wants_close(found: dict[bytes, list[bytes]], version: bytes) -> bool:
+    """Whether a head ends its connection after its message: ``Connection: close``, or HTTP/1.0 without
+    ``keep-alive``. Callers test ``b"connection" in found or version != b"1.1"`` first (the usual head has
+    neither), so a head that cannot close costs no call."""
     conn = found.get(b"connection", _NONE)
     if b"close" in conn:
         return True
@@ -318,9 +321,8 @@ class Http1Connection:
         if not (self.our_state is State.DONE and self.their_state is State.DONE and self.keep_alive):
             raise LocalProtocolError(f"no next cycle from {self.our_state.value}/{self.their_state.value}"
                                      f" (keep-alive {self.keep_alive})")
-        self.our_state = _next((self.our_state, Input.NEXT_CYCLE)) or _stuck(self.our_state, Input.NEXT_CYCLE, True)
-        self.their_state = (_next((self.their_state, Input.NEXT_CYCLE))
-                            or _stuck(self.their_state, Input.NEXT_CYCLE, True))
+        # (DONE, NEXT_CYCLE) -> IDLE for both sides, as TRANSITIONS says: checked just above.
+        self.our_state = self.their_state = State.IDLE
         self._method = b""
         self._switch_asked = False
 
@@ -370,13 +372,15 @@ class Http1Connection:
 
     def _read_head(self, events: list[Event]) -> bool:
         buf = self._buf
-        # Empty lines before a request line are allowed (RFC 9112 §2.2).
-        while buf[:2] == b"\r\n":
-            del buf[:2]
-            self._searched = 0
-        while buf[:1] == b"\n":
-            del buf[:1]
-            self._searched = 0
+        # Empty lines before a request line are allowed (RFC 9112 §2.2). (Looked at only when the buffer starts
+        # with a line end: a slice per head costs an object.)
+        if buf and buf[0] in _LINE_ENDS:
+            while buf[:2] == b"\r\n":
+                del buf[:2]
+                self._searched = 0
+            while buf[:1] == b"\n":
+                del buf[:1]
+                self._searched = 0
         end = buf.find(b"\r\n\r\n", max(0, self._searched - 3))
         if end < 0:
             if len(buf) > self.max_head_size:
@@ -409,19 +413,19 @@ class Http1Connection:
         if len(parts) != 3:
             raise BadStartLine("malformed request line")
         method, target, version = parts
-        match = _VERSION.match(version)
-        if match is None or not _TOKEN.match(method) or not target or _BAD_TARGET.search(target):
+        version = _VERSIONS.get(version, b"")
+        if not version or (method not in _METHODS and not _TOKEN.match(method)) or not target \
+                or _BAD_TARGET.search(target):
             raise BadStartLine("malformed request line")
         headers, found, hosts, rewrite = self._headers(head)
-        version = b"1." + match.group(1)
         if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
         framing, length = _framing(found, True, BadMessage)
         if method == b"CONNECT":
             framing, length = _Framing.NONE, 0
         self._method = method
-        self._switch_asked = _wants_switch(method, found)
-        if _wants_close(found, version):
+        self._switch_asked = method == b"CONNECT" or b"upgrade" in found
+        if (b"connection" in found or version != b"1.1") and _wants_close(found, version):
             self.keep_alive = False
         events.append(RequestHead(method, target, headers, version, rewrite, found, head))
         self._begin_read(framing, length, events)
@@ -431,15 +435,14 @@ class Http1Connection:
         parts = head[: head.find(b"\r\n")].split(b" ", 2)
         if len(parts) < 2:
             raise BadMessage("malformed status line")
-        match = _VERSION.match(parts[0])
+        version = _VERSIONS.get(parts[0], b"")
         status_text = parts[1]
-        if match is None or len(status_text) != 3 or not status_text.isdigit():
+        if not version or len(status_text) != 3 or not status_text.isdigit():
             raise BadMessage("malformed status line")
         status = int(status_text)
         if status < 100:
             raise BadMessage("malformed status line")
         headers, found, _, rewrite = self._headers(head)
-        version = b"1." + match.group(1)
         reason = parts[2] if len(parts) == 3 else b""
         head_event = ResponseHead(status, headers, reason, version, rewrite, found, head)
         if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
@@ -459,7 +462,8 @@ class Http1Connection:
             framing, length = _Framing.NONE, 0
         else:
             framing, length = _framing(found, False, BadMessage)
-        if framing is _Framing.UNTIL_CLOSE or _wants_close(found, version):
+        if framing is _Framing.UNTIL_CLOSE or (b"connection" in found or version != b"1.1") and _wants_close(
+                found, version):
             self.keep_alive = False
         events.append(head_event)
         self._begin_read(framing, length, events)
@@ -598,8 +602,8 @@ class Http1Connection:
             if head.method == b"CONNECT":
                 framing, length = _Framing.NONE, 0
             self._method = head.method
-            self._switch_asked = _wants_switch(head.method, found)
-            if _wants_close(found, head.version):
+            self._switch_asked = head.method == b"CONNECT" or b"upgrade" in found
+            if (b"connection" in found or head.version != b"1.1") and _wants_close(found, head.version):
                 self.keep_alive = False
             line = b"" if head.raw is not None else b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
         else:
@@ -622,7 +626,8 @@ class Http1Connection:
                 framing, length = _Framing.NONE, 0
             else:
                 framing, length = _framing(found, False, LocalProtocolError)
-            if framing is _Framing.UNTIL_CLOSE or _wants_close(found, head.version):
+            if framing is _Framing.UNTIL_CLOSE or (b"connection" in found or head.version != b"1.1") and _wants_close(
+                    found, head.version):
                 self.keep_alive = False
         raw = head.raw
         out = raw + b"\r\n" if raw is not None else line + _serialise(head.headers)
@@ -692,14 +697,13 @@ class _HeadCollector:
         self.rewrite = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Called by llhttp for every header line: one call, the notable headers looked at in it (not in another).
         self.headers.append((name, value.rstrip(b" \t")))  # llhttp drops leading whitespace only
         low = name.lower()
-        if low in _NOTABLE:
-            self._notable(low, value)
-        elif low[:4] == b"l5d-":
-            self.rewrite = True
-
-    def _notable(self, low: bytes, value: bytes) -> None:
+        if low not in _NOTABLE:
+            if low[:4] == b"l5d-":
+                self.rewrite = True
+            return
         if low == b"host":
             self.hosts += 1
             return
@@ -712,7 +716,7 @@ class _HeadCollector:
                 self.found.setdefault(low, []).append(stripped.lower())  # the common case: one value
 
 
-_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at twice
+_NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at further
 _END = EndOfMessage()  # the end of a message without trailers (events are never changed)
 
 

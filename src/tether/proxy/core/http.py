@@ -42,15 +42,17 @@ ClientAddr = tuple[str, int]  # the accepted connection's peer (ip, port), as ta
 MAX_REPLAY = 64 * 1024  # request body bytes kept for a retry (Linkerd's); a larger body is not retried
 
 
-def _no_sample(rtt: float) -> None:
+# A ``Pick``'s callbacks when nobody listens (public: a core compares with them to skip the call and the clock read
+# per request).
+def no_sample(rtt: float) -> None:
     """A ``Pick`` that feeds no balancer."""
 
 
-def _nothing() -> None:
+def nothing() -> None:
     """A ``Pick`` with nothing to tell."""
 
 
-def _no_outcome(status: int, grpc_status: int | None, elapsed: float) -> None:
+def no_outcome(status: int, grpc_status: int | None, elapsed: float) -> None:
     """A ``Pick`` with nobody to tell how its attempt ended."""
 
 
@@ -62,12 +64,12 @@ class Pick:
     header: bytes | None  # transport header for a new connection
     labels: str  # request metric labels (endpoint labels)
     authority: bytes  # Host for a request that has none
-    observe: Callable[[float], None] = _no_sample  # a latency sample for the endpoint
-    failed: Callable[[], None] = _nothing  # the endpoint could not be reached
-    release: Callable[[], None] = _nothing  # the request is over (in-flight count)
+    observe: Callable[[float], None] = no_sample  # a latency sample for the endpoint
+    failed: Callable[[], None] = nothing  # the endpoint could not be reached
+    release: Callable[[], None] = nothing  # the request is over (in-flight count)
     # How an attempt ended: its response status (0: none), gRPC status, seconds since it was sent (failure
     # accrual, the policy's backend metrics).
-    outcome: Callable[[int, int | None, float], None] = _no_outcome
+    outcome: Callable[[int, int | None, float], None] = no_outcome
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.

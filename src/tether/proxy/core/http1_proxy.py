@@ -81,7 +81,7 @@ from tether.proxy.codec.http1 import (
 from tether.proxy.core import errors, exchange
 from tether.proxy.core.commands import Command, Connect, Failed, Layer, Revocable
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router
+from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router, no_outcome, no_sample, nothing
 from tether.proxy.core.http1_headers import downstream_response, edited, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
 from tether.proxy.core.retries import Settled
@@ -426,7 +426,7 @@ class Http1Proxy:
         ex.held = 0
         ex.phase = Phase.WAITING
         self.sink.send_up(up, out)
-        attempt = exchange.attempt_timeout(ex.route)
+        attempt = exchange.attempt_timeout(ex.route) if ex.route is not None else None
         if attempt is not None:
             self._cancel_attempt(ex)
             ex.attempt = self.sink.call_later(attempt, lambda: self._attempt_timed_out(ex, up, attempt))
@@ -510,7 +510,8 @@ class Http1Proxy:
         assert pick is not None and client is not None
         if not ex.sampled:
             ex.sampled = True
-            pick.observe(self.settings.clock() - ex.begun)
+            if pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
+                pick.observe(self.settings.clock() - ex.begun)
         if head.status < 200 and not client.switched:
             if self.server.our_state is State.IDLE:
                 self.sink.send_down(self.server.send_head(informational(head)))
@@ -522,10 +523,12 @@ class Http1Proxy:
     def _outcome(self, ex: _Exchange, head: ResponseHead | None, error: ProxyError | None) -> None:
         """An attempt's end: a final response head, or an error the proxy answers for. On a profile route, a
         failure (by the route's classes) may be retried within the budget (Linkerd's profile stack)."""
-        self._cancel_attempt(ex)
+        if ex.attempt is not None:
+            self._cancel_attempt(ex)
         route = ex.route
         pick = ex.pick
-        if pick is not None:  # failure accrual and the policy's backend metrics hear how the attempt ended
+        # Failure accrual and the policy's backend metrics hear how the attempt ended (when anybody listens).
+        if pick is not None and pick.outcome is not no_outcome:
             pick.outcome(head.status if head is not None else 0, None, self.settings.clock() - ex.begun)
         if route is None:
             if error is not None:
@@ -675,11 +678,14 @@ class Http1Proxy:
         server = self.server
         up, pick, client, head = ex.up, ex.pick, ex.client, ex.head
         assert up is not None and pick is not None and client is not None and head is not None
-        self.sink.send_down(server.send_end(trailers if ex.chunked else ()))
+        end = server.send_end(trailers if ex.chunked else ())
+        if end:  # nothing for a Content-Length body
+            self.sink.send_down(end)
         if ex.chunked and self.settings.observer is not None:
             ex.trailers = trailers
         self._record(pick.labels, head.status, head.status < 500, ex.start)
-        self._route_response(ex, head.status, ex.success)
+        if ex.route is not None:
+            self._route_response(ex, head.status, ex.success)
         ex.up = None
         if server.their_state is not State.DONE:
             # The response ended before the request did: the rest of the request has nowhere to go.
@@ -843,12 +849,15 @@ class Http1Proxy:
         if ex.timer is not None:
             ex.timer.cancel()
             ex.timer = None
-        self._cancel_attempt(ex)
+        if ex.attempt is not None:
+            self._cancel_attempt(ex)
         if ex.idle is not None:
             ex.idle.cancel()
             ex.idle = None
-        if ex.pick is not None:
-            ex.pick.release()
+        pick = ex.pick
+        if pick is not None:
+            if pick.release is not nothing:
+                pick.release()
             ex.pick = None
         if ex.in_flight:
             ex.in_flight = False

@@ -121,19 +121,19 @@ class Http1Io:
             assert up is not None
             self.to_up = []
             self.to_up_on = None
-            self._write(up.io, to_up)
+            stream = up.io
+            if not stream.lost:
+                data = to_up[0] if len(to_up) == 1 else b"".join(to_up)
+                stream.tx += len(data)
+                stream.transport.write(data)
         to_down = self.to_down
         if to_down:
             self.to_down = []
-            self._write(self.down, to_down)
-
-    @staticmethod
-    def _write(stream: Stream, chunks: list[bytes]) -> None:
-        if stream.lost:
-            return
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        stream.tx += len(data)
-        stream.transport.write(data)
+            stream = self.down
+            if not stream.lost:
+                data = to_down[0] if len(to_down) == 1 else b"".join(to_down)
+                stream.tx += len(data)
+                stream.transport.write(data)
 
     def on_write_paused(self, stream: Stream) -> None:
         if stream is self.down:
@@ -218,8 +218,11 @@ class Http1Io:
         up.io.handler = self
         self.up = up
         self.up_full = up.io.paused
-        self._up_reading()
-        self._down_reading()
+        # Each only when it may change something (the usual check-out: nothing paused either way).
+        if self.down_full or self.up_reading_paused:
+            self._up_reading()
+        if self.up_full or self.core_paused or not self.down_reading:
+            self._down_reading()
 
     def send_up(self, up: Upstream, data: bytes) -> None:
         if data:
@@ -241,7 +244,8 @@ class Http1Io:
                 if not stream.lost:
                     stream.transport.resume_reading()
             self.up_full = False
-            self._down_reading()
+            if self.core_paused or not self.down_reading:
+                self._down_reading()
         if reuse and not self.closed:
             self.driver.pool_put(self.conn.direction, up)
         elif not stream.lost:

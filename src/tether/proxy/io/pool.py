@@ -105,6 +105,9 @@ class Pool:
         self._sweeper: asyncio.TimerHandle | None = None  # one timer for the pool, not one per check-in
         self._connects: set[asyncio.Future[Any]] = set()
         self._closed = False
+        # The loop, once known (every check-in stamps the loop's time; asyncio.get_running_loop() costs a getpid()
+        # system call per call on Python 3.11).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def take(self, key: object) -> Upstream | None:
         """The most recently used idle connection of ``key`` still usable, or None."""
@@ -166,7 +169,7 @@ class Pool:
         state = self._keys.get(up.key)
         if state is None:
             state = self._keys[up.key] = _Key()
-        waiter = state.next_waiter()
+        waiter = state.next_waiter() if state.waiters else None
         if waiter is not None:
             if not fresh:
                 _reused(up)
@@ -176,7 +179,9 @@ class Pool:
         if len(entries) >= self._max_idle:
             old, _ = entries.pop(0)
             old.io.transport.close()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         entries.append((up, loop.time()))
         if self._sweeper is None:
             self._sweeper = loop.call_later(self._idle_timeout, self._sweep)

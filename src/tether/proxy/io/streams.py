@@ -85,7 +85,13 @@ class Stream(asyncio.BufferedProtocol):
         return READ_BUFFER
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(READ_BUFFER[:nbytes].tobytes())
+        data = READ_BUFFER[:nbytes].tobytes()
+        handler = self.handler
+        if handler is not None:  # data_received's first case, here: one call less per read of an HTTP connection
+            self.rx += nbytes
+            handler.on_data(self, data)
+            return
+        self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         n = len(data)

@@ -53,9 +53,12 @@ def _connection_tokens(headers: Headers) -> set[bytes]:
     return tokens
 
 
-def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE) -> Headers:
-    """``headers`` without the hop-by-hop ones (those of RFC 9110 and those ``Connection`` lists), but ``keep``."""
-    listed = _connection_tokens(headers) - keep
+def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE,
+               found: dict[bytes, list[bytes]] | None = None) -> Headers:
+    """``headers`` without the hop-by-hop ones (those of RFC 9110 and those ``Connection`` lists), but ``keep``.
+    ``found``: the head's framing values as the codec found them, whose ``connection`` entry holds the listed
+    names already (lowercased, split, stripped), so they are not looked for again."""
+    listed = (_connection_tokens(headers) if found is None else set(found.get(b"connection", ()))) - keep
     return tuple([(n, v) for n, v in headers
                   if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed)])
 
@@ -130,7 +133,11 @@ def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bo
         return ResponseHead(status, _strip_proxy_errors(tunnel, settings), head.reason, b"1.1")
     up_found = head.found if head.found is not None else scan_framing(head.headers)
     plain = not head.rewrite
-    headers: Headers = head.headers if plain else _strip_proxy_errors(end_to_end(head.headers), settings)
+    headers: Headers = head.headers
+    if not plain:
+        headers = end_to_end(headers, _NONE, head.found)
+        if settings.strip_proxy_errors:
+            headers = _strip_proxy_errors(headers, settings)
     framing: dict[bytes, list[bytes]] = {}
     no_body = request.method == b"HEAD" or status in (204, 304)
     extra: Headers = ()

@@ -87,6 +87,9 @@ def _observe(latency: dict[int, list[int]], status: int, latency_ms: int) -> Non
     hist[-1] += 1
 
 
+_RESPONSE_KEYS: dict[tuple[int, bool, str, int | None], str] = {}  # response_total's labels, rendered once each
+
+
 class HttpMetrics(_Store["_Series"]):
     def __init__(self, clock: Callable[[], float], retain_idle: float, max_series: int = MAX_SERIES) -> None:
         super().__init__(clock, retain_idle, max_series, _Series)
@@ -99,9 +102,13 @@ class HttpMetrics(_Store["_Series"]):
                  grpc_status: int | None = None) -> None:
         """``grpc_status``: the response's ``grpc-status`` (gRPC, from the HTTP/2 layer); None prints ``""``."""
         series = self._get(labels)
-        grpc = "" if grpc_status is None else grpc_status
-        key = (f'status_code="{status}",classification="{"success" if success else "failure"}",'
-               f'grpc_status="{grpc}",error="{error}"')
+        key = _RESPONSE_KEYS.get((status, success, error, grpc_status))
+        if key is None:  # rendered once per (status, result, error, grpc), not once per response
+            grpc = "" if grpc_status is None else grpc_status
+            key = (f'status_code="{status}",classification="{"success" if success else "failure"}",'
+                   f'grpc_status="{grpc}",error="{error}"')
+            if len(_RESPONSE_KEYS) < 4096:
+                _RESPONSE_KEYS[(status, success, error, grpc_status)] = key
         series.responses[key] = series.responses.get(key, 0) + 1
         _observe(series.latency, status, latency_ms)
 

@@ -75,14 +75,6 @@ def edited(request: RequestHead, edit: HeaderEdit) -> RequestHead:
     return RequestHead(request.method, request.target, tuple(headers), request.version)
 
 
-def _appended(head: RequestHead, extra: Headers) -> RequestHead:
-    """``head`` with ``extra`` header lines at its end; its bytes kept (and extended) when it has them."""
-    raw = head.raw
-    if raw is not None and extra:
-        raw += serialise_lines(extra)
-    return RequestHead(head.method, head.target, head.headers + extra, head.version, head.rewrite, head.found, raw)
-
-
 def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -> RequestHead:
     """The head sent to the endpoint ``pick`` chose."""
     framing = request.found if request.found is not None else scan_framing(request.headers)
@@ -99,8 +91,13 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
             extra += ((L5D_CLIENT_ID, client_id),)
         if dst:
             extra += ((L5D_DST_CANONICAL, dst),)
-        head = RequestHead(request.method, request.target, request.headers, b"1.1", False, framing, request.raw)
-        return _appended(head, extra)
+        if not extra:  # as it came: the same head
+            return request
+        # Its bytes kept, extended by the lines appended.
+        raw = request.raw
+        if raw is not None:
+            raw += serialise_lines(extra)
+        return RequestHead(request.method, request.target, request.headers + extra, b"1.1", False, framing, raw)
     upgrade = switch and request.method != b"CONNECT"
     headers = list(end_to_end(request.headers, _UPGRADE if upgrade else _NONE))
     if upgrade:

@@ -333,7 +333,9 @@ class Http1Proxy:
             if isinstance(event, Body):
                 self.sink.send_up(up, client.send_body(event.data))
             else:
-                self.sink.send_up(up, client.send_end(event.trailers))
+                end = client.send_end(event.trailers)
+                if end:  # nothing for a Content-Length body
+                    self.sink.send_up(up, end)
             return
         if ex.phase is Phase.OVER:
             return

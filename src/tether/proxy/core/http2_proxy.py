@@ -97,6 +97,9 @@ from tether.proxy.core.http import (
     Pick,
     Router,
     mesh_request_headers,
+    no_outcome,
+    no_sample,
+    nothing,
     strip_proxy_errors,
 )
 from tether.proxy.core.http_commands import ServeHttp2, Upstream
@@ -753,7 +756,7 @@ class Http2Proxy:
         stream.usid = usid
         up.streams[usid] = stream
         self._go(stream, Step.OPENED)
-        timeout = exchange.attempt_timeout(stream.route)
+        timeout = exchange.attempt_timeout(stream.route) if stream.route is not None else None
         if timeout is not None:
             stream.attempt = self.sink.call_later(timeout, lambda: self._attempt_timed_out(stream, usid, timeout))
         if end:
@@ -908,7 +911,8 @@ class Http2Proxy:
     def _sample(self, stream: _Stream) -> None:
         if not stream.sampled and stream.pick is not None:
             stream.sampled = True
-            stream.pick.observe(self.settings.clock() - stream.start)
+            if stream.pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
+                stream.pick.observe(self.settings.clock() - stream.start)
 
     @staticmethod
     def _note_grpc_status(stream: _Stream, headers: Headers) -> None:
@@ -1316,7 +1320,8 @@ class Http2Proxy:
         if stream.backoff is not None:
             stream.backoff.cancel()
             stream.backoff = None
-        self._stop_attempt(stream)
+        if stream.attempt is not None:
+            self._stop_attempt(stream)
         if stream.idle is not None:
             stream.idle.cancel()
             stream.idle = None
@@ -1324,7 +1329,8 @@ class Http2Proxy:
             stream.routing.close()
             stream.routing = None
         if stream.pick is not None:
-            stream.pick.release()
+            if stream.pick.release is not nothing:
+                stream.pick.release()
             stream.pick = None
 
     def _record(self, stream: _Stream, status: int, success: bool, error: str = "") -> None:
@@ -1349,7 +1355,7 @@ class Http2Proxy:
         if stream.recorded:
             return
         stream.recorded = True
-        if stream.pick is not None:
+        if stream.pick is not None and stream.pick.outcome is not no_outcome:
             # Failure accrual (core.breaker) and the policy's backend metrics: the attempt's status and time.
             stream.pick.outcome(status, stream.grpc_status if stream.grpc else None,
                                 self.settings.clock() - stream.start)

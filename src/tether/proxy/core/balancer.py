@@ -241,7 +241,8 @@ class Balancer:
                 if count:
                     self.queue.missed += 1
                 return None
-        ready = [s for s in slots if s.retry_at <= now] or slots
+        # One endpoint is the one, in backoff or not.
+        ready = slots if len(slots) == 1 else [s for s in slots if s.retry_at <= now] or slots
         if len(ready) == 1:
             chosen = ready[0]
         else:

@@ -76,20 +76,23 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
     watch = resolution.watch
     h2 = protocol is SessionProtocol.HTTP2
 
-    # Per (endpoint, authority label): its connection and labels, made once.
-    plans: dict[tuple[Endpoint, str], tuple[Plan, str]] = {}
+    # Per (endpoint, authority label): its connection and labels, and whether it loops back, made once. Keyed by
+    # the endpoint's identity (the entry holds the endpoint, so its id is not reused meanwhile): hashing an
+    # Endpoint would run Python code (its dataclass __hash__, its address's) on every request.
+    plans: dict[tuple[int, str], tuple[Endpoint, Plan, str, bool]] = {}
 
     def pick_endpoint(endpoint: Endpoint, authority: str, host: bytes) -> Pick | ProxyError:
-        key = (endpoint, authority)
+        key = (id(endpoint), authority)
         known = plans.get(key)
-        if known is None:
+        if known is None or known[0] is not endpoint:
             route = plan(endpoint, local_ips=local_ips, protocol=protocol, timeout=connect_timeout,
                          authority=authority)
             if len(plans) > 1024:
                 plans.clear()
-            known = plans[key] = (route, request_labels(route.connect.labels))
-        route, metric_labels = known
-        if route.connect.addr in loop_addrs:
+            known = plans[key] = (endpoint, route, request_labels(route.connect.labels),
+                                  route.connect.addr in loop_addrs)
+        _, route, metric_labels, loops = known
+        if loops:
             return errors.loop(endpoint.addr)
         return Pick(route.connect, route.header, metric_labels, host)
 

@@ -59,7 +59,8 @@ Look around:
   tether viz stat deploy -n $NS -w        # the live view again (from Prometheus)
   tether viz stat po -n $NS -o wide       # per pod, with byte rates and the mTLS share
   tether viz edges deploy -n $NS -o wide  # who talks to whom, with both identities
-  tether viz dashboard                    # the web UI, on http://localhost:50750/
+  tether viz dashboard                    # the web UI, on http://localhost:50750/ (live tap at the bottom)
+  tether viz tap deploy/web -n $NS        # web's requests, live, as its proxy sees them (Ctrl-C ends it)
   tether logs -n $NS deploy/vote-bot -f   # the traffic generator's tally
   tether logs -n $NS deploy/web -c proxy  # web's proxy
 

@@ -23,7 +23,7 @@ from k8s.kube_helpers import Emulator, emulated_api, write_kubeconfig
 from tether import __version__
 from tether.viz.manifests import WebhookTls, render
 
-from .test_kube_check import _COLLECTIONS, _install, _pod, tether
+from .test_kube_check import _COLLECTIONS, _install, _manifests, _pod, tether
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -285,6 +285,53 @@ async def test_the_gateway_api_crds_are_optional_but_must_serve_the_watched_vers
         versions = found["Gateway API CRDs serve the versions the policy controller watches"]
         assert versions["result"] == "error" and versions["error"].startswith(
             "the grpcroutes.gateway.networking.k8s.io CRD does not serve v1 (it serves v1alpha2)")
+
+
+async def test_ha_wants_several_replicas_of_each_component(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+
+        # linkerd-config says highAvailability, but each component has one ready pod: a warning.
+        path = "/api/v1/namespaces/linkerd/configmaps/linkerd-config"
+        (config,) = [d for d in _manifests() if (d["kind"], d["metadata"]["name"]) == ("ConfigMap", "linkerd-config")]
+        values = yaml.safe_load(config["data"]["values"])
+        await api.delete(path)
+        await api.post("/api/v1/namespaces/linkerd/configmaps", json={
+            **config, "data": {**config["data"], "values": yaml.safe_dump({**values, "highAvailability": True})}})
+        code, out, _ = await tether(*base)
+        replicas = results(out)["multiple replicas of control plane pods"]
+        assert code == 0 and replicas["result"] == "warning"
+        assert replicas["error"].startswith("not enough replicas available for ") and "destination" in replicas["error"]
+
+
+
+async def test_opaque_ports_must_be_marked_on_both_the_service_and_its_pods(tmp_path: Path) -> None:
+    async with emulated_api(tmp_path) as (api, _, settings):
+        await _cluster(api)
+        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
+                "-o", "json"]
+        # --proxy: a Service marking 3306 opaque in front of a pod that does not, and the other way round.
+        api.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+        db = _pod("db-1", "shop", {"app": "db"}, proxy=True)
+        db["spec"]["containers"][0]["ports"] = [{"name": "mysql", "containerPort": 3306}]
+        web = _pod("web-1", "shop", {"app": "web"}, proxy=True,
+                   annotations={"config.linkerd.io/opaque-ports": "8080"})
+        for pod in (db, web):
+            await api.post("/api/v1/namespaces/shop/pods", json=pod)
+        for name, app, port, annotations in (("db", "db", 3306, {"config.linkerd.io/opaque-ports": "3306"}),
+                                             ("web", "web", 8080, {})):
+            await api.post("/api/v1/namespaces/shop/services", json={
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "shop", "annotations": annotations},
+                "spec": {"selector": {"app": app}, "ports": [{"port": port, "targetPort": port}]}})
+        _, out, _ = await tether(*base, "--proxy", "-n", "shop")
+        opaque = results(out)["opaque ports are properly annotated"]
+        assert opaque["result"] == "warning"  # as Linkerd's
+        assert "* service db targets the opaque port 3306 but pod db-1 does not mark port 3306 opaque" in opaque["error"]
+        assert ("* pod web-1 has the annotation config.linkerd.io/opaque-ports with port 8080 but service web does "
+                "not mark port 8080 opaque") in opaque["error"]
 
 
 async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp_path: Path) -> None:

@@ -44,6 +44,20 @@ def test_the_server_variables_are_read(minimal_env: dict[str, str]) -> None:
     assert config.http2_client == Http2Params(stream_window=131072)
 
 
+def test_the_variables_not_applied_are_warned_about_by_name(minimal_env: dict[str, str]) -> None:
+    outbound = "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2"
+    config = ProxyConfig.from_env({**minimal_env, f"{SERVER}_ADAPTIVE_FLOW_CONTROL": "true",
+                                   f"{outbound}_MAX_SEND_BUF_SIZE": "409600",
+                                   f"{outbound}_ADAPTIVE_FLOW_CONTROL": "false"})
+    assert [w.split(" ")[0] for w in config.unapplied] == [f"{SERVER}_ADAPTIVE_FLOW_CONTROL=true",
+                                                          f"{outbound}_MAX_SEND_BUF_SIZE=409600"]
+    assert ProxyConfig.from_env(minimal_env).unapplied == ()
+    with pytest.raises(ConfigError, match=f"{SERVER}_ADAPTIVE_FLOW_CONTROL"):
+        ProxyConfig.from_env({**minimal_env, f"{SERVER}_ADAPTIVE_FLOW_CONTROL": "sometimes"})
+    with pytest.raises(ConfigError, match=f"{outbound}_MAX_SEND_BUF_SIZE"):
+        ProxyConfig.from_env({**minimal_env, f"{outbound}_MAX_SEND_BUF_SIZE": "-5"})
+
+
 @pytest.mark.parametrize("env,named", [
     ({f"{SERVER}_INITIAL_STREAM_WINDOW_SIZE": "1000000"}, f"{SERVER}_INITIAL_CONNECTION_WINDOW_SIZE"),
     ({f"{SERVER}_INITIAL_STREAM_WINDOW_SIZE": "2147483648", f"{SERVER}_INITIAL_CONNECTION_WINDOW_SIZE": "70000"},

@@ -96,6 +96,7 @@ class Proxy:
             "inbound": config.inbound.http1_pool_idle_timeout.total_seconds(),
             "outbound": config.outbound.http1_pool_idle_timeout.total_seconds(),
         }, client_idle_timeout=client_idle_timeout)
+        self.driver.upgrades.params = config.http2_client  # the l5d-orig-proto upgrade's HTTP/2 connections
         # Accepted connections open at once (both directions); at the bound, accepting waits (the backlog
         # holds new ones) and /ready says 503, so the pod leaves its services' endpoints until there is room.
         self.max_connections = max_connections if max_connections is not None else _connection_bound()

@@ -66,6 +66,8 @@ def main(env: Mapping[str, str]) -> int:
     logging.getLogger().addHandler(handler)
     for target in log_filter.unmatched:
         logging.getLogger(__name__).warning("LINKERD2_PROXY_LOG: target %r names no logger of this proxy", target)
+    for unapplied in config.unapplied:
+        logging.getLogger(__name__).warning("%s", unapplied)
 
     import uvloop
 

@@ -120,6 +120,9 @@ class Connect(Command):
     # HTTP/2 keep-alive towards the endpoint, as discovery gives it (WeightedAddr.http2): (interval, timeout,
     # while idle) in seconds; None: no PINGs. Not part of what the connection is (nor of its pool key).
     h2_keep_alive: tuple[float, float, bool] | None = field(default=None, compare=False)
+    # The l5d-orig-proto upgrade (core.orig_proto): HTTP/1 requests carried over the endpoint's shared HTTP/2
+    # connection (the pool holds these legs under their own key).
+    upgrade: bool = False
     # What pooled connections are kept under: the address, the TLS setting and the header's port, as one
     # string (its hash is computed once, where a tuple would hash the address in Python on every lookup).
     pool_key: str = field(init=False, compare=False, repr=False)
@@ -129,6 +132,8 @@ class Connect(Command):
         key = f"{self.addr}" if tls is None else f"{self.addr} {tls.server_id} {tls.sni} {tls.alpn}"
         if self.header_port:
             key = f"{key} ->{self.header_port}"
+        if self.upgrade:
+            key = f"{key} h2"
         object.__setattr__(self, "pool_key", key)
 
 

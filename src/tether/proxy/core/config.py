@@ -161,11 +161,13 @@ class Http2Server:
     """An HTTP/2 server's settings, ``LINKERD2_PROXY_{INBOUND,OUTBOUND}_SERVER_HTTP2_*`` (proxy.md §2.7):
     ``_INITIAL_STREAM_WINDOW_SIZE`` with ``_INITIAL_CONNECTION_WINDOW_SIZE`` (both, or neither),
     ``_MAX_CONCURRENT_STREAMS``, ``_MAX_FRAME_SIZE``, ``_MAX_HEADER_LIST_SIZE`` (``params``) and
-    ``_MAX_PENDING_ACCEPT_RESET_STREAMS``. Not read: ``_ADAPTIVE_FLOW_CONTROL`` (the windows are fixed) and
-    ``_MAX_SEND_BUF_SIZE`` (what the proxy holds per stream is bounded by the windows it advertised)."""
+    ``_MAX_PENDING_ACCEPT_RESET_STREAMS``. Read and checked, but not applied (``unapplied``: each is warned
+    about by name at start): ``_ADAPTIVE_FLOW_CONTROL=true`` (the windows stay fixed) and ``_MAX_SEND_BUF_SIZE``
+    (what the proxy holds per stream is bounded by the windows it advertised, not by this)."""
 
     params: Http2Params = DEFAULT_PARAMS
     max_pending_accept_reset_streams: int = H2_MAX_PENDING_RESETS
+    unapplied: tuple[str, ...] = ()  # warnings, one per variable set that does not take effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,11 @@ class ProxyConfig:
     # LINKERD2_PROXY_HTTP2_INITIAL_STREAM_WINDOW_SIZE and _CONNECTION_WINDOW_SIZE: the proxy's HTTP/2 clients.
     http2_client: Http2Params = DEFAULT_PARAMS
     orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
+
+    @property
+    def unapplied(self) -> tuple[str, ...]:
+        """Variables set that do not take effect, each as a warning naming it (logged at start)."""
+        return self.inbound.server_h2.unapplied + self.outbound.server_h2.unapplied
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProxyConfig:
@@ -414,7 +421,16 @@ def _http2_server(e: _Env, prefix: str) -> Http2Server:
         max_header_list_size=e.get(f"{prefix}_MAX_HEADER_LIST_SIZE", _parse_positive_int,
                                    str(d.max_header_list_size)))
     resets = e.get(f"{prefix}_MAX_PENDING_ACCEPT_RESET_STREAMS", _parse_positive_int, str(H2_MAX_PENDING_RESETS))
-    return Http2Server(params, resets)
+    unapplied: list[str] = []
+    if e.optional(f"{prefix}_ADAPTIVE_FLOW_CONTROL", _parse_bool):
+        unapplied.append(f"{prefix}_ADAPTIVE_FLOW_CONTROL=true is not applied: adaptive (BDP) flow control is not "
+                         f"implemented; the fixed windows ({params.stream_window} per stream, "
+                         f"{params.connection_window} per connection) are advertised")
+    send_buf = e.optional(f"{prefix}_MAX_SEND_BUF_SIZE", _parse_positive_int)
+    if send_buf is not None:
+        unapplied.append(f"{prefix}_MAX_SEND_BUF_SIZE={send_buf} is not applied: what the proxy holds for a stream "
+                         f"is bounded by the windows it advertised to the stream's source instead")
+    return Http2Server(params, resets, tuple(unapplied))
 
 
 def _control_addr(e: _Env, base: str) -> ControlAddr:

@@ -10,8 +10,9 @@ Callers: ``io.discovery`` (reading updates) and ``core.outbound``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tether.api import destination_pb2 as pb
 from tether.api.addresses import InvalidAddress, from_tcp_address
@@ -20,6 +21,8 @@ from tether.proxy.core import labels
 from tether.proxy.codec.addrs import IpAddress, SocketAddr, is_dns_name, parse_ip
 from tether.proxy.core.commands import ClientTls, Connect
 from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,7 @@ class Endpoint:
             opaque=hint.WhichOneof("protocol") == "opaque",
             opaque_transport_port=transport_port if is_port(transport_port) else None,
             h2=hint.WhichOneof("protocol") == "h2",
-            h2_keep_alive=_keep_alive(weighted),
+            h2_keep_alive=_keep_alive(weighted, SocketAddr(parse_ip(ip), port)),
         )
 
     @classmethod
@@ -67,9 +70,26 @@ class Endpoint:
         return cls(addr)
 
 
-def _keep_alive(weighted: pb.WeightedAddr) -> tuple[float, float, bool] | None:
+_UNAPPLIED_HTTP2: set[str] = set()  # the WeightedAddr.http2 fields already warned about (once per process)
+
+
+def _warn_unapplied_http2(weighted: pb.WeightedAddr, addr: SocketAddr) -> None:
+    """Discovery's per-endpoint HTTP/2 settings other than the keep-alive are not applied: said once per field."""
+    http2 = weighted.http2
+    fields = [f"http2.{name}.{f.name}" for name in ("flow_control", "internals") if http2.HasField(name)
+              for f, _ in getattr(http2, name).ListFields()]
+    new = [f for f in fields if f not in _UNAPPLIED_HTTP2]
+    if new:
+        _UNAPPLIED_HTTP2.update(new)
+        log.warning("endpoint %s: discovery's %s not applied (only http2.keep_alive is)", addr, ", ".join(new))
+
+
+def _keep_alive(weighted: pb.WeightedAddr, addr: SocketAddr) -> tuple[float, float, bool] | None:
     """The endpoint's HTTP/2 keep-alive, if discovery gives one with both durations above zero."""
-    if not weighted.HasField("http2") or not weighted.http2.HasField("keep_alive"):
+    if not weighted.HasField("http2"):
+        return None
+    _warn_unapplied_http2(weighted, addr)
+    if not weighted.http2.HasField("keep_alive"):
         return None
     keep_alive = weighted.http2.keep_alive
     interval = keep_alive.interval.ToTimedelta().total_seconds()
@@ -135,3 +155,19 @@ def plan(
                                                                       authority),
                         header_port=addr.port if header is not None else 0, h2_keep_alive=endpoint.h2_keep_alive),
                 header)
+
+
+def upgrade_plan(
+    endpoint: Endpoint,
+    *,
+    local_ips: frozenset[IpAddress],
+    timeout: float,
+    authority: str = "",
+) -> Plan | None:
+    """How HTTP/1 requests reach ``endpoint`` over HTTP/2 (``l5d-orig-proto``, proxy.md §7.7): when discovery
+    hints it ``h2`` and it is not one of our own addresses; else None (HTTP/1 stays HTTP/1)."""
+    if not endpoint.h2 or endpoint.opaque or endpoint.addr.ip in local_ips:
+        return None
+    route = plan(endpoint, local_ips=local_ips, protocol=SessionProtocol.HTTP2, timeout=timeout,
+                 authority=authority)
+    return Plan(replace(route.connect, upgrade=True), route.header)

@@ -75,6 +75,9 @@ class Pick:
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.
     rewrite: HeaderEdit | None = None
     respond: HeaderEdit | None = None
+    # The l5d-orig-proto upgrade (core.orig_proto): (Connect, header) of the endpoint's shared HTTP/2
+    # connection, taken by an HTTP/1 request that can be carried over it; None: HTTP/1 stays HTTP/1.
+    upgrade: tuple[Any, bytes | None] | None = None
 
 
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]

@@ -78,7 +78,7 @@ from tether.proxy.codec.http1 import (
     Role,
     State,
 )
-from tether.proxy.core import errors, exchange
+from tether.proxy.core import errors, exchange, orig_proto
 from tether.proxy.core.commands import Command, Connect, Failed, Layer, Revocable
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router, no_outcome, no_sample, nothing
@@ -366,6 +366,8 @@ class Http1Proxy:
         if isinstance(pick, ProxyError):
             self._outcome(ex, None, pick)
             return
+        if pick.upgrade is not None and orig_proto.upgradable(ex.request):
+            pick.connect, pick.header = pick.upgrade  # over the endpoint's HTTP/2 connection (l5d-orig-proto)
         ex.pick = pick
         ex.phase = Phase.CONNECTING
         up = self.sink.checkout(pick.connect, pick.header, lambda reply: self._checked_out(ex, pick, reply))

@@ -44,7 +44,7 @@ from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.policy_routes import decide
 from tether.proxy.core.resolution import PolicySource, ProfileSource, Resolution
-from tether.proxy.core.endpoint import Endpoint, Plan, plan
+from tether.proxy.core.endpoint import Endpoint, Plan, plan, upgrade_plan
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.codec.transport_header import SessionProtocol
 
@@ -76,10 +76,10 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
     watch = resolution.watch
     h2 = protocol is SessionProtocol.HTTP2
 
-    # Per (endpoint, authority label): its connection and labels, and whether it loops back, made once. Keyed by
-    # the endpoint's identity (the entry holds the endpoint, so its id is not reused meanwhile): hashing an
-    # Endpoint would run Python code (its dataclass __hash__, its address's) on every request.
-    plans: dict[tuple[int, str], tuple[Endpoint, Plan, str, bool]] = {}
+    # Per (endpoint, authority label): its connection and labels, its l5d-orig-proto upgrade, and whether it loops
+    # back, made once. Keyed by the endpoint's identity (the entry holds the endpoint, so its id is not reused
+    # meanwhile): hashing an Endpoint would run Python code (its dataclass __hash__, its address's) on every request.
+    plans: dict[tuple[int, str], tuple[Endpoint, Plan, str, bool, tuple[Any, bytes | None] | None]] = {}
 
     def pick_endpoint(endpoint: Endpoint, authority: str, host: bytes) -> Pick | ProxyError:
         key = (id(endpoint), authority)
@@ -87,14 +87,19 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         if known is None or known[0] is not endpoint:
             route = plan(endpoint, local_ips=local_ips, protocol=protocol, timeout=connect_timeout,
                          authority=authority)
+            upgrade = None
+            if protocol is SessionProtocol.HTTP1:
+                h2_route = upgrade_plan(endpoint, local_ips=local_ips, timeout=connect_timeout, authority=authority)
+                if h2_route is not None:
+                    upgrade = (h2_route.connect, h2_route.header)
             if len(plans) > 1024:
                 plans.clear()
             known = plans[key] = (endpoint, route, request_labels(route.connect.labels),
-                                  route.connect.addr in loop_addrs)
-        _, route, metric_labels, loops = known
+                                  route.connect.addr in loop_addrs, upgrade)
+        _, route, metric_labels, loops, upgrade = known
         if loops:
             return errors.loop(endpoint.addr)
-        return Pick(route.connect, route.header, metric_labels, host)
+        return Pick(route.connect, route.header, metric_labels, host, upgrade=upgrade)
 
     def take(balancer: Balancer, slot: Slot, authority: str, host: bytes) -> Pick | ProxyError:
         """The request goes to ``slot``'s endpoint: counted in flight until the layer releases it."""

@@ -54,6 +54,7 @@ from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
 from tether.proxy.io.streams import Stream, abort, errno_name, link
 from tether.proxy.io.pool import Pool, Waiter
+from tether.proxy.io.upgrade_io import Upgrades
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
 from tether.proxy.codec.client_hello import MAX_CLIENT_HELLO_SIZE
@@ -152,6 +153,8 @@ class Driver:
         timeouts = pool_idle_timeouts or {}
         self._pools = {d: Pool(timeouts[d]) if d in timeouts else Pool() for d in ("inbound", "outbound")}
         self._idle_clients = {d: IdleClients(client_idle_timeout) for d in ("inbound", "outbound")}
+        # The l5d-orig-proto upgrade's HTTP/2 connections (app.py sets their HTTP/2 client settings).
+        self.upgrades = Upgrades(self.open_connection)
 
     def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
         """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
@@ -493,7 +496,14 @@ class Driver:
 
     async def open_upstream(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
         """A new upstream connection for HTTP (pooled or not): metered until it closes, its transport header sent
-        when ALPN agreed to one."""
+        when ALPN agreed to one. For the l5d-orig-proto upgrade (``connect.upgrade``), a new leg on the
+        endpoint's shared HTTP/2 connection (``io.upgrade_io``)."""
+        if connect.upgrade:
+            return await self.upgrades.open(connect, header)
+        return await self.open_connection(connect, header)
+
+    async def open_connection(self, connect: cmd.Connect, header: bytes | None) -> http_cmd.Upstream | cmd.Failed:
+        """A new upstream connection: metered until it closes, its transport header sent when ALPN agreed."""
         opened = await self._open(connect)
         if isinstance(opened, cmd.Failed):
             return opened
@@ -514,12 +524,14 @@ class Driver:
         """Close the pooled idle upstream connections (tests settling metrics); the pools keep serving."""
         for pool in self._pools.values():
             pool.close_idle()
+        self.upgrades.close_idle()
 
     def close(self) -> None:
         """The proxy stops: idle connections closed (and those still being opened once they are), timers
         cancelled."""
         for pool in self._pools.values():
             pool.close()
+        self.upgrades.close()
         for clients in self._idle_clients.values():
             clients.close()
 

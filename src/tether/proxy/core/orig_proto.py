@@ -1,0 +1,441 @@
+"""The outbound half of ``l5d-orig-proto`` (proxy.md §7.7): HTTP/1 requests carried over HTTP/2 to a peer proxy.
+
+When discovery hints an endpoint ``h2`` (a meshed pod; not one of our own
+addresses) an HTTP/1 request to it -- unless it is a ``CONNECT`` or asks
+for a protocol switch (``upgradable``) -- goes on one HTTP/2 connection to
+that endpoint, shared by every client connection of the proxy, with
+``l5d-orig-proto: HTTP/1.1`` (``; absolute-form`` when its target was) and
+without hop-by-hop headers; the peer's inbound proxy downgrades it for its
+app and marks the response the same way. The response comes back to the
+client as HTTP/1.
+
+The HTTP/1 core (``core.http1_proxy``) is unchanged by this: it checks out
+what it takes for an HTTP/1 connection (the pick's ``upgrade`` plan:
+``core.endpoint.upgrade_plan``), writes HTTP/1 to it and reads HTTP/1 from
+it. That connection is a ``Leg``: an HTTP/1 server codec reading what the
+core writes, each request it completes sent as a new stream of the shared
+``UpgradeConnection``, the stream's response written back as HTTP/1 (with
+a length, or chunked, so the leg stays reusable; the core re-frames it for
+its client anyway). A leg is kept in the core's pool between requests like
+any connection, so a warm request opens no connection and makes no task
+switch. A stream that fails (reset, GOAWAY past it, the connection lost)
+ends its leg as a closed connection would end: the core answers 502 (or
+breaks off the response it was relaying).
+
+Flow control stays explicit: a response's bytes are acknowledged to the
+peer as they are handed to the core, unless the core's client cannot take
+more (``Leg.pause``): then they are acknowledged once it can, so at most the
+stream window (64 KiB) waits per stream. A request's bytes beyond the
+peer's windows wait in the codec's send buffer; ``Leg.buffered`` says how
+many, and the I/O side stops reading the client above ``SEND_LIMIT``.
+
+Pure: no I/O (``io.upgrade_io`` carries the bytes). Tests:
+tests/proxy/test_orig_proto.py (playbooks), tests/proxy/test_orig_proto_mesh.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from http import HTTPStatus
+from typing import Any
+
+from tether.proxy.codec import http2_events as h2e
+from tether.proxy.codec.common import LocalProtocolError
+from tether.proxy.codec.http1 import (
+    MAX_HEAD_SIZE,
+    BadMessage,
+    Body,
+    EndOfMessage,
+    Http1Connection,
+    RequestHead,
+    ResponseHead,
+    Role,
+    State,
+)
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, ErrorCodes, H2Endpoint, H2ProtocolError, Headers, Http2Params
+
+L5D_ORIG_PROTO = b"l5d-orig-proto"
+SEND_LIMIT = 64 * 1024  # request bytes waiting for the peer's window above which the client is not read
+# Not forwarded over HTTP/2 (RFC 9113 §8.2.2); ``host`` becomes ``:authority``.
+_DROPPED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade",
+                      b"host", b"te"})
+
+
+def upgradable(request: RequestHead) -> bool:
+    """Whether an HTTP/1 request may be carried over HTTP/2: not a CONNECT, not a protocol switch (an
+    ``Upgrade: h2c`` is not one: it is dropped)."""
+    if request.method == b"CONNECT":
+        return False
+    found = request.found
+    if found is not None:
+        values = found.get(b"upgrade")
+        return not values or all(v.strip().lower() == b"h2c" for v in values)
+    return all(v.strip().lower() == b"h2c" for n, v in request.headers if n.lower() == b"upgrade")
+
+
+def h2_request(head: RequestHead) -> Headers:
+    """The HTTP/2 header list of an HTTP/1 request, marked with ``l5d-orig-proto``."""
+    target = head.target
+    mark = b"HTTP/1.0" if head.version == b"1.0" else b"HTTP/1.1"
+    scheme = b"http"
+    authority = b""
+    path = target
+    low_target = target[:8].lower()
+    if low_target.startswith(b"http://") or low_target.startswith(b"https://"):
+        scheme, _, rest = target.partition(b"://")
+        scheme = scheme.lower()
+        authority, slash, tail = rest.partition(b"/")
+        path = b"/" + tail if slash else b"/"
+        mark += b"; absolute-form"
+    listed: set[bytes] = set()
+    for name, value in head.headers:
+        if name.lower() == b"connection":
+            listed.update(t.strip().lower() for t in value.split(b","))
+    fields: Headers = []
+    for name, value in head.headers:
+        low = name.lower()
+        if low in _DROPPED or low in listed:
+            if low == b"host" and not authority:
+                authority = value
+            elif low == b"te" and value.strip().lower() == b"trailers":
+                fields.append((low, b"trailers"))
+            continue
+        fields.append((low, value))
+    pseudo: Headers = [(b":method", head.method), (b":scheme", scheme)]
+    if authority:
+        pseudo.append((b":authority", authority))
+    pseudo.append((b":path", path or b"/"))
+    return pseudo + fields + [(L5D_ORIG_PROTO, mark)]
+
+
+def h1_response(headers: Headers, method: bytes) -> ResponseHead:
+    """An HTTP/2 response head as HTTP/1.1 for the core: without ``l5d-orig-proto`` (the peer's mark), framed
+    by its length or chunked."""
+    status = 0
+    fields: list[tuple[bytes, bytes]] = []
+    length = False
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":status":
+                status = int(value)
+            continue
+        if name == L5D_ORIG_PROTO:
+            continue
+        if name == b"content-length":
+            length = True
+        fields.append((name, value))
+    if not length and status >= 200 and status not in (204, 304) and method != b"HEAD":
+        fields.append((b"transfer-encoding", b"chunked"))
+    return ResponseHead(status, tuple(fields), _reason(status))
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+class Leg:
+    """One HTTP/1 connection as the core sees it, each of its requests one stream of ``conn``."""
+
+    __slots__ = ("conn", "codec", "sid", "out", "broken", "closed", "method", "waiting", "paused", "owed",
+                 "chunked", "trailers", "user")
+
+    def __init__(self, conn: UpgradeConnection, max_head_size: int) -> None:
+        self.conn = conn
+        self.codec = Http1Connection(Role.SERVER, max_head_size=max_head_size)
+        self.sid = 0  # the stream of the request in hand (0: none)
+        self.out = bytearray()  # HTTP/1 response bytes for the core
+        self.broken = False  # the stream (or the connection) failed: the core sees the connection end
+        self.closed = False  # the core is done with it
+        self.method = b""
+        self.waiting: list[Any] | None = None  # a request waiting for a stream slot: [headers, end, events...]
+        self.paused = False  # the core's client cannot take more: acknowledgements held
+        self.owed: dict[int, int] = {}  # bytes received and not acknowledged, per stream
+        self.chunked = False  # the response is written chunked (so it may carry trailers)
+        self.trailers: tuple[tuple[bytes, bytes], ...] = ()
+        self.user: Any = None  # the I/O side's object for this leg
+
+    @property
+    def buffered(self) -> int:
+        """Request bytes waiting for the peer's window."""
+        if self.sid:
+            return self.conn.h2.buffered(self.sid)
+        waiting = self.waiting
+        return sum(len(e.data) for e in waiting[2:] if isinstance(e, Body)) if waiting else 0
+
+    def take(self) -> bytes:
+        out = self.out
+        if not out:
+            return b""
+        data = bytes(out)
+        out.clear()
+        return data
+
+    # -- from the core -------------------------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """HTTP/1 request bytes from the core."""
+        if self.closed or self.broken:
+            return
+        try:
+            events = self.codec.receive_data(data)
+        except BadMessage:
+            self._break()
+            return
+        conn = self.conn
+        h2 = conn.h2
+        for i, event in enumerate(events):
+            if isinstance(event, RequestHead):
+                self.method = event.method
+                ended = i + 1 < len(events) and events[i + 1] == EndOfMessage()
+                self.waiting = [h2_request(event), ended]
+                conn.open(self)
+            elif self.waiting is not None:
+                self.waiting.append(event)
+            elif isinstance(event, Body):
+                h2.queue_data(self.sid, event.data)
+            elif isinstance(event, EndOfMessage):
+                self._request_end(event)
+        if self.sid:
+            h2.flush(self.sid)
+            conn.touched.append(self)
+
+    def _request_end(self, event: EndOfMessage) -> None:
+        sid = self.sid
+        if sid and sid not in self.conn.ended_on_headers:
+            self.conn.h2.queue_end(sid, [(n.lower(), v) for n, v in event.trailers] or None)
+        self._cycle()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        h2 = self.conn.h2
+        for sid, n in self.owed.items():
+            h2.ack(sid, n)
+        self.owed.clear()
+
+    def close(self) -> None:
+        """The core is done with this connection: a stream still in hand is reset (CANCEL)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.waiting = None
+        conn = self.conn
+        if self.sid:
+            conn.h2.reset(self.sid)
+            conn.forget(self)
+        conn.leg_closed(self)
+
+    # -- from the connection -------------------------------------------------------------------------------------
+
+    def started(self) -> None:
+        """A stream slot is free: the waiting request goes out."""
+        waiting = self.waiting
+        assert waiting is not None
+        self.waiting = None
+        conn = self.conn
+        h2 = conn.h2
+        sid = h2.next_stream_id()
+        headers, ended = waiting[0], waiting[1]
+        if not h2.send_headers(sid, headers, end_stream=ended):
+            self._break()
+            return
+        self.sid = sid
+        conn.streams[sid] = self
+        if ended:
+            conn.ended_on_headers.add(sid)
+        for event in waiting[2:]:
+            if isinstance(event, Body):
+                h2.queue_data(sid, event.data)
+            elif not ended:
+                h2.queue_end(sid, [(n.lower(), v) for n, v in event.trailers] or None)
+        h2.flush(sid)
+        if ended or any(isinstance(e, EndOfMessage) for e in waiting[2:]):
+            self._cycle()
+
+    def event(self, event: h2e.Event) -> None:
+        codec = self.codec
+        try:
+            if isinstance(event, h2e.DataReceived):
+                if event.data:
+                    self.out += codec.send_body(event.data)
+                if self.paused:
+                    self.owed[event.stream_id] = self.owed.get(event.stream_id, 0) + event.flow_controlled_length
+                else:
+                    self.conn.h2.ack(event.stream_id, event.flow_controlled_length)
+            elif isinstance(event, h2e.ResponseReceived):
+                head = h1_response(event.headers, self.method)
+                self.chunked = head.headers[-1:] == ((b"transfer-encoding", b"chunked"),)
+                self.out += codec.send_head(head)
+            elif isinstance(event, h2e.StreamEnded):
+                self._response_end()
+            elif isinstance(event, h2e.TrailersReceived):
+                self.trailers = tuple(event.headers)
+            elif isinstance(event, h2e.InformationalResponseReceived):
+                fields = tuple((n, v) for n, v in event.headers if n[:1] != b":")
+                status = int(dict(event.headers)[b":status"])
+                self.out += codec.send_head(ResponseHead(status, fields, _reason(status)))
+            elif isinstance(event, h2e.StreamReset):
+                self._break()
+        except LocalProtocolError:  # the peer's response does not fit HTTP/1 (a 1xx after the head...)
+            self._break()
+
+    def _response_end(self) -> None:
+        codec = self.codec
+        trailers, self.trailers = self.trailers, ()
+        self.out += codec.send_end(trailers if self.chunked else ())
+        sid = self.sid
+        conn = self.conn
+        if codec.their_state is not State.DONE or conn.h2.pending(sid):
+            conn.h2.reset(sid)  # the response came before the whole request: the rest is not sent
+        conn.forget(self)
+        self._cycle()
+
+    def _cycle(self) -> None:
+        """Both the request and its response ended: the leg is free for the core's next request."""
+        codec = self.codec
+        if codec.our_state is State.DONE and codec.their_state is State.DONE and codec.keep_alive \
+                and self.sid == 0:
+            codec.start_next_cycle()
+
+    def _break(self) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        self.waiting = None
+        conn = self.conn
+        if self.sid:
+            conn.h2.reset(self.sid)
+            conn.forget(self)
+        conn.touched.append(self)
+
+
+class UpgradeConnection:
+    """One HTTP/2 client connection to an h2-hinted peer proxy, carrying the ``Leg``s of every client
+    connection to it; see the module docstring."""
+
+    def __init__(self, params: Http2Params = DEFAULT_PARAMS, max_head_size: int = MAX_HEAD_SIZE) -> None:
+        self.h2 = H2Endpoint(client=True, params=params)
+        self.h2.initiate()
+        self.max_head_size = max_head_size
+        self.streams: dict[int, Leg] = {}
+        self.ended_on_headers: set[int] = set()  # streams whose request ended with its HEADERS
+        self.queued: deque[Leg] = deque()  # requests waiting for a stream slot (MAX_CONCURRENT_STREAMS)
+        self.legs = 0  # legs not closed
+        self.touched: list[Leg] = []  # legs with bytes for the core, or broken, since ``take_touched``
+        self.failed = False
+        self.pings = 0  # keep-alive PINGs sent and not answered
+
+    @property
+    def usable(self) -> bool:
+        """Whether new legs may use it (not failed, no GOAWAY received)."""
+        return not self.failed and not self.h2.goaway_received
+
+    def leg(self) -> Leg:
+        self.legs += 1
+        return Leg(self, self.max_head_size)
+
+    def take_touched(self) -> list[Leg]:
+        touched, self.touched = self.touched, []
+        return list(dict.fromkeys(touched)) if len(touched) > 1 else touched
+
+    def data_to_send(self) -> bytes:
+        return self.h2.data_to_send()
+
+    def open(self, leg: Leg) -> None:
+        if not self.usable:
+            leg._break()  # noqa: SLF001
+        elif not self.queued and self.h2.can_open_stream():
+            leg.started()
+        else:
+            self.queued.append(leg)
+
+    def forget(self, leg: Leg) -> None:
+        """``leg``'s stream is over."""
+        sid = leg.sid
+        if sid:
+            self.streams.pop(sid, None)
+            self.ended_on_headers.discard(sid)
+            self.h2.drop(sid)
+            leg.owed.pop(sid, None)
+            leg.sid = 0
+        self._start_queued()
+
+    def leg_closed(self, leg: Leg) -> None:
+        self.legs -= 1
+        if leg in self.queued:
+            self.queued.remove(leg)
+
+    def _start_queued(self) -> None:
+        queued = self.queued
+        while queued and self.h2.can_open_stream():
+            leg = queued.popleft()
+            if leg.waiting is not None:
+                leg.started()
+                self.touched.append(leg)
+
+    def receive(self, data: bytes) -> None:
+        """Bytes from the peer proxy; what they mean for the legs is in ``take_touched``."""
+        if self.failed:
+            return
+        try:
+            events = self.h2.receive_data(data)
+        except H2ProtocolError:
+            self.lost()
+            return
+        streams = self.streams
+        flush = False
+        for event in events:
+            sid = getattr(event, "stream_id", None)
+            if isinstance(event, (h2e.WindowUpdated, h2e.RemoteSettingsChanged)):
+                flush = True
+                if isinstance(event, h2e.RemoteSettingsChanged):
+                    self._start_queued()
+            elif isinstance(event, h2e.PingAckReceived):
+                self.pings = 0
+            elif isinstance(event, h2e.GoAway):
+                if event.error_code:  # a connection error: the peer closes, nothing more will come
+                    self.lost()
+                    return
+                self._goaway(event)
+            elif sid is not None:
+                leg = streams.get(sid)
+                if leg is None:
+                    continue
+                leg.event(event)
+                self.touched.append(leg)
+        if flush:
+            for sid in self.h2.flush():
+                leg = streams.get(sid)
+                if leg is not None:
+                    self.touched.append(leg)
+
+    def _goaway(self, event: h2e.GoAway) -> None:
+        """Streams the peer did not take fail (the core may send them again); those it took may finish."""
+        for sid, leg in list(self.streams.items()):
+            if sid > event.last_stream_id:
+                leg._break()  # noqa: SLF001
+        while self.queued:
+            self.queued.popleft()._break()  # noqa: SLF001
+
+    def lost(self) -> None:
+        """The connection is gone (closed, or a protocol error of the peer's): every stream fails."""
+        self.failed = True
+        for leg in list(self.streams.values()):
+            leg._break()  # noqa: SLF001
+        while self.queued:
+            self.queued.popleft()._break()  # noqa: SLF001
+
+    def ping(self) -> None:
+        """A keep-alive PING (discovery's ``WeightedAddr.http2.keep_alive``); ``pings`` until answered."""
+        self.pings += 1
+        self.h2.ping()
+
+    def end(self) -> None:
+        """We close it (idle): GOAWAY first."""
+        self.h2.goaway()
+        self.failed = True

@@ -1,0 +1,216 @@
+"""The outbound ``l5d-orig-proto`` upgrade, sans-IO (proxy.md §7.7): which requests take it (an HTTP/1 core
+playbook), and ``core.orig_proto``'s legs driven with bytes, the peer proxy played by the HTTP/2 codec in the
+server role and the HTTP/1 core by the HTTP/1 codec in the client role."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from playbook import Checkout, Connected, DownData, Playbook, SendUp
+
+from tether.proxy.codec import http2_events as h2e
+from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.codec.http1 import Body, EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
+from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint
+from tether.proxy.core import commands as cmd
+from tether.proxy.core.endpoint import Endpoint, upgrade_plan
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.http import HttpSettings, Pick
+from tether.proxy.core.orig_proto import UpgradeConnection, h2_request, upgradable
+
+IP = parse_ip("10.0.0.7")
+ADDR = SocketAddr(IP, 8080)
+H2_ADDR = SocketAddr(IP, 4143)
+CONNECT = cmd.Connect(ADDR, None, 1.0, "x")
+UPGRADE = cmd.Connect(H2_ADDR, None, 1.0, "x", upgrade=True)
+
+
+def router(request: RequestHead) -> Generator[cmd.Command, Any, Pick | ProxyError]:
+    pick = Pick(CONNECT, None, 'direction="outbound"', b"web:80")
+    pick.upgrade = (UPGRADE, None)
+    return pick
+    yield  # a generator that never waits
+
+
+def settings() -> HttpSettings:
+    return HttpSettings("outbound", lambda: 0.0, strip_proxy_errors=True)
+
+
+def test_requests_to_an_h2_hinted_endpoint_take_its_upgrade_unless_they_switch_protocols() -> None:
+    get = b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"
+    assert (Playbook(router, settings())
+            >> DownData(get)
+            << Checkout(H2_ADDR)
+            >> Connected()
+            << SendUp(0, get))
+    h2c = b"GET /r HTTP/1.1\r\nHost: web\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"
+    assert Playbook(router, settings()) >> DownData(h2c) << Checkout(H2_ADDR)
+    websocket = b"GET /ws HTTP/1.1\r\nHost: web\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+    assert Playbook(router, settings()) >> DownData(websocket) << Checkout(ADDR)
+    tunnel = b"CONNECT web:443 HTTP/1.1\r\nHost: web:443\r\n\r\n"
+    assert Playbook(router, settings()) >> DownData(tunnel) << Checkout(ADDR)
+
+
+def test_only_h2_hinted_remote_endpoints_are_upgraded() -> None:
+    hinted = Endpoint(ADDR, server_id="web.ns.serviceaccount.identity.linkerd.cluster.local",
+                      sni="web.ns.serviceaccount.identity.linkerd.cluster.local", h2=True)
+    plan = upgrade_plan(hinted, local_ips=frozenset(), timeout=1.0)
+    assert plan is not None and plan.connect.upgrade and plan.connect.tls is not None
+    assert plan.connect.pool_key != CONNECT.pool_key and plan.connect.pool_key.endswith(" h2")
+    assert upgrade_plan(hinted, local_ips=frozenset({IP}), timeout=1.0) is None  # our own pod
+    assert upgrade_plan(Endpoint(ADDR), local_ips=frozenset(), timeout=1.0) is None  # no hint
+
+
+def test_the_request_is_marked_and_stripped_of_hop_by_hop_headers() -> None:
+    head = RequestHead(b"POST", b"/a?b", ((b"Host", b"web:80"), (b"Connection", b"keep-alive, x-hop"),
+                                          (b"X-Hop", b"1"), (b"Keep-Alive", b"5"), (b"TE", b"trailers"),
+                                          (b"Transfer-Encoding", b"chunked"), (b"X-App", b"v")))
+    assert h2_request(head) == [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web:80"),
+                                (b":path", b"/a?b"), (b"te", b"trailers"), (b"x-app", b"v"),
+                                (b"l5d-orig-proto", b"HTTP/1.1")]
+    absolute = RequestHead(b"GET", b"http://web:80/x", ((b"host", b"other"),), b"1.0")
+    assert h2_request(absolute) == [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web:80"),
+                                    (b":path", b"/x"), (b"l5d-orig-proto", b"HTTP/1.0; absolute-form")]
+    assert upgradable(RequestHead(b"GET", b"/", ((b"upgrade", b"h2c"),)))
+    assert not upgradable(RequestHead(b"GET", b"/", ((b"upgrade", b"websocket"),)))
+
+
+class Peer:
+    """The peer proxy's inbound side: an HTTP/2 server over the same bytes."""
+
+    def __init__(self, conn: UpgradeConnection, max_streams: int = 100) -> None:
+        from tether.proxy.codec.http2 import Http2Params
+
+        self.conn = conn
+        self.h2 = H2Endpoint(client=False, params=Http2Params(max_concurrent_streams=max_streams))
+        self.h2.initiate()
+        self.pump()
+
+    def pump(self) -> list[h2e.Event]:
+        events = self.h2.receive_data(self.conn.data_to_send())
+        self.conn.receive(self.h2.data_to_send())
+        return [e for e in events if not isinstance(e, (h2e.RemoteSettingsChanged, h2e.WindowUpdated))]
+
+    def respond(self, sid: int, headers: list[tuple[bytes, bytes]], body: bytes = b"", end: bool = True,
+                trailers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.h2.send_headers(sid, headers, end_stream=end and not body and not trailers)
+        if body:
+            self.h2.queue_data(sid, body)
+        if end and (body or trailers):
+            self.h2.queue_end(sid, trailers)
+        self.h2.flush()
+        self.conn.receive(self.h2.data_to_send())
+
+
+def core_request(core: Http1Connection, head: RequestHead, body: bytes = b"") -> bytes:
+    out = core.send_head(head)
+    if body:
+        out += core.send_body(body)
+    return out + core.send_end()
+
+
+def test_requests_of_several_legs_share_the_connection_and_legs_are_reused() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    a, b = conn.leg(), conn.leg()
+    ca, cb = Http1Connection(Role.CLIENT), Http1Connection(Role.CLIENT)
+    a.write(core_request(ca, RequestHead(b"POST", b"/a", ((b"host", b"web"), (b"content-length", b"5"))), b"hello"))
+    b.write(core_request(cb, RequestHead(b"GET", b"/b", ((b"host", b"web"),))))
+    events = peer.pump()
+    assert [(type(e).__name__, e.stream_id) for e in events] == [
+        ("RequestReceived", 1), ("DataReceived", 1), ("StreamEnded", 1), ("RequestReceived", 3), ("StreamEnded", 3)]
+    assert (b"l5d-orig-proto", b"HTTP/1.1") in events[0].headers  # type: ignore[attr-defined]
+    # Answered out of order: each leg gets its own response, as HTTP/1 (framed by length or chunked).
+    peer.respond(3, [(b":status", b"404"), (b"content-length", b"1"), (b"l5d-orig-proto", b"HTTP/1.1")], b"n")
+    peer.respond(1, [(b":status", b"200"), (b"l5d-orig-proto", b"HTTP/1.1")], b"world",
+                 trailers=[(b"x-sum", b"1")])
+    assert set(conn.take_touched()) == {a, b}
+    assert cb.receive_data(b.take()) == [ResponseHead(404, ((b"content-length", b"1"),), b"Not Found"), Body(b"n"),
+                                         EndOfMessage()]
+    assert ca.receive_data(a.take()) == [ResponseHead(200, ((b"transfer-encoding", b"chunked"),), b"OK"),
+                                         Body(b"world"), EndOfMessage(((b"x-sum", b"1"),))]
+    # The leg is free for its core's next request: a new stream.
+    ca.start_next_cycle()
+    a.write(core_request(ca, RequestHead(b"GET", b"/again", ((b"host", b"web"),))))
+    assert [(type(e).__name__, e.stream_id) for e in peer.pump()] == [("RequestReceived", 5), ("StreamEnded", 5)]
+    assert not a.broken and not b.broken
+
+
+def test_a_reset_stream_ends_its_leg_alone_and_a_lost_connection_every_leg() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    a, b = conn.leg(), conn.leg()
+    a.write(core_request(Http1Connection(Role.CLIENT), RequestHead(b"GET", b"/a", ((b"host", b"web"),))))
+    b.write(core_request(Http1Connection(Role.CLIENT), RequestHead(b"GET", b"/b", ((b"host", b"web"),))))
+    peer.pump()
+    conn.take_touched()
+    peer.h2.reset(1, ErrorCodes.INTERNAL_ERROR)
+    conn.receive(peer.h2.data_to_send())
+    assert conn.take_touched() == [a] and a.broken and not b.broken
+    conn.lost()
+    assert b.broken and not conn.usable
+
+
+def test_requests_over_the_peers_stream_limit_wait_for_a_slot() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn, max_streams=1)
+    a, b = conn.leg(), conn.leg()
+    cb = Http1Connection(Role.CLIENT)
+    a.write(core_request(Http1Connection(Role.CLIENT), RequestHead(b"GET", b"/a", ((b"host", b"web"),))))
+    b.write(core_request(cb, RequestHead(b"GET", b"/b", ((b"host", b"web"),))))
+    assert [type(e).__name__ for e in peer.pump()] == ["RequestReceived", "StreamEnded"]  # /a only
+    peer.respond(1, [(b":status", b"200"), (b"content-length", b"0")])
+    events = peer.pump()
+    assert [(type(e).__name__, e.stream_id) for e in events] == [("RequestReceived", 3), ("StreamEnded", 3)]
+    assert (b":path", b"/b") in events[0].headers  # type: ignore[attr-defined]
+
+
+def test_a_client_that_cannot_take_more_holds_the_streams_window() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    leg = conn.leg()
+    core = Http1Connection(Role.CLIENT)
+    leg.write(core_request(core, RequestHead(b"GET", b"/big", ((b"host", b"web"),))))
+    peer.pump()
+    leg.pause()
+    peer.respond(1, [(b":status", b"200")], b"x" * 40000, end=False)
+    peer.h2.queue_data(1, b"y" * 40000)
+    peer.h2.flush()
+    conn.receive(peer.h2.data_to_send())
+    # 64 KiB - 1 went (the stream window), nothing acknowledged while the client is paused.
+    assert len(leg.take()) < 70000 and not conn.data_to_send()
+    leg.resume()
+    peer.h2.receive_data(conn.data_to_send())  # the window handed back
+    peer.h2.flush()
+    conn.receive(peer.h2.data_to_send())
+    assert b"y" * 1000 in leg.take()
+
+
+def test_keep_alive_pings_are_counted_until_answered() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    conn.ping()
+    assert conn.pings == 1
+    peer.pump()  # the peer answers
+    assert conn.pings == 0
+
+
+def test_discoverys_http2_settings_besides_the_keep_alive_are_warned_about(caplog: Any) -> None:
+    from tether.api import destination_pb2 as pb
+    from tether.proxy.core import endpoint
+
+    weighted = pb.WeightedAddr()
+    weighted.addr.ip.ipv4 = 0x0A000007
+    weighted.addr.port = 8080
+    weighted.http2.flow_control.initial_stream_window_size = 1000
+    weighted.http2.keep_alive.interval.seconds = 10
+    weighted.http2.keep_alive.timeout.seconds = 3
+    endpoint._UNAPPLIED_HTTP2.clear()
+    with caplog.at_level("WARNING", logger="tether.proxy.core.endpoint"):
+        assert Endpoint.from_proto(weighted).h2_keep_alive == (10.0, 3.0, False)
+        Endpoint.from_proto(weighted)  # once per field, not per update
+    assert [r.getMessage() for r in caplog.records] == [
+        "endpoint 10.0.0.7:8080: discovery's http2.flow_control.initial_stream_window_size not applied "
+        "(only http2.keep_alive is)"]
+    endpoint._UNAPPLIED_HTTP2.clear()

@@ -358,6 +358,11 @@ class _Tether(Variant):
         inbound_tls = total(server, "tcp_open_total", direction="inbound", peer="src", tls="true",
                             client_id=CLIENT_IDENTITY.dns_name)
         headers = total(server, "inbound_tcp_transport_header_connections_total")
+        # The session protocol each proxy-to-proxy connection announced: HTTP/1 load goes over HTTP/2 when the
+        # destination hints the endpoint h2 (the l5d-orig-proto upgrade), as between linkerd2-proxies.
+        by_protocol = ", ".join(
+            f"{p}: {total(server, 'inbound_tcp_transport_header_connections_total', session_protocol=p):.0f}"
+            for p in ("http1", "http2"))
         out_errors = errors_by_reason(client, "outbound_tcp_errors_total")
         in_errors = errors_by_reason(server, "inbound_tcp_errors_total")
         # Expected: connections closed before sending a byte (the harness's readiness probe of each
@@ -381,7 +386,7 @@ class _Tether(Variant):
             Check("server proxy saw the client identity and transport headers",
                   inbound_tls > 0 and headers > 0,
                   f"tcp_open_total{{inbound,peer=src,tls=true,client_id=bench-client…}}={inbound_tls:.0f}, "
-                  f"inbound_tcp_transport_header_connections_total={headers:.0f}"),
+                  f"inbound_tcp_transport_header_connections_total={headers:.0f} (session_protocol {by_protocol})"),
             Check("one mTLS connection per client connection (no handshake per request)",
                   0 < mtls <= accepted + 8,
                   f"{mtls:.0f} mTLS connections for {accepted:.0f} accepted client connections"),

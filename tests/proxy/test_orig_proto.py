@@ -148,6 +148,13 @@ def test_a_reset_stream_ends_its_leg_alone_and_a_lost_connection_every_leg() -> 
     peer.h2.reset(1, ErrorCodes.INTERNAL_ERROR)
     conn.receive(peer.h2.data_to_send())
     assert conn.take_touched() == [a] and a.broken and not b.broken
+    # A GOAWAY: the streams it took may finish, no new one is opened (the I/O side drops the idle legs).
+    peer.h2.goaway(last_stream_id=3)
+    conn.receive(peer.h2.data_to_send())
+    assert not conn.usable and not b.broken
+    c = conn.leg()
+    c.write(core_request(Http1Connection(Role.CLIENT), RequestHead(b"GET", b"/c", ((b"host", b"web"),))))
+    assert c.broken
     conn.lost()
     assert b.broken and not conn.usable
 

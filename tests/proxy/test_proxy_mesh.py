@@ -50,7 +50,8 @@ def test_opaque_server_speaks_first(tmp_path: Path) -> None:
 
 
 def test_http1_carried_per_connection(tmp_path: Path) -> None:
-    """Keep-alive HTTP/1.1: detected, announced as HTTP/1 in the transport header, carried on one connection."""
+    """Keep-alive HTTP/1.1: detected, carried on one connection; between the proxies over HTTP/2 (the
+    destination hints the meshed pod h2: the l5d-orig-proto upgrade), as the transport header announces."""
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
@@ -63,9 +64,9 @@ def test_http1_carried_per_connection(tmp_path: Path) -> None:
             await a.idle()
             await b.idle()
             inbound = await scrape(b)
-            assert samples(inbound, "inbound_tcp_transport_header_connections_total", session_protocol="http1",
+            assert samples(inbound, "inbound_tcp_transport_header_connections_total", session_protocol="http2",
                            target_port="8080", client_id=client.identity) == [
-                ({"session_protocol": "http1", "target_port": "8080", "target_name": "",
+                ({"session_protocol": "http2", "target_port": "8080", "target_name": "",
                   "client_id": client.identity}, 1.0)]
 
     run(scenario())

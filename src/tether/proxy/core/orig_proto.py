@@ -195,7 +195,8 @@ class Leg:
             elif self.waiting is not None:
                 self.waiting.append(event)
             elif isinstance(event, Body):
-                h2.queue_data(self.sid, event.data)
+                if self.sid:  # else the response came first and the stream is over: the rest goes nowhere
+                    h2.queue_data(self.sid, event.data)
             elif isinstance(event, EndOfMessage):
                 self._request_end(event)
         if self.sid:

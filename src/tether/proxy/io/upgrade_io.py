@@ -33,7 +33,9 @@ from tether.proxy.io.streams import Stream, StreamHandler
 
 log = logging.getLogger(__name__)
 
-IDLE_TIMEOUT = 60.0  # seconds without a leg before a shared connection is ended
+# Seconds without a leg (each pooled leg is closed after the pool's idle timeout) before a shared connection is
+# ended: as linkerd2-proxy's outbound stacks, and the connections they hold, live 5 s after their last use.
+IDLE_TIMEOUT = 5.0
 
 Opener = Callable[[Connect, bytes | None], Awaitable["Upstream | Failed"]]
 
@@ -83,7 +85,8 @@ class LegStream:
     abort = close
 
     def is_closing(self) -> bool:
-        return self.lost or self.leg.broken
+        """Also once its connection takes no new stream (a GOAWAY): the pool then drops it, not reuses it."""
+        return self.lost or self.leg.broken or not self.link.usable
 
     # -- what the link tells it ---------------------------------------------------------------------------------
 
@@ -167,10 +170,13 @@ class H2Link:
                 stream.transport.write(data)
         finally:
             self.busy = False
-        if self.core.legs == 0 and self.idle_timer is None and self.usable:
-            self.idle_timer = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self._idle)
-        if not self.usable:
-            self.upgrades.forget(self)
+        if self.usable:
+            if self.core.legs == 0 and self.idle_timer is None:
+                self.idle_timer = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self._idle)
+            return
+        self.upgrades.forget(self)
+        if self.core.legs == 0 and not self.stream.lost:  # its last leg is done: nothing more will use it
+            self.stream.transport.close()
 
     def _ping(self) -> None:
         keep_alive = self.keep_alive

@@ -277,7 +277,10 @@ class Upgrades:
                 return result
             link = result
             elapsed = link.elapsed
-        return Upstream(key, link.leg(), elapsed, reused=False)
+        # Marked reused: a leg that fails before its response head (its stream reset or refused, above a GOAWAY's
+        # last stream, its connection lost) has its request sent once more on a new leg when nothing of it is
+        # lost by that (no body), as the HTTP/1 core does after a pooled connection found closed.
+        return Upstream(key, link.leg(), elapsed, reused=True)
 
     async def _connect(self, connect: Connect, header: bytes | None) -> H2Link | Failed:
         key = connect.pool_key

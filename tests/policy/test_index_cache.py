@@ -46,3 +46,31 @@ async def test_pods_of_one_server_share_one_decision_per_change() -> None:
     assert third is not first and third is not None
     assert third.authorizations[0].identities[0].name == sa_id("c")  # the next change is decided afresh
     assert hash(third) == hash(got["web-1"][-1]) and len(got["web-0"]) == 3
+
+
+async def test_an_authentication_change_re_decides_only_the_namespaces_whose_policies_name_it() -> None:
+    index = InboundIndex(PolicyConfig())
+    cross = policy("p", (P, "Server", "web"), [(P, "MeshTLSAuthentication", "clients")], ns="third")
+    cross["spec"]["requiredAuthenticationRefs"][0]["namespace"] = NS  # names NS's authentication
+    feed(index, *(o for ns in (NS, "other", "third") for o in (namespace(ns), pod("web-0", ns=ns), server("web", ns=ns))),
+         mesh_tls("clients", identities=[sa_id("a")]), mesh_tls("clients", identities=[sa_id("a")], ns="other"),
+         policy("p", (P, "Server", "web"), [(P, "MeshTLSAuthentication", "clients")]),
+         policy("p", (P, "Server", "web"), [(P, "MeshTLSAuthentication", "clients")], ns="other"), cross)
+    index.flush()
+    got: dict[str, list[InboundServer | None]] = {NS: [], "other": [], "third": []}
+    for ns in got:
+        index.subscribe(ns, "web-0", 8080, lambda s, at, ns=ns: got[ns].append(s))
+    decided: list[str] = []
+    compute = index.compute
+    index.compute = lambda facts, port: decided.append(facts.namespace) or compute(facts, port)  # type: ignore[method-assign]
+    feed(index, mesh_tls("clients", identities=[sa_id("b")]))  # NS's, named in NS and (across) in third
+    index.flush()
+    assert sorted(decided) == [NS, "third"]  # other's port is not re-decided: its policy names its own
+    for ns in (NS, "third"):
+        last = got[ns][-1]
+        assert last is not None and last.authorizations[0].identities[0].name == sa_id("b")
+    assert len(got["other"]) == 1  # only the first answer
+    decided.clear()
+    feed(index, mesh_tls("unused", identities=[sa_id("c")], ns="other"))  # named by no policy
+    index.flush()
+    assert decided == []

@@ -24,9 +24,11 @@ Linkerd's semantics (control-plane.md §5.4), computed from facts on demand:
 * An AuthorizationPolicy referring to an authentication that does not exist is
   skipped (it grants nothing) and reported by ``problems``.
 
-Changes are coalesced: ``apply`` only records facts and marks namespaces dirty;
-one flush per event-loop turn recomputes each watched port of those namespaces
-and tells its listeners only when its policy changed.
+Changes are coalesced: ``apply`` only records facts and marks namespaces dirty
+(a MeshTLSAuthentication or NetworkAuthentication marks the namespaces of the
+AuthorizationPolicies naming it, wherever it lives); one flush per event-loop
+turn recomputes each watched port of those namespaces and tells its listeners
+only when its policy changed.
 """
 
 from __future__ import annotations
@@ -108,7 +110,6 @@ _POLICY_KINDS = WATCHED[3:]
 _STATUS_ONLY_KINDS = (kinds.TLS_ROUTE.key, kinds.TCP_ROUTE.key)
 _AUTHN_KINDS = (kinds.MESH_TLS_AUTHENTICATION.key, kinds.NETWORK_AUTHENTICATION.key)
 _ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE.key, kinds.GATEWAY_HTTP_ROUTE.key, kinds.GRPC_ROUTE.key)
-_ALL = "*"  # the dirty mark meaning every namespace
 # Route filters the proxy's inbound side applies (others make the route unusable inbound).
 _INBOUND_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect")
 
@@ -207,7 +208,20 @@ class InboundIndex:
                 self.objects[type_key].setdefault(ns, {})[name] = named(resource)
         if type_key in _STATUS_ONLY_KINDS:
             return  # no port's policy depends on them
-        self._mark(_ALL if type_key in _AUTHN_KINDS else ns, event.received_at)
+        if type_key in _AUTHN_KINDS:
+            # Only AuthorizationPolicies name an authentication, from any namespace: re-decide the ports of
+            # their namespaces, not every watched port.
+            for referring in self._referring(type_key, ns, name):
+                self._mark(referring, event.received_at)
+            return
+        self._mark(ns, event.received_at)
+
+    def _referring(self, type_key: str, namespace: str, name: str) -> set[str]:
+        """The namespaces of the AuthorizationPolicies that name the authentication ``namespace/name``."""
+        rtype = _type(type_key)
+        return {policy_ns for policy_ns, policies in self.objects[kinds.AUTHORIZATION_POLICY.key].items()
+                for policy in policies.values() for ref in policy.spec.required_authentication_refs
+                if ref.targets(rtype) and ref.name == name and (ref.namespace or policy_ns) == namespace}
 
     @staticmethod
     def _parse(obj: Any) -> Any:
@@ -242,7 +256,7 @@ class InboundIndex:
         self._flush_memo = {}
         try:
             for (ns, pod, port, external), watch in list(self._watches.items()):
-                if _ALL not in dirty and ns not in dirty:
+                if ns not in dirty:
                     continue
                 facts = self.workload(ns, pod, external)
                 server = None if facts is None else self.compute(facts, port)

@@ -499,8 +499,24 @@ def test_tiny_run_of_the_tether_http_variant() -> None:
     """The Tether variants start their own control plane and store: a request through the pair reaches nginx.
 
     Once the bench's store lacked the server's EndpointSlice and every request answered 504; only this catches it.
+    The destination hints the server h2, so the HTTP/1 load went between the proxies over HTTP/2 (l5d-orig-proto),
+    on one connection.
     """
-    _tiny_tether_run("tether-http")
+    _, checks = _tiny_tether_run("tether-http")
+    assert "(session_protocol http1: 0, http2: 1)" in _seen_by_server(checks)
+
+
+@needs_nginx
+@needs_wrk
+def test_tiny_run_of_the_tether_http_variant_without_the_upgrade() -> None:
+    """tether-http-h1: the destination does not hint h2, and HTTP/1 stays HTTP/1 between the proxies."""
+    _, checks = _tiny_tether_run("tether-http-h1")
+    assert "http2: 0)" in _seen_by_server(checks) and "(session_protocol http1: 0," not in _seen_by_server(checks)
+
+
+def _seen_by_server(checks: list[dict[str, Any]]) -> str:
+    """The detail of the check on what the server proxy saw of the client's connections."""
+    return next(c["detail"] for c in checks if c["what"].startswith("server proxy saw the client identity"))
 
 
 @needs_nginx

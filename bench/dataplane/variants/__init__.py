@@ -26,6 +26,7 @@ from bench.dataplane.variants.tether import (
     TetherGrpc,
     TetherH2,
     TetherHTTP,
+    TetherHTTPNoUpgrade,
     TetherHTTPPolicy,
     TetherHTTPTap,
     TetherHTTPTapped,
@@ -35,7 +36,7 @@ from bench.dataplane.variants.tether import (
 
 # Order matters only for display; measurements are interleaved and rotated.
 VARIANTS: dict[str, type[Variant]] = {
-    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPTap, TetherHTTPTapped, TetherHTTPTappedAll,
+    v.name: v for v in (Direct, Envoy, HAProxyHTTP, HAProxyTCP, TetherHTTP, TetherHTTPNoUpgrade, TetherHTTPTap, TetherHTTPTapped, TetherHTTPTappedAll,
                         TetherHTTPPolicy, TetherTCP,
                         DirectH2, EnvoyH2, HAProxyH2, TetherH2,
                         DirectGrpc, EnvoyGrpc, HAProxyGrpc, TetherGrpc)

@@ -154,6 +154,9 @@ class _Tether(Variant):
     # per one-second window and proxy; None: no tap open.
     tap_open: ClassVar[int | None] = None
     policy: ClassVar[bool] = False  # a policy controller, and policy_objects() in the store
+    # The destination hints the server's endpoint h2 (its default, as Linkerd's): HTTP/1 load then goes between
+    # the proxies over one HTTP/2 connection (the l5d-orig-proto upgrade). False: --disable-h2-upgrade.
+    h2_upgrade: ClassVar[bool] = True
 
     @classmethod
     def available(cls) -> str | None:
@@ -223,7 +226,7 @@ class _Tether(Variant):
             "destination", "serve", "--store", str(work / "store.db"), "--addr", f"{LOOPBACK}:{destination_port}",
             "--admin-addr", f"{LOOPBACK}:{destination_admin}", "--tls-cert", str(certs.destination.chain),
             "--tls-key", str(certs.destination.key), "--outbound-transport-mode", "transport-header",
-            "--log-level", "warning",
+            "--log-level", "warning", *(() if self.h2_upgrade else ("--disable-h2-upgrade",)),
         ], (LOOPBACK, destination_port))
 
         def proxy_env(sa: str, ip: str, inbound: int, outbound: int, admin: int,
@@ -477,6 +480,15 @@ class TetherHTTP(_Tether):
                    "(the version says which); identity and destination from a real control plane")
     compare_to = ("envoy", "haproxy")
     opaque = False
+
+
+class TetherHTTPNoUpgrade(TetherHTTP):
+    name = "tether-http-h1"
+    description = ("tether-http with the destination's h2 upgrade off (--disable-h2-upgrade): HTTP/1 stays HTTP/1 "
+                   "between the proxies, one pooled connection per request in flight: what the l5d-orig-proto "
+                   "upgrade costs or saves")
+    compare_to = ("tether-http",)
+    h2_upgrade = False
 
 
 class TetherHTTPTap(TetherHTTP):

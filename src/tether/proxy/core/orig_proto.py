@@ -189,7 +189,9 @@ class Leg:
         for i, event in enumerate(events):
             if isinstance(event, RequestHead):
                 self.method = event.method
-                ended = i + 1 < len(events) and events[i + 1] == EndOfMessage()
+                # No body: the request ends with its HEADERS (one frame, not HEADERS then an empty DATA).
+                following = events[i + 1] if i + 1 < len(events) else None
+                ended = isinstance(following, EndOfMessage) and not following.trailers
                 self.waiting = [h2_request(event), ended]
                 conn.open(self)
             elif self.waiting is not None:
@@ -329,12 +331,9 @@ class UpgradeConnection:
         self.legs = 0  # legs not closed
         self.touched: list[Leg] = []  # legs with bytes for the core, or broken, since ``take_touched``
         self.failed = False
+        self.usable = True  # new legs may use it: not failed, no GOAWAY received (kept, not computed: asked often)
         self.pings = 0  # keep-alive PINGs sent and not answered
 
-    @property
-    def usable(self) -> bool:
-        """Whether new legs may use it (not failed, no GOAWAY received)."""
-        return not self.failed and not self.h2.goaway_received
 
     def leg(self) -> Leg:
         self.legs += 1
@@ -417,6 +416,7 @@ class UpgradeConnection:
 
     def _goaway(self, event: h2e.GoAway) -> None:
         """Streams the peer did not take fail (the core may send them again); those it took may finish."""
+        self.usable = False
         for sid, leg in list(self.streams.items()):
             if sid > event.last_stream_id:
                 leg._break()  # noqa: SLF001
@@ -426,6 +426,7 @@ class UpgradeConnection:
     def lost(self) -> None:
         """The connection is gone (closed, or a protocol error of the peer's): every stream fails."""
         self.failed = True
+        self.usable = False
         for leg in list(self.streams.values()):
             leg._break()  # noqa: SLF001
         while self.queued:
@@ -440,3 +441,4 @@ class UpgradeConnection:
         """We close it (idle): GOAWAY first."""
         self.h2.goaway()
         self.failed = True
+        self.usable = False

@@ -86,7 +86,7 @@ class LegStream:
 
     def is_closing(self) -> bool:
         """Also once its connection takes no new stream (a GOAWAY): the pool then drops it, not reuses it."""
-        return self.lost or self.leg.broken or not self.link.usable
+        return self.lost or self.leg.broken or not self.leg.conn.usable
 
     # -- what the link tells it ---------------------------------------------------------------------------------
 
@@ -140,7 +140,8 @@ class H2Link:
 
     @property
     def usable(self) -> bool:
-        return self.core.usable and not self.stream.lost and not self.stream.eof
+        """Whether new legs may use it (its stream's end or loss makes the core's ``usable`` false)."""
+        return self.core.usable
 
     def leg(self) -> LegStream:
         if self.idle_timer is not None:
@@ -170,8 +171,8 @@ class H2Link:
                 stream.transport.write(data)
         finally:
             self.busy = False
-        if self.usable:
-            if self.core.legs == 0 and self.idle_timer is None:
+        if core.usable:
+            if core.legs == 0 and self.idle_timer is None:
                 self.idle_timer = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self._idle)
             return
         self.upgrades.forget(self)

@@ -44,6 +44,16 @@ async def tether(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def check_argv(kubeconfig: Path, *args: str) -> list[str]:
+    """``tether check --platform kubernetes`` against the emulated API server, without waiting, then ``args``."""
+    return ["check", "--platform", "kubernetes", "--kubeconfig", str(kubeconfig), "--wait", "0", *args]
+
+
+def results(out: str) -> dict[str, dict[str, Any]]:
+    """``check -o json``'s checks by description."""
+    return {c["description"]: c for cat in json.loads(out)["categories"] for c in cat["checks"]}
+
+
 def _pod(name: str, namespace: str, labels: dict, *, ready: bool = True, proxy: bool = False,
          annotations: dict | None = None) -> dict[str, Any]:
     containers = [{"name": "app", "image": "example/app"}]
@@ -101,7 +111,7 @@ async def test_a_healthy_cluster_passes_in_text_and_json(tmp_path: Path) -> None
         await api.post("/api/v1/namespaces/shop/pods", json=_pod("web-1", "shop", {"app": "web"}, proxy=True,
                        annotations={"linkerd.io/trust-root-sha256": trust_root_sha256(installed["anchors"]),
                                     "linkerd.io/proxy-version": "0.1.0"}))
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0"]
+        base = check_argv(settings.kubeconfig)
         code, out, err = await tether(*base, "--proxy", "-n", "shop")
         assert code == 0, out + err
         for category in ("kubernetes-api", "kubernetes-version", "linkerd-existence", "linkerd-config",
@@ -115,7 +125,7 @@ async def test_a_healthy_cluster_in_json_with_crds_and_pre(tmp_path: Path) -> No
     async with emulated_api(tmp_path) as (api, _, settings):
         api["get /version"] << {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
         await _install(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0"]
+        base = check_argv(settings.kubeconfig)
         code, out, _ = await tether(*base, "-o", "json")
         doc = json.loads(out)
         assert doc["success"] is True and code == 0
@@ -135,25 +145,24 @@ async def test_an_old_cluster_unready_pods_and_stale_proxies_fail(tmp_path: Path
         api.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
         await api.post("/api/v1/namespaces/shop/pods", json=_pod("old-1", "shop", {"app": "old"}, proxy=True,
                        annotations={"linkerd.io/trust-root-sha256": "0" * 64, "linkerd.io/proxy-version": "0.0.9"}))
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0"]
+        base = check_argv(settings.kubeconfig)
         code, out, _ = await tether(*base, "--proxy", "-n", "shop", "-o", "json")
         assert code == 1
-        results = {c["description"]: c for cat in json.loads(out)["categories"] for c in cat["checks"]}
-        version = results["is running the minimum Kubernetes API version"]
+        found = results(out)
+        version = found["is running the minimum Kubernetes API version"]
         assert version["result"] == "error" and "[v1.29.4]" in version["error"]
-        ready = results["control plane pods are ready"]
+        ready = found["control plane pods are ready"]
         assert ready["result"] == "error" and "linkerd-destination-1" in ready["error"]
-        match = results["data plane proxies certificate match CA"]
+        match = found["data plane proxies certificate match CA"]
         assert match["result"] == "error" and "shop/old-1" in match["error"]
-        assert results["data plane and cli versions match"]["result"] == "warning"
+        assert found["data plane and cli versions match"]["result"] == "warning"
 
 
 async def test_a_missing_cluster_role_fails_existence_and_stops(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         api["get /version"] << {"major": "1", "minor": "35"}
         await _install(api, skip=("ClusterRole", "linkerd-linkerd-identity"))
-        code, out, _ = await tether("check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig),
-                                    "--wait", "0")
+        code, out, _ = await tether(*check_argv(settings.kubeconfig))
         assert code == 1
         assert "\u00d7 control plane ClusterRoles exist" in out and "linkerd-linkerd-identity" in out
         assert "\nlinkerd-config\n" not in out and "\nlinkerd-identity\n" not in out  # fatal: nothing after it

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from k8s.kube_helpers import Emulator, emulated_api, write_kubeconfig
 from tether import __version__
 from tether.viz.manifests import WebhookTls, render
 
-from .test_kube_check import _COLLECTIONS, _install, _manifests, _pod, tether
+from .test_kube_check import _COLLECTIONS, _install, _manifests, _pod, check_argv, results, tether
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -55,10 +54,6 @@ class ReviewingApi(Emulator):
         return await super().__call__(raw_request)
 
 
-def results(out: str) -> dict[str, dict[str, Any]]:
-    return {c["description"]: c for cat in json.loads(out)["categories"] for c in cat["checks"]}
-
-
 def node(name: str, heartbeat: datetime) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
             "status": {"conditions": [{"type": "Ready", "status": "True",
@@ -79,7 +74,7 @@ async def test_pre_asks_for_each_permission_and_reads_the_nodes_clocks(tmp_path:
         now = datetime.now(UTC)
         await api.post("/api/v1/nodes", json=node("node-a", now))
         await api.post("/api/v1/nodes", json=node("node-b", now - timedelta(minutes=7)))
-        base = ["check", "--pre", "--platform", "kubernetes", "--kubeconfig", str(kubeconfig), "--wait", "0"]
+        base = check_argv(kubeconfig, "--pre")
 
         code, out, _ = await tether(*base, "-o", "json")
         assert code == 1
@@ -118,8 +113,7 @@ async def test_cni_versions_and_control_plane_proxies(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
         api.resources.setdefault("apps/v1/daemonsets", {})
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
 
         code, out, _ = await tether(*base)
         found = results(out)
@@ -186,8 +180,7 @@ async def test_cluster_networks_contain_every_node_pod_and_service(tmp_path: Pat
         await api.post("/api/v1/namespaces/shop/services", json={
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": "headless", "namespace": "shop"},
             "spec": {"clusterIP": "None", "ports": [{"port": 80}]}})
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
         code, out, _ = await tether(*base)
         found = results(out)
         assert code == 0, out
@@ -233,8 +226,7 @@ async def test_each_webhooks_certificate_is_checked(tmp_path: Path) -> None:
 
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
         found = results((await tether(*base))[1])
         for webhook in ("proxy-injector", "policy-validator"):
             assert found[f"{webhook} webhook has valid cert"]["result"] == "success"
@@ -266,8 +258,7 @@ def _crd(plural: str, *served: str) -> dict[str, Any]:
 async def test_the_gateway_api_crds_are_optional_but_must_serve_the_watched_versions(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
         code, out, _ = await tether(*base)
         found = results(out)
         installed = found["Gateway API is installed"]
@@ -290,8 +281,7 @@ async def test_the_gateway_api_crds_are_optional_but_must_serve_the_watched_vers
 async def test_ha_wants_several_replicas_of_each_component(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
 
         # linkerd-config says highAvailability, but each component has one ready pod: a warning.
         path = "/api/v1/namespaces/linkerd/configmaps/linkerd-config"
@@ -310,8 +300,7 @@ async def test_ha_wants_several_replicas_of_each_component(tmp_path: Path) -> No
 async def test_opaque_ports_must_be_marked_on_both_the_service_and_its_pods(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
         # --proxy: a Service marking 3306 opaque in front of a pod that does not, and the other way round.
         api.namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
         db = _pod("db-1", "shop", {"app": "db"}, proxy=True)
@@ -344,8 +333,7 @@ async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp
         await api.post("/api/v1/namespaces/linkerd/configmaps", json={
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "linkerd-config", "namespace": "linkerd"},
             "data": {"values": yaml.safe_dump(values)}})
-        code, out, _ = await tether("check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig),
-                                    "--wait", "0", "-o", "json")
+        code, out, _ = await tether(*check_argv(settings.kubeconfig, "-o", "json"))
         found = results(out)
         assert code == 1
         assert found["certificate config is valid"]["error"] == (
@@ -356,8 +344,7 @@ async def test_the_issuer_is_judged_under_the_trust_domain_of_linkerd_config(tmp
 async def test_extensions_and_viz(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _cluster(api)
-        base = ["check", "--platform", "kubernetes", "--kubeconfig", str(settings.kubeconfig), "--wait", "0",
-                "-o", "json"]
+        base = check_argv(settings.kubeconfig, "-o", "json")
         code, out, _ = await tether(*base)
         found = results(out)
         assert code == 0 and found["namespace configuration for extensions"]["result"] == "success"

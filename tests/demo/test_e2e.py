@@ -14,7 +14,11 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +28,7 @@ import pytest
 from demo.conftest import DEMO_DIR
 from tether.viz.prometheus import Prometheus
 from up import uplab
+from viz.browser import CHROMEDRIVER, CHROMIUM, Browser
 from viz.promlab import free_port
 
 pytestmark = [
@@ -63,6 +68,56 @@ def _inbound_tls_bytes(prom: Prometheus) -> float:
     samples = prom.query(f'sum(tcp_read_bytes_total{{deployment="emoji", direction="inbound", peer="src", '
                          f'tls="true", client_id="{WEB_ID}"}})')
     return samples[0].value if samples else 0.0
+
+
+def _dashboard_shows_the_demo_live(p: uplab.Platform) -> None:
+    """What a new user does next: `tether viz dashboard`, in headless Chromium: the demo's workloads with the
+    proxies' numbers, and the live tap of deploy/web streaming its requests. The screenshot goes to
+    $VIZ_SCREENSHOTS or a temporary directory (its path is printed)."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("needs Debian's chromium and chromium-driver (dev/setup.sh)")
+    port = free_port()
+    dashboard = subprocess.Popen([uplab.TETHER, "viz", "dashboard", "--show", "url", "--port", str(port)],
+                                 env=p.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def answering() -> bool:
+            assert dashboard.poll() is None, dashboard.communicate()
+            try:
+                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for localhost
+                with opener.open(f"http://localhost:{port}/", timeout=5) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        uplab.wait_for("the dashboard answering", answering, timeout=30)
+        browser = Browser()
+        try:
+            browser.open(f"http://localhost:{port}/?namespace=emojivoto")
+            web = browser.wait("web's row with the proxies' numbers", """
+                const row = document.querySelector('#workloads tr[data-name="web"]');
+                return row && row.children[2].textContent.endsWith('%') ? [...row.children].map(c => c.textContent) : null;
+            """, timeout=60)
+            assert web[1] == "1/1" and web[8] == "100.00%", web  # meshed, every request over mTLS
+            browser.script("document.getElementById('tap-resource').value = 'deploy/web';"
+                           "document.getElementById('tap-start').click();")
+            lines = browser.wait("the live tap's requests", """
+                const lines = document.getElementById('tap').textContent.split('\\n').filter(l => l.startsWith('req '));
+                return lines.length >= 3 ? lines : null;
+            """, timeout=60)
+            assert any("proxy=in" in line and ":path=/api/" in line for line in lines), lines
+            shots = Path(os.environ.get("VIZ_SCREENSHOTS") or tempfile.mkdtemp(prefix="demo-dashboard-"))
+            shots.mkdir(parents=True, exist_ok=True)
+            print(f"screenshot: {browser.screenshot(shots / 'demo-dashboard.png')}")
+            browser.script("document.getElementById('tap-stop').click();")
+        finally:
+            browser.close()
+    finally:
+        dashboard.send_signal(signal.SIGINT)
+        try:
+            dashboard.wait(10)
+        except subprocess.TimeoutExpired:
+            dashboard.kill()
+            dashboard.wait()
 
 
 def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform) -> None:
@@ -125,6 +180,8 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
     assert "proxy=in" in req and "tls=true" in req and ":path=/api/" in req, lines
     assert " src=0.0.0.0:0 " not in req and " src=" in req, lines  # the client's real address
     assert any(line.startswith("rsp ") for line in lines), lines
+
+    _dashboard_shows_the_demo_live(p)
 
     # Purge: nothing of this platform is left on the host.
     p.tether("down", "--purge")

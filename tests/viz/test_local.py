@@ -127,6 +127,15 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     assert route["stats"]["actual_success_count"] >= route["stats"]["success_count"] > 0, route
     (allowed,) = [r for r in _json(p, "viz", "authz", "deploy/web", "-n", NS, "-t", "30s") if r["stats"]]
     assert allowed["stats"]["allowed_count"] > 0 and not allowed["stats"]["denied_count"], allowed
+    # stat-outbound: the client's requests per Service port and route (web:80, the default route) and the
+    # backend they went to; stat-inbound: web's, per server and route of its inbound policy.
+    outbound = _json(p, "viz", "stat-outbound", "deploy/client", "-n", NS, "-t", "30s")
+    route_row = next(r for r in outbound if not r["backend"])
+    assert (route_row["service"], route_row["port"]) == ("web", "80") and route_row["stats"]["success_count"] > 0
+    assert any(r["backend"] == "web" for r in outbound), outbound
+    inbound = _json(p, "viz", "stat-inbound", "deploy/web", "-n", NS, "-t", "30s")
+    assert inbound and all(r["stats"]["failure_count"] == 0 for r in inbound), inbound
+    assert sum(r["stats"]["success_count"] for r in inbound) > 0, inbound
 
     quiet = by_app["quiet"]["metadata"]["name"]
     refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)

@@ -119,6 +119,8 @@ async def test_a_healthy_cluster_passes_in_text_and_json(tmp_path: Path) -> None
                          "linkerd-identity-data-plane", "linkerd-data-plane", "linkerd-opaque-ports-definition"):
             assert f"\n{category}\n" in "\n" + out, out
         assert "\u00d7" not in out and out.rstrip().endswith("Status check results are \u221a")
+        for webhook in ("proxy-injector", "policy-validator"):
+            assert f"\u221a {webhook} webhook has valid cert" in out and f"\u221a {webhook} cert is valid for at least 60" in out
 
 
 async def test_a_healthy_cluster_in_json_with_crds_and_pre(tmp_path: Path) -> None:

@@ -92,6 +92,7 @@ async def test_only_the_leader_patches_the_status_subresource(tmp_path: Path) ->
             [patch] = [r for r in api["patch"] if r.url.path.endswith("/status")]
             assert patch.url.path == f"{ROUTES}/r/status"
             assert patch.headers["Content-Type"] == "application/merge-patch+json"
+            assert patch.url.query["fieldManager"] == "linkerd.io/policy-controller"  # as Linkerd's patch names it
             assert patch.data["metadata"] == {"resourceVersion": "7"}  # as the watch saw it: a precondition
             route = (await (await api.get(f"{ROUTES}/r")).json())
             assert ours(route) == {"Accepted": ("False", "NoMatchingParent"), "ResolvedRefs": ("True", "ResolvedRefs")}

@@ -9,8 +9,12 @@ while it holds the Lease ``policy-controller-write`` in the control-plane namesp
 ``metadata.resourceVersion`` the watch last showed, so the API server refuses it
 (409) when the object moved on meanwhile and nothing another writer did is lost;
 ``status.parents`` goes whole (a merge patch replaces lists), with the parents
-other controllers own kept as they were.  (Linkerd uses a server-side apply for
-the same; a guarded merge patch needs no field-manager bookkeeping.)
+other controllers own kept as they were.  Linkerd's status controller sends the
+same kind of patch (``k8s/status/src/index.rs``: ``make_patch`` is a
+``Patch::Merge`` of the status, sent with ``PatchParams::apply`` naming the field
+manager ``linkerd.io/policy-controller``), not a server-side apply whatever
+control-plane.md §5.1 says; Tether names the same field manager and adds the
+resourceVersion precondition.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from urllib.parse import quote
 
 from tether.platform.kubernetes.client import ApiError, KubeClient, KubeError
 from tether.platform.kubernetes.resources import api_resource
-from tether.policy.status import Key, StatusWriteFailed
+from tether.policy.status import CONTROLLER_NAME, Key, StatusWriteFailed
 
 LEASE_NAME = "policy-controller-write"
 
@@ -39,7 +43,7 @@ class KubeStatusWriter:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            patched = await self._client.merge_patch(status_path(key), body)
+            patched = await self._client.merge_patch(status_path(key), body, field_manager=CONTROLLER_NAME)
         except ApiError as exc:
             if exc.status == 404:
                 return None

@@ -171,9 +171,11 @@ class KubeClient:
     async def post(self, path: str, body: Mapping[str, Any]) -> JSON:
         return await self._json("POST", path, None, body)
 
-    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> JSON:
-        """A JSON merge patch (RFC 7386: lists are replaced whole); a ``metadata.resourceVersion`` in it is a precondition."""
-        return await self._json("PATCH", path, None, body, content_type="application/merge-patch+json")
+    async def merge_patch(self, path: str, body: Mapping[str, Any], *, field_manager: str | None = None) -> JSON:
+        """A JSON merge patch (RFC 7386: lists are replaced whole); a ``metadata.resourceVersion`` in it is a
+        precondition; ``field_manager`` names the writer in the object's ``managedFields``."""
+        params = None if field_manager is None else {"fieldManager": field_manager}
+        return await self._json("PATCH", path, params, body, content_type="application/merge-patch+json")
 
     async def delete(self, path: str) -> JSON:
         return await self._json("DELETE", path, None, None)

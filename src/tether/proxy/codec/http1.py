@@ -282,7 +282,8 @@ class Http1Connection:
         self.keep_alive = True
         self._buf = bytearray()
         self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
-        self._parser: _Llhttp | None = None  # see _headers
+        # llhttp: made at the first head, or after it refused something or was left behind (_begin_read).
+        self._parser: _Llhttp | None = None
         self._eof = False
         # The message being read.
         self._rframing = _Framing.NONE
@@ -316,8 +317,9 @@ class Http1Connection:
         """Bytes held unparsed (a pipelined request): the I/O side stops reading above a bound."""
         return len(self._buf)
 
-    def start_next_cycle(self) -> None:
-        """After both messages of a cycle ended (and keep-alive holds), get ready for the next request."""
+    def start_next_cycle(self) -> bool:
+        """After both messages of a cycle ended (and keep-alive holds), get ready for the next request. True when
+        something of the next cycle is held already (bytes or the EOF): ``parse_buffered`` has something to do."""
         if not (self.our_state is State.DONE and self.their_state is State.DONE and self.keep_alive):
             raise LocalProtocolError(f"no next cycle from {self.our_state.value}/{self.their_state.value}"
                                      f" (keep-alive {self.keep_alive})")
@@ -325,6 +327,7 @@ class Http1Connection:
         self.our_state = self.their_state = State.IDLE
         self._method = b""
         self._switch_asked = False
+        return bool(self._buf) or self._eof
 
     # -- receiving --------------------------------------------------------------------------------------------
 
@@ -417,7 +420,9 @@ class Http1Connection:
         if not version or (method not in _METHODS and not _TOKEN.match(method)) or not target \
                 or _BAD_TARGET.search(target):
             raise BadStartLine("malformed request line")
-        headers, found, hosts, rewrite = self._headers(head)
+        llhttp = self._parser or _Llhttp(True)
+        headers, found, hosts, rewrite, going = _parse_head(head, llhttp)
+        self._parser = llhttp if going else None
         if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
         framing, length = _framing(found, True, BadMessage)
@@ -442,7 +447,9 @@ class Http1Connection:
         status = int(status_text)
         if status < 100:
             raise BadMessage("malformed status line")
-        headers, found, _, rewrite = self._headers(head)
+        llhttp = self._parser or _Llhttp(False)
+        headers, found, _, rewrite, going = _parse_head(head, llhttp)
+        self._parser = llhttp if going else None
         reason = parts[2] if len(parts) == 3 else b""
         head_event = ResponseHead(status, headers, reason, version, rewrite, found, head)
         if status == 101 or (self._method == b"CONNECT" and 200 <= status < 300):
@@ -468,16 +475,6 @@ class Http1Connection:
         events.append(head_event)
         self._begin_read(framing, length, events)
         return True
-
-    def _headers(self, head: bytes) -> tuple[Headers, dict[bytes, list[bytes]], int, bool]:
-        """``_parse_head`` with the connection's llhttp parser (made at its first head, or after llhttp refused
-        something or was left behind: see ``_begin_read``)."""
-        llhttp = self._parser
-        if llhttp is None:
-            llhttp = _Llhttp(self.role is Role.SERVER)
-        headers, found, hosts, rewrite, going = _parse_head(head, llhttp)
-        self._parser = llhttp if going else None
-        return headers, found, hosts, rewrite
 
     def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
         if framing is not _Framing.LENGTH and (framing is not _Framing.NONE or self.role is Role.CLIENT):
@@ -515,8 +512,10 @@ class Http1Connection:
                         llhttp.parser.feed_data(data)
                     except httptools.HttpParserError:  # not reached (a length-framed body is opaque to llhttp)
                         self._parser = None
-            if self._rleft == 0:
-                self._end_read(events)
+            if self._rleft == 0:  # _end_read, inline (every Content-Length body ends here)
+                self.their_state = _next((self.their_state, EndOfMessage)) or _stuck(self.their_state, EndOfMessage,
+                                                                                    False)
+                events.append(_END)
                 return True
             if self._eof:
                 raise BadMessage("connection closed inside a body")

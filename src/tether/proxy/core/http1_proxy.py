@@ -347,7 +347,13 @@ class Http1Proxy:
 
     def _route(self, ex: _Exchange) -> None:
         ex.phase = Phase.ROUTING
-        self._route_step(ex, self.router(ex.request), None)
+        gen = self.router(ex.request)
+        try:  # the first step here: a router that needs no wait answers at once (no _route_step call)
+            command = gen.send(None)
+        except StopIteration as stop:
+            self._routed(ex, stop.value)
+            return
+        self.sink.wait(command, lambda answer: self._route_step(ex, gen, answer))
 
     def _route_step(self, ex: _Exchange, gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
         if self.ex is not ex:
@@ -516,7 +522,7 @@ class Http1Proxy:
             ex.sampled = True
             if pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
                 pick.observe(self.settings.clock() - ex.begun)
-        if head.status < 200 and not client.switched:
+        if head.status < 200 and client.our_state is not State.SWITCHED:
             if self.server.our_state is State.IDLE:
                 self.sink.send_down(self.server.send_head(informational(head)))
             return
@@ -651,7 +657,7 @@ class Http1Proxy:
         assert up is not None and pick is not None and client is not None
         if self.settings.observer is not None:
             self.settings.observer.response(ex, head.status, head.headers)
-        if client.switched:
+        if client.our_state is State.SWITCHED:
             if server.their_state is not State.DONE:
                 self.sink.checkin(up, reuse=False)
                 ex.up = None
@@ -687,7 +693,7 @@ class Http1Proxy:
             self.sink.send_down(end)
         if ex.chunked and self.settings.observer is not None:
             ex.trailers = trailers
-        self._record(pick.labels, head.status, head.status < 500, ex.start)
+        exchange.record(self.settings, pick.labels, head.status, head.status < 500, ex.start)
         if ex.route is not None:
             self._route_response(ex, head.status, ex.success)
         ex.up = None
@@ -707,7 +713,7 @@ class Http1Proxy:
     def _next(self) -> None:
         """The exchange is over and both sides allow it: the next request (maybe already read)."""
         events = self._cycle()
-        if events is not None:
+        if events:
             self._down_events(events)
 
     def _cycle(self) -> list[Event] | None:
@@ -717,7 +723,10 @@ class Http1Proxy:
         if not server.keep_alive:
             self._close()
             return None
-        server.start_next_cycle()
+        if not server.start_next_cycle():  # nothing of the next request yet (the usual case): no parse
+            if self.paused:
+                self._resume()
+            return []
         try:
             events = server.parse_buffered()
         except BadMessage as exc:

@@ -235,6 +235,9 @@ def scan_framing(headers: Headers) -> dict[bytes, list[bytes]]:
     return found
 
 
+_NO_BODY = (_Framing.NONE, 0)
+
+
 def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exception]) -> tuple[_Framing, int]:
     """The framing a head's headers declare; requests with neither have no body, responses run until close."""
     if not found:
@@ -425,7 +428,8 @@ class Http1Connection:
         self._parser = llhttp if going else None
         if version == b"1.1" and hosts != 1:
             raise BadMessage("an HTTP/1.1 request needs exactly one Host")
-        framing, length = _framing(found, True, BadMessage)
+        # A request without framing headers has no body (as _framing says, without the call: the usual GET).
+        framing, length = _framing(found, True, BadMessage) if found else _NO_BODY
         if method == b"CONNECT":
             framing, length = _Framing.NONE, 0
         self._method = method
@@ -597,7 +601,7 @@ class Http1Connection:
         if isinstance(head, RequestHead):
             if self.role is not Role.CLIENT:
                 raise LocalProtocolError("a server sends responses")
-            framing, length = _framing(found, True, LocalProtocolError)
+            framing, length = _framing(found, True, LocalProtocolError) if found else _NO_BODY
             if head.method == b"CONNECT":
                 framing, length = _Framing.NONE, 0
             self._method = head.method
@@ -710,7 +714,9 @@ class _HeadCollector:
             self.rewrite = True
         if low in _FRAMING_HEADERS:
             if b"," in value:
-                self.found.setdefault(low, []).extend([v.strip() for v in value.lower().split(b",") if v.strip()])
+                values = [v.strip() for v in value.lower().split(b",") if v.strip()]
+                if values:  # a value of commas alone lists nothing (as scan_framing's found has no empty entry)
+                    self.found.setdefault(low, []).extend(values)
             elif stripped := value.strip():
                 self.found.setdefault(low, []).append(stripped.lower())  # the common case: one value
 

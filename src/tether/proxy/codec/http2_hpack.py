@@ -154,7 +154,8 @@ class Decoder:
             self.table.clear()  # RFC 7541 §4.4: an entry larger than the table empties it
             self.size = 0
             return
-        self._evict(self.max_size - entry)
+        if self.size > self.max_size - entry:  # (no call while there is room)
+            self._evict(self.max_size - entry)
         self.table.insert(0, field)
         self.size += entry
 
@@ -196,9 +197,14 @@ class Decoder:
 
     def _literal(self, data: bytes, pos: int, prefix_bits: int) -> tuple[Header, int]:
         """A literal field: its name by index (non-zero) or as a string, then its value."""
-        index, pos = _integer(data, pos, prefix_bits)
+        mask = (1 << prefix_bits) - 1
+        index = data[pos] & mask
+        if index < mask:  # the index fits its prefix (every static name): no _integer call
+            pos += 1
+        else:
+            index, pos = _integer(data, pos, prefix_bits)
         if index:
-            name = self._field(index)[0]
+            name = STATIC[index - 1][0] if index <= STATIC_COUNT else self._field(index)[0]
         else:
             name, pos = self._string(data, pos)
         value, pos = self._string(data, pos)

@@ -11,16 +11,18 @@ client as HTTP/1.
 
 The HTTP/1 core (``core.http1_proxy``) is unchanged by this: it checks out
 what it takes for an HTTP/1 connection (the pick's ``upgrade`` plan:
-``core.endpoint.upgrade_plan``), writes HTTP/1 to it and reads HTTP/1 from
-it. That connection is a ``Leg``: an HTTP/1 server codec reading what the
-core writes, each request it completes sent as a new stream of the shared
-``UpgradeConnection``, the stream's response written back as HTTP/1 (with
-a length, or chunked, so the leg stays reusable; the core re-frames it for
-its client anyway). A leg is kept in the core's pool between requests like
-any connection, so a warm request opens no connection and makes no task
-switch. A stream that fails (reset, GOAWAY past it, the connection lost)
-ends its leg as a closed connection would end: the core answers 502 (or
-breaks off the response it was relaying).
+``core.endpoint.upgrade_plan``) and talks to that connection's codec. That
+connection is a ``Leg``, and the leg is its own codec (``Upstream.codec``):
+the core's request head opens a stream of the shared
+``UpgradeConnection`` (HEADERS at once, with END_STREAM when the head says
+there is no body), its body goes as DATA, and the stream's response comes
+back as the codec's events (``ResponseHead`` framed by its length or
+chunked, ``Body``, ``EndOfMessage`` with the trailers) -- no HTTP/1 bytes
+in between, so nothing is parsed or serialised twice. A leg is kept in the
+core's pool between requests like any connection, so a warm request opens no
+connection and makes no task switch. A stream that fails (reset, GOAWAY past
+it, the connection lost) ends its leg as a closed connection would end: the
+core answers 502 (or breaks off the response it was relaying).
 
 Flow control stays explicit: a response's bytes are acknowledged to the
 peer as they are handed to the core, unless the core's client cannot take
@@ -36,23 +38,22 @@ tests/proxy/test_orig_proto.py (playbooks), tests/proxy/test_orig_proto_mesh.py.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
 from tether.proxy.codec import http2_events as h2e
-from tether.proxy.codec.common import LocalProtocolError
 from tether.proxy.codec.http1 import (
-    MAX_HEAD_SIZE,
     BadMessage,
     Body,
     EndOfMessage,
-    Http1Connection,
+    Event,
     RequestHead,
     ResponseHead,
-    Role,
     State,
+    scan_framing,
 )
-from tether.proxy.codec.http2 import DEFAULT_PARAMS, ErrorCodes, H2Endpoint, H2ProtocolError, Headers, Http2Params
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, H2Endpoint, H2ProtocolError, Headers, Http2Params
 
 L5D_ORIG_PROTO = b"l5d-orig-proto"
 SEND_LIMIT = 64 * 1024  # request bytes waiting for the peer's window above which the client is not read
@@ -137,24 +138,30 @@ def _reason(status: int) -> bytes:
 
 
 class Leg:
-    """One HTTP/1 connection as the core sees it, each of its requests one stream of ``conn``."""
+    """One HTTP/1 connection as the core sees it -- its client codec (``Upstream.codec``), each request one stream
+    of ``conn``: the core's heads and bodies go out as HTTP/2 frames at once, and the stream's response comes
+    back as the codec's events (``receive_data``), without HTTP/1 bytes in between."""
 
-    __slots__ = ("conn", "codec", "sid", "out", "broken", "closed", "method", "waiting", "paused", "owed",
-                 "chunked", "trailers", "user")
+    __slots__ = ("conn", "sid", "events", "broken", "closed", "method", "waiting", "paused", "owed", "trailers",
+                 "our_state", "their_state", "user")
 
-    def __init__(self, conn: UpgradeConnection, max_head_size: int) -> None:
+    keep_alive = True  # a leg is reused until it breaks (then it reads as closed)
+    switched = False  # never: a request that would switch protocols is not upgraded
+    trailing_data = b""
+
+    def __init__(self, conn: UpgradeConnection) -> None:
         self.conn = conn
-        self.codec = Http1Connection(Role.SERVER, max_head_size=max_head_size)
         self.sid = 0  # the stream of the request in hand (0: none)
-        self.out = bytearray()  # HTTP/1 response bytes for the core
+        self.events: list[Event] = []  # the response so far, for the core's next ``receive_data``
         self.broken = False  # the stream (or the connection) failed: the core sees the connection end
         self.closed = False  # the core is done with it
         self.method = b""
         self.waiting: list[Any] | None = None  # a request waiting for a stream slot: [headers, end, events...]
         self.paused = False  # the core's client cannot take more: acknowledgements held
         self.owed: dict[int, int] = {}  # bytes received and not acknowledged, per stream
-        self.chunked = False  # the response is written chunked (so it may carry trailers)
-        self.trailers: tuple[tuple[bytes, bytes], ...] = ()
+        self.trailers: Headers = []
+        self.our_state = State.IDLE  # the request's, as the core's codec would say
+        self.their_state = State.IDLE  # the response's
         self.user: Any = None  # the I/O side's object for this leg
 
     @property
@@ -165,51 +172,58 @@ class Leg:
         waiting = self.waiting
         return sum(len(e.data) for e in waiting[2:] if isinstance(e, Body)) if waiting else 0
 
-    def take(self) -> bytes:
-        out = self.out
-        if not out:
+    # -- the codec surface the core uses (``core.http1_proxy``) --------------------------------------------------
+
+    def send_head(self, head: RequestHead) -> bytes:
+        """Open the request's stream (or queue it for a slot); nothing to write: the connection writes."""
+        self.method = head.method
+        found = head.found if head.found is not None else scan_framing(head.headers)
+        length = found.get(b"content-length")
+        body = b"transfer-encoding" in found or (length is not None and length != [b"0"])
+        self.our_state = State.BODY if body else State.DONE
+        self.waiting = [h2_request(head), not body]  # no body: the request ends with its HEADERS
+        self.conn.open(self)
+        self._moved()
+        return b""
+
+    def send_body(self, data: bytes) -> bytes:
+        if self.waiting is not None:
+            self.waiting.append(Body(data))
+        elif self.sid and data:  # else the response came first and the stream is over: the rest goes nowhere
+            self.conn.h2.queue_data(self.sid, data)  # sent when the connection writes (its end on the last frame)
+        self._moved()
+        return b""
+
+    def send_end(self, trailers: Headers | tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        end = EndOfMessage(tuple(trailers))
+        if self.our_state is State.DONE:  # the head said there is no body
             return b""
-        data = bytes(out)
-        out.clear()
-        return data
+        self.our_state = State.DONE
+        if self.waiting is not None:
+            self.waiting.append(end)
+        elif self.sid:
+            self.conn.h2.queue_end(self.sid, [(n.lower(), v) for n, v in trailers] or None)
+        self._moved()
+        return b""
 
-    # -- from the core -------------------------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> list[Event]:
+        """The response's events since the last call (``data`` is the I/O side's token; ``b""``: the leg ended)."""
+        events, self.events = self.events, []
+        if not data and self.broken and self.their_state is State.BODY:
+            raise BadMessage("the upgraded stream failed during its response")
+        return events
 
-    def write(self, data: bytes) -> None:
-        """HTTP/1 request bytes from the core."""
-        if self.closed or self.broken:
-            return
-        try:
-            events = self.codec.receive_data(data)
-        except BadMessage:
-            self._break()
-            return
+    def start_next_cycle(self) -> None:
+        self.our_state = self.their_state = State.IDLE
+        self.method = b""
+        self.events = []
+
+    def _moved(self) -> None:
         conn = self.conn
-        h2 = conn.h2
-        for i, event in enumerate(events):
-            if isinstance(event, RequestHead):
-                self.method = event.method
-                # No body: the request ends with its HEADERS (one frame, not HEADERS then an empty DATA).
-                following = events[i + 1] if i + 1 < len(events) else None
-                ended = isinstance(following, EndOfMessage) and not following.trailers
-                self.waiting = [h2_request(event), ended]
-                conn.open(self)
-            elif self.waiting is not None:
-                self.waiting.append(event)
-            elif isinstance(event, Body):
-                if self.sid:  # else the response came first and the stream is over: the rest goes nowhere
-                    h2.queue_data(self.sid, event.data)
-            elif isinstance(event, EndOfMessage):
-                self._request_end(event)
-        if self.sid:
-            h2.flush(self.sid)
-            conn.touched.append(self)
+        conn.touched.append(self)
+        conn.on_output()
 
-    def _request_end(self, event: EndOfMessage) -> None:
-        sid = self.sid
-        if sid and sid not in self.conn.ended_on_headers:
-            self.conn.h2.queue_end(sid, [(n.lower(), v) for n, v in event.trailers] or None)
-        self._cycle()
+    # -- from the I/O side -----------------------------------------------------------------------------------------
 
     def pause(self) -> None:
         self.paused = True
@@ -250,60 +264,45 @@ class Leg:
         self.sid = sid
         conn.streams[sid] = self
         if ended:
-            conn.ended_on_headers.add(sid)
+            return
         for event in waiting[2:]:
             if isinstance(event, Body):
                 h2.queue_data(sid, event.data)
-            elif not ended:
+            else:
                 h2.queue_end(sid, [(n.lower(), v) for n, v in event.trailers] or None)
         h2.flush(sid)
-        if ended or any(isinstance(e, EndOfMessage) for e in waiting[2:]):
-            self._cycle()
 
     def event(self, event: h2e.Event) -> None:
-        codec = self.codec
-        try:
-            if isinstance(event, h2e.DataReceived):
-                if event.data:
-                    self.out += codec.send_body(event.data)
-                if self.paused:
-                    self.owed[event.stream_id] = self.owed.get(event.stream_id, 0) + event.flow_controlled_length
-                else:
-                    self.conn.h2.ack(event.stream_id, event.flow_controlled_length)
-            elif isinstance(event, h2e.ResponseReceived):
-                head = h1_response(event.headers, self.method)
-                self.chunked = head.headers[-1:] == ((b"transfer-encoding", b"chunked"),)
-                self.out += codec.send_head(head)
-            elif isinstance(event, h2e.StreamEnded):
-                self._response_end()
-            elif isinstance(event, h2e.TrailersReceived):
-                self.trailers = tuple(event.headers)
-            elif isinstance(event, h2e.InformationalResponseReceived):
-                fields = tuple((n, v) for n, v in event.headers if n[:1] != b":")
-                status = int(dict(event.headers)[b":status"])
-                self.out += codec.send_head(ResponseHead(status, fields, _reason(status)))
-            elif isinstance(event, h2e.StreamReset):
-                self._break()
-        except LocalProtocolError:  # the peer's response does not fit HTTP/1 (a 1xx after the head...)
+        if isinstance(event, h2e.DataReceived):
+            if event.data:
+                self.events.append(Body(event.data))
+            if self.paused:
+                self.owed[event.stream_id] = self.owed.get(event.stream_id, 0) + event.flow_controlled_length
+            else:
+                self.conn.h2.ack(event.stream_id, event.flow_controlled_length)
+        elif isinstance(event, h2e.ResponseReceived):
+            self.their_state = State.BODY
+            self.events.append(h1_response(event.headers, self.method))
+        elif isinstance(event, h2e.StreamEnded):
+            self._response_end()
+        elif isinstance(event, h2e.TrailersReceived):
+            self.trailers = list(event.headers)
+        elif isinstance(event, h2e.InformationalResponseReceived):
+            fields = tuple((n, v) for n, v in event.headers if n[:1] != b":")
+            status = int(dict(event.headers)[b":status"])
+            self.events.append(ResponseHead(status, fields, _reason(status)))
+        elif isinstance(event, h2e.StreamReset):
             self._break()
 
     def _response_end(self) -> None:
-        codec = self.codec
-        trailers, self.trailers = self.trailers, ()
-        self.out += codec.send_end(trailers if self.chunked else ())
+        trailers, self.trailers = self.trailers, []
+        self.their_state = State.DONE
+        self.events.append(EndOfMessage(tuple(trailers)))
         sid = self.sid
         conn = self.conn
-        if codec.their_state is not State.DONE or conn.h2.pending(sid):
+        if self.our_state is not State.DONE or conn.h2.pending(sid):
             conn.h2.reset(sid)  # the response came before the whole request: the rest is not sent
         conn.forget(self)
-        self._cycle()
-
-    def _cycle(self) -> None:
-        """Both the request and its response ended: the leg is free for the core's next request."""
-        codec = self.codec
-        if codec.our_state is State.DONE and codec.their_state is State.DONE and codec.keep_alive \
-                and self.sid == 0:
-            codec.start_next_cycle()
 
     def _break(self) -> None:
         if self.broken:
@@ -321,12 +320,13 @@ class UpgradeConnection:
     """One HTTP/2 client connection to an h2-hinted peer proxy, carrying the ``Leg``s of every client
     connection to it; see the module docstring."""
 
-    def __init__(self, params: Http2Params = DEFAULT_PARAMS, max_head_size: int = MAX_HEAD_SIZE) -> None:
+    def __init__(self, params: Http2Params = DEFAULT_PARAMS) -> None:
         self.h2 = H2Endpoint(client=True, params=params)
         self.h2.initiate()
-        self.max_head_size = max_head_size
+        # Called when a leg queued frames from outside ``receive`` (the core sending): the I/O side writes them
+        # soon, once for all that queued meanwhile.
+        self.on_output: Callable[[], None] = _nothing
         self.streams: dict[int, Leg] = {}
-        self.ended_on_headers: set[int] = set()  # streams whose request ended with its HEADERS
         self.queued: deque[Leg] = deque()  # requests waiting for a stream slot (MAX_CONCURRENT_STREAMS)
         self.legs = 0  # legs not closed
         self.touched: list[Leg] = []  # legs with bytes for the core, or broken, since ``take_touched``
@@ -337,13 +337,22 @@ class UpgradeConnection:
 
     def leg(self) -> Leg:
         self.legs += 1
-        return Leg(self, self.max_head_size)
+        return Leg(self)
 
     def take_touched(self) -> list[Leg]:
         touched, self.touched = self.touched, []
         return list(dict.fromkeys(touched)) if len(touched) > 1 else touched
 
+    def flush(self) -> None:
+        """Send what the windows allow of what the legs queued; the legs whose bytes went are touched."""
+        streams = self.streams
+        for sid in self.h2.flush():
+            leg = streams.get(sid)
+            if leg is not None:
+                self.touched.append(leg)
+
     def data_to_send(self) -> bytes:
+        self.flush()
         return self.h2.data_to_send()
 
     def open(self, leg: Leg) -> None:
@@ -359,7 +368,6 @@ class UpgradeConnection:
         sid = leg.sid
         if sid:
             self.streams.pop(sid, None)
-            self.ended_on_headers.discard(sid)
             self.h2.drop(sid)
             leg.owed.pop(sid, None)
             leg.sid = 0
@@ -409,10 +417,7 @@ class UpgradeConnection:
                 leg.event(event)
                 self.touched.append(leg)
         if flush:
-            for sid in self.h2.flush():
-                leg = streams.get(sid)
-                if leg is not None:
-                    self.touched.append(leg)
+            self.flush()
 
     def _goaway(self, event: h2e.GoAway) -> None:
         """Streams the peer did not take fail (the core may send them again); those it took may finish."""
@@ -442,3 +447,7 @@ class UpgradeConnection:
         self.h2.goaway()
         self.failed = True
         self.usable = False
+
+
+def _nothing() -> None:
+    """No one to tell."""

@@ -5,12 +5,15 @@ endpoint (``Connect.upgrade``; mTLS and the transport header with session
 protocol HTTP/2, as ``Driver.open_connection`` makes any), shared by every
 client connection of the proxy, and hands out ``LegStream``s: what the
 HTTP/1 I/O side (``io.http1_io``) and the pool (``io.pool``) take for a
-``Stream`` -- its ``transport`` writes HTTP/1 into a ``core.orig_proto.Leg``
-and its handler gets the leg's HTTP/1 response bytes, EOF when the leg's
-stream failed, and write-buffer changes as the leg's bytes wait for the
-peer's window or go. A connection with no leg for ``IDLE_TIMEOUT`` is ended
-(GOAWAY, then closed); one the peer ended, or that failed, is replaced by a
-new one for the next leg. With the endpoint's keep-alive from discovery
+``Stream``, with the leg (``core.orig_proto.Leg``) as the ``Upstream``'s
+codec. The core's requests queue frames on the connection, written once per
+loop iteration for all legs (``H2Link.soon``); the handler is told when the
+leg has response events for the core (``on_data`` with a token: the core
+then takes the events from the leg), EOF when the leg's stream failed, and
+write-buffer changes as the leg's bytes wait for the peer's window or go. A
+connection with no leg for ``IDLE_TIMEOUT`` is ended (GOAWAY, then closed);
+one the peer ended, or that failed, is replaced by a new one for the next
+leg. With the endpoint's keep-alive from discovery
 (``Connect.h2_keep_alive``: interval, timeout, while idle) a PING goes every
 interval (while legs are open, or always with while-idle); one not answered
 within the timeout closes the connection and fails its streams.
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 # Seconds without a leg (each pooled leg is closed after the pool's idle timeout) before a shared connection is
 # ended: as linkerd2-proxy's outbound stacks, and the connections they hold, live 5 s after their last use.
 IDLE_TIMEOUT = 5.0
+# What a leg's stream "reads" when it has response events: the core hands it to the leg's codec, which answers
+# with the events (``Leg.receive_data``); empty would mean the end of the connection.
+EVENTS = b"\x00"
 
 Opener = Callable[[Connect, bytes | None], Awaitable["Upstream | Failed"]]
 
@@ -63,11 +69,7 @@ class LegStream:
         """Itself (a property, not an attribute: that would be a reference cycle)."""
         return self
 
-    # -- what the HTTP/1 side calls on its transport ----------------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        self.leg.write(data)
-        self.link.after()
+    # -- what the HTTP/1 side calls on its transport (the core writes nothing: its codec is the leg) -----------
 
     def pause_reading(self) -> None:
         self.leg.pause()
@@ -91,14 +93,11 @@ class LegStream:
     # -- what the link tells it ---------------------------------------------------------------------------------
 
     def moved(self) -> None:
-        """The leg has bytes for the core, or failed, or its request bytes went or wait."""
+        """The leg has events for the core, or failed, or its request bytes went or wait."""
         leg = self.leg
-        data = leg.take()
         handler = self.handler
-        if data:
-            self.rx += len(data)
-            if handler is not None:
-                handler.on_data(self, data)  # type: ignore[arg-type]
+        if leg.events and handler is not None:
+            handler.on_data(self, EVENTS)  # type: ignore[arg-type]
         if leg.broken and not self.eof:
             self.eof = True
             self.lost = True
@@ -125,8 +124,10 @@ class H2Link:
         self.stream = stream
         self.elapsed = elapsed
         self.core = UpgradeConnection(params)
+        self.core.on_output = self.soon  # a cycle until the stream is lost (on_lost breaks it)
         self.idle_timer: asyncio.TimerHandle | None = None
         self.busy = False  # inside after(): a leg's handler writing again is taken in the same pass
+        self.scheduled = False  # an after() is due at the next loop iteration (soon)
         self.keep_alive = keep_alive
         self.ping_timer: asyncio.TimerHandle | None = None
         if keep_alive is not None:
@@ -149,6 +150,16 @@ class H2Link:
             self.idle_timer = None
         return LegStream(self, self.core.leg())
 
+    def soon(self) -> None:
+        """The core queued frames: write them at the next loop iteration, with whatever else queued by then."""
+        if not self.scheduled and not self.busy:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._soon)
+
+    def _soon(self) -> None:
+        self.scheduled = False
+        self.after()
+
     def after(self) -> None:
         """Tell the legs what moved, and write what the connection has for the peer."""
         if self.busy:
@@ -157,6 +168,7 @@ class H2Link:
         try:
             core = self.core
             while True:
+                core.flush()
                 touched = core.take_touched()
                 if not touched:
                     break
@@ -246,6 +258,7 @@ class H2Link:
         self.core.lost()
         self.after()
         self._stop_timers()
+        self.core.on_output = _nothing
 
     def on_write_paused(self, stream: Stream) -> None:
         """The peer reads slowly: the windows bound what is written to it, so nothing else to do."""
@@ -281,7 +294,9 @@ class Upgrades:
         # Marked reused: a leg that fails before its response head (its stream reset or refused, above a GOAWAY's
         # last stream, its connection lost) has its request sent once more on a new leg when nothing of it is
         # lost by that (no body), as the HTTP/1 core does after a pooled connection found closed.
-        return Upstream(key, link.leg(), elapsed, reused=True)
+        up = Upstream(key, link.leg(), elapsed, reused=True)
+        up.codec = up.io.leg  # the core talks to the leg directly (no HTTP/1 bytes)
+        return up
 
     async def _connect(self, connect: Connect, header: bytes | None) -> H2Link | Failed:
         key = connect.pool_key
@@ -314,3 +329,7 @@ class Upgrades:
         links, self.links = self.links, {}
         for link in links.values():
             link.close()
+
+
+def _nothing() -> None:
+    """No one to write for any more."""

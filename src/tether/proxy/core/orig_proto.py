@@ -146,8 +146,6 @@ class Leg:
                  "our_state", "their_state", "user")
 
     keep_alive = True  # a leg is reused until it breaks (then it reads as closed)
-    switched = False  # never: a request that would switch protocols is not upgraded
-    trailing_data = b""
 
     def __init__(self, conn: UpgradeConnection) -> None:
         self.conn = conn

@@ -15,7 +15,7 @@ from tether.identity import pem, pki
 from tether.platform.local import config as platform_config
 from tether.platform.local.launcher import Launcher
 from up import uplab
-from up.uplab import client, ready, wait_for, web_server
+from up.uplab import client, web_server
 
 NAMESPACE = """
 apiVersion: v1
@@ -32,13 +32,6 @@ def _check(p: uplab.Platform, *args: str, ok: bool | None = None) -> tuple[int, 
 
 def _results(doc: dict) -> dict[str, dict]:
     return {c["description"]: c | {"category": cat["categoryName"]} for cat in doc["categories"] for c in cat["checks"]}
-
-
-def _meshed_pods(p: uplab.Platform) -> list[dict]:
-    def check() -> list[dict] | None:
-        pods = p.pods("chk")
-        return pods if len(pods) == 2 and all(ready(x) for x in pods) else None
-    return wait_for("two ready pods in chk", check, timeout=60)
 
 
 def test_a_healthy_platform_and_its_proxies_pass(running: uplab.Platform) -> None:
@@ -69,7 +62,7 @@ def test_a_missing_namespace_and_deleted_redirect_rules_are_named(running: uplab
     p = running
     code, out, _ = _check(p, "--proxy", "-n", "nowhere", ok=False)
     assert "\u00d7 data plane namespace exists" in out and 'The "nowhere" namespace does not exist' in out
-    (web,) = [x for x in _meshed_pods(p) if x["metadata"]["name"].startswith("web-")]
+    (web,) = [x for x in p.ready_pods("chk", 2) if x["metadata"]["name"].startswith("web-")]
     netns = p.netns_of(web)
     nat = subprocess.run(["ip", "netns", "exec", netns, "iptables", "-t", "nat", "-S"], check=True,
                          capture_output=True, text=True).stdout.splitlines()
@@ -137,7 +130,7 @@ def test_an_issuer_expiring_soon_warns_and_an_expired_one_fails(running: uplab.P
 
 def test_a_proxy_holding_another_trust_root_fails_the_data_plane_identity_check(running: uplab.Platform) -> None:
     p = running
-    pods = _meshed_pods(p)
+    pods = p.ready_pods("chk", 2)
     pki_dir = p.home / "pki"
     # A new trust anchor and issuer: the running pods still hold the old root.
     anchor, key = pki.create_trust_anchor(control_plane_ns="linkerd", trust_domain="cluster.local",

@@ -21,11 +21,10 @@ import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from demo.conftest import DEMO_DIR
+from demo.conftest import DEMO_DIR, load_demo
 from tether.viz.prometheus import Prometheus
 from up import uplab
 from viz.browser import CHROMEDRIVER, CHROMIUM, Browser
@@ -38,14 +37,6 @@ pytestmark = [
 ]
 
 WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"tether_demo_{name}", DEMO_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -128,7 +119,7 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
     p.tether("viz", "install", "--prometheus-port", str(port), "--discovery-port", str(free_port()),
              "--scrape-interval", "1s")
     prom = Prometheus(f"http://127.0.0.1:{port}")
-    render = _load("render")
+    render = load_demo("render")
     p.apply(render.render(sys.executable, str(DEMO_DIR), vote_rate=8))
 
     def all_ready() -> list[dict] | None:
@@ -153,7 +144,7 @@ def test_the_demo_runs_meshed_and_leaves_nothing_behind(platform: uplab.Platform
     assert " 0 ok" not in tally[-1], tally
 
     # viz sees every workload meshed and every edge over mTLS.
-    checks = _load("checks")
+    checks = load_demo("checks")
 
     def problems() -> list[str]:
         rows = json.loads(p.tether("viz", "stat", "deploy", "-n", "emojivoto", "-o", "json", "-t", "30s").stdout)

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from types import ModuleType
 
 import pytest
 
-from demo.conftest import DEMO_DIR
+from demo.conftest import DEMO_DIR, load_demo
 from tether.resources.loading import load_text
 from tether.resources.model import parse
 from tether.resources.selectors import LabelSelector
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"tether_demo_{name}", DEMO_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def docs() -> list[dict]:
-    text = _load("render").render("/opt/py/bin/python3", "/srv/checkout/demo")
+    text = load_demo("render").render("/opt/py/bin/python3", "/srv/checkout/demo")
     return load_text(text, "<render>")
 
 
@@ -67,7 +58,7 @@ def test_the_namespace_is_meshed_and_each_deployment_runs_its_module(docs: list[
 
 
 def test_render_defaults_and_vote_rate() -> None:
-    render = _load("render")
+    render = load_demo("render")
     text = render.render(sys.executable, str(DEMO_DIR), vote_rate=7.5)
     bot = next(d for d in load_text(text, "<render>") if d["metadata"]["name"] == "vote-bot" and d["kind"] ==
                "Deployment")
@@ -82,7 +73,7 @@ def _pod(app: str, ready: bool, ip: str = "10.0.0.4") -> dict:
 
 
 def test_checks_summarise_pods_and_find_the_web_page() -> None:
-    checks = _load("checks")
+    checks = load_demo("checks")
     doc = {"items": [_pod("web", True), _pod("emoji", False)]}
     assert checks.pods(doc) == "1 2 emoji Pending  web ✓"
     assert checks.pods({"items": []}) == "0 0 (no pods yet)"
@@ -99,7 +90,7 @@ def _edge(src: str, dst: str, secured: bool = True) -> dict:
 
 
 def test_checks_traffic_wants_every_edge_meshed_and_mtls() -> None:
-    checks = _load("checks")
+    checks = load_demo("checks")
     rows = [_row("web"), _row("emoji"), _row("voting"), _row("vote-bot")]
     edges = [_edge("vote-bot", "web"), _edge("web", "emoji"), _edge("web", "voting")]
     assert checks.traffic(rows, edges) == []

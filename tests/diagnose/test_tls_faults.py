@@ -57,7 +57,7 @@ def _foreign_pod(template: dict, identity_addr: str, anchors: str) -> dict:
 
 
 def _pod(p: uplab.Platform, prefix: str) -> dict:
-    (pod,) = [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
+    (pod,) = p.pods(NS, prefix)
     return pod
 
 

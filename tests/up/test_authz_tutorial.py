@@ -16,12 +16,11 @@ still denied, and web still votes (the Server's policy covers every route).
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from demo.conftest import DEMO_DIR, load_demo
 from up import uplab
 from up.uplab import ready, wait_for
 
@@ -29,7 +28,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is
                                 reason="the proxy (tether.proxy.main) is not in the tree yet")
 
 NS = "emojivoto"
-DEMO_DIR = Path(__file__).resolve().parents[2] / "demo"
 WEB_ID = f"web.{NS}.serviceaccount.identity.linkerd.cluster.local"
 INTRUDER_ID = f"intruder.{NS}.serviceaccount.identity.linkerd.cluster.local"
 
@@ -146,12 +144,6 @@ spec:
 """
 
 
-def _metrics(p: uplab.Platform, pod: dict) -> str:
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
 def _series(text: str, name: str, *parts: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(name + "{") and all(p in line for p in parts))
@@ -159,22 +151,18 @@ def _series(text: str, name: str, *parts: str) -> float:
 
 def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform) -> None:
     p = running
-    spec = importlib.util.spec_from_file_location("tether_demo_render", DEMO_DIR / "render.py")
-    assert spec is not None and spec.loader is not None
-    render = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render)
-    p.apply(render.render(sys.executable, str(DEMO_DIR), vote_rate=4))
+    p.apply(load_demo("render").render(sys.executable, str(DEMO_DIR), vote_rate=4))
     p.apply(LOCKDOWN)
 
     def pod(prefix: str) -> dict | None:
-        found = [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix) and ready(x)]
+        found = [x for x in p.pods(NS, prefix) if ready(x)]
         return found[0] if found else None
 
     voting = wait_for("voting ready", lambda: pod("voting-"), timeout=90)
     # The lockdown in force at voting's proxy (web's calls admitted under voting-policy) before the intruder
     # exists: a proxy that got voting's policy before the Server was indexed would let its first calls through.
     wait_for("web's votes allowed at voting's proxy", lambda: _series(
-        _metrics(p, voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"', 'srv_name="voting-grpc"',
+        p.proxy_metrics(voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"', 'srv_name="voting-grpc"',
         'authz_name="voting-policy"') > 0, timeout=60)
     p.apply(intruder())
     intruder_pod = wait_for("intruder ready", lambda: pod("intruder-"), timeout=90)
@@ -184,7 +172,7 @@ def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform
 
     wait_for("the intruder's vote denied", lambda: "vote PERMISSION_DENIED" in log(), timeout=60)
     assert "vote ok" not in log() and "results ok" not in log()
-    assert _series(_metrics(p, voting), "inbound_http_authz_deny_total", f'client_id="{INTRUDER_ID}"',
+    assert _series(p.proxy_metrics(voting), "inbound_http_authz_deny_total", f'client_id="{INTRUDER_ID}"',
                    'srv_name="voting-grpc"') > 0
 
     # Per-route authorization: the intruder may read the results, and only that.
@@ -195,8 +183,8 @@ def test_voting_locked_down_to_web_then_one_route_opened(running: uplab.Platform
     assert "vote ok" not in after and "vote PERMISSION_DENIED" in seen
     wait_for("the intruder's vote still denied after the routes",
              lambda: "vote PERMISSION_DENIED" in log()[len(seen):], timeout=30)
-    before = _series(_metrics(p, voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"',
+    before = _series(p.proxy_metrics(voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"',
                      'route_name="voting-vote"')
     wait_for("web's votes allowed on the Vote route", lambda: _series(
-        _metrics(p, voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"',
+        p.proxy_metrics(voting), "inbound_http_authz_allow_total", f'client_id="{WEB_ID}"',
         'route_name="voting-vote"', 'authz_name="voting-policy"') > before, timeout=60)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -68,26 +67,15 @@ def caller(name: str, service_account: str) -> str:
                             f"    spec:\n      serviceAccountName: {service_account}\n      containers:")
 
 
-def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
-    return [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
-
-
-def _metrics(p: uplab.Platform, pod: dict) -> str:
-    """The pod's proxy's /metrics, read from inside its network namespace (the admin port is loopback-only)."""
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
 def test_only_the_authorized_identity_gets_through(running: uplab.Platform) -> None:
     p = running
     p.apply(POLICY)
     p.apply(web_server("web", NS, 1))
-    wait_for("the web pod ready", lambda: [x for x in _pods(p, "web-") if ready(x)], timeout=60)
+    wait_for("the web pod ready", lambda: [x for x in p.pods(NS, "web-") if ready(x)], timeout=60)
     p.apply(caller("allowed", "allowed"))
     p.apply(caller("other", "other"))
-    (allowed,) = wait_for("the allowed client", lambda: [x for x in _pods(p, "allowed-") if ready(x)], timeout=60)
-    (other,) = wait_for("the other client", lambda: [x for x in _pods(p, "other-") if ready(x)], timeout=60)
+    (allowed,) = wait_for("the allowed client", lambda: [x for x in p.pods(NS, "allowed-") if ready(x)], timeout=60)
+    (other,) = wait_for("the other client", lambda: [x for x in p.pods(NS, "other-") if ready(x)], timeout=60)
 
     def log(pod: dict) -> str:
         return p.logs(NS, pod["metadata"]["name"])
@@ -96,9 +84,9 @@ def test_only_the_authorized_identity_gets_through(running: uplab.Platform) -> N
     wait_for("the allowed client answered", lambda: log(allowed).count("ok 200") >= 3, timeout=60)
     assert "ok 200" not in log(other)
 
-    (web,) = _pods(p, "web-")
+    (web,) = p.pods(NS, "web-")
     metrics = wait_for("the web proxy's authorization counters",
-                       lambda: (m := _metrics(p, web)) and "inbound_http_authz_deny_total" in m and m, timeout=30)
+                       lambda: (m := p.proxy_metrics(web)) and "inbound_http_authz_deny_total" in m and m, timeout=30)
     deny = [line for line in metrics.splitlines() if line.startswith("inbound_http_authz_deny_total{")]
     allow = [line for line in metrics.splitlines() if line.startswith("inbound_http_authz_allow_total{")]
     assert any(f'client_id="{OTHER_ID}"' in line and 'srv_name="web-http"' in line for line in deny), deny
@@ -222,8 +210,8 @@ def test_an_open_tcp_connection_that_loses_its_authorization_is_closed(running: 
     wait_for("the first connection closed", lambda: "conn 1 closed after" in log(), timeout=60)
     text = log()
     assert "conn 1 reply 5\n" in text and "conn 2 reply" not in text, text
-    (echo,) = [x for x in p.pods(TCP_NS) if x["metadata"]["name"].startswith("echo-")]
-    terminated = [line for line in _metrics(p, echo).splitlines()
+    (echo,) = p.pods(TCP_NS, "echo-")
+    terminated = [line for line in p.proxy_metrics(echo).splitlines()
                   if line.startswith("inbound_tcp_authz_terminate_total{")]
     assert any('srv_name="echo-server"' in line and f'client_id="{HOLDER_ID}"' in line and line.endswith(" 1")
                for line in terminated), terminated
@@ -360,7 +348,7 @@ def test_a_denied_client_keeps_its_connection_for_the_next_request(running: upla
         sock.sendall(b"GET /d HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
         assert _response_head(sock).startswith(b"HTTP/1.1 403 ")
         assert sock.recv(1) == b""  # the client said it was done: now the proxy closes
-    deny = [line for line in _metrics(p, echo).splitlines() if line.startswith("inbound_http_authz_deny_total{")
+    deny = [line for line in p.proxy_metrics(echo).splitlines() if line.startswith("inbound_http_authz_deny_total{")
             and 'srv_name="echo-server"' in line and 'tls="no_identity"' in line]
     assert deny and sum(float(line.rsplit(" ", 1)[1]) for line in deny) >= 5, deny
 
@@ -423,7 +411,7 @@ metadata: {{name: {RATE_NS}, annotations: {{linkerd.io/inject: enabled}}}}
     p.apply(uplab.script_deployment("plain", RATE_NS, BURST_SCRIPT, url, service_account="plain"))
 
     def bursts(prefix: str) -> list[list[str]]:
-        pods = [x for x in p.pods(RATE_NS) if x["metadata"]["name"].startswith(prefix)]
+        pods = p.pods(RATE_NS, prefix)
         return _bursts(p.logs(RATE_NS, pods[0]["metadata"]["name"])) if pods else []
 
     def limited(prefix: str) -> bool:
@@ -433,8 +421,8 @@ metadata: {{name: {RATE_NS}, annotations: {{linkerd.io/inject: enabled}}}}
 
     wait_for("the default client limited to about 4 requests per second", lambda: limited("overridden-"), timeout=90)
     wait_for("the plain client limited to about 4 requests per second", lambda: limited("plain-"), timeout=60)
-    (web,) = [x for x in p.pods(RATE_NS) if x["metadata"]["name"].startswith("web-svc-")]
-    counted = [line for line in _metrics(p, web).splitlines()
+    (web,) = p.pods(RATE_NS, "web-svc-")
+    counted = [line for line in p.proxy_metrics(web).splitlines()
                if line.startswith("inbound_http_local_ratelimit_total{")]
     assert any('ratelimit_name="web-http"' in line and 'ratelimit_scope="identity"' in line
                and 'srv_name="web-http"' in line for line in counted), counted

@@ -43,7 +43,7 @@ from tether.identity import pki
 from tether.platform.local import config as platform_config
 from tether.platform.local.ipam import Ipam, IpamConfig, workload_owner
 
-from .test_meshed import NAMESPACE, _capture_on, _ready_pods
+from .test_meshed import NAMESPACE, _capture_on
 
 VM_NS, VM_SA, VM_NAME = "billing", "vm", "legacy-billing"
 PROXY_UID, APP_UID = 2102, 4242
@@ -200,7 +200,7 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("web", "meshed", 1))
-    _ready_pods(p, "meshed", "web-", 1)
+    p.ready_pods("meshed", 1, "web-")
     # The pod controller meshed it through the injector, which records its Event on the owner, as on Kubernetes.
     events = p.tether("get", "events", "-n", "meshed").stdout
     assert any("Injected" in line and "deployment/web" in line for line in events.splitlines()), events
@@ -217,7 +217,7 @@ def test_a_vm_joins_the_mesh_calls_a_meshed_service_and_is_called_over_mtls(runn
         # The VM calls a meshed pod's Service; a meshed pod calls the VM through its Service.
         vm.run("client", [PYTHON, "-u", "-c", uplab.CLIENT_SCRIPT, f"http://{web_ip}/"], uid=APP_UID)
         p.apply(client("caller", "meshed", f"http://billing.{VM_NS}.svc.cluster.local/"))
-        (caller,) = _ready_pods(p, "meshed", "caller-", 1)
+        (caller,) = p.ready_pods("meshed", 1, "caller-")
         name = caller["metadata"]["name"]
         wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
         wait_for("the meshed pod gets answers from the VM",
@@ -319,7 +319,7 @@ def test_a_vm_with_a_spire_svid_joins_the_mesh(running: uplab.Platform, spire_vm
     p, vm = running, spire_vm
     p.apply(NAMESPACE)
     p.apply(web_server("web", "meshed", 1))
-    _ready_pods(p, "meshed", "web-", 1)
+    p.ready_pods("meshed", 1, "web-")
     with p.store() as store:
         web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
     p.apply(BILLING.split("---")[0])  # the namespace
@@ -348,7 +348,7 @@ def test_a_vm_with_a_spire_svid_joins_the_mesh(running: uplab.Platform, spire_vm
 
         vm.run("client", [PYTHON, "-u", "-c", uplab.CLIENT_SCRIPT, f"http://{web_ip}/"], uid=APP_UID)
         p.apply(client("ledger-caller", "meshed", f"http://{LEDGER}.{VM_NS}.svc.cluster.local/"))
-        (caller,) = _ready_pods(p, "meshed", "ledger-caller-", 1)
+        (caller,) = p.ready_pods("meshed", 1, "ledger-caller-")
         name = caller["metadata"]["name"]
         wait_for("the VM gets answers from the meshed pod", lambda: vm.log("client").count("ok 200") >= 3, timeout=60)
         wait_for("the meshed pod gets answers from the VM",

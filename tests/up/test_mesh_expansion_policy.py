@@ -15,7 +15,7 @@ from up import uplab
 from up.uplab import client, wait_for, web_server
 
 from .test_mesh_expansion import VM_IDENTITY, VM_NS, Vm, join_the_mesh, vm  # noqa: F401 (vm: the fixture)
-from .test_meshed import NAMESPACE, _ready_pods
+from .test_meshed import NAMESPACE
 
 CALLER_IDENTITY = "default.meshed.serviceaccount.identity.linkerd.cluster.local"  # the caller's service account
 NOBODY = "nobody.meshed.serviceaccount.identity.linkerd.cluster.local"
@@ -68,7 +68,7 @@ def test_the_vm_answers_only_whom_its_policy_names_and_a_pod_admits_the_vm_by_it
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("web", "meshed", 1))
-    _ready_pods(p, "meshed", "web-", 1)
+    p.ready_pods("meshed", 1, "web-")
     with p.store() as store:
         web_ip = store.get("Service", "meshed", "web")["spec"]["clusterIP"]
     join_the_mesh(p, vm)
@@ -76,7 +76,7 @@ def test_the_vm_answers_only_whom_its_policy_names_and_a_pod_admits_the_vm_by_it
     # The VM's inbound policy: its Server admits one identity, not the caller's.
     p.apply(guarded("billing", VM_NS, "externalWorkloadSelector", "http", NOBODY))
     p.apply(client("caller", "meshed", f"http://billing.{VM_NS}.svc.cluster.local/"))
-    (caller,) = _ready_pods(p, "meshed", "caller-", 1)
+    (caller,) = p.ready_pods("meshed", 1, "caller-")
     name = caller["metadata"]["name"]
 
     def caller_sees(answer: str) -> bool:

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from up import uplab
-from up.uplab import client, ready, wait_for, web_server
+from up.uplab import client, wait_for, web_server
 
 from tether.platform.local import config as platform_config
 from tether.platform.local.containers import build_env
@@ -32,19 +32,11 @@ metadata: {name: meshed, annotations: {linkerd.io/inject: enabled}}
 """
 
 
-def _ready_pods(p: uplab.Platform, namespace: str, prefix: str, count: int) -> list[dict]:
-    def check() -> list[dict] | None:
-        pods = [x for x in p.pods(namespace) if x["metadata"]["name"].startswith(prefix)]
-        return pods if len(pods) == count and all(ready(x) for x in pods) else None
-
-    return wait_for(f"{count} ready pods {prefix}* in {namespace}", check, timeout=60)
-
-
 def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None:
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("web", "meshed", 1))
-    (server,) = _ready_pods(p, "meshed", "web-", 1)
+    (server,) = p.ready_pods("meshed", 1, "web-")
     init = [c["name"] for c in server["spec"]["initContainers"]]
     assert init == ["linkerd-init", "linkerd-proxy"]
     assert server["metadata"]["labels"]["linkerd.io/control-plane-ns"] == "linkerd"
@@ -62,7 +54,7 @@ def test_meshed_pods_talk_through_their_proxies(running: uplab.Platform) -> None
     assert server_uid in _uids(netns)
 
     p.apply(client("client", "meshed", "http://web.meshed.svc.cluster.local/"))
-    (caller,) = _ready_pods(p, "meshed", "client-", 1)
+    (caller,) = p.ready_pods("meshed", 1, "client-")
     name = caller["metadata"]["name"]
     wait_for("answers through both proxies",
              lambda: p.logs("meshed", name).count("ok 200") >= 3, timeout=45)
@@ -116,9 +108,9 @@ def test_an_unmeshed_pod_reaches_a_meshed_one(running: uplab.Platform) -> None:
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("web2", "meshed", 1))
-    _ready_pods(p, "meshed", "web2-", 1)
+    p.ready_pods("meshed", 1, "web2-")
     p.apply(client("plain", "outside", "http://web2.meshed.svc.cluster.local/"))
-    (caller,) = _ready_pods(p, "outside", "plain-", 1)
+    (caller,) = p.ready_pods("outside", 1, "plain-")
     assert "initContainers" not in caller["spec"]
     name = caller["metadata"]["name"]
     wait_for("answers from the meshed server",
@@ -143,7 +135,7 @@ def test_a_capture_between_pods_shows_no_readable_payload_between_meshed_pods(ru
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("web3", "meshed", 1))
-    _ready_pods(p, "meshed", "web3-", 1)
+    p.ready_pods("meshed", 1, "web3-")
     frames: list[tuple[str, bytes]] = []
     stop = threading.Event()
     capture = threading.Thread(target=_capture_on, args=(p.prefix, stop, frames), daemon=True)
@@ -151,8 +143,8 @@ def test_a_capture_between_pods_shows_no_readable_payload_between_meshed_pods(ru
     try:
         p.apply(client("sealed", "meshed", "http://web3.meshed.svc.cluster.local/"))
         p.apply(client("open", "outside", "http://web3.meshed.svc.cluster.local/"))
-        (sealed,) = _ready_pods(p, "meshed", "sealed-", 1)
-        (open_,) = _ready_pods(p, "outside", "open-", 1)
+        (sealed,) = p.ready_pods("meshed", 1, "sealed-")
+        (open_,) = p.ready_pods("outside", 1, "open-")
         for pod in (sealed, open_):
             ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
             wait_for(f"{name} gets answers", lambda: p.logs(ns, name).count("ok 200") >= 5,

@@ -132,12 +132,6 @@ while True:
 """
 
 
-def _metrics(p: uplab.Platform, pod: dict) -> str:
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
 def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: uplab.Platform,
                                                                     outside: tuple[str, int]) -> None:
     p = running
@@ -158,7 +152,7 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
     wait_for("the caller let out", lambda: "/out 200" in log() and "/other 200" in log(), timeout=60)
     assert "/out" in _Handler.seen and "/other" in _Handler.seen
 
-    metrics = _metrics(p, caller)
+    metrics = p.proxy_metrics(caller)
     statuses = [line for line in metrics.splitlines()
                 if line.startswith("outbound_http_route_request_statuses_total{")
                 and 'parent_kind="EgressNetwork"' in line and 'parent_name="outside"' in line]
@@ -173,7 +167,7 @@ def test_an_egress_network_denies_then_allows_traffic_and_meters_it(running: upl
     since = log()[mark:]
     last_other = since.rindex("/other ")
     assert since[last_other:].startswith("/other 403"), since[-300:]
-    routed = [line for line in _metrics(p, caller).splitlines()
+    routed = [line for line in p.proxy_metrics(caller).splitlines()
               if line.startswith("outbound_http_route_request_statuses_total{")
               and 'route_name="httpbin-get"' in line and 'parent_name="outside"' in line]
     assert any('http_status="200"' in line for line in routed), routed
@@ -241,14 +235,14 @@ def test_a_tlsroute_lets_one_hostname_out_of_a_denied_egress_network(
         p.apply(uplab.script_deployment(name, NS, TLS_CLIENT, "tls", ip, str(port), sni, ca))
 
     def log(prefix: str) -> str:
-        pods = [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix) and ready(x)]
+        pods = [x for x in p.pods(NS, prefix) if ready(x)]
         return p.logs(NS, pods[0]["metadata"]["name"]) if pods else ""
 
     wait_for("the named host let out", lambda: log("named-").count("got outside") >= 3, timeout=90)
     wait_for("the other host's connections closed", lambda: log("unnamed-").count("error ") >= 3, timeout=60)
     assert "got outside" not in log("unnamed-")
     assert set(served) == {"a.example.com"}, served
-    (named,) = [x for x in p.pods(NS) if x["metadata"]["name"].startswith("named-")]
-    opened = [line for line in _metrics(p, named).splitlines()
+    (named,) = p.pods(NS, "named-")
+    opened = [line for line in p.proxy_metrics(named).splitlines()
               if line.startswith("outbound_tls_route_open_total{") and 'route_name="tls-egress"' in line]
     assert any('parent_kind="EgressNetwork"' in line and 'parent_name="outside"' in line for line in opened), opened

@@ -12,7 +12,6 @@ with ``grpc_status="OK"``, ``outbound_grpc_route_retry_requests_total``).
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 
 import pytest
 
@@ -121,12 +120,6 @@ spec:
 """
 
 
-def _metrics(p: uplab.Platform, pod: dict) -> str:
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
 def test_a_grpcroute_retries_unavailable_and_counts_under_its_name(running: uplab.Platform) -> None:
     p = running
     p.apply(MANIFESTS)
@@ -136,7 +129,7 @@ def test_a_grpcroute_retries_unavailable_and_counts_under_its_name(running: upla
     (caller,) = wait_for("the caller ready", lambda: [x for x in p.pods(NS)
                                                       if x["metadata"]["name"].startswith("caller-") and ready(x)],
                          timeout=90)
-    (echo,) = [x for x in p.pods(NS) if x["metadata"]["name"].startswith("echo-")]
+    (echo,) = p.pods(NS, "echo-")
 
     def log(pod: dict) -> str:
         return p.logs(NS, pod["metadata"]["name"])
@@ -145,7 +138,7 @@ def test_a_grpcroute_retries_unavailable_and_counts_under_its_name(running: upla
     assert "served UNAVAILABLE" in log(echo)
     assert "error UNAVAILABLE" not in log(caller), log(caller)
 
-    metrics = wait_for("the gRPC route counters", lambda: (m := _metrics(p, caller))
+    metrics = wait_for("the gRPC route counters", lambda: (m := p.proxy_metrics(caller))
                        and "outbound_grpc_route_retry_requests_total{" in m and m, timeout=30)
     lines = metrics.splitlines()
     statuses = [line for line in lines if line.startswith("outbound_grpc_route_request_statuses_total{")

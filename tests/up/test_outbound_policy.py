@@ -55,28 +55,24 @@ spec:
 """
 
 
-def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
-    return [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
-
-
 def test_an_httproute_splits_shifts_and_redirects(running: uplab.Platform) -> None:
     p = running
     p.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}\n")
     for name in ("web", "web-v1", "web-v2"):
         p.apply(web_server(name, NS, 1))
     for name in ("web-v1-", "web-v2-"):
-        wait_for(f"the {name} pod ready", lambda n=name: [x for x in _pods(p, n) if ready(x)], timeout=60)
-    wait_for("the web pod ready", lambda: [x for x in _pods(p, "web-") if ready(x)
+        wait_for(f"the {name} pod ready", lambda n=name: [x for x in p.pods(NS, n) if ready(x)], timeout=60)
+    wait_for("the web pod ready", lambda: [x for x in p.pods(NS, "web-") if ready(x)
                                            and not x["metadata"]["name"].startswith(("web-v1", "web-v2"))],
              timeout=60)
     p.apply(split(1, 1))
     p.apply(uplab.client("client", NS, f"http://web.{NS}.svc.cluster.local/"))
     p.apply(uplab.client("mover", NS, f"http://web.{NS}.svc.cluster.local/moved/x"))
-    wait_for("the clients ready", lambda: len([x for x in _pods(p, "client-") + _pods(p, "mover-") if ready(x)]) == 2,
+    wait_for("the clients ready", lambda: len([x for x in p.pods(NS, "client-") + p.pods(NS, "mover-") if ready(x)]) == 2,
              timeout=60)
 
     def log(prefix: str) -> str:
-        (pod,) = [x for x in _pods(p, prefix) if not (prefix == "web-" and x["metadata"]["name"].startswith(
+        (pod,) = [x for x in p.pods(NS, prefix) if not (prefix == "web-" and x["metadata"]["name"].startswith(
             ("web-v1", "web-v2")))]
         return p.logs(NS, pod["metadata"]["name"])
 
@@ -151,7 +147,7 @@ def test_linkerds_traffic_shifting_tutorial(running: uplab.Platform) -> None:
     p.apply(uplab.client("slow-cooker", SHIFT_NS, f"http://bb.{SHIFT_NS}.svc.cluster.local:8080/"))
 
     def served(version: str) -> int:
-        (pod,) = [x for x in p.pods(SHIFT_NS) if x["metadata"]["name"].startswith(version)]
+        (pod,) = p.pods(SHIFT_NS, version)
         return p.logs(SHIFT_NS, pod["metadata"]["name"]).count("GET / ")
 
     wait_for("the 90/10 canary reaching both versions", lambda: served("v1-") >= 9 and served("v2-") >= 1, timeout=90)

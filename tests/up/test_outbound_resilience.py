@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,16 +112,6 @@ ACCRUAL = ('balancer.linkerd.io/failure-accrual: consecutive, '
            'balancer.linkerd.io/failure-accrual-consecutive-max-penalty: 30s')
 
 
-def _pods(p: uplab.Platform, prefix: str) -> list[dict]:
-    return [x for x in p.pods(NS) if x["metadata"]["name"].startswith(prefix)]
-
-
-def _metrics(p: uplab.Platform, pod: dict) -> str:
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout
-
-
 def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_a_failing_pod_out_and_back(
         running: uplab.Platform, broken_flag: Path) -> None:
     p = running
@@ -131,21 +120,21 @@ def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_
     p.apply(service("shop", ACCRUAL) + "---" + server("shop-good", "shop")
             + "---" + server("shop-bad", "shop", str(broken_flag)))
     for prefix in ("flaky-", "shop-good-", "shop-bad-"):
-        wait_for(f"the {prefix} pod ready", lambda n=prefix: [x for x in _pods(p, n) if ready(x)], timeout=90)
+        wait_for(f"the {prefix} pod ready", lambda n=prefix: [x for x in p.pods(NS, n) if ready(x)], timeout=90)
     p.apply(uplab.client("retrier", NS, f"http://flaky.{NS}.svc.cluster.local/flaky"))
     p.apply(uplab.client("waiter", NS, f"http://flaky.{NS}.svc.cluster.local/slow"))
     p.apply(uplab.client("buyer", NS, f"http://shop.{NS}.svc.cluster.local/"))
 
     def log(prefix: str) -> str:
-        pods = _pods(p, prefix)
+        pods = p.pods(NS, prefix)
         return "".join(p.logs(NS, pod["metadata"]["name"]) for pod in pods)
 
     # Retries: the client sees only 200s; the server did answer 500s.
     wait_for("the retrier answered", lambda: log("retrier-").count("ok 200") >= 5, timeout=90)
     assert "served /flaky 500" in log("flaky-")
     assert "500" not in log("retrier-"), log("retrier-")
-    (retrier,) = _pods(p, "retrier-")
-    metrics = wait_for("the retry counter", lambda: (m := _metrics(p, retrier))
+    (retrier,) = p.pods(NS, "retrier-")
+    metrics = wait_for("the retry counter", lambda: (m := p.proxy_metrics(retrier))
                        and "outbound_http_route_retry_requests_total{" in m and m, timeout=30)
     retries = [line for line in metrics.splitlines() if line.startswith("outbound_http_route_retry_requests_total{")]
     assert any('route_name="flaky-route"' in line and 'parent_name="flaky"' in line for line in retries), retries

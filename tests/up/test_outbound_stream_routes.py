@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
-import subprocess
 from collections.abc import Callable
 
 import pytest
@@ -165,9 +164,7 @@ def _log(p: uplab.Platform, name: str) -> list[str]:
 
 def _metrics(p: uplab.Platform, name: str) -> list[str]:
     (pod,) = _pods(p, name)
-    script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
-    return subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c", script],
-                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    return p.proxy_metrics(pod).splitlines()
 
 
 def _all_ready(p: uplab.Platform, *names: str) -> None:

@@ -18,14 +18,6 @@ from up import uplab
 from up.uplab import client, ready, restarts, wait_for, web_server
 
 
-def _ready_pods(p: uplab.Platform, namespace: str, count: int, prefix: str = "") -> list[dict]:
-    def check() -> list[dict] | None:
-        pods = [x for x in p.pods(namespace) if x["metadata"]["name"].startswith(prefix)]
-        return pods if len(pods) == count and all(ready(x) for x in pods) else None
-
-    return wait_for(f"{count} ready pods {prefix}* in {namespace}", check, timeout=45)
-
-
 def _log(p: uplab.Platform, namespace: str, pod: str, *args: str) -> str:
     return p.logs(namespace, pod, *args)
 
@@ -33,7 +25,7 @@ def _log(p: uplab.Platform, namespace: str, pod: str, *args: str) -> str:
 def test_a_deployment_becomes_ready_pods_with_addresses(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("web", "apps", 2))
-    pods = _ready_pods(p, "apps", 2)
+    pods = p.ready_pods("apps", 2)
     ips = {pod["status"]["podIP"] for pod in pods}
     assert len(ips) == 2
     hashes = {pod["metadata"]["labels"]["pod-template-hash"] for pod in pods}
@@ -61,9 +53,9 @@ def test_a_deployment_becomes_ready_pods_with_addresses(running: uplab.Platform)
 def test_a_client_pod_reaches_the_service_by_name_and_every_replica(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("echo", "byname", 2))
-    servers = _ready_pods(p, "byname", 2, "echo-")
+    servers = p.ready_pods("byname", 2, "echo-")
     p.apply(client("client", "byname", "http://echo.byname.svc.cluster.local/"))
-    (caller,) = _ready_pods(p, "byname", 1, "client-")
+    (caller,) = p.ready_pods("byname", 1, "client-")
     name = caller["metadata"]["name"]
     wait_for("the client's first answer", lambda: "ok 200" in _log(p, "byname", name))
     # Short names resolve too, inside the pod's namespace (its /etc/hosts).
@@ -86,9 +78,9 @@ def test_a_client_pod_reaches_the_service_by_name_and_every_replica(running: upl
 def test_scaling_down_and_up_follows_replicas_and_endpoints(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("scaled", "scale", 3))
-    first = _ready_pods(p, "scale", 3, "scaled-")
+    first = p.ready_pods("scale", 3, "scaled-")
     p.apply(client("client", "scale", "http://scaled/"))
-    (caller,) = _ready_pods(p, "scale", 1, "client-")
+    (caller,) = p.ready_pods("scale", 1, "client-")
     netns = p.netns_of(caller)
 
     def dnat_targets() -> int:
@@ -99,7 +91,7 @@ def test_scaling_down_and_up_follows_replicas_and_endpoints(running: uplab.Platf
     wait_for("three endpoints in the client's rules", lambda: dnat_targets() == 3)
 
     p.apply(web_server("scaled", "scale", 1))
-    (left,) = _ready_pods(p, "scale", 1, "scaled-")
+    (left,) = p.ready_pods("scale", 1, "scaled-")
     gone = [pod for pod in first if pod["metadata"]["name"] != left["metadata"]["name"]]
     assert len(gone) == 2
     for pod in gone:
@@ -111,14 +103,14 @@ def test_scaling_down_and_up_follows_replicas_and_endpoints(running: uplab.Platf
     wait_for("answers after scaling down", lambda: _log(p, "scale", name).count("ok 200") > before + 3)
 
     p.apply(web_server("scaled", "scale", 2))
-    _ready_pods(p, "scale", 2, "scaled-")
+    p.ready_pods("scale", 2, "scaled-")
     wait_for("two endpoints in the client's rules", lambda: dnat_targets() == 2)
 
 
 def test_a_crashed_app_restarts_and_the_count_shows(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("crashy", "crash", 1))
-    (pod,) = _ready_pods(p, "crash", 1)
+    (pod,) = p.ready_pods("crash", 1)
     name = pod["metadata"]["name"]
     pids = subprocess.run(["ip", "netns", "pids", p.netns_of(pod)], capture_output=True, text=True).stdout.split()
     assert pids
@@ -164,7 +156,7 @@ spec:
 def test_logs_and_their_errors(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("logged", "logs", 1))
-    (pod,) = _ready_pods(p, "logs", 1)
+    (pod,) = p.ready_pods("logs", 1)
     name = pod["metadata"]["name"]
     subprocess.run(["ip", "netns", "exec", p.netns_of(pod), uplab.PYTHON, "-c",
                     f"import urllib.request; urllib.request.urlopen('http://{pod['status']['podIP']}:8080/hello')"],
@@ -182,7 +174,7 @@ def test_logs_and_their_errors(running: uplab.Platform) -> None:
 def test_deleting_the_deployment_removes_its_pods_fully(running: uplab.Platform) -> None:
     p = running
     p.apply(web_server("doomed", "delete", 2))
-    pods = _ready_pods(p, "delete", 2)
+    pods = p.ready_pods("delete", 2)
     p.tether("delete", "deploy", "doomed", "-n", "delete")
     wait_for("the Pod objects to go", lambda: not p.pods("delete"))
     for pod in pods:
@@ -209,7 +201,7 @@ spec:
     env: [{{name: MY_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
     ports: [{{containerPort: 8080}}]
 """)
-    (pod,) = _ready_pods(p, "bare", 1)
+    (pod,) = p.ready_pods("bare", 1)
     assert pod["spec"]["nodeName"] == "local" and "ownerReferences" not in pod["metadata"]
     env = open(f"/proc/{subprocess.run(['ip', 'netns', 'pids', p.netns_of(pod)], capture_output=True, text=True).stdout.split()[0]}/environ", "rb").read()
     assert f"MY_IP={pod['status']['podIP']}".encode() in env.split(b"\0")
@@ -221,7 +213,7 @@ def test_the_control_plane_comes_back_after_its_processes_die(running: uplab.Pla
     """Runs last in this module: it kills the destination and the pod controller, and `tether up` heals."""
     p = running
     p.apply(web_server("steady", "restart", 1))
-    (pod,) = _ready_pods(p, "restart", 1)
+    (pod,) = p.ready_pods("restart", 1)
     netns = p.netns_of(pod)
     before = set(subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split())
     assert before
@@ -240,6 +232,6 @@ def test_the_control_plane_comes_back_after_its_processes_die(running: uplab.Pla
         return bool(now) and not now & before
 
     wait_for("the pod's processes to be started again", restarted)
-    (again,) = _ready_pods(p, "restart", 1)
+    (again,) = p.ready_pods("restart", 1)
     assert again["metadata"]["name"] == pod["metadata"]["name"]
     assert again["status"]["podIP"] == pod["status"]["podIP"]

@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from up import uplab
-from up.uplab import client, ready, wait_for, web_server
+from up.uplab import client, wait_for, web_server
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tether.proxy.main") is None,
                                 reason="the proxy (tether.proxy.main) is not in the tree yet")
@@ -24,14 +24,6 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: steady, annotations: {linkerd.io/inject: enabled}}
 """
-
-
-def _ready(p: uplab.Platform, prefix: str, count: int) -> list[dict]:
-    def check() -> list[dict] | None:
-        pods = [x for x in p.pods("steady") if x["metadata"]["name"].startswith(prefix)]
-        return pods if len(pods) == count and all(ready(x) for x in pods) else None
-
-    return wait_for(f"{count} ready pods {prefix}*", check, timeout=90)
 
 
 def _log(p: uplab.Platform, pod: str) -> list[str]:
@@ -65,9 +57,9 @@ def test_killed_components_come_back_and_traffic_to_new_targets_recovers(running
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("api", "steady", 2))
-    _ready(p, "api-", 2)
+    p.ready_pods("steady", 2, "api-")
     p.apply(client("caller", "steady", "http://api.steady.svc.cluster.local/"))
-    name = _ready(p, "caller-", 1)[0]["metadata"]["name"]
+    name = p.ready_pods("steady", 1, "caller-")[0]["metadata"]["name"]
     _answers_after(p, name, 0, 5)
     start = len(_log(p, name))
     # Nobody runs `tether up` again: each component's supervisor restarts it.
@@ -80,9 +72,9 @@ def test_killed_components_come_back_and_traffic_to_new_targets_recovers(running
     # A target nobody used before: new pods (the controller), their certificates (identity) and
     # their discovery (destination) all come from restarted components.
     p.apply(web_server("fresh", "steady", 1))
-    _ready(p, "fresh-", 1)
+    p.ready_pods("steady", 1, "fresh-")
     p.apply(client("newcomer", "steady", "http://fresh.steady.svc.cluster.local/"))
-    newcomer = _ready(p, "newcomer-", 1)[0]["metadata"]["name"]
+    newcomer = p.ready_pods("steady", 1, "newcomer-")[0]["metadata"]["name"]
     _answers_after(p, newcomer, 0, 5)
 
 
@@ -90,14 +82,14 @@ def test_replicas_come_and_go_without_failed_requests(running: uplab.Platform) -
     p = running
     p.apply(NAMESPACE)
     p.apply(web_server("churn", "steady", 2))
-    _ready(p, "churn-", 2)
+    p.ready_pods("steady", 2, "churn-")
     p.apply(client("watcher", "steady", "http://churn.steady.svc.cluster.local/"))
-    name = _ready(p, "watcher-", 1)[0]["metadata"]["name"]
+    name = p.ready_pods("steady", 1, "watcher-")[0]["metadata"]["name"]
     _answers_after(p, name, 0, 5)
     start = len(_log(p, name))
     for replicas in (1, 3, 1):
         p.apply(web_server("churn", "steady", replicas))
-        _ready(p, "churn-", replicas)
+        p.ready_pods("steady", replicas, "churn-")
         _answers_after(p, name, len(_log(p, name)), 5)
     lines = _log(p, name)[start:]
     assert not [x for x in lines if x.startswith("error")], lines

@@ -21,12 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from executables import TETHER
 
 from tether.platform.local.launcher import processes_matching
 from tether.platform.local.netns import HostNet, NetnsConfig
 from tether.store import Store
 
-TETHER = str(Path(sys.executable).parent / "tether")
 PYTHON = sys.executable
 TAGS = "pqrstvwxyz"
 _RUN_NAME = re.compile(r"^tu([0-9a-f]+)([p-z])(?:-|br$|[0-9a-f])")
@@ -149,9 +149,24 @@ class Platform:
         with Store(self.home / "store.db") as store:
             yield store
 
-    def pods(self, namespace: str) -> list[dict[str, Any]]:
+    def pods(self, namespace: str, prefix: str = "") -> list[dict[str, Any]]:
+        """The pods of ``namespace``; with ``prefix``, those whose names start with it (a Deployment's, say)."""
         with self.store() as store:
-            return store.list("Pod", namespace).items
+            return [x for x in store.list("Pod", namespace).items if x["metadata"]["name"].startswith(prefix)]
+
+    def ready_pods(self, namespace: str, count: int, prefix: str = "", timeout: float = 90.0) -> list[dict[str, Any]]:
+        """Wait until ``namespace`` has exactly ``count`` pods named ``prefix``*, all ready; return them."""
+        def check() -> list[dict[str, Any]] | None:
+            pods = self.pods(namespace, prefix)
+            return pods if len(pods) == count and all(ready(x) for x in pods) else None
+
+        return wait_for(f"{count} ready pods {prefix}* in {namespace}", check, timeout=timeout)
+
+    def proxy_metrics(self, pod: dict[str, Any]) -> str:
+        """The pod's proxy's /metrics, read from inside its network namespace (the admin port is loopback-only)."""
+        script = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:4191/metrics').read().decode())"
+        return subprocess.run(["ip", "netns", "exec", self.netns_of(pod), PYTHON, "-c", script],
+                              capture_output=True, text=True, timeout=30).stdout
 
     def netns_of(self, pod: dict[str, Any]) -> str:
         return f"{self.prefix}-{pod['metadata']['name']}.{pod['metadata']['namespace']}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,17 +143,23 @@ def test_retries_hide_a_flaky_backend_timeouts_answer_504_and_the_breaker_takes_
     # Timeout: the proxy answers 504 before the client's own 2 s patience runs out.
     wait_for("the waiter's 504", lambda: "504" in log("waiter-"), timeout=60)
 
-    # Failure accrual: three failures in a row at the broken pod, then it is out (for 30 s).
+    # Failure accrual: three failures in a row at the broken pod, then it is out for its 30 s penalty, after
+    # which one probe is let through (failing here, so out again for 30 s). The good pod serves the rest. The
+    # probes are judged by the time the requests took, not by their number: a loaded machine may take longer
+    # than a penalty for them (and the penalty is exactly 30 s: jitter never takes a backoff past its maximum).
     wait_for("the broken pod out", lambda: log("shop-bad-").count("served / 500") >= 3, timeout=90)
+    out_since = time.monotonic()
     good_before = log("shop-good-").count("served / 200")
     wait_for("twenty more requests at the good pod", lambda: log("shop-good-").count("served / 200")
              >= good_before + 20, timeout=60)
-    assert log("shop-bad-").count("served / 500") == 3
+    probes = log("shop-bad-").count("served / 500") - 3
+    assert probes <= 1 + (time.monotonic() - out_since) // 30, probes
 
     # Mended, it is taken back: the breaker's probe after the penalty succeeds and the pod serves again.
     broken_flag.unlink()
+    failed = log("shop-bad-").count("served / 500")
     wait_for("the mended pod back in the balancer", lambda: "served / 200" in log("shop-bad-"), timeout=120)
-    assert log("shop-bad-").count("served / 500") == 3
+    assert log("shop-bad-").count("served / 500") == failed
 
 
 @pytest.fixture

@@ -44,11 +44,7 @@ class Held(App):
 def test_http1_requests_in_flight_at_once_share_one_http2_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, a = await mesh.two_proxies("web", 8080, 80)
             async with Held(server.ip, 8080, 4) as app:
 
                 async def one(i: int) -> tuple[int, bytes]:
@@ -77,11 +73,7 @@ def test_http1_requests_in_flight_at_once_share_one_http2_connection(tmp_path: P
 def test_bodies_framing_keep_alive_and_what_is_not_upgraded(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, _ = await mesh.two_proxies("web", 8080, 80)
             async with Web(server.ip, 8080, "web-0") as app:
                 async with connection(svc, 80) as (reader, writer):
                     big = bytes(range(256)) * 8192  # 2 MiB each way: both windows fill and reopen
@@ -124,11 +116,7 @@ def test_bodies_framing_keep_alive_and_what_is_not_upgraded(tmp_path: Path) -> N
 def test_errors_of_the_inbound_side_reach_the_http1_client(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            server = mesh.pod("web-0", app="web", ports=[8080])
-            client = mesh.pod("client-0", app="client")
-            svc = mesh.service("web", [(80, 8080)])
-            b = await mesh.start_proxy(server)
-            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            server, client, svc, b, a = await mesh.two_proxies("web", 8080, 80)
             async with connection(svc, 80) as (reader, writer):
                 # No app listening: the inbound proxy answers 502 with l5d-proxy-error on the HTTP/2 stream;
                 # the outbound proxy removes the peer's l5d-proxy-error and the client's connection stays.

@@ -379,6 +379,12 @@ class Mesh:
                                               **(client_env or {}))
         return TwoProxies(server, client, svc, server_proxy, client_proxy)
 
+    async def proxy_to_nowhere(self, **env: str) -> tuple[str, Proxy]:
+        """The pod ``client-0``'s proxy (``env`` added to its environment), routing to port 80 of the Service
+        ``nobody``, which has no endpoints: the Service's cluster IP, and the proxy."""
+        empty = self.service("nobody", [(80, 8080)])
+        return empty, await self.start_proxy(self.pod("client-0", app="client"), outbound_to=[f"{empty}:80"], **env)
+
 
 class ServedPod(NamedTuple):
     server: Pod

@@ -427,10 +427,7 @@ def test_plain_http2_client_and_goaway(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty = mesh.service("nobody", [(80, 8080)])
-            client = mesh.pod("client-0", app="client")
-            a = await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
-                                       LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
             reader, writer = await asyncio.open_connection(empty, 80)
             try:
                 conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
@@ -475,10 +472,7 @@ def test_rapid_reset_ends_with_enhance_your_calm_and_others_are_served(tmp_path:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty = mesh.service("nobody", [(80, 8080)])
-            client = mesh.pod("client-0", app="client")
-            a = await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
-                                       LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
             request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
             reader, writer = await asyncio.open_connection(empty, 80)
             attacker = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))

@@ -135,11 +135,9 @@ def test_the_rapid_reset_bound_is_the_variables() -> None:
 def test_a_real_proxy_advertises_its_variables(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty = mesh.service("nobody", [(80, 8080)])
-            client = mesh.pod("client-0", app="client")
-            await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
-                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_MAX_CONCURRENT_STREAMS="3",
-                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_MAX_FRAME_SIZE="32768")
+            empty, _ = await mesh.proxy_to_nowhere(
+                LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_MAX_CONCURRENT_STREAMS="3",
+                LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_MAX_FRAME_SIZE="32768")
             async with connection(empty, 80) as (reader, writer):
                 writer.write(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
                 head = await asyncio.wait_for(reader.readexactly(9), 30)

@@ -106,11 +106,9 @@ def test_an_http2_client_that_does_not_answer_keep_alive_pings_is_closed(tmp_pat
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty = mesh.service("nobody", [(80, 8080)])
-            client = mesh.pod("client-0", app="client")
-            await mesh.start_proxy(client, outbound_to=[f"{empty}:80"],
-                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL="100ms",
-                                   LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_TIMEOUT="100ms")
+            empty, _ = await mesh.proxy_to_nowhere(
+                LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL="100ms",
+                LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_TIMEOUT="100ms")
             async with connection(empty, 80) as (reader, writer):
                 conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
                 conn.initiate_connection()

@@ -528,6 +528,48 @@ def test_a_retry_hides_a_failure_and_the_route_metrics_say_so() -> None:
     assert f"outbound_http_route_backend_response_duration_seconds_count{{{PARENT},{ROUTE},{backend_}}} 2" in text
 
 
+def test_the_frame_size_histograms_count_each_body_chunk_once_on_the_route_and_per_backend() -> None:
+    """outbound_http_route_request_frame_size_bytes counts the client's body chunks (128, 1024, 10240), once
+    though a retry sends them twice; ..._backend_response_frame_size_bytes the relayed response's chunks."""
+    from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendDown, SendUp, UpData
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
+    route = http_route("r", "web", [{"backendRefs": [backend("api")]}],
+                       annotations={"retry.linkerd.io/http": "5xx", "retry.linkerd.io/limit": "1"})
+    head = b"POST /r HTTP/1.1\r\nHost: web\r\nContent-Length: 2100\r\n\r\n"
+    first, rest = b"a" * 100, b"b" * 2000
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n"
+    assert (playbook([route], PolicyMetrics(registry))
+            >> DownData(head + first)
+            << Checkout(UP)
+            >> DownData(rest)  # comes while the route's connection is being made
+            >> Connected()
+            << SendUp(0, head + first + rest)
+            >> UpData(0, b"HTTP/1.1 503 Flaky\r\nContent-Length: 0\r\n\r\n")
+            << Checkin(0, reuse=False)
+            << CallLater(0.025)
+            >> Fire()
+            << Checkout(UP)
+            >> Connected()
+            << SendUp(1, head + first + rest)  # the replay: not counted again
+            >> UpData(1, ok + b"c" * 20)
+            << SendDown(ok + b"c" * 20)
+            >> UpData(1, b"d" * 280)
+            << SendDown(b"d" * 280)
+            << Checkin(1, reuse=True))
+    text = registry.render()
+    frames = f'outbound_http_route_request_frame_size_bytes_bucket{{{PARENT},{ROUTE},hostname=""'
+    assert f'{frames},le="128.0"}} 1' in text and f'{frames},le="1024.0"}} 1' in text
+    assert f'{frames},le="10240.0"}} 2' in text
+    assert f'outbound_http_route_request_frame_size_bytes_sum{{{PARENT},{ROUTE},hostname=""}} 2100' in text
+    backend_ = ('backend_group="core",backend_kind="Service",backend_namespace="emojivoto",backend_name="api",'
+                'backend_port="80",backend_section_name=""')
+    backend_frames = f"outbound_http_route_backend_response_frame_size_bytes_bucket{{{PARENT},{ROUTE},{backend_}"
+    assert f'{backend_frames},le="128.0"}} 1' in text and f'{backend_frames},le="1024.0"}} 2' in text
+    assert f"outbound_http_route_backend_response_frame_size_bytes_count{{{PARENT},{ROUTE},{backend_}}} 2" in text
+    assert "outbound_grpc_route_request_frame_size_bytes_bucket" not in text
+
+
 def test_the_retry_limit_is_counted_when_it_is_reached() -> None:
     from playbook import CallLater, Checkin, Checkout, Connected, DownData, Fire, SendUp, UpData, exchange
 

@@ -441,3 +441,36 @@ def test_an_endpoints_keep_alive_pings_it_and_a_silent_one_is_dropped() -> None:
             << Count("outbound_http_errors_total", 'error="i/o"')
             << SendDown(Headers(3, [(b":status", b"200"), *errors.grpc_headers(errors.io_error(ADDRS[0]))],
                                 end=True)))
+
+
+def test_each_data_frame_is_counted_in_the_routes_frame_size_histograms() -> None:
+    """outbound_http_route_request_frame_size_bytes and ..._backend_response_frame_size_bytes on HTTP/2: each
+    DATA frame, the client's on the route, the backend's relayed ones on its backend (buckets 128, 1024, 10240)."""
+    import test_client_policy as cp
+
+    from tether.proxy.core.metrics import Registry
+    from tether.proxy.core.policy_metrics import PolicyMetrics
+
+    clock = FakeClock()
+    registry = Registry(retain_idle=600.0, clock=clock)
+    post = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r")]
+    assert (policy_playbook({}, clock, PolicyMetrics(registry))
+            >> Down(Headers(1, post))
+            << Connect(cp.UP)
+            >> Down(Data(1, b"a" * 100))  # held: the connection is not there yet
+            >> Connected()
+            << SendUp(0, Headers(1, post), Data(1, b"a" * 100))
+            >> Down(Data(1, b"b" * 2000, end=True))
+            << SendUp(0, Data(1, b"b" * 2000, end=True))
+            >> Up(0, Headers(1, OK), Data(1, b"c" * 20))
+            << SendDown(Headers(1, OK), Data(1, b"c" * 20))
+            >> Up(0, Data(1, b"d" * 280, end=True))
+            << SendDown(Data(1, b"d" * 280), Data(1, b"", end=True)))  # the empty end: no frame counted
+    lines = registry.render().splitlines()
+    request = f'outbound_http_route_request_frame_size_bytes_bucket{{{cp.PARENT},{cp.ROUTE},hostname=""'
+    assert [line for line in lines if line.startswith(request)] == [
+        f'{request},le="128.0"}} 1', f'{request},le="1024.0"}} 1', f'{request},le="10240.0"}} 2',
+        f'{request},le="+Inf"}} 2']
+    backend = f"outbound_http_route_backend_response_frame_size_bytes_bucket{{{cp.PARENT},{cp.ROUTE},backend_"
+    assert [line.rpartition(",")[2] for line in lines if line.startswith(backend)] == [
+        'le="128.0"} 1', 'le="1024.0"} 2', 'le="10240.0"} 2', 'le="+Inf"} 2']

@@ -13,6 +13,8 @@ calls these for the decisions and the accounting they share:
 - ``route_timeout``: the answer when a route's timeout passed;
 - ``route_begun``: the exchange's first pick named a ServiceProfile route:
   ``route_request_total``, and whether its body is to be kept for a retry;
+- ``request_frames``: the observer of its request body's frame sizes, when
+  that route is a client policy's (``core.policy_metrics``);
 - ``settle_attempt``: after an attempt on a profile route, retry, final, or
   the route's timeout passed (the classes, the budget: ``core.retries.settle``);
 - ``record`` / ``record_route``: ``response_total`` and ``route_response_*``
@@ -74,6 +76,14 @@ def route_begun(settings: HttpSettings, route: Route) -> str:
     if metrics is not None and labels:
         metrics.routes.request(labels, route.budget is not None)
     return labels
+
+
+def request_frames(route: Route) -> Callable[[float], None] | None:
+    """Where the exchange's request body frames are counted, once each: a client policy route's
+    ``outbound_*_route_request_frame_size_bytes`` (None: not counted)."""
+    if isinstance(route, PolicyRoute) and route.report is not None:
+        return route.report.request_frames()
+    return None
 
 
 def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, start: float, status: int,

@@ -71,6 +71,8 @@ class Pick:
     # accrual, the policy's backend metrics).
     outcome: Callable[[int, int | None, float], None] = no_outcome
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
+    # Client policy: the sizes of the backend's response body frames (outbound_*_route_backend_response_frame_*).
+    frames: Callable[[float], None] | None = None
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.
     rewrite: HeaderEdit | None = None

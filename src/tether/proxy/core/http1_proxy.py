@@ -181,7 +181,7 @@ class _Exchange:
     __slots__ = ("request", "received", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
                  "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
-                 "chunked", "in_flight", "sent", "trailers")
+                 "chunked", "in_flight", "sent", "trailers", "frames")
 
     def __init__(self, request: RequestHead, start: float) -> None:
         self.request = request  # as it goes on (a route's header modifier may have edited it)
@@ -211,6 +211,7 @@ class _Exchange:
         self.sent = 0  # response body bytes relayed to the client (tap's response_end)
         self.trailers: Headers = ()  # the relayed response's trailers, kept only for an observer (tap)
         self.in_flight = False
+        self.frames: Callable[[float], None] | None = None  # the policy route's request frame sizes
 
 
 class Http1Proxy:
@@ -326,6 +327,8 @@ class Http1Proxy:
         if ex.idle is not None:
             ex.active = self.settings.clock()
         ex.replay.keep(event)
+        if ex.frames is not None and isinstance(event, Body):
+            ex.frames(len(event.data))
         up = ex.up
         if up is not None and ex.phase in (Phase.WAITING, Phase.RELAYING):
             client = ex.client
@@ -383,6 +386,11 @@ class Http1Proxy:
     def _on_route(self, ex: _Exchange, route: Any) -> None:
         ex.route = route
         ex.route_labels = exchange.route_begun(self.settings, route)
+        frames = ex.frames = exchange.request_frames(route)
+        if frames is not None:
+            for event in ex.unsent:  # the body that came before the route was known
+                if isinstance(event, Body):
+                    frames(len(event.data))
         if route.budget is not None:
             ex.replay = _Replay(MAX_REPLAY)
             for event in ex.unsent:  # what came before the route was known
@@ -469,6 +477,9 @@ class Http1Proxy:
             elif isinstance(event, Body):
                 if ex.phase is Phase.RELAYING:
                     ex.sent += len(event.data)
+                    frames = ex.pick.frames if ex.pick is not None else None
+                    if frames is not None:
+                        frames(len(event.data))
                     self.sink.send_down(self.server.send_body(event.data))
             elif isinstance(event, EndOfMessage):
                 if ex.phase is Phase.RELAYING:

@@ -300,7 +300,8 @@ class _Stream:
                  "req_trailers", "req_sent", "discard", "owed_down", "owed_up", "status", "grpc_status",
                  "head_ended", "resp_trailers", "sampled", "reset_after", "in_flight", "route", "route_labels",
                  "timer", "kept", "kept_size", "skip_ack", "timed_out", "route_recorded", "body_seen", "refused",
-                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled", "unwatch", "sent")
+                 "routing", "error", "head", "backoff", "attempt", "idle", "active", "idled", "unwatch", "sent",
+                 "frames")
 
     def __init__(self, sid: int, pseudo: dict[bytes, bytes], headers: Headers, start: float) -> None:
         self.sid = sid
@@ -321,6 +322,7 @@ class _Stream:
         self.routing: Generator[Command, Any, Pick | ProxyError] | None = None  # the router, while it waits
         self.in_flight = False  # placed in the direction's InFlight (core.exchange.admit)
         self.pick: Pick | None = None
+        self.frames: Callable[[float], None] | None = None  # the policy route's request frame sizes
         self.counted = False  # request_total recorded
         self.recorded = False  # response_total recorded
         self.up: _Up | None = None
@@ -570,6 +572,8 @@ class Http2Proxy:
         self._moved(stream)
         if data:
             stream.body_seen = True
+            if stream.frames is not None:
+                stream.frames(len(data))
             stream.req_buf.append(data)
             stream.owed_down += len(data)
             if stream.kept is not None:
@@ -933,6 +937,9 @@ class Http2Proxy:
         if data:
             stream.owed_up += len(data)
             stream.sent += len(data)
+            pick = stream.pick
+            if pick is not None and pick.frames is not None:
+                pick.frames(len(data))
             self.down.queue_data(stream.sid, data)
             self._flush_down(stream.sid)
 
@@ -1016,6 +1023,10 @@ class Http2Proxy:
         """The stream's first pick has a profile route: counted, its timer set, its body kept if retryable."""
         stream.route = route
         stream.route_labels = exchange.route_begun(self.settings, route)
+        frames = stream.frames = exchange.request_frames(route)
+        if frames is not None:
+            for chunk in stream.req_buf:  # nothing has gone upstream yet: all the client sent so far
+                frames(len(chunk))
         if route.timeout is not None:
             left = stream.start + route.timeout - self.settings.clock()
             stream.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(stream))
@@ -1455,6 +1466,9 @@ class Http2Proxy:
             elif isinstance(event, Body):
                 if stream.phase is Phase.RELAYING:
                     stream.sent += len(event.data)
+                    pick = stream.pick
+                    if pick is not None and pick.frames is not None:
+                        pick.frames(len(event.data))
                     self.down.queue_data(stream.sid, event.data)
             elif isinstance(event, EndOfMessage):
                 self._response_end(stream, [(n.lower(), v) for n, v in event.trailers] or None)

@@ -6,6 +6,13 @@
 - ``outbound_{http,grpc}_route_backend_requests_total``: one per attempt, under
   the backend the route drew, and ``..._backend_response_duration_seconds``
   (0.025 ... 10) and ``..._backend_response_statuses_total`` when it ended;
+- ``outbound_{http,grpc}_route_request_frame_size_bytes`` (128, 1024, 10240): each
+  request body chunk (an HTTP/1 chunk or read, an HTTP/2 DATA frame) the client
+  sent on the route, once (a retry's replay is not counted again), and
+  ``..._backend_response_frame_size_bytes``: each response body chunk of the
+  backend relayed to the client. The cores observe them through series bound
+  once per request (``request_frames``, ``backend_frames``): no label rendering
+  per chunk;
 - ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total`` (``overflow`` always
   0: a retry waits for its backend's readiness here, where Linkerd's gives up);
 - ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
@@ -27,7 +34,7 @@ Service port or EgressNetwork), ``route_*`` (group, kind, namespace, name),
 then, as linkerd2-proxy's, it is the host of the request's URI (an absolute-form
 target's authority, else the ``Host`` or ``:authority`` header, without the port)
 when that is a DNS name, in lower case (an IP literal or anything else: empty),
-on the request-level families (durations, statuses, retries; never the
+on the request-level families (durations, statuses, retries, request frames; never the
 ``backend_*`` ones), and the SNI on the TLS route families. Hostnames are the
 client's to choose, so they are not bounded by the mesh's routes: every family
 keeps at most ``MAX_SERIES`` series and expires idle ones as the proxy's other
@@ -57,6 +64,7 @@ DETECT_RESULTS = ("not_http", "http/1", "http/2", "read_timeout", "error")  # Li
 # A verdict's ``result`` (a connection closed before detection ended: ``error``).
 _RESULT_OF: dict[type[detect.Verdict], str] = {
     detect.Http1: "http/1", detect.Http2: "http/2", detect.Opaque: "not_http", detect.ReadTimeout: "read_timeout"}
+FRAME_BUCKETS = (128.0, 1024.0, 10240.0)
 BACKEND_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
               "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
@@ -65,7 +73,7 @@ _RETRY = ("requests", "successes", "limit_exceeded", "overflow")
 
 
 class _Histogram:
-    """Seconds in ``DURATION_BUCKETS`` per label set: bucket counts (+Inf last), then sum and count."""
+    """Seconds in ``DURATION_BUCKETS`` (or bytes in other buckets) per label set: bucket counts (+Inf last), then sum and count."""
 
     def __init__(self, name: str, help_: str, clock: Callable[[], float], retain_idle: float,
                  buckets: tuple[float, ...] = DURATION_BUCKETS) -> None:
@@ -78,15 +86,25 @@ class _Histogram:
         self._touched: dict[str, float] = {}
 
     def observe(self, labels_: str, seconds: float) -> None:
+        series = self._series(labels_)
+        series[bisect_left(self.buckets, seconds)] += 1
+        series[-2] += seconds
+        series[-1] += 1
+
+    def bind(self, labels_: str) -> Callable[[float], None]:
+        """An observer of ``labels_``'s series, for a request's many observations (a series expired while a
+        request holds it loses the rest of that request's)."""
+        return _Bound(self._series(labels_), self.buckets).observe
+
+    def _series(self, labels_: str) -> list[float]:
+        """``labels_``'s series, made if new, touched now."""
         series = self.series.get(labels_)
         if series is None:
             if len(self.series) >= MAX_SERIES:
                 self._expire(force=True)
             series = self.series[labels_] = [0.0] * (len(self.buckets) + 3)
-        series[bisect_left(self.buckets, seconds)] += 1
-        series[-2] += seconds
-        series[-1] += 1
         self._touched[labels_] = self._clock()
+        return series
 
     def render(self, out: list[str]) -> None:
         self._expire(force=False)
@@ -101,6 +119,22 @@ class _Histogram:
             self._touched.pop(key, None)
 
 
+class _Bound:
+    """One series of a histogram, held by a request (``_Histogram.bind``)."""
+
+    __slots__ = ("series", "buckets")
+
+    def __init__(self, series: list[float], buckets: tuple[float, ...]) -> None:
+        self.series = series
+        self.buckets = buckets
+
+    def observe(self, value: float) -> None:
+        series = self.series
+        series[bisect_left(self.buckets, value)] += 1
+        series[-2] += value
+        series[-1] += 1
+
+
 class _Family:
     """The metrics of one protocol (``http`` or ``grpc``)."""
 
@@ -113,6 +147,12 @@ class _Family:
         self.backend_duration = _Histogram(f"{prefix}_backend_response_duration_seconds",
                                            f"The time from a backend request to its response's end ({proto}).",
                                            registry.clock, registry.retain_idle, BACKEND_BUCKETS)
+        self.request_frames = _Histogram(f"{prefix}_request_frame_size_bytes",
+                                         f"The size of request body frames sent on the route ({proto}).",
+                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
+        self.backend_frames = _Histogram(f"{prefix}_backend_response_frame_size_bytes",
+                                         f"The size of response body frames of a backend ({proto}).",
+                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
         self.backend_statuses = registry.counter(f"{prefix}_backend_response_statuses_total",
                                                  "Completed responses of backends.")
         self.backend_requests = registry.counter(f"{prefix}_backend_requests_total",
@@ -165,6 +205,14 @@ class PolicyMetrics:
         family.backend_duration.observe(key, seconds)
         family.backend_statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, '' if status else 'UNKNOWN')}")
 
+    def request_frames(self, grpc: bool, route_labels: str, hostname: str = "") -> Callable[[float], None]:
+        """The observer of a request's body frame sizes on the route (``hostname`` as ``hostname()``)."""
+        return (self.grpc if grpc else self.http).request_frames.bind(f"{route_labels},{_hostname(hostname)}")
+
+    def backend_frames(self, grpc: bool, route_labels: str, backend_labels: str) -> Callable[[float], None]:
+        """The observer of the body frame sizes of a backend's response to one request."""
+        return (self.grpc if grpc else self.http).backend_frames.bind(f"{route_labels},{backend_labels}")
+
     def finished(self, grpc: bool, route_labels: str, seconds: float, status: int, grpc_status: int | None,
                  error: str, hostname: str = "") -> None:
         """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
@@ -193,6 +241,8 @@ class PolicyMetrics:
         for family in (self.http, self.grpc):
             family.duration.render(out)
             family.backend_duration.render(out)
+            family.request_frames.render(out)
+            family.backend_frames.render(out)
 
 
 class DetectMetrics:

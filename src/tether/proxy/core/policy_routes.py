@@ -105,6 +105,12 @@ class RouteReport:
     def backend_response(self, backend: RouteBackend, status: int, grpc_status: int | None, elapsed: float) -> None:
         self.metrics.backend_response(self.grpc, self.labels, backend.labels, status, grpc_status, elapsed)
 
+    def request_frames(self) -> Callable[[float], None]:
+        return self.metrics.request_frames(self.grpc, self.labels, self.hostname)
+
+    def backend_frames(self, backend: RouteBackend) -> Callable[[float], None]:
+        return self.metrics.backend_frames(self.grpc, self.labels, backend.labels)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PolicyRoute(Route):

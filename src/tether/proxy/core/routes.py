@@ -176,6 +176,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
                 report.backend_response(backend, status, grpc, elapsed)
 
             picked.outcome = outcome
+            picked.frames = report.backend_frames(backend)
         return picked
 
     def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:

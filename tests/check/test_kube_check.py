@@ -22,6 +22,10 @@ from k8s.kube_helpers import emulated_api
 from tether.cli.main import cli
 from tether.injector.annotations import trust_root_sha256
 
+# Each in-process check costs ~2 s of kmock's reaction filtering on an idle machine (most of it in kmock's DSL,
+# not in Tether), and a test runs up to six; at load 15 that passed the default 60 s hang guard (tests/conftest.py).
+ASYNC_TEST_DEADLINE = 240.0
+
 _COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Service": "/api/v1/namespaces/{ns}/services",

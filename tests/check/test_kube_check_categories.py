@@ -22,7 +22,7 @@ from k8s.kube_helpers import Emulator, emulated_api, write_kubeconfig
 from tether import __version__
 from tether.viz.manifests import WebhookTls, render
 
-from .test_kube_check import _COLLECTIONS, _install, _manifests, _pod, check_argv, results, tether
+from .test_kube_check import ASYNC_TEST_DEADLINE, _COLLECTIONS, _install, _manifests, _pod, check_argv, results, tether
 
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 

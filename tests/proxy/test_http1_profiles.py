@@ -323,3 +323,48 @@ def test_a_profile_applied_later_takes_effect_on_an_open_connection(tmp_path: Pa
                 assert api.headers[1]["l5d-dst-canonical"] == f"web.{NS}.{CD}:80"
 
     run(scenario())
+
+
+def test_the_inbound_proxy_counts_the_profile_route_its_clients_named(tmp_path: Path) -> None:
+    """The server's proxy looks up the profile named by the l5d-dst-canonical the client's proxy sends and counts
+    ``route_*{direction="inbound"}``, as linkerd2-proxy does; the first request, sent before that profile is
+    known, goes on without a route (it is not made to wait)."""
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            web, client, svc = mesh.one_served_pod("web", 8080, 80)
+            mesh.store.apply_many([service_profile("web", routes=[
+                {"name": "GET /x", "condition": {"method": "GET", "pathRegex": "/x"}},
+            ])])
+            b = await mesh.start_proxy(web)
+            a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
+            api = Api(web.ip, 8080, "web-0")
+            dst = f"web.{NS}.{CD}:80"
+            async with apps(api):
+                watch = await profile_in(a, svc, 80)
+                try:
+                    async with connection(svc, 80) as (reader, writer):
+                        head, _ = await request(reader, writer, "GET", "/x")
+                        assert head.status == 200
+                        inbound = b.discovery.profiles[dst]  # opened by that request
+                        await until(lambda: inbound.resolution.profile is not None, inbound.updated)
+                        for path in ("/x", "/x", "/other"):
+                            head, _ = await request(reader, writer, "GET", path)
+                            assert head.status == 200
+                finally:
+                    watch.release()
+                assert {h.get("l5d-dst-canonical") for h in api.headers} == {dst}
+                await b.idle()
+                out = await scrape(b)
+                named = {"direction": "inbound", "dst": dst, "rt_route": "GET /x"}
+                assert samples(out, "route_request_total", **named) == [(named, 2)]
+                assert [v for _, v in samples(out, "route_response_total", **named, status_code="200",
+                                              classification="success")] == [2]
+                assert [v for _, v in samples(out, "route_response_latency_ms_count", **named)] == [2]
+                default = samples(out, "route_request_total", direction="inbound", dst=dst)
+                assert [v for labels, v in default if "rt_route" not in labels] == [1]  # /other
+                # No retries inbound: the route is not retryable there, whatever the profile says.
+                assert samples(out, "route_retryable_total", direction="inbound") == []
+                outbound = await scrape(a)
+                assert route_samples(outbound, "route_request_total", "GET /x") == 3
+
+    run(scenario())

@@ -152,6 +152,34 @@ def test_metrics_labels_are_sorted_prefixed_and_escaped() -> None:
     assert p.routes[0].labels == 'rt_a_b="1",rt_route="GET \\"/x\\""'
 
 
+# -- the inbound side ---------------------------------------------------------------------------------------------
+
+
+def test_the_inbound_profile_counts_inbound_and_never_retries_nor_splits() -> None:
+    p = build(profile(route("r", method(GET), is_retryable=True, timeout=timedelta(seconds=2)),
+                      overrides=(("web-v2.emojivoto.svc.cluster.local:80", 1),)))
+    assert p.routes[0].budget is not None and p.split
+    inbound = profiles.inbound_profile(p)
+    assert [r.metric_labels for r in inbound.routes] == [
+        f'direction="inbound",dst="{DST}",rt_route="r"', f'direction="inbound",dst="{DST}"']
+    assert inbound.routes[0].budget is None and inbound.routes[0].timeout == 2.0
+    assert not inbound.split and inbound.budget is None
+
+
+@pytest.mark.parametrize(("value", "suffixes", "want"), [
+    (b"Web.emojivoto.svc.cluster.local.:80", ("svc.cluster.local.",), (DST, 80)),
+    (b"web.emojivoto.svc.cluster.local:80", ("cluster.local",), (DST, 80)),
+    (b"web.emojivoto.svc.cluster.local:80", ("example.com.",), None),  # not a profile suffix
+    (b"web.example.com:8080", (".",), ("web.example.com:8080", 8080)),  # "." : every name
+    (b"web.emojivoto.svc.cluster.local", ("svc.cluster.local.",), None),  # no port
+    (b"10.0.0.1:80", (".",), None),  # an address names no profile
+    (b"web.emojivoto.svc.cluster.local:0", ("svc.cluster.local.",), None),
+    (b"xsvc.cluster.local:80", ("svc.cluster.local.",), None),  # a suffix is whole labels
+])
+def test_canonical_name(value: bytes, suffixes: tuple[str, ...], want: tuple[str, int] | None) -> None:
+    assert profiles.canonical_name(value, suffixes) == want
+
+
 # -- classification ---------------------------------------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry, gauge, process_collector, samples
 from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.discovery import Discovery
+from tether.proxy.io.inbound_profiles import InboundProfiles
 from tether.proxy.io.policy_client import PolicyClient
 from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
@@ -114,6 +115,8 @@ class Proxy:
             rng=rng,
         )
         in_cfg = config.inbound
+        self.inbound_profiles = InboundProfiles(self.discovery, config.profile_suffixes,
+                                                in_cfg.discovery_idle_timeout.total_seconds(), time.monotonic)
         self.policies = PolicyClient(
             workload=config.policy_workload,
             default=lambda port: default_policy(in_cfg.default_policy, config.cluster_networks,
@@ -221,6 +224,7 @@ class Proxy:
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
             detect_metrics=DetectMetrics(self.metrics, "inbound"),
+            profiles=self.inbound_profiles.lookup,
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -319,6 +323,7 @@ class Proxy:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self._admin is not None:
             await self._admin.close()
+        self.inbound_profiles.close()
         await self.discovery.close()
         await self.policies.close()
         if self.tap is not None:

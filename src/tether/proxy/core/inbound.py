@@ -65,6 +65,7 @@ from tether.proxy.core.inbound_authz import (
 )
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_metrics import DetectMetrics
+from tether.proxy.core.profiles import Profile
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
@@ -91,6 +92,8 @@ class InboundSettings:
     # Subscribe to a port's policy changes (io.policy_client): forwarded connections are re-checked on each.
     policy_changes: PolicyChanges | None = None
     detect_metrics: DetectMetrics | None = None  # inbound_tcp_detect_http_*
+    # The ServiceProfile an l5d-dst-canonical value names, if known now (io.inbound_profiles); None: no lookups.
+    profiles: Callable[[bytes], Profile | None] | None = None
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -309,8 +312,9 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
                    policy=session.policy)
     if isinstance(policy, InboundRequestPolicy):
         checked = policy
-        return inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit), http
-    return inbound_router(target, settings.connect_timeout, metric_labels), http
+        return inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit,
+                              settings.profiles), http
+    return inbound_router(target, settings.connect_timeout, metric_labels, profiles=settings.profiles), http
 
 
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.

@@ -32,9 +32,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tether.proxy.codec.addrs import is_dns_name
 from tether.proxy.core.retries import Budget, RetryBudget
 from tether.proxy.core.labels import escape
 
@@ -327,6 +328,29 @@ class Profile:
     def __repr__(self) -> str:
         backends = [b.authority for b in self.split.backends]
         return f"Profile({self.dst!r}, routes={len(self.routes) - 1}, split={backends})"
+
+
+def inbound_profile(profile: Profile) -> Profile:
+    """``profile``'s routes as the inbound proxy applies them (proxy.md §8.4): matched, classified, timed out and
+    counted under ``direction="inbound"``; never retried nor split (linkerd2-proxy's inbound does neither)."""
+    routes = [replace(r, budget=None) for r in profile.routes[:-1]]  # the default route is made again
+    return Profile(profile.dst, routes, Split(()), None, direction="inbound")
+
+
+def canonical_name(value: bytes, suffixes: Sequence[str]) -> tuple[str, int] | None:
+    """The profile to look up for an inbound request's ``l5d-dst-canonical`` (``name:port``, lower case, no
+    trailing dot) and its port; None unless the name is a DNS name under one of ``suffixes``
+    (``LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES``; ``.``: every name)."""
+    host, sep, port_text = value.decode("latin-1").strip().rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    host = host.lower().rstrip(".")
+    if not is_dns_name(host):
+        return None
+    dotted = f".{host}."
+    if not any(s == "." or dotted.endswith(f".{s.strip('.')}.") for s in suffixes):
+        return None
+    return f"{host}:{int(port_text)}", int(port_text)
 
 
 def _with_series(route: Route, base: str, dst: str) -> Route:

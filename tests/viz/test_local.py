@@ -21,6 +21,15 @@ kind: Namespace
 metadata: {{name: {NS}, annotations: {{linkerd.io/inject: enabled}}}}
 """
 IDENTITY = f"default.{NS}.serviceaccount.identity.linkerd.cluster.local"
+WEB_PROFILE = f"""
+apiVersion: linkerd.io/v1alpha2
+kind: ServiceProfile
+metadata: {{name: web.{NS}.svc.cluster.local, namespace: {NS}}}
+spec:
+  routes:
+  - name: GET /
+    condition: {{method: GET, pathRegex: /}}
+"""
 
 
 def _json(p: uplab.Platform, *args: str) -> object:
@@ -136,6 +145,18 @@ def test_viz_install_scrapes_the_mesh_and_stat_routes_edges_show_the_traffic(new
     inbound = _json(p, "viz", "stat-inbound", "deploy/web", "-n", NS, "-t", "30s")
     assert inbound and all(r["stats"]["failure_count"] == 0 for r in inbound), inbound
     assert sum(r["stats"]["success_count"] for r in inbound) > 0, inbound
+
+    # routes without --to, once web has a ServiceProfile: the route as web's own proxy served it (the client's
+    # proxy names the profile in l5d-dst-canonical; web's looks it up and counts route_*{direction="inbound"}).
+    p.apply(WEB_PROFILE)
+
+    def served() -> dict | None:
+        rows = _json(p, "viz", "routes", "deploy/web", "-n", NS, "-t", "30s")
+        row = next((r for r in rows if r["name"] == "GET /"), None)
+        return row if row and row["stats"] and row["stats"]["success_count"] > 0 else None
+
+    served_row = wait_for("web's profile route with inbound traffic", served, timeout=60)
+    assert served_row["stats"]["failure_count"] == 0, served_row
 
     quiet = by_app["quiet"]["metadata"]["name"]
     refused = p.tether("viz", "tap", "deploy/quiet", "-n", NS, ok=False)

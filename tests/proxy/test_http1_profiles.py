@@ -299,6 +299,30 @@ def test_l5d_dst_override_names_the_target_in_ingress_mode(tmp_path: Path) -> No
     run(scenario())
 
 
+def test_ingress_mode_looks_up_only_names_under_the_profile_suffixes(tmp_path: Path) -> None:
+    """LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES gates the names an override may name: outside them the
+    destination is not asked, and the request is answered as for a service nobody knows."""
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            web = mesh.pod("web-0", app="web", ports=[8080])
+            ingress = mesh.pod("ingress-0", app="ingress")
+            svc = mesh.service("web", [(80, 8080)])
+            await mesh.start_proxy(web)
+            a = await mesh.start_proxy(ingress, outbound_to=[f"{svc}:80"], LINKERD2_PROXY_INGRESS_MODE="true",
+                                       LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES="other.example.")
+            async with apps(Api(web.ip, 8080, "web-0")), connection(svc, 80) as (reader, writer):
+                override = ((b"l5d-dst-override", f"web.{NS}.{CD}:80".encode()),)
+                head, _ = await request(reader, writer, "GET", "/a", headers=override)
+                assert head.status == 502
+                assert header(head, b"l5d-proxy-error") == f"l5d-dst-override web.{NS}.{CD}:80: not a known service".encode()
+                assert f"web.{NS}.{CD}:80" not in a.discovery.profiles  # never asked
+            async with apps(Api(web.ip, 8080, "web-0")), connection(svc, 80) as (reader, writer):
+                head, _ = await request(reader, writer, "GET", "/b")  # no override: routed by its address
+                assert head.status == 200
+
+    run(scenario())
+
+
 def test_a_profile_applied_later_takes_effect_on_an_open_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:

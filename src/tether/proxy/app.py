@@ -46,6 +46,8 @@ from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.core.policy_metrics import DetectMetrics, PolicyMetrics
+from tether.proxy.core.profiles import canonical_name
+from tether.proxy.core.resolution import NOT_LOOKED_UP, ProfileSource
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
@@ -241,7 +243,7 @@ class Proxy:
                               h2_server=out_cfg.server_h2.params, h2_client=config.http2_client,
                               h2_max_pending_resets=out_cfg.server_h2.max_pending_accept_reset_streams,
                               observer=self.tap.outbound if self.tap else None),
-            named_profiles=self.discovery.profile_named if out_cfg.ingress_mode else None,
+            named_profiles=self._named_profile if out_cfg.ingress_mode else None,
             client_policies=self.discovery.client_policy,
             policy_metrics=PolicyMetrics(self.metrics, hostname_labels=out_cfg.metrics_hostname_labels),
         )
@@ -284,6 +286,13 @@ class Proxy:
         except OSError as err:
             log.error("%s", err)
             self.stopping.set()
+
+    def _named_profile(self, authority: str, port: int) -> ProfileSource:
+        """Ingress mode's ``l5d-dst-override`` target: looked up only when its name is under
+        ``LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES`` (proxy.md §2), else no known service."""
+        if canonical_name(authority.encode(), self.config.profile_suffixes) is None:  # authority: name:port
+            return NOT_LOOKED_UP
+        return self.discovery.profile_named(authority, port)
 
     def _rotated(self, material: TlsMaterial) -> None:
         self.tls.install(material)

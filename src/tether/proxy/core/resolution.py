@@ -88,3 +88,20 @@ class Resolution:
 
 
 FORWARD = Resolution()
+
+
+class NotLookedUp:
+    """The profile source of a name discovery is never asked about (outside
+    ``LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES``): answered at once, with no service behind it."""
+
+    resolution = FORWARD
+    ready = True
+
+    def release(self) -> None:
+        pass
+
+    async def wait(self, timeout: float) -> Any:
+        return self.resolution
+
+
+NOT_LOOKED_UP = NotLookedUp()

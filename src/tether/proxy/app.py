@@ -35,6 +35,7 @@ from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 from tether.proxy.io.spire_client import SpireClient
 from tether.proxy.core.inbound import InboundSettings, inbound
+from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics
 from tether.proxy.io.listeners import Listener, bind, local_addr, original_dst, peer_addr
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry, gauge, process_collector, samples
@@ -227,6 +228,7 @@ class Proxy:
             policy_changes=self.policies.subscribe,
             detect_metrics=DetectMetrics(self.metrics, "inbound"),
             profiles=self.inbound_profiles.lookup,
+            route_metrics=InboundRouteMetrics(self.metrics),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),

@@ -53,6 +53,7 @@ from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
+from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.authz import Meta
 from tether.proxy.core.inbound_authz import (
@@ -94,6 +95,7 @@ class InboundSettings:
     detect_metrics: DetectMetrics | None = None  # inbound_tcp_detect_http_*
     # The ServiceProfile an l5d-dst-canonical value names, if known now (io.inbound_profiles); None: no lookups.
     profiles: Callable[[bytes], Profile | None] | None = None
+    route_metrics: InboundRouteMetrics | None = None  # inbound_{http,grpc}_requests_total ... of routed requests
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -312,8 +314,11 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
                    policy=session.policy)
     if isinstance(policy, InboundRequestPolicy):
         checked = policy
-        return inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit,
-                              settings.profiles), http
+        router = inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit,
+                                settings.profiles)
+        if settings.route_metrics is not None:
+            router = settings.route_metrics.routed(router, lambda: checked.route)
+        return router, http
     return inbound_router(target, settings.connect_timeout, metric_labels, profiles=settings.profiles), http
 
 

@@ -105,8 +105,8 @@ class InboundRequestPolicy:
     update is a new object, so the next request decides afresh).
     """
 
-    __slots__ = ("_policy", "_facts", "_changes", "_clock", "_draw", "permit", "_seen", "_srv", "_server",
-                 "_decided")
+    __slots__ = ("_policy", "_facts", "_changes", "_clock", "_draw", "permit", "route", "_seen", "_srv", "_server",
+                 "_parent", "_decided")
 
     def __init__(self, policy: Callable[[], ServerPolicy], facts: ConnectionFacts, *, clock: Callable[[], float],
                  draw: Callable[[], float] = random.random, changes: PolicyChanges | None = None) -> None:
@@ -117,9 +117,12 @@ class InboundRequestPolicy:
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
         # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
         self.permit = ""
+        # Its parent_* and route_* labels: the inbound route families' (core.inbound_route_metrics).
+        self.route = ""
         self._seen: ServerPolicy | None = None  # the policy the kept decisions were made under
         self._srv = ""  # srv_* labels under it
         self._server = ""  # target_* and srv_* labels under it
+        self._parent = ""  # parent_* labels under it (the server, as the route families name it)
         self._decided: dict[int, _Decision] = {}  # by id() of a route of ``_seen`` (which keeps it alive)
 
     def check(self, request: RequestHead) -> ProxyError | HeaderEdit | None:
@@ -129,6 +132,7 @@ class InboundRequestPolicy:
             self._seen = policy
             self._srv = server_labels(policy, facts.port)
             self._server = f"{facts.target_labels},{self._srv}"
+            self._parent = f'{policy.meta.labels("parent")},parent_port="{facts.port}"'
             self._decided = {}
         selected = policy.select(request)
         if selected is None:
@@ -149,6 +153,7 @@ class InboundRequestPolicy:
             log.info("inbound: request allowed: server %s, route %s, client %s, authorization %s",
                      _name(policy.meta), _name(route.meta), facts.client(), _name(authz.meta))
         self.permit = decision.permit
+        self.route = decision.route
         edit = None
         if rule.filters:
             outcome = self._filter(route, rule, request)
@@ -205,22 +210,23 @@ class InboundRequestPolicy:
             permit = f"{self._srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
             name, labels = "inbound_http_authz_allow_total", f"{facts.target_labels},{permit},{facts.tls_labels}"
         counter = facts.registry.counter(name, HELP[name]) if facts.registry is not None else None
-        return _Decision(authz, counter, labels, server_route, permit)
+        return _Decision(authz, counter, labels, server_route, permit, f"{self._parent},{route.meta.labels('route')}")
 
 
 class _Decision:
     """A route's authorization for the connection (None: denied), and the counter and labels each of its
     requests moves."""
 
-    __slots__ = ("authz", "counter", "labels", "route_labels", "permit")
+    __slots__ = ("authz", "counter", "labels", "route_labels", "permit", "route")
 
     def __init__(self, authz: Authorization | None, counter: Counter | None, labels: str, route_labels: str,
-                 permit: str) -> None:
+                 permit: str, route: str) -> None:
         self.authz = authz
         self.counter = counter
         self.labels = labels
         self.route_labels = route_labels  # target_*, srv_* and route_* (a rate limit's labels start with them)
         self.permit = permit  # srv_*, route_* and authz_*: InboundRequestPolicy.permit when allowed
+        self.route = route  # parent_* and route_*: InboundRequestPolicy.route when allowed
 
 
 class TcpAuthzWatch:

@@ -1,5 +1,5 @@
 """Linkerd 2.20's inbound route families (proxy.md §9.5) of a request an inbound HTTPRoute authorized:
-``inbound_http_requests_total``, ``inbound_http_statuses_total`` and ``inbound_http_response_frame_size_bytes``
+``inbound_{http,grpc}_requests_total``, ``..._statuses_total`` and ``..._{request,response}_frame_size_bytes``
 under the Server (``parent_*``) and the route (``route_*``), no namespace.
 
 Socket-free: the inbound layer (``core.inbound``) hands its router and settings to the HTTP/1 core, driven by a
@@ -59,4 +59,6 @@ def test_an_authorized_request_is_counted_on_its_route_with_its_status_and_respo
     assert f'{frames},le="128.0"}} 1' in text and f'{frames},le="1024.0"}} 1' in text
     assert f'{frames},le="10240.0"}} 2' in text
     assert f"inbound_http_response_frame_size_bytes_sum{{{LABELS}}} 2100" in text
+    assert f'inbound_http_request_frame_size_bytes_bucket{{{LABELS},le="128.0"}} 1' in text
+    assert f"inbound_http_request_frame_size_bytes_sum{{{LABELS}}} 5" in text
     assert "inbound_grpc_requests_total{" not in text

@@ -73,6 +73,9 @@ class Pick:
     route: Route | None = None  # its ServiceProfile route: timeout, retries, route metrics
     # Client policy: the sizes of the backend's response body frames (outbound_*_route_backend_response_frame_*).
     frames: Callable[[float], None] | None = None
+    # The inbound route families (core.inbound_route_metrics): the sizes of the client's request body frames,
+    # all of them (those before the pick too), when no profile or client policy route counts them.
+    request_frames: Callable[[float], None] | None = None
     strip_override: bool = False  # ingress mode: l5d-dst-override chose the target; not passed on
     # Client policy (core.policy_routes): the route's request and response header modifiers, if any.
     rewrite: HeaderEdit | None = None

@@ -378,6 +378,11 @@ class Http1Proxy:
         if pick.upgrade is not None and orig_proto.upgradable(ex.request):
             pick.connect, pick.header = pick.upgrade  # over the endpoint's HTTP/2 connection (l5d-orig-proto)
         ex.pick = pick
+        if ex.frames is None and pick.request_frames is not None:
+            frames = ex.frames = pick.request_frames
+            for event in ex.unsent:  # the body that came before the pick
+                if isinstance(event, Body):
+                    frames(len(event.data))
         ex.phase = Phase.CONNECTING
         up = self.sink.checkout(pick.connect, pick.header, lambda reply: self._checked_out(ex, pick, reply))
         if up is not None:

@@ -684,6 +684,10 @@ class Http2Proxy:
             self._fail(stream, result)
             return
         stream.pick = result
+        if stream.frames is None and result.request_frames is not None:
+            frames = stream.frames = result.request_frames
+            for chunk in stream.req_buf:  # the body that came before the pick
+                frames(len(chunk))
         if not stream.counted:
             stream.counted = True
             if self.settings.metrics is not None:

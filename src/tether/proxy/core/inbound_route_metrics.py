@@ -5,14 +5,17 @@
 - ``inbound_{http,grpc}_statuses_total`` (+ ``status``: the HTTP status, or for
   gRPC the numeric ``grpc-status``), when the app's response ended -- a response
   that never came (a reset, an I/O error) has no status and is not counted;
-- ``inbound_{http,grpc}_response_frame_size_bytes`` (128, 1024, 10240): each
-  response body chunk (HTTP/1) or DATA frame (HTTP/2) relayed to the client.
+- ``inbound_{http,grpc}_request_frame_size_bytes`` (128, 1024, 10240): each
+  request body chunk (an HTTP/1 chunk or read) or DATA frame (HTTP/2) the client
+  sent, those that came before the request was routed too, and
+  ``..._response_frame_size_bytes``: each one of the app's response relayed to
+  the client.
 
 Labels are ``parent_group``, ``parent_kind``, ``parent_name``, ``parent_port``
 (the Server) and ``route_group``, ``route_kind``, ``route_name`` -- no namespace,
 as linkerd2-proxy's inbound. A request is gRPC when its ``content-type`` starts
 with ``application/grpc``. The frame series is bound once per request (no label
-rendering per chunk), on the connection's pick its requests share.
+rendering per chunk), on the connection's pick its requests on the route share.
 
 Caller: ``core.inbound`` wraps the inbound router with ``routed``; the labels
 come from ``core.inbound_authz`` (``InboundRequestPolicy.route``).
@@ -39,6 +42,9 @@ class _Family:
         prefix = f"inbound_{proto}"
         self.requests = registry.counter(f"{prefix}_requests_total", f"The number of {proto} requests on a route.")
         self.statuses = registry.counter(f"{prefix}_statuses_total", f"Completed {proto} responses on a route.")
+        self.request_frames = _Histogram(f"{prefix}_request_frame_size_bytes",
+                                         f"The size of request body frames on a route ({proto}).",
+                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
         self.response_frames = _Histogram(f"{prefix}_response_frame_size_bytes",
                                           f"The size of response body frames on a route ({proto}).",
                                           registry.clock, registry.retain_idle, FRAME_BUCKETS)
@@ -75,12 +81,14 @@ class InboundRouteMetrics:
                 counted = copies[key] = replace(picked, outcome=_outcome(family, labels_, grpc))
             # Rebound per request: a series expired while the connection was idle comes back.
             counted.frames = family.response_frames.bind(labels_)
+            counted.request_frames = family.request_frames.bind(labels_)
             return counted
 
         return route
 
     def _render(self, out: list[str]) -> None:
         for family in (self.http, self.grpc):
+            family.request_frames.render(out)
             family.response_frames.render(out)
 
 

@@ -62,3 +62,36 @@ def test_an_authorized_request_is_counted_on_its_route_with_its_status_and_respo
     assert f'inbound_http_request_frame_size_bytes_bucket{{{LABELS},le="128.0"}} 1' in text
     assert f"inbound_http_request_frame_size_bytes_sum{{{LABELS}}} 5" in text
     assert "inbound_grpc_requests_total{" not in text
+
+
+def test_a_grpc_call_is_counted_in_the_grpc_families_with_its_numeric_grpc_status() -> None:
+    from h2_fakes import FakeClock
+    from h2_playbook import Connect, Connected, Data, Down, H2Playbook, Headers, SendDown, SendUp, Up
+
+    from tether.proxy.core.http_commands import ServeHttp2
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
+    policy = translate(server_message(route_authz=[identities_authz("web-only", WEB)]))
+    layer = settings(policies=lambda port: policy, http=HttpSettings("inbound", FakeClock()), registry=registry,
+                     route_metrics=InboundRouteMetrics(registry))
+    served = drive(inbound(APP, CLIENT, layer), replies({cmd.Detect: FOR_ME, cmd.AcceptTls: cmd.TlsAccepted(WEB, None),
+                                                         cmd.Sniff: detect.Http2(), ServeHttp2: None}))[-1]
+    assert isinstance(served, ServeHttp2)
+    call = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"voting:8080"),
+            (b":path", b"/api/vote"), (b"content-type", b"application/grpc")]
+    ok = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    assert (H2Playbook(served.router, served.settings)
+            >> Down(Headers(1, call))
+            << Connect(APP)
+            >> Down(Data(1, b"m" * 200, end=True))
+            >> Connected()
+            << SendUp(0, Headers(1, [*call, (b"l5d-client-id", WEB.encode())]), Data(1, b"m" * 200, end=True))
+            >> Up(0, Headers(1, ok), Data(1, b"r" * 10), Headers(1, [(b"grpc-status", b"5")], end=True))
+            << SendDown(Headers(1, ok), Data(1, b"r" * 10), Headers(1, [(b"grpc-status", b"5")], end=True)))
+    text = registry.render()
+    assert f"inbound_grpc_requests_total{{{LABELS}}} 1" in text
+    assert f'inbound_grpc_statuses_total{{{LABELS},status="5"}} 1' in text
+    assert f'inbound_grpc_request_frame_size_bytes_bucket{{{LABELS},le="128.0"}} 0' in text
+    assert f"inbound_grpc_request_frame_size_bytes_sum{{{LABELS}}} 200" in text
+    assert f'inbound_grpc_response_frame_size_bytes_bucket{{{LABELS},le="128.0"}} 1' in text
+    assert "inbound_http_requests_total{" not in text

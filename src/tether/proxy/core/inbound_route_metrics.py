@@ -95,11 +95,15 @@ class InboundRouteMetrics:
 def _outcome(family: _Family, labels_: str, grpc: bool) -> Callable[[int, int | None, float], None]:
     """How a request's response ended: its status counted (none: not counted)."""
     statuses = family.statuses
+    rendered: dict[int, str] = {}  # status -> its series' labels, rendered once (a route answers a few statuses)
 
     def outcome(status: int, grpc_status: int | None, _elapsed: float) -> None:
         code = grpc_status if grpc else (status or None)
         if code is not None:
-            statuses.inc(f'{labels_},status="{code}"')
+            series = rendered.get(code)
+            if series is None:
+                series = rendered[code] = f'{labels_},status="{code}"'
+            statuses.inc(series)
 
     return outcome
 

@@ -16,7 +16,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -28,6 +28,7 @@ from cryptography.x509.oid import NameOID
 
 from tether.api import destination_pb2 as dpb
 from tether.api import destination_pb2_grpc, identity_pb2, identity_pb2_grpc
+from tether.proxy.core.config import ControlStreamLimits
 from tether.proxy.io.grpc_client import Channel, Code, RpcError, grpc_timeout
 
 SERVER_NAME = "linkerd-identity.linkerd.serviceaccount.identity.linkerd.cluster.local"
@@ -131,10 +132,18 @@ class DestinationServer(destination_pb2_grpc.DestinationServicer):
                   context: grpc.aio.ServicerContext) -> AsyncIterator[dpb.Update]:
         if request.path == "missing":
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such service")
-        count = 3 if request.path == "three" else 1
+        if request.path == "ticking":  # an answer every 20 ms until cancelled
+            try:
+                for i in range(1000):
+                    yield dpb.Update(add=dpb.WeightedAddrSet(metric_labels={"i": str(i)}))
+                    await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                self.b.cancelled.set()
+                raise
+        count = 0 if request.path == "silent" else 3 if request.path == "three" else 1
         for i in range(count):
             yield dpb.Update(add=dpb.WeightedAddrSet(metric_labels={"i": str(i)}))
-        if request.path == "forever":
+        if request.path in ("forever", "silent"):
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
@@ -334,6 +343,73 @@ def test_many_calls_share_one_connection(pki: Pki) -> None:
     run(main)
 
 
+def _limits(initial: float | None = None, idle: float | None = None,
+            lifetime: float | None = None) -> ControlStreamLimits:
+    def d(s: float | None) -> datetime.timedelta | None:
+        return None if s is None else datetime.timedelta(seconds=s)
+    return ControlStreamLimits(d(initial), d(idle), d(lifetime))
+
+
+def test_a_stream_without_a_first_answer_within_the_initial_timeout_fails(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            async with Channel(srv.target, limits=_limits(initial=0.2, idle=60, lifetime=120)) as ch:
+                with pytest.raises(RpcError) as err:
+                    async for _ in ch.server_stream(GET, dpb.GetDestination(path="silent"), dpb.Update):
+                        pass
+                assert err.value.code is Code.DEADLINE_EXCEEDED
+                assert err.value.details == "initial item not received within timeout"
+                await asyncio.wait_for(srv.b.cancelled.wait(), 10)
+                # without an initial timeout, the idle timeout bounds the wait for the first answer
+            async with Channel(srv.target, limits=_limits(idle=0.2)) as ch:
+                with pytest.raises(RpcError) as err:
+                    async for _ in ch.server_stream(GET, dpb.GetDestination(path="silent"), dpb.Update):
+                        pass
+                assert err.value.code is Code.DEADLINE_EXCEEDED
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_an_idle_stream_ends_as_if_the_server_ended_it(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            async with Channel(srv.target, limits=_limits(initial=5, idle=0.3)) as ch:
+                got = [u async for u in ch.server_stream(GET, dpb.GetDestination(path="forever"), dpb.Update)]
+                assert len(got) == 1  # the one answer, then silence: ended without an error
+                await asyncio.wait_for(srv.b.cancelled.wait(), 10)
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
+def test_a_stream_ends_at_its_lifetime_however_busy(pki: Pki) -> None:
+    async def main() -> None:
+        srv = await start_server(None)
+        try:
+            # answers every 20 ms keep it from being idle; the lifetime ends it all the same
+            async with Channel(srv.target, limits=_limits(initial=5, idle=5, lifetime=0.5)) as ch:
+                got = [u async for u in ch.server_stream(GET, dpb.GetDestination(path="ticking"), dpb.Update)]
+                assert len(got) < 1000  # ended long before the server's 1,000 answers
+                await asyncio.wait_for(srv.b.cancelled.wait(), 10)
+            # no limits: the busy stream is not ended by the channel
+            async with Channel(srv.target) as ch:
+                stream = ch.server_stream(GET, dpb.GetDestination(path="ticking"), dpb.Update,
+                                          timeout=1.0)
+                with pytest.raises(RpcError) as err:
+                    async for _ in stream:
+                        pass
+                assert err.value.code is Code.DEADLINE_EXCEEDED  # only the call's own deadline ended it
+        finally:
+            await srv.server.stop(None)
+
+    run(main)
+
+
 def test_grpc_timeout_header_fits_eight_digits() -> None:
     assert grpc_timeout(0.25) == "250m"
     assert grpc_timeout(0.0001) == "1m"
@@ -398,3 +474,27 @@ def test_closing_a_tls_channel_closes_the_socket_without_the_servers_close_notif
             server.close()
 
     run(main)
+
+
+def test_the_proxy_limits_streams_to_remote_controllers_only() -> None:
+    """As linkerd2-proxy: the ``CONTROL_STREAM_*`` limits are for a controller reached over the network; a
+    controller on loopback (its own pod's, behind no proxy) gets none."""
+    import ipaddress
+    from types import SimpleNamespace
+
+    from tether.proxy.app import Proxy
+    from tether.proxy.codec.addrs import NameAddr, SocketAddr
+    from tether.proxy.core.config import ControlAddr
+
+    limits = _limits(initial=3, idle=300, lifetime=3600)
+    proxy = SimpleNamespace(config=SimpleNamespace(control_streams=limits))
+
+    def channel(addr: SocketAddr | NameAddr) -> Channel:
+        # The method reads only the configuration when the controller has no identity (plaintext).
+        made: Channel = cast(Any, Proxy._control_channel)(proxy, ControlAddr(addr, None), None)
+        return made
+
+    assert channel(SocketAddr(ipaddress.ip_address("10.0.0.7"), 8086)).limits is limits
+    assert channel(NameAddr("linkerd-dst-headless.linkerd.svc.cluster.local.", 8086)).limits is limits
+    assert channel(SocketAddr(ipaddress.ip_address("127.0.0.1"), 8086)).limits is None
+    assert channel(NameAddr("localhost", 8086)).limits is None

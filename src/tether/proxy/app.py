@@ -305,11 +305,13 @@ class Proxy:
             self.policies.set_channel(self._control_channel(policy, material))
 
     def _control_channel(self, control: ControlAddr, material: TlsMaterial) -> Channel:
-        """A channel to a controller: mTLS when it has an identity (a new one per certificate), else plaintext."""
+        """A channel to a controller: mTLS when it has an identity (a new one per certificate), else plaintext.
+        Its streams carry the ``CONTROL_STREAM_*`` limits unless the controller is on loopback (as linkerd2-proxy)."""
+        limits = None if control.addr.is_loopback else self.config.control_streams
         if control.identity is None:
-            return Channel(_target(control.addr))
+            return Channel(_target(control.addr), limits=limits)
         return Channel(_target(control.addr), ssl_context=self.identity.control_context(material),
-                       server_name=control.identity)
+                       server_name=control.identity, limits=limits)
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then drain (bounded by the shutdown grace period) and stop."""

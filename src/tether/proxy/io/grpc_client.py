@@ -33,6 +33,15 @@ loads (``codec.http2.H2Endpoint``):
   call and closes once the others are over; the next call opens a new
   connection).
 
+A channel to a controller that is not on loopback carries the receive limits
+of ``LINKERD2_PROXY_CONTROL_STREAM_*`` (``limits``), as linkerd2-proxy applies
+them to every destination and policy stream: a stream whose first message
+does not come within the initial timeout (else the idle timeout) fails with
+``DEADLINE_EXCEEDED``; after that, a stream silent for the idle timeout, or
+open for the lifetime, ends as if the server had ended it (the caller opens
+it again), and is reset (``CANCEL``) towards the server. Once a stream has
+answered and no idle timeout is set, nothing but the lifetime ends it.
+
 Flow control is the server's: received bytes are acknowledged as the caller
 takes messages, so a reader that stops reading stops the server at the
 stream's window. Messages above ``max_message`` bytes (4 MiB, gRPC's default)
@@ -53,6 +62,7 @@ from urllib.parse import unquote
 from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint, H2ProtocolError, error_name
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
+from tether.proxy.core.config import ControlStreamLimits
 
 # Seconds a closed TLS connection waits for the server's close_notify before the socket is closed anyway: the
 # event loop's default (30 s) kept the certify channel's connection to identity open after every round.
@@ -383,6 +393,7 @@ class Channel:
         server_name: str | None = None,
         connect_timeout: float = 10.0,
         max_message: int = MAX_MESSAGE,
+        limits: ControlStreamLimits | None = None,
     ) -> None:
         self.path: str | None = None  # a Unix socket (``unix:/path`` or ``unix:///path``), as gRPC names them
         if target.startswith("unix:"):
@@ -401,6 +412,7 @@ class Channel:
         self.server_name = server_name
         self.connect_timeout = connect_timeout
         self.max_message = max_message
+        self.limits = limits
         self._conn: _Connection | None = None
         self._connecting: asyncio.Lock | None = None
         self._closed = False
@@ -430,24 +442,30 @@ class Channel:
         if timeout is not None:
             headers.append(("grpc-timeout", grpc_timeout(timeout)))
         headers += [(k.lower(), v) for k, v in metadata]
+        receive = _ReceiveDeadlines(self.limits, loop.time())
         conn: _Connection | None = None
         stream: _Stream | None = None
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(receive.earliest(deadline)):
                 conn = await self._connection()
                 stream = await conn.open(headers, framed)
             while True:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(receive.earliest(deadline)):
                     raw = await conn.next(stream)
                 if raw is None:
                     return
+                receive.received(loop.time())
                 try:
                     message = response_type.FromString(raw)
                 except Exception as exc:  # protobuf's DecodeError, and whatever a broken message raises
                     raise RpcError(Code.INTERNAL, f"cannot decode the answer: {exc}") from None
                 yield message
         except TimeoutError:
-            raise RpcError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout}s (grpc-timeout)") from None
+            if deadline is not None and loop.time() >= deadline:
+                raise RpcError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout}s (grpc-timeout)") from None
+            if receive.first and receive.next is not None and loop.time() >= receive.next:
+                raise RpcError(Code.DEADLINE_EXCEEDED, "initial item not received within timeout") from None
+            return  # idle or past its lifetime: ended, as if by the server
         finally:
             if conn is not None and stream is not None:
                 conn.cancel(stream)
@@ -499,6 +517,33 @@ class Channel:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class _ReceiveDeadlines:
+    """When a stream under ``ControlStreamLimits`` must have received its next message, and when it must end."""
+
+    __slots__ = ("idle", "next", "end", "first")
+
+    def __init__(self, limits: ControlStreamLimits | None, now: float) -> None:
+        self.first = True
+        self.idle: float | None = None
+        self.next: float | None = None  # the next message is due by then
+        self.end: float | None = None  # the stream's lifetime ends then
+        if limits is None:
+            return
+        self.idle = limits.idle_timeout.total_seconds() if limits.idle_timeout is not None else None
+        first = limits.initial_timeout if limits.initial_timeout is not None else limits.idle_timeout
+        self.next = now + first.total_seconds() if first is not None else None
+        self.end = now + limits.lifetime.total_seconds() if limits.lifetime is not None else None
+
+    def received(self, now: float) -> None:
+        self.first = False
+        self.next = now + self.idle if self.idle is not None else None
+
+    def earliest(self, deadline: float | None) -> float | None:
+        """The first of the call's own deadline and the limits' (None: no deadline)."""
+        times = [t for t in (deadline, self.next, self.end) if t is not None]
+        return min(times) if times else None
 
 
 def _check_tls(transport: asyncio.BaseTransport, server_name: str | None) -> str | None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tether.proxy.codec import http2_events as ev
 from tether.proxy.codec.http2 import PREFACE, ErrorCodes, H2Endpoint, H2ProtocolError, Http2Params
-from tether.proxy.codec.http2_hpack import Decoder, Encoder, HeaderListTooLarge, HpackError
+from tether.proxy.codec.http2_hpack import Decoder, Encoder, HeaderListTooLarge, HpackError, encode_integer
 
 GET = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/")]
 
@@ -128,6 +128,71 @@ def test_the_same_block_decodes_anew_once_the_table_changed() -> None:
     assert rst_codes(ep.data_to_send()) == {7: ErrorCodes.PROTOCOL_ERROR}  # index 62 is x-other now: no host
     ep.receive_data(frame(0x1, 0x5, 9, static + b"\xbe"))  # remembered, with its check
     assert rst_codes(ep.data_to_send()) == {9: ErrorCodes.PROTOCOL_ERROR}
+
+
+def indexed_literal(name: bytes, value: bytes) -> bytes:
+    """A literal with incremental indexing as nginx writes its response fields: the name a static index when it
+    is in the static table (else a literal), the value a literal (short strings only)."""
+    index = {b"server": 54, b"date": 33, b"content-type": 31, b"content-length": 28}.get(name)
+    head = bytes([0x40 | index]) if index else b"\x40" + bytes([len(name)]) + name
+    return head + bytes([len(value)]) + value
+
+
+pool = st.sampled_from([(b"server", b"nginx"), (b"date", b"Wed, 02 Dec"), (b"date", b"Thu, 03 Dec"),
+                        (b"x-long", b"v" * 120), (b"content-type", b"text/plain"), (b"x-huge", b"w" * 120)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(pool, max_size=4), st.booleans()), min_size=1, max_size=40),
+       st.sampled_from([128, 256, 4096]))
+def test_a_block_decoded_once_and_replayed_leaves_the_table_as_decoding_it_again(
+        blocks: list[tuple[list[tuple[bytes, bytes]], bool]], table_size: int) -> None:
+    """``Decoder.replay`` (the endpoint's shortcut for a block it saw) against decoding every block: the same
+    fields and the same table after each block, through evictions and entries larger than a small table, while
+    blocks that refer to the table (index 62: the newest entry) read what the replays added."""
+    every, replaying = Decoder(), Decoder()
+    for d in (every, replaying):
+        d.decode(encode_integer(table_size, 5, 0x20))
+    seen: dict[bytes, tuple[list[tuple[bytes, bytes]], tuple[tuple[bytes, bytes], ...] | None]] = {}
+    for fields, refer in blocks:
+        block = b"\x88" + b"".join(indexed_literal(*f) for f in fields) + (b"\xbe" if refer else b"")
+        try:
+            expected = every.decode(block)
+        except HpackError:  # index 62 in an empty table
+            with pytest.raises(HpackError):
+                replaying.decode_block(block)
+            return
+        known = seen.get(block)
+        if known is not None and known[1] is not None:
+            replaying.replay(known[1])
+            got = known[0]
+        else:
+            got, added = replaying.decode_block(block)
+            seen[block] = (got, added)
+            assert (added is None) == refer
+        assert got == expected
+        assert (replaying.table, replaying.size) == (every.table, every.size)
+
+
+def test_an_endpoint_replays_the_fields_a_repeated_response_added_to_the_table() -> None:
+    """nginx indexes its response fields and never refers to them: the second identical block is remembered,
+    not decoded, and a later block's index into the table must still find what the remembered one added."""
+    client = H2Endpoint(client=True)
+    client.initiate()
+    client.receive_data(SETTINGS)
+    nginx = b"\x88" + indexed_literal(b"server", b"nginx") + indexed_literal(b"date", b"Wed, 02 Dec")
+    responses = []
+    for block in (nginx, nginx, nginx[:-12] + b"\x0bThu, 03 Dec", nginx, b"\x88\xbf\xbe"):
+        sid = client.next_stream_id()
+        client.send_headers(sid, GET, end_stream=True)
+        events = client.receive_data(frame(0x1, 0x5, sid, block))
+        responses += [e.headers for e in events if isinstance(e, ev.ResponseReceived)]
+    status = (b":status", b"200")
+    assert responses == [[status, (b"server", b"nginx"), (b"date", b"Wed, 02 Dec")]] * 2 + [
+        [status, (b"server", b"nginx"), (b"date", b"Thu, 03 Dec")],
+        [status, (b"server", b"nginx"), (b"date", b"Wed, 02 Dec")],
+        [status, (b"server", b"nginx"), (b"date", b"Wed, 02 Dec")]]  # index 63: the server field, 62: the date
+    assert len(client._decoder.table) == 8
 
 
 # -- connection errors ----------------------------------------------------------------------------------------------

@@ -7,7 +7,11 @@ and strings with Huffman coding. Huffman strings are decoded by the
 pass per character) behind a cache: a peer's Huffman-coded strings repeat
 (a client's ``user-agent``, a server's ``date`` within its second), and most
 fields of a steady stream of requests are table indexes, which cost one
-list lookup each. The size of the decoded list is bounded
+list lookup each. A block that reads nothing from the dynamic table decodes
+the same way whatever the table holds: ``decode_block`` says so, with the
+fields it added, and the caller that sees the same bytes again may
+``replay`` those instead of decoding (nginx's responses: every one indexes
+its ``server`` and ``date``). The size of the decoded list is bounded
 (``max_header_list_size``, counted as RFC 9113 §6.5.2 counts it).
 
 Encoding uses no dynamic table: a field is a static-table index when the
@@ -129,7 +133,8 @@ class Encoder:
 class Decoder:
     """Header blocks to header lists, with the dynamic table of RFC 7541 §2.3."""
 
-    __slots__ = ("table", "size", "max_size", "settings_max", "max_header_list_size", "generation", "_huffman")
+    __slots__ = ("table", "size", "max_size", "settings_max", "max_header_list_size", "generation", "_huffman",
+                 "_read_table")
 
     def __init__(self, max_header_list_size: int = 65536) -> None:
         self.table: list[Header] = []  # newest first: dynamic index 62 is table[0]
@@ -140,6 +145,7 @@ class Decoder:
         # Counts the changes to the table: a block that made none decodes the same way while this stays the same.
         self.generation = 0
         self._huffman: dict[bytes, bytes] = {}
+        self._read_table = False  # the block being decoded read the dynamic table (see decode_block)
 
     def _evict(self, room: int) -> None:
         table = self.table
@@ -162,6 +168,7 @@ class Decoder:
     def _field(self, index: int) -> Header:
         if 0 < index <= STATIC_COUNT:
             return STATIC[index - 1]
+        self._read_table = True
         try:
             if index <= 0:
                 raise IndexError
@@ -212,6 +219,17 @@ class Decoder:
 
     def decode(self, data: bytes) -> list[Header]:
         """One complete header block (HEADERS + CONTINUATIONs joined)."""
+        return self.decode_block(data)[0]
+
+    def decode_block(self, data: bytes) -> tuple[list[Header], tuple[Header, ...] | None]:
+        """One complete header block, and what decoding it again would do whatever the table then holds: when
+        the block read no dynamic-table entry and updated no table size, the fields it added to the table (in
+        order, maybe none), for ``replay``; else None (decoding it again may give other fields).
+
+        A server that indexes its response fields but never refers to them (nginx adds ``server``, ``date``,
+        ``content-type``... to the table with every response) sends such blocks: the caller may remember one
+        decoded and, when the same bytes come again, ``replay`` its additions instead of decoding it.
+        """
         headers: list[Header] = []
         append = headers.append
         pos = 0
@@ -219,6 +237,9 @@ class Decoder:
         listed = 0
         limit = self.max_header_list_size
         first = True
+        added: list[Header] = []
+        portable = True
+        self._read_table = False
         while pos < end:
             byte = data[pos]
             if byte & 0x80:  # indexed field
@@ -231,6 +252,7 @@ class Decoder:
             elif byte & 0x40:  # literal with incremental indexing
                 field, pos = self._literal(data, pos, 6)
                 self._add(field)
+                added.append(field)
             elif byte & 0x20:  # dynamic table size update
                 if not first:
                     raise HpackError("HPACK table size update after a field")
@@ -240,6 +262,7 @@ class Decoder:
                 self.max_size = size
                 self.generation += 1
                 self._evict(size)
+                portable = False
                 continue
             else:  # literal without indexing (0000) or never indexed (0001)
                 field, pos = self._literal(data, pos, 4)
@@ -248,7 +271,21 @@ class Decoder:
             if listed > limit:
                 raise HeaderListTooLarge(f"header list over {limit} bytes")
             append(field)
-        return headers
+        return headers, tuple(added) if portable and not self._read_table else None
+
+    def replay(self, added: tuple[Header, ...]) -> None:
+        """The table as decoding again the block ``decode_block`` returned ``added`` for leaves it: the fields
+        added newest first, then the oldest evicted down to the table's size. (Adding one at a time, each after
+        evicting what it needs, keeps the same newest entries: those that fit the table.)"""
+        self.generation += 1
+        table = self.table
+        size = self.size
+        for field in added:
+            table.insert(0, field)
+            size += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
+        self.size = size
+        if size > self.max_size:
+            self._evict(self.max_size)
 
 
 def _integer(data: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:

@@ -49,6 +49,7 @@ from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.core.policy_metrics import DetectMetrics, PolicyMetrics
 from tether.proxy.core.profiles import canonical_name
 from tether.proxy.core.resolution import NOT_LOOKED_UP, ProfileSource
+from tether.proxy.io import sockopts
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ class Proxy:
         self.driver = Driver(self.metrics, self.tls, source_ip=source, pool_idle_timeouts={
             "inbound": config.inbound.http1_pool_idle_timeout.total_seconds(),
             "outbound": config.outbound.http1_pool_idle_timeout.total_seconds(),
-        }, client_idle_timeout=client_idle_timeout)
+        }, client_idle_timeout=client_idle_timeout, connect_options={
+            "inbound": config.inbound.connect, "outbound": config.outbound.connect})
         self.driver.upgrades.params = config.http2_client  # the l5d-orig-proto upgrade's HTTP/2 connections
         # Accepted connections open at once (both directions); at the bound, accepting waits (the backlog
         # holds new ones) and /ready says 503, so the pod leaves its services' endpoints until there is room.
@@ -184,9 +186,11 @@ class Proxy:
         config = self.config
         try:
             self._listeners["admin"] = [Listener("admin", bind(config.admin_listen_addr))]
-            self._listeners["inbound"] = [Listener("inbound", bind(config.inbound.listen_addr))]
+            self._listeners["inbound"] = [
+                Listener("inbound", bind(config.inbound.listen_addr, config.inbound.listen_backlog))]
             outbound_addrs = (*config.outbound.listen_addrs, *config.outbound.extra_listen_addrs)
-            self._listeners["outbound"] = [Listener("outbound", bind(a)) for a in outbound_addrs]
+            self._listeners["outbound"] = [
+                Listener("outbound", bind(a, config.outbound.listen_backlog)) for a in outbound_addrs]
         except OSError:
             self._close_listeners()
             raise
@@ -359,6 +363,7 @@ class Proxy:
         assert settings is not None
         admitted = self._admit("inbound", sock)
         if admitted is not None:
+            sockopts.apply(sock, self.config.inbound.accept)
             target, client = admitted
             self._connection("inbound", sock, target, inbound(target, client, settings))
 
@@ -367,6 +372,7 @@ class Proxy:
         assert settings is not None
         admitted = self._admit("outbound", sock)
         if admitted is not None:
+            sockopts.apply(sock, self.config.outbound.accept)
             self._connection("outbound", sock, admitted[0], outbound(admitted[0], settings, self.discovery))
 
     def _admit(self, direction: str, sock: socket.socket) -> tuple[SocketAddr, SocketAddr] | None:

@@ -123,6 +123,9 @@ class Connect(Command):
     # The l5d-orig-proto upgrade (core.orig_proto): HTTP/1 requests carried over the endpoint's shared HTTP/2
     # connection (the pool holds these legs under their own key).
     upgrade: bool = False
+    # A connection of the inbound side (to the app): LINKERD2_PROXY_INBOUND_CONNECT_{KEEPALIVE,USER_TIMEOUT}
+    # apply to it, else the _OUTBOUND_ ones. Not part of what the connection is (nor of its pool key).
+    inbound: bool = field(default=False, compare=False)
     # What pooled connections are kept under: the address, the TLS setting and the header's port, as one
     # string (its hash is computed once, where a tuple would hash the address in Python on every lookup).
     pool_key: str = field(init=False, compare=False, repr=False)

@@ -22,7 +22,7 @@ import enum
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TypeVar
 
@@ -40,6 +40,7 @@ from tether.proxy.codec.addrs import (
     parse_socket_addr,
 )
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, MAX_FRAME_SIZE_LIMIT, Http2Params
+from tether.proxy.core.config_unread import unread_warnings
 from tether.proxy.core.durations import parse_duration
 from tether.proxy.core.http import H2_MAX_PENDING_RESETS
 
@@ -111,6 +112,14 @@ class Backoff:
         """Seconds to wait after ``failures`` consecutive failures (1 for the first); ``random_fraction`` in [0, 1)."""
         base: float = min(self.min.total_seconds() * 2 ** min(failures - 1, 32), self.max.total_seconds())
         return min(base + base * self.jitter * random_fraction, self.max.total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class TcpOptions:
+    """Socket options of one kind of connection: ``<prefix>_KEEPALIVE`` and ``<prefix>_USER_TIMEOUT``."""
+
+    keepalive: timedelta | None = None  # SO_KEEPALIVE, the first probe after this long idle (TCP_KEEPIDLE)
+    user_timeout: timedelta | None = None  # TCP_USER_TIMEOUT: unacknowledged data this long ends the connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +201,9 @@ class InboundConfig:
     # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
     server_h2_keep_alive: KeepAlive | None = None
     server_h2: Http2Server = Http2Server()  # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_*
+    accept: TcpOptions = TcpOptions()  # LINKERD2_PROXY_INBOUND_ACCEPT_{KEEPALIVE,USER_TIMEOUT}: accepted sockets
+    connect: TcpOptions = TcpOptions()  # LINKERD2_PROXY_INBOUND_CONNECT_{KEEPALIVE,USER_TIMEOUT}: to the app
+    listen_backlog: int = 1024  # LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG (tokio's default, as Linkerd's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +234,9 @@ class OutboundConfig:
     # LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS, default false: the request's host (a TLS route's SNI)
     # as the hostname label of the outbound route metrics (core.policy_metrics).
     metrics_hostname_labels: bool = False
+    accept: TcpOptions = TcpOptions()  # LINKERD2_PROXY_OUTBOUND_ACCEPT_{KEEPALIVE,USER_TIMEOUT}: from the app
+    connect: TcpOptions = TcpOptions()  # LINKERD2_PROXY_OUTBOUND_CONNECT_{KEEPALIVE,USER_TIMEOUT}: to endpoints
+    listen_backlog: int = 1024  # LINKERD2_PROXY_OUTBOUND_TCP_LISTEN_BACKLOG
 
 
 class OrigDstFallback(enum.Enum):
@@ -266,11 +281,13 @@ class ProxyConfig:
     # LINKERD2_PROXY_HTTP2_INITIAL_STREAM_WINDOW_SIZE and _CONNECTION_WINDOW_SIZE: the proxy's HTTP/2 clients.
     http2_client: Http2Params = DEFAULT_PARAMS
     orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
+    # Proxy variables in the environment that nothing read (core.config_unread): each a warning naming it.
+    unread: tuple[str, ...] = ()
 
     @property
     def unapplied(self) -> tuple[str, ...]:
         """Variables set that do not take effect, each as a warning naming it (logged at start)."""
-        return self.inbound.server_h2.unapplied + self.outbound.server_h2.unapplied
+        return self.inbound.server_h2.unapplied + self.outbound.server_h2.unapplied + self.unread
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ProxyConfig:
@@ -278,7 +295,7 @@ class ProxyConfig:
         e = _Env(env)
         admin = e.get("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4191")
         cluster_networks = e.get("LINKERD2_PROXY_POLICY_CLUSTER_NETWORKS", _list(parse_network), "")
-        return cls(
+        config = cls(
             inbound=_inbound(e, admin, cluster_networks),
             outbound=_outbound(e),
             admin_listen_addr=admin,
@@ -307,6 +324,7 @@ class ProxyConfig:
                                         _parse_connection_window, str(DEFAULT_PARAMS.connection_window))),
             orig_dst_fallback=e.get("TETHER_PROXY_ORIG_DST_FALLBACK", _parse_orig_dst_fallback, "none"),
         )
+        return replace(config, unread=unread_warnings(env, e.read))
 
 
 class _Env:
@@ -314,20 +332,25 @@ class _Env:
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self._env = env
+        self.read: set[str] = set()  # every variable asked for, set or not
 
     def get(self, var: str, parse: Callable[[str], T], default: str) -> T:
         """The parsed value, or the parsed ``default``: defaults are spelled as Linkerd documents them."""
+        self.read.add(var)
         return self._parse(var, self._env.get(var, default), parse)
 
     def optional(self, var: str, parse: Callable[[str], T]) -> T | None:
+        self.read.add(var)
         raw = self._env.get(var)
         return None if raw is None else self._parse(var, raw, parse)
 
     def raw(self, var: str) -> str | None:
         """The unparsed value, for errors that involve two variables."""
+        self.read.add(var)
         return self._env.get(var)
 
     def required(self, var: str, parse: Callable[[str], T]) -> T:
+        self.read.add(var)
         raw = self._env.get(var)
         if raw is None:
             raise ConfigError(var, None, "must be set")
@@ -363,13 +386,18 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
                                       "3s"),
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE"),
         server_h2=_http2_server(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2"),
+        accept=_tcp_options(e, "LINKERD2_PROXY_INBOUND_ACCEPT"),
+        connect=_tcp_options(e, "LINKERD2_PROXY_INBOUND_CONNECT"),
+        listen_backlog=e.get("LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG", _parse_positive_int, "1024"),
     )
 
 
 def _outbound(e: _Env) -> OutboundConfig:
     addrs = e.optional("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDRS", _parse_outbound_addrs)
+    # The chart sets both; _ADDRS wins, and _ADDR is checked all the same.
+    single = e.get("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4140")
     if addrs is None:
-        addrs = (e.get("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4140"),)
+        addrs = (single,)
     return OutboundConfig(
         listen_addrs=addrs,
         detect_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DETECT_TIMEOUT", parse_duration, "10s"),
@@ -385,7 +413,15 @@ def _outbound(e: _Env) -> OutboundConfig:
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
         ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
         metrics_hostname_labels=e.get("LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS", _parse_bool, "false"),
+        accept=_tcp_options(e, "LINKERD2_PROXY_OUTBOUND_ACCEPT"),
+        connect=_tcp_options(e, "LINKERD2_PROXY_OUTBOUND_CONNECT"),
+        listen_backlog=e.get("LINKERD2_PROXY_OUTBOUND_TCP_LISTEN_BACKLOG", _parse_positive_int, "1024"),
     )
+
+
+def _tcp_options(e: _Env, prefix: str) -> TcpOptions:
+    return TcpOptions(e.optional(f"{prefix}_KEEPALIVE", _parse_positive_duration),
+                      e.optional(f"{prefix}_USER_TIMEOUT", _parse_positive_duration))
 
 
 def _keep_alive(e: _Env, prefix: str) -> KeepAlive | None:
@@ -614,6 +650,13 @@ def _parse_positive_int(text: str) -> int:
     if not text.isascii() or not text.isdigit() or int(text) == 0:
         raise ValueError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def _parse_positive_duration(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value <= timedelta(0):
+        raise ValueError(f"{text!r} is not a duration above zero")
+    return value
 
 
 def _parse_window(text: str) -> int:

@@ -263,7 +263,7 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
 def tcp_forward(session: Session, settings: InboundSettings) -> Layer:
     """Forward the connection's bytes to the app, at the target address."""
     app = session.target
-    reply = yield Connect(app, None, settings.connect_timeout, labels.connect_inbound(app))
+    reply = yield Connect(app, None, settings.connect_timeout, labels.connect_inbound(app), inbound=True)
     if isinstance(reply, Failed):
         yield Refuse(reply.error)
         return

@@ -300,7 +300,7 @@ def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: st
 
 def _inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str,
                     permit: Callable[[], str] | None) -> Router:
-    connect = Connect(target, None, connect_timeout, labels.connect_inbound(target))
+    connect = Connect(target, None, connect_timeout, labels.connect_inbound(target), inbound=True)
     authority = str(target).encode()
     pick = Pick(connect, None, metric_labels, authority)
     if permit is None:

@@ -65,6 +65,10 @@ from tether.proxy.codec.transport_header import (
     TransportHeaderDecoder,
 )
 from tether.proxy.io.tls import TlsState, client_identity, server_matches
+from tether.proxy.io import sockopts
+from tether.proxy.core.config import TcpOptions
+
+NO_OPTIONS = TcpOptions()  # a direction the proxy was not configured for (tests' drivers): the OS's defaults
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +127,11 @@ class Driver:
 
     def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None,
                  pool_idle_timeouts: dict[str, float] | None = None,
-                 client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT) -> None:
+                 client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT,
+                 connect_options: dict[str, TcpOptions] | None = None) -> None:
         self._metrics = metrics
+        # Per direction, the socket options of the connections that side makes (Connect.inbound says which).
+        self._connect_options = connect_options or {}
         self._tls = tls
         # Without iptables (tests on loopback), connections leave from the pod's IP, as they would in a pod.
         self._local_addr = (source_ip, 0) if source_ip else None
@@ -341,7 +348,8 @@ class Driver:
             async with asyncio.timeout(command.timeout):
                 # The local port is known once connect() is issued: registered before the accept side can see
                 # the connection, should iptables send it back to this proxy (see is_own_connection).
-                key = await self._tcp_connect(sock, addr)
+                options = self._connect_options.get("inbound" if command.inbound else "outbound", NO_OPTIONS)
+                key = await self._tcp_connect(sock, addr, options)
                 transport, _ = await loop.create_connection(
                     lambda: stream,
                     sock=sock,
@@ -374,9 +382,11 @@ class Driver:
             alpn = ssl_object.selected_alpn_protocol()
         return stream, cmd.Connected(alpn, elapsed)
 
-    async def _tcp_connect(self, sock: socket.socket, addr: SocketAddr) -> tuple[str, int, str, int]:
+    async def _tcp_connect(self, sock: socket.socket, addr: SocketAddr,
+                           options: TcpOptions) -> tuple[str, int, str, int]:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sockopts.apply(sock, options)
         if self._local_addr is not None and addr.ip.version == 4:
             # Pick the port at connect(), as an unbound socket would (no port reserved for every destination).
             sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)

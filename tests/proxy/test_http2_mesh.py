@@ -502,3 +502,35 @@ def test_rapid_reset_ends_with_enhance_your_calm_and_others_are_served(tmp_path:
             assert samples(out, "outbound_http_errors_total", error="rapid reset")
 
     run(scenario())
+
+
+def test_the_proxys_own_answers_to_the_app_can_leave_out_the_informational_headers(tmp_path: Path) -> None:
+    """LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS (default: ingress mode): no l5d-proxy-error nor
+    grpc-message on the outbound proxy's own answers; the status and grpc-status stay."""
+
+    async def answers(mesh: Mesh, **env: str) -> tuple[dict[str, str], dict[str, str]]:
+        empty, _ = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms", **env)
+        reader, writer = await asyncio.open_connection(empty, 80)
+        try:
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            writer.write(conn.data_to_send())
+            request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
+            plain, _ = await h2_exchange(reader, writer, conn, request)
+            grpc, _ = await h2_exchange(reader, writer, conn, [*request[:3], (":path", "/x.Y/Z"),
+                                                               ("content-type", "application/grpc")])
+            return plain, grpc
+        finally:
+            writer.close()
+
+    async def scenario() -> None:
+        for env, informational in (({}, True),
+                                   ({"LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS": "true"}, False),
+                                   ({"LINKERD2_PROXY_INGRESS_MODE": "true"}, False)):
+            async with Mesh(tmp_path / str(len(env) and sorted(env)[0])) as mesh:
+                plain, grpc = await answers(mesh, **env)
+            assert plain[":status"] == "504" and grpc["grpc-status"] == "4"
+            assert ("l5d-proxy-error" in plain) is informational, env
+            assert ("grpc-message" in grpc and "l5d-proxy-error" in grpc) is informational, env
+
+    run(scenario())

@@ -244,6 +244,7 @@ class Proxy:
             direct_addrs=frozenset(listener.addr for listener in self._listeners["outbound"][len(main_outbound):]),
             refuse_loopback=config.orig_dst_fallback is OrigDstFallback.NONE,
             http=HttpSettings("outbound", time.monotonic, self.http_metrics, strip_proxy_errors=True,
+                              informational=not out_cfg.disable_informational_headers,
                               in_flight=InFlight(out_cfg.max_in_flight),
                               h2_keep_alive=_seconds(out_cfg.server_h2_keep_alive),
                               h2_server=out_cfg.server_h2.params, h2_client=config.http2_client,

@@ -234,6 +234,9 @@ class OutboundConfig:
     # LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS, default false: the request's host (a TLS route's SNI)
     # as the hostname label of the outbound route metrics (core.policy_metrics).
     metrics_hostname_labels: bool = False
+    # LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS, default = ingress mode: the proxy's own answers to the
+    # app carry no l5d-proxy-error, l5d-proxy-connection nor grpc-message.
+    disable_informational_headers: bool = False
     accept: TcpOptions = TcpOptions()  # LINKERD2_PROXY_OUTBOUND_ACCEPT_{KEEPALIVE,USER_TIMEOUT}: from the app
     connect: TcpOptions = TcpOptions()  # LINKERD2_PROXY_OUTBOUND_CONNECT_{KEEPALIVE,USER_TIMEOUT}: to endpoints
     listen_backlog: int = 1024  # LINKERD2_PROXY_OUTBOUND_TCP_LISTEN_BACKLOG
@@ -398,6 +401,7 @@ def _outbound(e: _Env) -> OutboundConfig:
     single = e.get("LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR", parse_socket_addr, "127.0.0.1:4140")
     if addrs is None:
         addrs = (single,)
+    ingress_mode = e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false")
     return OutboundConfig(
         listen_addrs=addrs,
         detect_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DETECT_TIMEOUT", parse_duration, "10s"),
@@ -411,7 +415,9 @@ def _outbound(e: _Env) -> OutboundConfig:
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE"),
         server_h2=_http2_server(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
-        ingress_mode=e.get("LINKERD2_PROXY_INGRESS_MODE", _parse_bool, "false"),
+        ingress_mode=ingress_mode,
+        disable_informational_headers=e.get("LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS", _parse_bool,
+                                            str(ingress_mode).lower()),
         metrics_hostname_labels=e.get("LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS", _parse_bool, "false"),
         accept=_tcp_options(e, "LINKERD2_PROXY_OUTBOUND_ACCEPT"),
         connect=_tcp_options(e, "LINKERD2_PROXY_OUTBOUND_CONNECT"),

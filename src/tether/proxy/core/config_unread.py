@@ -38,8 +38,6 @@ NOT_APPLIED: dict[str, str] = {
     "LINKERD2_PROXY_OUTBOUND_TCP_QUEUE_CAPACITY": "a balancer's waiting connections are bounded by the failfast only",
     "LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT":
         "HTTP requests wait for an endpoint as connections do: LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT",
-    "LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS":
-        "synthesized responses to the app always carry l5d-proxy-error",
     "LINKERD2_PROXY_TRACE_COLLECTOR_SVC_ADDR": _TRACING,
     "LINKERD2_PROXY_TRACE_COLLECTOR_SVC_NAME": _TRACING,
     "LINKERD2_PROXY_TRACE_SERVICE_NAME": _TRACING,

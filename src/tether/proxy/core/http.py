@@ -160,8 +160,9 @@ class HttpSettings:
     metrics: HttpMetrics | None = None
     strip_proxy_errors: bool = False  # outbound: l5d-proxy-error from the remote proxy is not for the app
     meshed_client: bool = False  # inbound: the client is a proxy (gets l5d-proxy-connection)
-    # l5d-proxy-error, l5d-proxy-connection and grpc-message on the proxy's own answers: outbound always;
-    # inbound to meshed clients only (proxy.md §8.4).
+    # l5d-proxy-error, l5d-proxy-connection and grpc-message on the proxy's own answers: outbound unless
+    # LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS (default: ingress mode); inbound to meshed clients
+    # only (proxy.md §8.4).
     informational: bool = True
     client_id: str | None = None  # inbound: the verified client identity (l5d-client-id)
     max_head_size: int = MAX_HEAD_SIZE

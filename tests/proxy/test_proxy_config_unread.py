@@ -32,8 +32,14 @@ def test_an_unknown_variable_is_warned_about_by_name(minimal_env: dict[str, str]
 def test_a_linkerd_variable_this_proxy_does_not_apply_is_warned_with_the_reason(
         minimal_env: dict[str, str], var: str) -> None:
     # Fails once the variable is read: then its entry in NOT_APPLIED must go.
-    assert ProxyConfig.from_env(dict(minimal_env, **{var: "1"})).unread == (
-        f"{var}='1' is not applied: {NOT_APPLIED[var]}",)
+    assert ProxyConfig.from_env(dict(minimal_env, **{var: "2"})).unread == (
+        f"{var}='2' is not applied: {NOT_APPLIED[var]}",)
+
+
+def test_one_core_is_what_the_proxy_does(minimal_env: dict[str, str]) -> None:
+    env = dict(minimal_env, LINKERD2_PROXY_CORES_MIN="1", LINKERD2_PROXY_CORES_MAX="1", LINKERD2_PROXY_CORES="2")
+    assert ProxyConfig.from_env(env).unread == (
+        "LINKERD2_PROXY_CORES='2' is not applied: the proxy runs one event loop on one thread whatever the cores",)
 
 
 def test_what_linkerd2_proxy_does_not_read_either_is_not_warned_about(minimal_env: dict[str, str]) -> None:

@@ -54,6 +54,9 @@ NOT_READ_BY_LINKERD = frozenset({
     "LINKERD2_PROXY_TRACE_ANNOTATIONS_PATH",
 })
 
+# One core is what the proxy does: the chart's LINKERD2_PROXY_CORES_MIN=1 (on every proxy) asks for nothing else.
+_ONE_CORE = frozenset({"LINKERD2_PROXY_CORES", "LINKERD2_PROXY_CORES_MIN", "LINKERD2_PROXY_CORES_MAX"})
+
 _PREFIXES = ("LINKERD2_PROXY_", "TETHER_PROXY_")
 
 
@@ -62,6 +65,8 @@ def unread_warnings(env: Mapping[str, str], read: Collection[str]) -> tuple[str,
     warnings = []
     for var in sorted(env):
         if not var.startswith(_PREFIXES) or var in read or var in NOT_READ_BY_LINKERD:
+            continue
+        if var in _ONE_CORE and env[var].strip() == "1":
             continue
         reason = NOT_APPLIED.get(var)
         if reason is not None:

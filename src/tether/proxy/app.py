@@ -327,20 +327,27 @@ class Proxy:
             await self.stop(self.config.shutdown_grace_period.total_seconds())
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop accepting, let open connections finish for up to ``grace`` seconds, then close everything."""
+        """Stop accepting and drain, as linkerd2-proxy does: every HTTP connection is told to finish and close
+        (``Driver.drain``) and the open connections get up to ``grace`` seconds to end; the proxy stops as soon
+        as they have. What is left then is cut (HTTP/2 streams reset) and everything closed."""
         self.stopping.set()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._close_listeners()
+        if self._admin is not None:  # its server stops accepting (its socket is its own): /ready goes unanswered
+            await self._admin.close()
         if self._connections and grace > 0:
-            await asyncio.wait(self._connections, timeout=grace)
+            log.info("draining %d connections for up to %ss", len(self._connections), grace)
+            self.driver.drain()
+            _, left = await asyncio.wait(self._connections, timeout=grace)
+            if left:
+                log.warning("graceful shutdown did not complete in %ss: closing %d connections", grace, len(left))
+        self.driver.cut()
         self.driver.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._admin is not None:
-            await self._admin.close()
         self.inbound_profiles.close()
         await self.discovery.close()
         await self.policies.close()

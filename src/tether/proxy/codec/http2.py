@@ -71,6 +71,7 @@ FRAME_HEADER = 9
 DEFAULT_MAX_FRAME = 16384
 DEFAULT_WINDOW = 65_535
 MAX_WINDOW = 2**31 - 1
+MAX_STREAM_ID = 2**31 - 1  # a graceful shutdown's first GOAWAY names it: every stream may still come
 
 # Linkerd's defaults for both its HTTP/2 servers and clients (proxy.md §2.7).
 STREAM_WINDOW = 65_535
@@ -310,7 +311,9 @@ class H2Endpoint:
         self._peer_open = 0  # streams the peer opened, not closed
         self._reset: dict[int, None] = {}  # streams we reset, newest last (RESET_MEMORY)
         self.goaway_received = False
-        self._goaway_sent = False
+        # The last stream our GOAWAY said we would process (None: no GOAWAY sent). A graceful shutdown sends two
+        # (RFC 9113 §6.8): the first with the largest ID, so streams already on the wire are still served.
+        self._goaway_last: int | None = None
 
     # -- setup ---------------------------------------------------------------------------------------------------
 
@@ -594,7 +597,7 @@ class H2Endpoint:
                           self_dependent: bool) -> None:
         """A client's new stream: refused over the limit or after our GOAWAY, reset if malformed."""
         self._last_peer = sid
-        if self._goaway_sent:
+        if self._goaway_last is not None and sid > self._goaway_last:
             return  # above the last stream our GOAWAY said we would process: ignored (RFC 9113 §6.8)
         if self._peer_open >= self._max_streams:
             self._send_rst(sid, ErrorCodes.REFUSED_STREAM)
@@ -803,7 +806,8 @@ class H2Endpoint:
             return False
         stream = self._streams.get(stream_id)
         if stream is None:
-            if not self.client or stream_id != self._next_sid or self._goaway_sent or self.goaway_received:
+            if (not self.client or stream_id != self._next_sid or self._goaway_last is not None
+                    or self.goaway_received):
                 return False
             stream = self._streams[stream_id] = _Stream(stream_id, self.remote_initial_window, self._stream_window)
             self._next_sid += 2
@@ -935,7 +939,9 @@ class H2Endpoint:
             self._send_goaway(error_code, self._last_peer if last_stream_id is None else last_stream_id, b"")
 
     def _send_goaway(self, code: int, last: int, debug: bytes) -> None:
-        self._goaway_sent = True
+        if self._goaway_last is not None:
+            last = min(last, self._goaway_last)  # a later GOAWAY never raises the last stream ID (§6.8)
+        self._goaway_last = last
         self._out += _frame(GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
 
     def data_to_send(self) -> bytes:

@@ -259,6 +259,14 @@ class Http1Proxy:
         if self.idle:
             self._close()
 
+    def drain(self) -> None:
+        """The proxy is shutting down (hyper's graceful shutdown): an idle connection closes now; one with a
+        request in hand closes after its response, which says ``connection: close`` unless its head is out."""
+        if self.idle:
+            self._close()
+        else:
+            self.server.keep_alive = False
+
     def down_lost(self) -> None:
         """The client's connection is gone: whatever is in hand upstream is dropped at once."""
         if self.over:

@@ -82,6 +82,7 @@ from tether.proxy.codec.http2 import (
     ErrorCodes,
     GoAway,
     H2Endpoint,
+    MAX_STREAM_ID,
     H2ProtocolError,
     Headers,
     Http2Params,
@@ -112,6 +113,7 @@ CONNECT_ATTEMPTS = 3
 H1_BACKLOG = 64 * 1024  # a downgraded response's bytes waiting for the client's window: the app is not read past it
 
 L5D_ORIG_PROTO = b"l5d-orig-proto"
+DRAIN_PING = b"drain\x00\x00\x00"  # the graceful shutdown's PING (the keep-alive's carries other data)
 GRPC_STATUS = b"grpc-status"
 # HTTP/1 hop-by-hop headers (RFC 9110 §7.6.1): not forwarded, and not allowed in HTTP/2.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
@@ -396,6 +398,8 @@ class Http2Proxy:
         self.blocked: set[Upstream | None] = set()  # connections whose write buffer is full (None: the client)
         self.touched: list[_Stream] = []  # streams that may be through, checked when the callback returns
         self.closing = False  # the client sent GOAWAY: finish the streams in flight, then close
+        self.draining = False  # the proxy is shutting down: our first GOAWAY (all streams taken) and PING are out
+        self.goaway_final = False  # the GOAWAY naming the last stream taken is out (see ``drain``)
         self.ended = False  # the connection is to end when the callback returns
         self.over = False
         self.resets = 0  # streams reset by the client before their response head (settings.h2_max_pending_resets)
@@ -459,7 +463,8 @@ class Http2Proxy:
                 if stream.phase is Phase.ENDING and self._through(stream):
                     self._finish(stream, Step.DONE)
         if self.closing and not self.streams and not self.ended:
-            self.down.goaway(ErrorCodes.NO_ERROR)
+            if not self.goaway_final:
+                self.down.goaway(ErrorCodes.NO_ERROR)
             self.ended = True
         sink = self.sink
         data = self.down.data_to_send()
@@ -536,6 +541,9 @@ class Http2Proxy:
                     self.ended = True
                 else:
                     self.closing = True
+            elif isinstance(event, h2e.PingAckReceived):
+                if self.draining and event.ping_data == DRAIN_PING:
+                    self._drain_acked()
 
     def _request(self, event: h2e.RequestReceived) -> None:
         pseudo: dict[bytes, bytes] = {}
@@ -1377,6 +1385,39 @@ class Http2Proxy:
         labels = stream.pick.labels if stream.pick is not None else self.settings.error_labels
         exchange.record(self.settings, labels, status, success, stream.start, error,
                         stream.grpc_status if stream.grpc else None)
+
+    # -- graceful shutdown (io.driver's drain and cut) -------------------------------------------------------------
+
+    def drain(self) -> None:
+        """The proxy is shutting down (hyper's graceful shutdown, RFC 9113 §6.8's two steps): a GOAWAY with the
+        largest stream ID and a PING go out; streams still on their way are served. The PING's answer proves
+        the client saw the GOAWAY, and ``_drain_acked`` names the last stream taken; the streams in flight
+        finish, then the connection ends."""
+        if self.over or self.draining:
+            return
+        self.draining = True
+        if not self.closing:  # (a client that sent GOAWAY opens nothing more: its connection ends when done)
+            self.down.goaway(ErrorCodes.NO_ERROR, MAX_STREAM_ID)
+            self.down.ping(DRAIN_PING)
+        self._after()
+
+    def _drain_acked(self) -> None:
+        """The client answered the drain's PING: GOAWAY with the last stream taken (a later one is ignored, and
+        the client knows it was not processed), and the connection ends once its streams have."""
+        self.down.goaway(ErrorCodes.NO_ERROR)
+        self.goaway_final = True
+        self.closing = True
+
+    def cut(self) -> None:
+        """The shutdown grace period is over: every stream still open is reset (CANCEL) and the connection
+        ends."""
+        if self.over:
+            return
+        for stream in list(self.streams.values()):
+            self._reset_down(stream, ErrorCodes.CANCEL)
+        self.down.goaway(ErrorCodes.NO_ERROR)
+        self.ended = True
+        self._after()
 
     # -- keep-alive -----------------------------------------------------------------------------------------------
 

@@ -162,6 +162,9 @@ class Driver:
         self._idle_clients = {d: IdleClients(client_idle_timeout) for d in ("inbound", "outbound")}
         # The l5d-orig-proto upgrade's HTTP/2 connections (app.py sets their HTTP/2 client settings).
         self.upgrades = Upgrades(self.open_connection)
+        # The accepted connections served as HTTP, for the graceful shutdown (``drain``, ``cut``).
+        self._serving: set[Http1Io | Http2Io] = set()
+        self.draining = False
 
     def is_own_connection(self, peer: SocketAddr, target: SocketAddr) -> bool:
         """Whether an accepted connection is one this proxy made, which iptables sent back to it."""
@@ -463,7 +466,7 @@ class Driver:
             return
         served = Http1Io(self, conn, down, command.router, command.settings, self._idle_clients[conn.direction])
         served.start()
-        await served.finished
+        await self._served(served)
 
     async def _serve_http2(self, conn: _Conn, command: http_cmd.ServeHttp2) -> None:
         """HTTP/2, push-driven: the connection's reads go straight into an ``Http2Proxy`` until it is over."""
@@ -472,7 +475,32 @@ class Driver:
             return
         served = Http2Io(self, conn, down, command.router, command.settings, command.downgrade)
         served.start()
-        await served.finished
+        await self._served(served)
+
+    async def _served(self, served: Http1Io | Http2Io) -> None:
+        """Until the connection is over; drained at once if the proxy is already shutting down."""
+        self._serving.add(served)
+        try:
+            if self.draining:
+                served.core.drain()
+            await served.finished
+        finally:
+            self._serving.discard(served)
+
+    def drain(self) -> None:
+        """The proxy is shutting down: every HTTP connection finishes what it has in hand and closes (HTTP/1:
+        at once when idle, else after the response, with ``connection: close``; HTTP/2: GOAWAY, see
+        ``Http2Proxy.drain``), as do those that become HTTP from now on. Opaque connections go on."""
+        self.draining = True
+        for served in list(self._serving):
+            served.core.drain()
+
+    def cut(self) -> None:
+        """The shutdown grace period is over: HTTP/2 streams still open are reset (the connections are closed
+        next, with every other)."""
+        for served in list(self._serving):
+            if isinstance(served, Http2Io):
+                served.core.cut()
 
     def pooled(self, direction: str, connect: cmd.Connect) -> http_cmd.Upstream | None:
         """An idle pooled connection for ``connect`` (same address and TLS), or None."""

@@ -1,0 +1,340 @@
+"""The proxy's graceful shutdown (SIGTERM, ``POST /shutdown``), as linkerd2-proxy drains (hyper's graceful shutdown).
+
+End to end, on loopback with a real control plane (``proxy_harness.Mesh``): proxies in-process
+(``Proxy.stop(grace)``) and as processes (``python -m tether.proxy`` and SIGTERM). HTTP/1 connections from the
+app (outbound) close at once when idle and after the response in hand otherwise (``connection: close``); an
+HTTP/2 connection from a peer (inbound, mTLS and the transport header) gets the two GOAWAYs of RFC 9113 §6.8:
+a stream sent before the client saw the first is served, one sent after the second is ignored, the streams in
+flight complete and the connection closes; the proxy stops once everything has drained, long before the grace
+period (which is ten minutes in those tests: the tests' 60 s deadline would fail a proxy that waited for it);
+a stream still open when the grace period ends is reset and the process exits. The sans-IO parts (the HTTP/2
+codec's GOAWAY rules, the HTTP/1 core's drain) are tested without sockets at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from playbook import Checkin, Checkout, Close, Connected, DownData, Playbook, Run, SendDown, SendUp, UpData, exchange
+from proxy_harness import App, Mesh, Pod, closed_without_answer, connection, read_request, run
+from test_http1_proxy import ADDR, GET, OK, router, settings
+
+from tether.proxy.codec import http2_events as ev
+from tether.proxy.codec.http2 import MAX_STREAM_ID, ErrorCodes, H2Endpoint
+from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
+from tether.proxy.core.http1_proxy import Http1Proxy
+
+TRANSPORT_ALPN = "transport.l5d.io/v1"
+PEER = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+GOAWAY, PING = 0x7, 0x6
+
+
+class SlowWeb(App):
+    """An HTTP/1.1 app answering each request with its path; ``/slow`` only once ``release`` is set (``held``
+    says it arrived)."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        super().__init__(ip, port)
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (request := await read_request(reader)) is not None:
+            if request.path == "/slow":
+                self.held.set()
+                await self.release.wait()
+            body = request.path.encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+
+async def h1_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One response (with Content-Length) from a proxy: (head, body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return head, await reader.readexactly(length)
+
+
+def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each whole frame in ``data``."""
+    out = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        out.append((data[3], data[4], int.from_bytes(data[5:9], "big"), data[9:9 + length]))
+        data = data[9 + length:]
+    return out
+
+
+class PeerH2:
+    """A peer proxy's HTTP/2 connection to an inbound proxy (mTLS, transport header), its frames kept raw too, so
+    the test decides when the codec's answers (the PING's ACK) go out."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.ep = H2Endpoint(client=True)
+        self.events: list[ev.Event] = []
+        self.raw = b""
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, mesh: Mesh, server: Pod, port: int) -> AsyncIterator[PeerH2]:
+        ctx = mesh.ca.client_context(PEER, alpn=[TRANSPORT_ALPN])
+        async with connection(server.ip, 4143, ssl=ctx, server_hostname=server.identity) as (reader, writer):
+            peer = cls(reader, writer)
+            writer.write(encode(TransportHeader(port=port, protocol=SessionProtocol.HTTP2)))
+            peer.ep.initiate()
+            peer.send()
+            yield peer
+
+    def request(self, path: str) -> tuple[int, bytes]:
+        """A downgraded GET (as a linkerd2-proxy upgrades HTTP/1): its stream and its bytes, not yet sent."""
+        sid = self.ep.next_stream_id()
+        self.ep.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web:8080"),
+                                   (b":path", path.encode()), (b"l5d-orig-proto", b"HTTP/1.1")], end_stream=True)
+        return sid, self.ep.data_to_send()
+
+    def send(self, data: bytes = b"") -> None:
+        self.writer.write(data + self.ep.data_to_send())
+
+    async def read(self) -> bool:
+        """One read into the codec (what it answers is left queued); False at EOF."""
+        chunk = await self.reader.read(65536)
+        if not chunk:
+            return False
+        self.raw += chunk
+        self.events += self.ep.receive_data(chunk)
+        return True
+
+    async def goaway(self) -> int:
+        """Read until a GOAWAY comes; its last stream ID (NO_ERROR asserted)."""
+        while True:
+            for event in self.events:
+                if isinstance(event, ev.GoAway):
+                    self.events.remove(event)
+                    assert event.error_code == ErrorCodes.NO_ERROR
+                    return event.last_stream_id
+            assert await self.read(), "closed before a GOAWAY"
+
+    async def pinged(self) -> None:
+        """Read until a PING (not an ACK) has come."""
+        while not any(kind == PING and not flags & 1 for kind, flags, _, _ in frames(self.raw)):
+            assert await self.read(), "closed before a PING"
+
+    async def until_closed(self) -> None:
+        while await self.read():
+            self.send()
+
+    def responses(self) -> dict[int, tuple[bytes, bytes]]:
+        """(status, body) of each stream that got a whole response."""
+        status: dict[int, bytes] = {}
+        bodies: dict[int, bytes] = {}
+        ended = set()
+        for event in self.events:
+            if isinstance(event, ev.ResponseReceived):
+                status[event.stream_id] = dict(event.headers)[b":status"]
+            elif isinstance(event, ev.DataReceived):
+                bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+            elif isinstance(event, ev.StreamEnded):
+                ended.add(event.stream_id)
+        return {sid: (status[sid], bodies.get(sid, b"")) for sid in ended if sid in status}
+
+    def resets(self) -> dict[int, int]:
+        return {e.stream_id: e.error_code for e in self.events if isinstance(e, ev.StreamReset)}
+
+
+@contextlib.asynccontextmanager
+async def proxy_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m tether.proxy`` with ``env``, once it says it is ready; killed if the test leaves it running."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tether.proxy",
+                                                env={"PATH": os.environ.get("PATH", ""), **env},
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        log = []
+        while not any("proxy ready" in line for line in log):
+            line = (await proc.stderr.readline()).decode()
+            assert line, f"the proxy exited: {''.join(log)}"
+            log.append(line)
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+# -- end to end ---------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_closes_idle_http1_connections_finishes_the_request_in_hand_and_exits(tmp_path: Path) -> None:
+    """The outbound side, the client's proxy a process: SIGTERM closes an idle keep-alive connection from the
+    app at once, lets a request in hand finish (``connection: close``, then the connection closes), refuses new
+    connections (the admin's too: ``/ready`` is not answered, as linkerd2-proxy's admin server stops accepting
+    when the drain begins), and the process exits once drained."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server, client, svc = mesh.one_served_pod("web", 8080)
+            await mesh.start_proxy(server)
+            env = {**mesh.proxy_env(client, outbound_to=[f"{svc}:8080"]),
+                   "LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD": "10m"}
+            async with (SlowWeb(server.ip, 8080) as app, proxy_process(env) as proc,
+                        connection(svc, 8080) as (idle_r, idle_w), connection(svc, 8080) as (busy_r, busy_w)):
+                idle_w.write(b"GET /warm HTTP/1.1\r\nhost: web\r\n\r\n")
+                head, body = await h1_response(idle_r)
+                assert head.startswith(b"HTTP/1.1 200") and body == b"/warm"
+                assert b"connection: close" not in head.lower()  # kept alive, now idle
+                busy_w.write(b"GET /slow HTTP/1.1\r\nhost: web\r\n\r\n")
+                await app.held.wait()
+                proc.send_signal(signal.SIGTERM)
+                assert await closed_without_answer(idle_r)  # the idle connection: closed at once
+                # Draining: no new connection is accepted, on the outbound listener nor the admin one.
+                for port in (8080, 4191):
+                    try:
+                        _, writer = await asyncio.open_connection(svc if port == 8080 else client.ip, port)
+                    except ConnectionRefusedError:
+                        continue
+                    writer.close()
+                    raise AssertionError(f"port {port} accepted a connection while draining")
+                assert proc.returncode is None  # a request is in hand: the proxy waits for it
+                app.release.set()
+                head, body = await h1_response(busy_r)
+                assert head.startswith(b"HTTP/1.1 200") and body == b"/slow"
+                assert b"connection: close" in head.lower()
+                assert await busy_r.read() == b""  # then the connection is closed
+                assert await proc.wait() == 0  # drained: no waiting for the 10 minutes
+
+    run(scenario())
+
+
+def test_http2_peer_connection_gets_two_goaways_and_its_streams_finish(tmp_path: Path) -> None:
+    """The inbound side, a peer proxy's HTTP/2 connection: GOAWAY(2^31-1) and a PING; a stream the peer sent
+    before it answered the PING is served; GOAWAY naming the last stream taken; a stream sent after that is
+    ignored (RFC 9113 §6.8: the peer knows from the last stream ID that it was not processed, and may send it
+    again elsewhere); the streams in flight complete, then the connection closes and the proxy stops."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("web-0", app="web", ports=[8080])
+            proxy = await mesh.start_proxy(server)
+            async with SlowWeb(server.ip, 8080) as app, PeerH2.open(mesh, server, 8080) as peer:
+                slow, data = peer.request("/slow")
+                peer.send(data)
+                await app.held.wait()
+                on_the_wire, early = peer.request("/early")
+                late, too_late = peer.request("/late")
+                stopping = asyncio.create_task(proxy.stop(600.0))
+                assert await peer.goaway() == MAX_STREAM_ID
+                await peer.pinged()
+                peer.send(early)  # sent before the PING's ACK: the proxy has not said it stops taking streams
+                assert await peer.goaway() == on_the_wire
+                peer.send(too_late)
+                app.release.set()
+                await peer.until_closed()
+                assert peer.responses() == {slow: (b"200", b"/slow"), on_the_wire: (b"200", b"/early")}
+                assert late not in peer.resets()  # ignored, not answered (its number says so)
+                await stopping  # drained: it stops without waiting for the 600 s
+
+    run(scenario())
+
+
+def test_grace_period_resets_a_stream_still_open_and_the_process_exits(tmp_path: Path) -> None:
+    """SIGTERM with an HTTP/2 stream whose response never comes: once the grace period is over the stream is
+    reset (CANCEL), the connection closed, and the process exits."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("web-0", app="web", ports=[8080])
+            env = {**mesh.proxy_env(server), "LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD": "1s"}
+            async with (SlowWeb(server.ip, 8080) as app, proxy_process(env) as proc,
+                        PeerH2.open(mesh, server, 8080) as peer):
+                slow, data = peer.request("/slow")
+                peer.send(data)
+                await app.held.wait()
+                proc.send_signal(signal.SIGTERM)
+                assert await peer.goaway() == MAX_STREAM_ID
+                await peer.until_closed()  # the PING answered, the second GOAWAY, then the cut
+                assert peer.resets() == {slow: ErrorCodes.CANCEL}
+                assert slow not in peer.responses()
+                assert await proc.wait() == 0
+
+    run(scenario())
+
+
+# -- sans-IO ------------------------------------------------------------------------------------------------------
+
+
+def _client_and_server() -> tuple[H2Endpoint, H2Endpoint]:
+    client, server = H2Endpoint(client=True), H2Endpoint(client=False)
+    client.initiate()
+    server.initiate()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    return client, server
+
+
+def _get(client: H2Endpoint, path: bytes) -> tuple[int, bytes]:
+    sid = client.next_stream_id()
+    client.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"),
+                              (b":path", path)], end_stream=True)
+    return sid, client.data_to_send()
+
+
+def test_codec_takes_streams_up_to_the_last_goaway_and_never_raises_it() -> None:
+    client, server = _client_and_server()
+    one, first = _get(client, b"/1")
+    _, second = _get(client, b"/3")
+    five, third = _get(client, b"/5")
+    server.goaway(ErrorCodes.NO_ERROR, MAX_STREAM_ID)
+    assert [type(e) for e in server.receive_data(first)] == [ev.RequestReceived, ev.StreamEnded]  # still taken
+    server.goaway(ErrorCodes.NO_ERROR)  # the last stream taken: 1
+    assert [type(e) for e in server.receive_data(second)] == []  # above it: ignored
+    server.goaway(ErrorCodes.NO_ERROR, five)  # a later GOAWAY cannot raise it again
+    assert server.receive_data(third) == []
+    sent = [int.from_bytes(p[:4], "big") for kind, _, _, p in frames(server.data_to_send()) if kind == GOAWAY]
+    assert sent == [MAX_STREAM_ID, one, one]
+
+
+def test_http1_core_drain_closes_when_idle_else_after_the_response() -> None:
+    idle = Playbook(router([]), settings())
+    assert (idle
+            >> DownData(GET)
+            >> exchange(ADDR, 0, GET, OK)
+            >> Run(lambda: _core(idle).drain())  # between requests: closed at once
+            << Close())
+    waiting = Playbook(router([]), settings())
+    assert (waiting
+            >> DownData(GET)
+            << Checkout(ADDR)
+            >> Connected()
+            << SendUp(0, GET)
+            >> Run(lambda: _core(waiting).drain())  # no response head yet: it will say so
+            >> UpData(0, OK)
+            << SendDown(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nconnection: close\r\n\r\nok")
+            << Checkin(0, reuse=True)
+            << Close())
+    relaying = Playbook(router([]), settings())
+    assert (relaying
+            >> DownData(GET)
+            << Checkout(ADDR)
+            >> Connected()
+            << SendUp(0, GET)
+            >> UpData(0, OK[:-1])
+            << SendDown(OK[:-1])
+            >> Run(lambda: _core(relaying).drain())  # the head is out: the connection closes after the body
+            >> UpData(0, OK[-1:])
+            << SendDown(OK[-1:])
+            << Checkin(0, reuse=True)
+            << Close())
+
+
+def _core(play: Playbook) -> Http1Proxy:
+    assert play.core is not None
+    return play.core

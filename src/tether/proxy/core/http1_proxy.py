@@ -51,6 +51,9 @@ byte (inbound, withdrawn when the port's policy stops admitting the request
 that switched: ``RequestPolicy.upgraded``). A first line that is not HTTP/1 (detection only sees a prefix) is
 carried as opaque bytes.
 
+The proxy's graceful shutdown (``drain``): an idle connection closes at once,
+one with a request in hand after its response (``connection: close``).
+
 Tests: tests/proxy/test_http1_proxy.py (playbooks: events in, sink calls out).
 Callers: ``core.inbound`` and ``core.outbound`` (``http1``, their
 ``PROTOCOL_LAYERS`` entry for HTTP/1), which hand the connection to

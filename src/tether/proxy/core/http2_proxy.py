@@ -53,6 +53,11 @@ answer in time, GOAWAY; with an endpoint's keep-alive from discovery
 (``Connect.h2_keep_alive``), a silent endpoint gets a PING and, without an
 answer in time, its connection is closed and its streams fail.
 
+The proxy's graceful shutdown (``drain``): GOAWAY with the largest stream ID
+and a PING, then, once the PING is answered, GOAWAY with the last stream
+taken (RFC 9113 §6.8); the streams in flight finish and the connection ends.
+At the end of the grace period ``cut`` resets what is left.
+
 Tests: tests/proxy/test_http2_proxy.py (playbooks: an h2 client in, sink calls out).
 Callers: ``core.inbound`` and ``core.outbound`` (``http2``, their ``PROTOCOL_LAYERS`` entry for HTTP/2),
 which hand the connection to ``io.driver`` with ``ServeHttp2``.
@@ -79,10 +84,10 @@ from tether.proxy.codec.http1 import (
     State,
 )
 from tether.proxy.codec.http2 import (
+    MAX_STREAM_ID,
     ErrorCodes,
     GoAway,
     H2Endpoint,
-    MAX_STREAM_ID,
     H2ProtocolError,
     Headers,
     Http2Params,

@@ -28,6 +28,10 @@ upstream connections come from ``io.pool.Pool`` or are opened as ``Connect``
 does (``open_upstream``, metered until they close), and a discovery wait or a
 connect runs as a task that calls back (``Driver.run_then``).
 
+Graceful shutdown (``tether.proxy.app``): ``drain`` tells every connection
+served as HTTP (and each one that becomes HTTP from then on) to finish and
+close; ``cut`` resets the HTTP/2 streams left at the end of the grace period.
+
 Metrics: a ``Meter`` per connection side (``tether.proxy.core.metrics``); ``Refuse``
 counts ``<direction>_tcp_errors_total{error}``.
 

@@ -77,6 +77,7 @@ class Data:
     sid: int
     data: bytes
     end: bool = False
+    pad: int = 0  # padding bytes (PADDED): sent by the test's peers only
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,10 @@ class UpBytes:
 @dataclass(frozen=True)
 class Connected:
     """The oldest pending connect succeeds (and the server's SETTINGS arrive: ``window``, its streams' initial
-    window, when given)."""
+    window, and ``streams``, its MAX_CONCURRENT_STREAMS, when given)."""
 
     window: int | None = None
+    streams: int | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,9 @@ class _Side:
             elif isinstance(frame, Data):
                 f = hf.DataFrame(frame.sid)
                 f.data = frame.data
+                if frame.pad:
+                    f.flags.add("PADDED")
+                    f.pad_length = frame.pad
             elif isinstance(frame, Rst):
                 f = hf.RstStreamFrame(frame.sid)
                 f.error_code = frame.code
@@ -410,6 +415,8 @@ def _apply(core: Http2Proxy, sink: H2Sink, event: object) -> None:
         done(up)
         if n not in sink.h1:
             server_settings = {} if event.window is None else {hf.SettingsFrame.INITIAL_WINDOW_SIZE: event.window}
+            if event.streams is not None:
+                server_settings[hf.SettingsFrame.MAX_CONCURRENT_STREAMS] = event.streams
             core.up_data(up, hf.SettingsFrame(0, settings=server_settings).serialize())  # the server's preface
     elif isinstance(event, ConnectFailed):
         done, _ = sink.connects.pop(0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import pytest
 from h2.errors import ErrorCodes
 from h2_fakes import FakeClock
 from h2_playbook import (
@@ -42,6 +43,7 @@ from h2_playbook import (
 )
 from test_http2_proxy import ADDRS, GET, GRPC, LABELS, Router, http_settings
 
+from tether.proxy.codec.http2 import Http2Params
 from tether.proxy.core import errors
 from tether.proxy.core.http import HttpSettings
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -465,7 +467,7 @@ def test_each_data_frame_is_counted_in_the_routes_frame_size_histograms() -> Non
             >> Up(0, Headers(1, OK), Data(1, b"c" * 20))
             << SendDown(Headers(1, OK), Data(1, b"c" * 20))
             >> Up(0, Data(1, b"d" * 280, end=True))
-            << SendDown(Data(1, b"d" * 280), Data(1, b"", end=True)))  # the empty end: no frame counted
+            << SendDown(Data(1, b"d" * 280, end=True)))  # the end with the data, as it came
     lines = registry.render().splitlines()
     request = f'outbound_http_route_request_frame_size_bytes_bucket{{{cp.PARENT},{cp.ROUTE},hostname=""'
     assert [line for line in lines if line.startswith(request)] == [
@@ -474,3 +476,103 @@ def test_each_data_frame_is_counted_in_the_routes_frame_size_histograms() -> Non
     backend = f"outbound_http_route_backend_response_frame_size_bytes_bucket{{{cp.PARENT},{cp.ROUTE},backend_"
     assert [line.rpartition(",")[2] for line in lines if line.startswith(backend)] == [
         'le="128.0"} 1', 'le="1024.0"} 2', 'le="10240.0"} 2', 'le="+Inf"} 2']
+
+
+def test_padding_is_given_back_when_it_comes_and_data_once_written_on() -> None:
+    """Padding (RFC 9113 §6.1) counts against the windows but goes nowhere: the core gives it back at once, each
+    way, and the data once written to the other side; a frame without padding gives back nothing before that
+    (the codec raises a window once half of it is given back: 500 bytes of these)."""
+    small = Http2Params(stream_window=1000)
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings(h2_server=small, h2_client=small))
+            >> Down(Headers(1, POST))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, POST))
+            >> Down(Data(1, b"a" * 100, pad=199))  # 300 of the window: 200 given back at once, 100 once sent
+            << SendUp(0, Data(1, b"a" * 100))
+            >> Down(Data(1, b"b" * 100, pad=199))  # 200 + 100 + 200 given back: the client's window raised
+            << SendDown(Window(1, 500))
+            << SendUp(0, Data(1, b"b" * 100))
+            >> Up(0, Headers(1, OK), Data(1, b"c" * 100, pad=199))
+            << SendDown(Headers(1, OK), Data(1, b"c" * 100))
+            >> Up(0, Data(1, b"d" * 100, pad=199), Data(1, b"e" * 100, pad=199))
+            << SendDown(Data(1, b"d" * 100), Data(1, b"e" * 100))
+            << SendUp(0, Window(1, 500)))  # the same upstream: 200 + 100 + 200 given back
+
+
+def test_a_stream_waits_for_a_free_stream_at_the_endpoint_and_goes_up_when_one_is_over() -> None:
+    """An endpoint's MAX_CONCURRENT_STREAMS holds new streams back until one of its streams is over; a stream over
+    with none waiting opens nothing."""
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings())
+            >> Down(Headers(1, GET, end=True))
+            << Connect(ADDRS[0])
+            >> Connected(streams=1)
+            << SendUp(0, Headers(1, GET, end=True))
+            >> Down(Headers(3, GET, end=True), Headers(5, GET, end=True))  # both wait: one stream at a time
+            >> Up(0, Headers(1, OK, end=True))
+            << SendDown(Headers(1, OK, end=True))
+            << SendUp(0, Headers(3, GET, end=True))  # stream 1 is over: 3 goes up, 5 still waits
+            >> Up(0, Headers(3, OK), Data(3, b"three", end=True))
+            << SendDown(Headers(3, OK), Data(3, b"three", end=True))
+            << SendUp(0, Headers(5, GET, end=True))
+            >> Up(0, Headers(5, OK, end=True))
+            << SendDown(Headers(5, OK, end=True)))
+
+
+def test_a_downgraded_request_and_its_response_lose_their_hop_by_hop_headers() -> None:
+    """Downgraded (l5d-orig-proto): TE and l5d-orig-proto are not the app's, a Host that came is kept, a body that
+    came whole gets its Content-Length; the response loses the headers its Connection names."""
+    upgraded = [*POST, (b"l5d-orig-proto", b"HTTP/1.1"), (b"host", b"web:80"), (b"te", b"trailers")]
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings("inbound"), downgrade=True)
+            >> Down(Headers(1, upgraded), Data(1, b"hello", end=True))
+            << Checkout(ADDRS[0])
+            >> Connected()
+            << SendUpBytes(0, b"POST /up HTTP/1.1\r\nhost: web:80\r\ncontent-length: 5\r\n\r\nhello")
+            >> UpBytes(0, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\n"
+                          b"X-Kept: 2\r\n\r\nok")
+            << Checkin(0, reuse=False)
+            << SendDown(Headers(1, [(b":status", b"200"), (b"content-length", b"2"), (b"x-kept", b"2"),
+                                    (b"l5d-orig-proto", b"HTTP/1.1")]),
+                        Data(1, b"ok", end=True)))
+
+
+def test_a_downgraded_request_whose_body_is_still_coming_goes_chunked() -> None:
+    upgraded = [*POST, (b"l5d-orig-proto", b"HTTP/1.1")]
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings("inbound"), downgrade=True)
+            >> Down(Headers(1, upgraded), Data(1, b"he"))
+            << Checkout(ADDRS[0])
+            >> Connected()
+            << SendUpBytes(0, b"POST /up HTTP/1.1\r\nhost: web\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhe\r\n")
+            >> Down(Data(1, b"llo", end=True))
+            << SendUpBytes(0, b"3\r\nllo\r\n0\r\n\r\n")
+            >> UpBytes(0, b"HTTP/1.1 204 No Content\r\n\r\n")
+            << Checkin(0, reuse=True)
+            << SendDown(Headers(1, [(b":status", b"204"), (b"l5d-orig-proto", b"HTTP/1.1")]), Data(1, b"", end=True)))
+
+
+def test_a_stream_moves_only_as_the_transition_table_says() -> None:
+    """The core moves a stream by ``TRANSITIONS.get((phase, step)) or _illegal(stream, step)``, written inline: so
+    every phase in the table must be true (an Enum member is, unless it says otherwise), and a step the table
+    does not have raises, naming the stream, the step and the phase."""
+    from tether.proxy.codec.common import LocalProtocolError
+    from tether.proxy.core.http2_proxy import TRANSITIONS, Phase, Step, _illegal, _Stream
+
+    assert all(TRANSITIONS.values())
+    stream = _Stream(7, {b":method": b"GET"}, [], 0.0)
+    stream.phase = Phase.OVER
+    assert TRANSITIONS.get((stream.phase, Step.HEAD)) is None
+    with pytest.raises(LocalProtocolError, match="HTTP/2 stream 7: head while over"):
+        stream.phase = TRANSITIONS.get((stream.phase, Step.HEAD)) or _illegal(stream, Step.HEAD)
+
+
+def test_what_came_before_the_upstream_stream_follows_its_head_and_nothing_else_does() -> None:
+    """A request's end (with trailers, no body) that came while connecting follows its head at once; a request
+    still open with nothing yet sends its head alone, and its data as it comes."""
+    trailers = [(b"x-checksum", b"0")]
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings())
+            >> Down(Headers(1, POST), Headers(1, trailers, end=True), Headers(3, POST))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, POST), Headers(1, trailers, end=True), Headers(3, POST))
+            >> Down(Data(3, b"later", end=True))
+            << SendUp(0, Data(3, b"later", end=True)))

@@ -207,6 +207,14 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
     **{(p, Step.RESET): _P.OVER for p in (_P.ROUTING, _P.CONNECTING, _P.WAITING, _P.RELAYING, _P.ENDING)},
 }
 _BEFORE_HEAD = (_P.ROUTING, _P.CONNECTING, _P.WAITING)
+# A stream moves only by ``stream.phase = TRANSITIONS.get((stream.phase, step)) or _illegal(stream, step)``: the
+# lookup is written where the stream moves, not in a method, as every stream moves at least five times (five
+# Python calls per stream saved); a step the table does not allow from the phase raises.
+
+
+def _illegal(stream: _Stream, step: Step) -> Phase:
+    """``step`` is not allowed from ``stream``'s phase: a bug of this core (``LocalProtocolError``)."""
+    raise LocalProtocolError(f"HTTP/2 stream {stream.sid}: {step.value} while {stream.phase.value}")
 
 
 class _KeepAlive:
@@ -515,7 +523,10 @@ class Http2Proxy:
             self.ended = True  # the codec queued the GOAWAY with the error's code; _after writes it
             return
         # A stream reset in the same read as its HEADERS is never started: nothing goes upstream for it.
-        reset = {e.stream_id for e in events if isinstance(e, h2e.StreamReset)}
+        reset = set()
+        for event in events:  # (a loop, not a set comprehension: a call less per read)
+            if isinstance(event, h2e.StreamReset):
+                reset.add(event.stream_id)
         for event in events:
             if self.ended:
                 return
@@ -553,26 +564,29 @@ class Http2Proxy:
     def _request(self, event: h2e.RequestReceived) -> None:
         pseudo: dict[bytes, bytes] = {}
         regular: Headers = []
+        orig = None  # the first l5d-orig-proto, found in the same pass
         for name, value in event.headers:
             if name[:1] == b":":
                 pseudo[name] = value
             else:
                 regular.append((name, value))
+                if name == L5D_ORIG_PROTO and orig is None:
+                    orig = value
         stream = _Stream(event.stream_id, pseudo, regular, self.settings.clock())
-        if self.downgrade:
-            orig = next((v for n, v in regular if n == L5D_ORIG_PROTO), None)
-            if orig is not None and orig.upper().startswith(b"HTTP/1"):
-                stream.orig_proto = orig
+        if self.downgrade and orig is not None and orig.upper().startswith(b"HTTP/1"):
+            stream.orig_proto = orig
         stream.req_end = event.stream_ended is not None
         self.streams[stream.sid] = stream
-        stream.in_flight, refusal, edit = exchange.admit(self.settings, stream.request_head())
+        head = stream.request_head()
+        stream.in_flight, refusal, edit = exchange.admit(self.settings, head)
         if refusal is not None:
             self._fail(stream, refusal)
             return
         if edit is not None:  # a route's header modifier (names as HTTP/2 wants them)
             stream.headers = [(n.lower(), v) for n, v in edit(tuple(stream.headers))]
             stream.head = None
-        self._route(stream)
+            head = stream.request_head()
+        self._route_step(stream, self.router(head), None)  # (_route's step, with the head at hand: calls less)
 
     def _request_data(self, event: h2e.DataReceived) -> None:
         sid = event.stream_id
@@ -581,8 +595,10 @@ class Http2Proxy:
         if stream is None or stream.discard or stream.req_sent:
             self.down.ack(sid, event.flow_controlled_length)  # nowhere to go: dropped
             return
-        self.down.ack(sid, event.flow_controlled_length - len(data))  # padding
-        self._moved(stream)
+        if event.flow_controlled_length > len(data):  # padding (the call only when there is some)
+            self.down.ack(sid, event.flow_controlled_length - len(data))
+        if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
+            stream.active = self.settings.clock()
         if data:
             stream.body_seen = True
             if stream.frames is not None:
@@ -658,16 +674,6 @@ class Http2Proxy:
                 h1.paused = False
                 self.sink.read_up(h1.io, True)
 
-    # -- the transition table -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _go(stream: _Stream, step: Step) -> None:
-        try:
-            stream.phase = TRANSITIONS[(stream.phase, step)]
-        except KeyError:
-            raise LocalProtocolError(f"HTTP/2 stream {stream.sid}: {step.value} while {stream.phase.value}") \
-                from None
-
     # -- routing and connecting -----------------------------------------------------------------------------------
 
     def _route(self, stream: _Stream) -> None:
@@ -707,7 +713,7 @@ class Http2Proxy:
                 self.settings.metrics.request(result.labels)
             if self.settings.observer is not None:  # tap (core.http.StreamObserver)
                 self.settings.observer.request(stream, stream.request_head(), result.labels, self.client)
-        self._go(stream, Step.PICKED)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.PICKED)) or _illegal(stream, Step.PICKED)
         if stream.orig_proto is not None:
             self._checkout_h1(stream, result)
             return
@@ -736,7 +742,7 @@ class Http2Proxy:
         if pick is not None:
             pick.release()
         stream.pick = None
-        self._go(stream, Step.RETRY)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.RETRY)) or _illegal(stream, Step.RETRY)
         self._route(stream)
 
     def _connected(self, up: _Up, reply: Upstream | Failed) -> None:
@@ -776,13 +782,13 @@ class Http2Proxy:
         stream.up = up
         stream.usid = usid
         up.streams[usid] = stream
-        self._go(stream, Step.OPENED)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.OPENED)) or _illegal(stream, Step.OPENED)
         timeout = exchange.attempt_timeout(stream.route) if stream.route is not None else None
         if timeout is not None:
             stream.attempt = self.sink.call_later(timeout, lambda: self._attempt_timed_out(stream, usid, timeout))
         if end:
             stream.req_sent = True
-        else:
+        elif stream.req_buf or stream.req_end:  # else nothing to hand on yet (three calls less per such stream)
             self._forward_request(stream)
 
     def _upstream_headers(self, stream: _Stream) -> Headers:
@@ -862,7 +868,8 @@ class Http2Proxy:
             elif isinstance(event, h2e.TrailersReceived):
                 stream = up.streams.get(event.stream_id)
                 if stream is not None:
-                    self._moved(stream)
+                    if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
+                        stream.active = self.settings.clock()
                     stream.resp_trailers = list(event.headers)
                     self._note_grpc_status(stream, stream.resp_trailers)
             elif isinstance(event, h2e.StreamEnded):
@@ -875,7 +882,8 @@ class Http2Proxy:
                     self._upstream_reset(stream, event.error_code)
             elif isinstance(event, (h2e.WindowUpdated, h2e.RemoteSettingsChanged)):
                 self._flush_up(up)
-                self._open_waiting(up)
+                if up.waiting:  # (the call only when a stream waits)
+                    self._open_waiting(up)
             elif isinstance(event, GoAway):
                 if event.error_code:
                     self._up_lost(up)  # a connection error: the peer closes, nothing more will come
@@ -883,9 +891,14 @@ class Http2Proxy:
                 self._up_goaway(up, event)
 
     def _response_head(self, stream: _Stream, headers: Headers, end: bool) -> None:
-        self._moved(stream)
+        if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
+            stream.active = self.settings.clock()
         self._sample(stream)
-        status = next((v for n, v in headers if n == b":status"), b"")
+        status = b""
+        for name, value in headers:  # (a loop, not next() over a generator: a call less per stream)
+            if name == b":status":
+                status = value
+                break
         stream.status = int(status) if status.isdigit() else 502
         self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
         headers = strip_proxy_errors(headers, self.settings)
@@ -903,8 +916,9 @@ class Http2Proxy:
 
     def _headed(self, stream: _Stream, headers: Headers) -> None:
         """The final response head goes to the client: the route's timers stop."""
-        self._go(stream, Step.HEAD)
-        self._stop_attempt(stream)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.HEAD)) or _illegal(stream, Step.HEAD)
+        if stream.attempt is not None:
+            self._stop_attempt(stream)
         if stream.timer is not None:
             stream.timer.cancel()
             stream.timer = None
@@ -949,8 +963,10 @@ class Http2Proxy:
             up.ep.ack(event.stream_id, event.flow_controlled_length)
             return
         data = event.data
-        up.ep.ack(event.stream_id, event.flow_controlled_length - len(data))  # padding
-        self._moved(stream)
+        if event.flow_controlled_length > len(data):  # padding (the call only when there is some)
+            up.ep.ack(event.stream_id, event.flow_controlled_length - len(data))
+        if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
+            stream.active = self.settings.clock()
         if data:
             stream.owed_up += len(data)
             stream.sent += len(data)
@@ -958,12 +974,13 @@ class Http2Proxy:
             if pick is not None and pick.frames is not None:
                 pick.frames(len(data))
             self.down.queue_data(stream.sid, data)
-            self._flush_down(stream.sid)
+            if event.stream_ended is None:  # else the StreamEnded event next flushes the data with the end
+                self._flush_down(stream.sid)
 
     def _response_end(self, stream: _Stream, trailers: Headers | None = None) -> None:
         if stream.phase is not Phase.RELAYING:
             return
-        self._go(stream, Step.END)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.END)) or _illegal(stream, Step.END)
         self.touched.append(stream)
         if trailers is not None:  # a downgraded (HTTP/1) response's
             stream.resp_trailers = trailers
@@ -1085,11 +1102,6 @@ class Http2Proxy:
         self._fail(stream, errors.attempt_timeout(timeout))
         self._after()
 
-    def _moved(self, stream: _Stream) -> None:
-        """A frame of ``stream`` came (from the client or the upstream): its idle timeout starts over."""
-        if stream.idle is not None:
-            stream.active = self.settings.clock()
-
     def _idle_check(self, stream: _Stream, idle: float) -> None:
         """The idle timer fired: re-armed if a frame came meanwhile; else the stream ends as linkerd2-proxy's
         stream timeouts end it -- 504 / DEADLINE_EXCEEDED before the response head (not retried), after it a
@@ -1161,7 +1173,7 @@ class Http2Proxy:
         stream.sent = 0
         stream.attempts = 0
         stream.discard = False  # an upstream lost before the head detached the stream: it goes on
-        self._go(stream, Step.RETRY)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.RETRY)) or _illegal(stream, Step.RETRY)
         if delay > 0:
             stream.backoff = self.sink.call_later(delay, lambda: self._backed_off(stream))
         else:
@@ -1214,7 +1226,7 @@ class Http2Proxy:
         if stream.timer is not None:
             stream.timer.cancel()
             stream.timer = None
-        self._go(stream, Step.ANSWER)
+        stream.phase = TRANSITIONS.get((stream.phase, Step.ANSWER)) or _illegal(stream, Step.ANSWER)
         self.touched.append(stream)
         self.down.send_headers(stream.sid, headers, end_stream=True)
         self._record(stream, status, False)
@@ -1234,7 +1246,7 @@ class Http2Proxy:
         if stream.grpc:
             # Linkerd reports an error after a gRPC response began in its trailers.
             self._record(stream, stream.status or 0, False, "unclassified")
-            self._go(stream, Step.ANSWER)
+            stream.phase = TRANSITIONS.get((stream.phase, Step.ANSWER)) or _illegal(stream, Step.ANSWER)
             self.touched.append(stream)
             trailers = [(GRPC_STATUS, str(errors.grpc_status(error)).encode())]
             if self.settings.informational:  # inbound: to meshed clients only
@@ -1304,7 +1316,7 @@ class Http2Proxy:
     def _finish(self, stream: _Stream, step: Step, reset: int | None = None) -> None:
         if stream.phase is Phase.OVER:
             return
-        self._go(stream, step)
+        stream.phase = TRANSITIONS.get((stream.phase, step)) or _illegal(stream, step)
         if self.settings.observer is not None:
             self._tell_end(stream, reset)
         self.streams.pop(stream.sid, None)
@@ -1316,11 +1328,12 @@ class Http2Proxy:
         up = stream.up
         if up is not None and stream.usid is not None:
             up.streams.pop(stream.usid, None)
-            self._ack_up(stream)
+            if stream.owed_up:  # (the call only when something is owed)
+                self._ack_up(stream)
             up.ep.drop(stream.usid)
             if up.draining and not up.streams:
                 self._close_up(up)
-            else:
+            elif up.waiting:  # (the call only when a stream waits for this one's slot)
                 self._open_waiting(up)
         h1 = stream.h1
         if h1 is not None:
@@ -1450,7 +1463,7 @@ class Http2Proxy:
             h1 = _H1(reply, replayable=stream.req_end and not stream.req_buf and not stream.req_trailers)
             stream.h1 = h1
             self.h1s[reply] = stream
-            self._go(stream, Step.OPENED)
+            stream.phase = TRANSITIONS.get((stream.phase, Step.OPENED)) or _illegal(stream, Step.OPENED)
             head, h1.chunked = self._downgraded_request(stream)
             h1.out += h1.codec.send_head(head)
             self._push_h1(stream)
@@ -1463,16 +1476,28 @@ class Http2Proxy:
         target = stream.path
         if b"absolute-form" in stream.orig_proto.lower():
             target = stream.scheme + b"://" + stream.authority + stream.path
-        drop = (L5D_ORIG_PROTO, b"te")
-        headers = [(n, v) for n, v in mesh_request_headers(stream.headers, stream.pick, self.settings)
-                   if n not in drop]
-        if not any(n == b"host" for n, _ in headers):
+        headers: Headers = []
+        host = length = False
+        # One pass (not a comprehension and two any()s: six calls less per request): what is dropped, and
+        # whether Host and Content-Length came.
+        for name, value in mesh_request_headers(stream.headers, stream.pick, self.settings):
+            if name == L5D_ORIG_PROTO or name == b"te":
+                continue
+            if name == b"host":
+                host = True
+            elif name == b"content-length":
+                length = True
+            headers.append((name, value))
+        if not host:
             headers.insert(0, (b"host", stream.authority or stream.pick.authority))
         chunked = False
         body = not stream.req_end or bool(stream.req_buf)
-        if body and not any(n == b"content-length" for n, _ in headers):
+        if body and not length:
             if stream.req_end and not stream.req_trailers:
-                headers.append((b"content-length", str(sum(len(c) for c in stream.req_buf)).encode()))
+                size = 0
+                for chunk in stream.req_buf:
+                    size += len(chunk)
+                headers.append((b"content-length", str(size).encode()))
             else:
                 headers.append((b"transfer-encoding", b"chunked"))
                 chunked = True
@@ -1534,8 +1559,8 @@ class Http2Proxy:
                 stream.h1 = None
                 pick = stream.pick
                 assert pick is not None
-                self._go(stream, Step.RETRY)
-                self._go(stream, Step.PICKED)
+                stream.phase = TRANSITIONS.get((stream.phase, Step.RETRY)) or _illegal(stream, Step.RETRY)
+                stream.phase = TRANSITIONS.get((stream.phase, Step.PICKED)) or _illegal(stream, Step.PICKED)
                 self._checkout_h1(stream, pick)
                 return
             addr = stream.pick.connect.addr if stream.pick is not None else "app"
@@ -1548,13 +1573,17 @@ class Http2Proxy:
 
     def _downgraded_response(self, stream: _Stream, head: ResponseHead) -> None:
         self._sample(stream)
-        listed = {t.strip().lower() for n, v in head.headers if n.lower() == b"connection" for t in v.split(b",")}
         headers: Headers = [(b":status", str(head.status).encode())]
+        listed: list[bytes] = []  # the headers Connection names, hop-by-hop too
         for name, value in head.headers:
             low = name.lower()
-            if low in HOP_BY_HOP or low in listed or low == L5D_ORIG_PROTO:
+            if low in HOP_BY_HOP or low == L5D_ORIG_PROTO:
+                if low == b"connection":
+                    listed += [t.strip().lower() for t in value.split(b",")]
                 continue
             headers.append((low, value))
+        if listed:  # (rare: a second pass then, rather than a set built for every response)
+            headers[1:] = [h for h in headers[1:] if h[0] not in listed]
         headers.append((L5D_ORIG_PROTO, b"HTTP/" + head.version))
         stream.status = head.status
         self._headed(stream, headers)

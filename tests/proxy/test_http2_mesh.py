@@ -371,6 +371,14 @@ async def h2_exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                 raise AssertionError(f"stream reset: {event.error_code}")
 
 
+def h2_client(writer: asyncio.StreamWriter) -> h2.connection.H2Connection:
+    """A client's HTTP/2 connection on ``writer``, its preface and settings sent."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    writer.write(conn.data_to_send())
+    return conn
+
+
 def frame_types(data: bytes) -> list[int]:
     types = []
     while len(data) >= 9:
@@ -394,9 +402,7 @@ def test_orig_proto_is_downgraded_to_http1_for_the_app(tmp_path: Path) -> None:
                                                                server_hostname=server.identity)
                 try:
                     writer.write(encode(TransportHeader(port=8080, protocol=SessionProtocol.HTTP2)))
-                    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-                    conn.initiate_connection()
-                    writer.write(conn.data_to_send())
+                    conn = h2_client(writer)
                     base = [(":method", "GET"), (":scheme", "http"), (":authority", "web.emojivoto:8080")]
                     head, body = await h2_exchange(reader, writer, conn, [
                         *base, (":path", "/a"), ("l5d-orig-proto", "HTTP/1.1"), ("l5d-client-id", "forged")])
@@ -430,9 +436,7 @@ def test_plain_http2_client_and_goaway(tmp_path: Path) -> None:
             empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
             reader, writer = await asyncio.open_connection(empty, 80)
             try:
-                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-                conn.initiate_connection()
-                writer.write(conn.data_to_send())
+                conn = h2_client(writer)
                 request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
                 head, _ = await h2_exchange(reader, writer, conn, request)
                 assert head[":status"] == "504" and "fail-fast" in head["l5d-proxy-error"]
@@ -491,9 +495,7 @@ def test_rapid_reset_ends_with_enhance_your_calm_and_others_are_served(tmp_path:
             # Another client of the same proxy is served as usual.
             reader, writer = await asyncio.open_connection(empty, 80)
             try:
-                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-                conn.initiate_connection()
-                writer.write(conn.data_to_send())
+                conn = h2_client(writer)
                 head, _ = await h2_exchange(reader, writer, conn, request)
                 assert head[":status"] == "504" and "fail-fast" in head["l5d-proxy-error"]
             finally:
@@ -512,9 +514,7 @@ def test_the_proxys_own_answers_to_the_app_can_leave_out_the_informational_heade
         empty, _ = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms", **env)
         reader, writer = await asyncio.open_connection(empty, 80)
         try:
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-            conn.initiate_connection()
-            writer.write(conn.data_to_send())
+            conn = h2_client(writer)
             request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
             plain, _ = await h2_exchange(reader, writer, conn, request)
             grpc, _ = await h2_exchange(reader, writer, conn, [*request[:3], (":path", "/x.Y/Z"),

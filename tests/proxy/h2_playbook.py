@@ -26,7 +26,7 @@ not about bytes, are ``playbook.py``'s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import hpack
@@ -101,6 +101,7 @@ class Window:
 @dataclass(frozen=True)
 class Ping:
     ack: bool = False
+    data: bytes = field(default=b"playbook", compare=False)  # sent as given; what the core sends is not compared
 
 
 Frame = Headers | Data | Rst | GoAway | Window | Ping
@@ -251,7 +252,7 @@ class _Side:
                 f.window_increment = frame.increment
             else:
                 f = hf.PingFrame(0)
-                f.opaque_data = b"playbook"
+                f.opaque_data = frame.data
                 if frame.ack:
                     f.flags.add("ACK")
             if getattr(frame, "end", False):
@@ -286,7 +287,7 @@ class _Side:
                     continue
                 frames.append(Window(f.stream_id, f.window_increment))
             elif isinstance(f, hf.PingFrame):
-                frames.append(Ping("ACK" in f.flags))
+                frames.append(Ping("ACK" in f.flags, f.opaque_data))
             # SETTINGS (and their ACKs): the handshake's
         return frames
 

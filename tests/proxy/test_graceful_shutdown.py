@@ -21,14 +21,18 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
+import h2_playbook as h2p
 from playbook import Checkin, Checkout, Close, Connected, DownData, Playbook, Run, SendDown, SendUp, UpData, exchange
 from proxy_harness import App, Mesh, Pod, closed_without_answer, connection, read_request, run
 from test_http1_proxy import ADDR, GET, OK, router, settings
+from test_http2_proxy import ADDRS, Router, http_settings
 
 from tether.proxy.codec import http2_events as ev
 from tether.proxy.codec.http2 import MAX_STREAM_ID, ErrorCodes, H2Endpoint
 from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
 from tether.proxy.core.http1_proxy import Http1Proxy
+from tether.proxy.core.http2_proxy import DRAIN_PING, Http2Proxy
 
 TRANSPORT_ALPN = "transport.l5d.io/v1"
 PEER = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"
@@ -267,6 +271,42 @@ def test_grace_period_resets_a_stream_still_open_and_the_process_exits(tmp_path:
     run(scenario())
 
 
+def test_a_grpc_call_in_flight_completes_while_the_apps_proxy_drains(tmp_path: Path) -> None:
+    """The outbound side with a real HTTP/2 client (grpcio, one channel): its proxy drains while a call is in
+    flight; grpcio answers the PING, the call completes, and the proxy stops once the channel's connection has
+    closed."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server, client, svc = mesh.one_served_pod("names", 9090)
+            await mesh.start_proxy(server)
+            proxy = await mesh.start_proxy(client, outbound_to=[f"{svc}:9090"])
+            held, release = asyncio.Event(), asyncio.Event()
+
+            async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                held.set()
+                await release.wait()
+                return request[::-1]
+
+            app = grpc.aio.server()
+            app.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+                "test.Names", {"Slow": grpc.unary_unary_rpc_method_handler(slow)}),))
+            app.add_insecure_port(f"{server.ip}:9090")
+            await app.start()
+            try:
+                async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:
+                    call = channel.unary_unary("/test.Names/Slow")(b"drained")
+                    await held.wait()
+                    stopping = asyncio.create_task(proxy.stop(600.0))
+                    release.set()
+                    assert await call == b"deniard"
+                    await stopping  # drained: no waiting for the 600 s
+            finally:
+                await app.stop(None)
+
+    run(scenario())
+
+
 # -- sans-IO ------------------------------------------------------------------------------------------------------
 
 
@@ -338,3 +378,51 @@ def test_http1_core_drain_closes_when_idle_else_after_the_response() -> None:
 def _core(play: Playbook) -> Http1Proxy:
     assert play.core is not None
     return play.core
+
+
+H2_GET = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/")]
+H2_OK = [(b":status", b"200")]
+
+
+def test_http2_core_drain_two_goaways_then_the_end_once_its_streams_are_done() -> None:
+    play = h2p.H2Playbook(Router(ADDRS[:1]), http_settings())
+    assert (play
+            >> h2p.Down(h2p.Headers(1, H2_GET, end=True))
+            << h2p.Connect(ADDRS[0])
+            >> h2p.Connected()
+            << h2p.SendUp(0, h2p.Headers(1, H2_GET, end=True))
+            >> h2p.Do(lambda: _h2_core(play).drain())
+            << h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, MAX_STREAM_ID), h2p.Ping())
+            >> h2p.Down(h2p.Headers(3, H2_GET, end=True))  # sent before the client saw the GOAWAY: taken
+            << h2p.SendUp(0, h2p.Headers(3, H2_GET, end=True))
+            >> h2p.Down(h2p.Ping(ack=True))  # the answer to another PING (a keep-alive's): not the drain's
+            >> h2p.Down(h2p.Ping(ack=True, data=DRAIN_PING))
+            << h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, 3))
+            >> h2p.Down(h2p.Headers(5, H2_GET, end=True))  # above the last stream taken: ignored
+            >> h2p.Up(0, h2p.Headers(1, H2_OK, end=True))
+            << h2p.SendDown(h2p.Headers(1, H2_OK, end=True))
+            >> h2p.Up(0, h2p.Headers(3, H2_OK, end=True))
+            << h2p.SendDown(h2p.Headers(3, H2_OK, end=True))  # the last stream done: no third GOAWAY
+            << h2p.Checkin(0, reuse=False)
+            << h2p.Close())
+
+
+def test_http2_core_cut_resets_the_streams_left() -> None:
+    play = h2p.H2Playbook(Router(ADDRS[:1]), http_settings())
+    assert (play
+            >> h2p.Down(h2p.Headers(1, H2_GET, end=True))
+            << h2p.Connect(ADDRS[0])
+            >> h2p.Connected()
+            << h2p.SendUp(0, h2p.Headers(1, H2_GET, end=True))
+            >> h2p.Do(lambda: _h2_core(play).drain())
+            << h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, MAX_STREAM_ID), h2p.Ping())
+            >> h2p.Do(lambda: _h2_core(play).cut())  # the PING never answered, the grace period over
+            << h2p.SendDown(h2p.Rst(1, ErrorCodes.CANCEL), h2p.GoAway(ErrorCodes.NO_ERROR, 1))
+            << h2p.Checkin(0, reuse=False)
+            << h2p.Close())
+
+
+def _h2_core(play: h2p.H2Playbook) -> Http2Proxy:
+    core = play.core
+    assert isinstance(core, Http2Proxy)
+    return core

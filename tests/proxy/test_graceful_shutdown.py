@@ -1,14 +1,15 @@
 """The proxy's graceful shutdown (SIGTERM, ``POST /shutdown``), as linkerd2-proxy drains (hyper's graceful shutdown).
 
 End to end, on loopback with a real control plane (``proxy_harness.Mesh``): proxies in-process
-(``Proxy.stop(grace)``) and as processes (``python -m tether.proxy`` and SIGTERM). HTTP/1 connections from the
-app (outbound) close at once when idle and after the response in hand otherwise (``connection: close``); an
+(``Proxy.stop(grace)``, ``Proxy.run`` and ``POST /shutdown``) and as processes (``python -m tether.proxy`` and
+SIGTERM). HTTP/1 connections from the app (outbound) close at once when idle and after the response in hand
+otherwise (``connection: close``); a grpcio channel's call in flight completes; an
 HTTP/2 connection from a peer (inbound, mTLS and the transport header) gets the two GOAWAYs of RFC 9113 §6.8:
 a stream sent before the client saw the first is served, one sent after the second is ignored, the streams in
 flight complete and the connection closes; the proxy stops once everything has drained, long before the grace
 period (which is ten minutes in those tests: the tests' 60 s deadline would fail a proxy that waited for it);
 a stream still open when the grace period ends is reset and the process exits. The sans-IO parts (the HTTP/2
-codec's GOAWAY rules, the HTTP/1 core's drain) are tested without sockets at the end.
+codec's GOAWAY rules, the HTTP/1 and HTTP/2 cores' drain and cut) are tested without sockets at the end.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from proxy_harness import App, Mesh, Pod, closed_without_answer, connection, rea
 from test_http1_proxy import ADDR, GET, OK, router, settings
 from test_http2_proxy import ADDRS, Router, http_settings
 
+from tether.proxy.app import Proxy
 from tether.proxy.codec import http2_events as ev
 from tether.proxy.codec.http2 import MAX_STREAM_ID, ErrorCodes, H2Endpoint
 from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
+from tether.proxy.core.config import ProxyConfig
 from tether.proxy.core.http1_proxy import Http1Proxy
 from tether.proxy.core.http2_proxy import DRAIN_PING, Http2Proxy
 
@@ -213,6 +216,37 @@ def test_sigterm_closes_idle_http1_connections_finishes_the_request_in_hand_and_
                 assert b"connection: close" in head.lower()
                 assert await busy_r.read() == b""  # then the connection is closed
                 assert await proc.wait() == 0  # drained: no waiting for the 10 minutes
+
+    run(scenario())
+
+
+def test_post_shutdown_drains_the_same_way(tmp_path: Path) -> None:
+    """``POST /shutdown`` (enabled) begins the same drain as SIGTERM: an idle keep-alive connection from the app
+    is closed at once and ``Proxy.run`` returns once drained, long before the 10-minute grace period."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server, client, svc = mesh.one_served_pod("web", 8080)
+            await mesh.start_proxy(server)
+            env = mesh.proxy_env(client, outbound_to=[f"{svc}:8080"], LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD="10m",
+                                 LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED="true")
+            serving = asyncio.Event()
+            proxy = Proxy(ProxyConfig.from_env(env), env, on_serving=serving.set)
+            running = asyncio.create_task(proxy.run())
+            try:
+                await serving.wait()
+                async with SlowWeb(server.ip, 8080), connection(svc, 8080) as (reader, writer):
+                    writer.write(b"GET /warm HTTP/1.1\r\nhost: web\r\n\r\n")
+                    assert (await h1_response(reader))[1] == b"/warm"
+                    async with connection(client.ip, 4191) as (admin_r, admin_w):
+                        admin_w.write(b"POST /shutdown HTTP/1.1\r\nhost: admin\r\ncontent-length: 0\r\n\r\n")
+                        assert (await admin_r.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+                    assert await closed_without_answer(reader)
+                    await running
+            finally:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
 
     run(scenario())
 

@@ -27,8 +27,10 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import os
 import random
 import ssl
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -567,6 +569,27 @@ async def connection(host: str, port: int, **kwargs: Any) -> AsyncIterator[tuple
         writer.close()
         with contextlib.suppress(ConnectionError, ssl.SSLError):
             await writer.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def proxy_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m tether.proxy`` with ``env`` (and ``PATH``), once it says it is ready; killed if the test leaves
+    it running."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tether.proxy",
+                                                env={"PATH": os.environ.get("PATH", ""), **env},
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        log = []
+        while not any("proxy ready" in line for line in log):
+            line = (await proc.stderr.readline()).decode()
+            assert line, f"the proxy exited: {''.join(log)}"
+            log.append(line)
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 # -- the tap between proxies --------------------------------------------------------------------------------

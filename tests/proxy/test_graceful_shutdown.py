@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import h2_playbook as h2p
-from playbook import Checkin, Checkout, Close, Connected, DownData, Playbook, Run, SendDown, SendUp, UpData, exchange
-from proxy_harness import App, Mesh, Pod, closed_without_answer, connection, read_request, run
+from playbook import (Checkin, Checkout, Close, Connected, DownData, Playbook, Run, SendDown, SendUp, Steps, UpData,
+                      exchange)
+from proxy_harness import App, Mesh, Pod, closed_without_answer, connection, proxy_process, read_request, run
 from test_http1_proxy import ADDR, GET, OK, router, settings
+from test_http2_protocol import pair
 from test_http2_proxy import ADDRS, Router, http_settings
 
 from tether.proxy.app import Proxy
@@ -154,26 +154,6 @@ class PeerH2:
 
     def resets(self) -> dict[int, int]:
         return {e.stream_id: e.error_code for e in self.events if isinstance(e, ev.StreamReset)}
-
-
-@contextlib.asynccontextmanager
-async def proxy_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m tether.proxy`` with ``env``, once it says it is ready; killed if the test leaves it running."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tether.proxy",
-                                                env={"PATH": os.environ.get("PATH", ""), **env},
-                                                stderr=asyncio.subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        log = []
-        while not any("proxy ready" in line for line in log):
-            line = (await proc.stderr.readline()).decode()
-            assert line, f"the proxy exited: {''.join(log)}"
-            log.append(line)
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 # -- end to end ---------------------------------------------------------------------------------------------------
@@ -344,16 +324,6 @@ def test_a_grpc_call_in_flight_completes_while_the_apps_proxy_drains(tmp_path: P
 # -- sans-IO ------------------------------------------------------------------------------------------------------
 
 
-def _client_and_server() -> tuple[H2Endpoint, H2Endpoint]:
-    client, server = H2Endpoint(client=True), H2Endpoint(client=False)
-    client.initiate()
-    server.initiate()
-    server.receive_data(client.data_to_send())
-    client.receive_data(server.data_to_send())
-    server.receive_data(client.data_to_send())
-    return client, server
-
-
 def _get(client: H2Endpoint, path: bytes) -> tuple[int, bytes]:
     sid = client.next_stream_id()
     client.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"web"),
@@ -362,7 +332,7 @@ def _get(client: H2Endpoint, path: bytes) -> tuple[int, bytes]:
 
 
 def test_codec_takes_streams_up_to_the_last_goaway_and_never_raises_it() -> None:
-    client, server = _client_and_server()
+    client, server = pair()
     one, first = _get(client, b"/1")
     _, second = _get(client, b"/3")
     five, third = _get(client, b"/5")
@@ -421,12 +391,7 @@ H2_OK = [(b":status", b"200")]
 def test_http2_core_drain_two_goaways_then_the_end_once_its_streams_are_done() -> None:
     play = h2p.H2Playbook(Router(ADDRS[:1]), http_settings())
     assert (play
-            >> h2p.Down(h2p.Headers(1, H2_GET, end=True))
-            << h2p.Connect(ADDRS[0])
-            >> h2p.Connected()
-            << h2p.SendUp(0, h2p.Headers(1, H2_GET, end=True))
-            >> h2p.Do(lambda: _h2_core(play).drain())
-            << h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, MAX_STREAM_ID), h2p.Ping())
+            >> _one_stream_then_drain(play)
             >> h2p.Down(h2p.Headers(3, H2_GET, end=True))  # sent before the client saw the GOAWAY: taken
             << h2p.SendUp(0, h2p.Headers(3, H2_GET, end=True))
             >> h2p.Down(h2p.Ping(ack=True))  # the answer to another PING (a keep-alive's): not the drain's
@@ -444,16 +409,19 @@ def test_http2_core_drain_two_goaways_then_the_end_once_its_streams_are_done() -
 def test_http2_core_cut_resets_the_streams_left() -> None:
     play = h2p.H2Playbook(Router(ADDRS[:1]), http_settings())
     assert (play
-            >> h2p.Down(h2p.Headers(1, H2_GET, end=True))
-            << h2p.Connect(ADDRS[0])
-            >> h2p.Connected()
-            << h2p.SendUp(0, h2p.Headers(1, H2_GET, end=True))
-            >> h2p.Do(lambda: _h2_core(play).drain())
-            << h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, MAX_STREAM_ID), h2p.Ping())
+            >> _one_stream_then_drain(play)
             >> h2p.Do(lambda: _h2_core(play).cut())  # the PING never answered, the grace period over
             << h2p.SendDown(h2p.Rst(1, ErrorCodes.CANCEL), h2p.GoAway(ErrorCodes.NO_ERROR, 1))
             << h2p.Checkin(0, reuse=False)
             << h2p.Close())
+
+
+def _one_stream_then_drain(play: h2p.H2Playbook) -> Steps:
+    """Stream 1 goes up, then the drain begins: GOAWAY(2^31-1) and a PING to the client."""
+    return Steps((("in", h2p.Down(h2p.Headers(1, H2_GET, end=True))), ("out", h2p.Connect(ADDRS[0])),
+                  ("in", h2p.Connected()), ("out", h2p.SendUp(0, h2p.Headers(1, H2_GET, end=True))),
+                  ("in", h2p.Do(lambda: _h2_core(play).drain())),
+                  ("out", h2p.SendDown(h2p.GoAway(ErrorCodes.NO_ERROR, MAX_STREAM_ID), h2p.Ping()))))
 
 
 def _h2_core(play: h2p.H2Playbook) -> Http2Proxy:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import sys
 from pathlib import Path
 
 from executables import TETHER
-from proxy_harness import EchoServer, Mesh, connection, run
+from proxy_harness import EchoServer, Mesh, connection, proxy_process, run
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -41,30 +40,17 @@ def test_proxy_process_serves_then_drains_on_sigterm(tmp_path: Path) -> None:
         async with Mesh(tmp_path) as mesh:
             server, client, svc = mesh.one_served_pod("echo", 7000)
             await mesh.start_proxy(server)
-            env = {"PATH": os.environ.get("PATH", ""),
-                   **mesh.proxy_env(client, outbound_to=[f"{svc}:7000"]),
+            env = {**mesh.proxy_env(client, outbound_to=[f"{svc}:7000"]),
                    "LINKERD2_PROXY_SHUTDOWN_GRACE_PERIOD": "5s"}
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tether.proxy", env=env,
-                                                        stderr=asyncio.subprocess.PIPE)
-            try:
-                assert proc.stderr is not None
-                log = []
-                while not any("proxy ready" in line for line in log):
-                    line = (await proc.stderr.readline()).decode()
-                    assert line, f"the proxy exited: {''.join(log)}"
-                    log.append(line)
+            async with proxy_process(env) as proc:
                 async with EchoServer(server.ip, 7000, "echo-0"), connection(svc, 7000) as (reader, writer):
                     writer.write(b"through a process")
                     assert await reader.readline() == b"echo-0\n"
                     assert await reader.readexactly(17) == b"through a process"
                     proc.send_signal(signal.SIGTERM)
-                    # Draining: the open connection is still served.
+                    # Draining: the open (opaque) connection is still served.
                     writer.write(b"more")
                     assert await reader.readexactly(4) == b"more"
                 assert await proc.wait() == 0
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
 
     run(scenario())

@@ -104,6 +104,25 @@ async def test_probe_paths_get_a_probe_route_from_the_probe_networks(workdir: Pa
         assert [r["ref"] for r in (await h.get(7000))["http_routes"]] == ["default:default"]
 
 
+async def test_a_native_sidecar_proxys_admin_probes_get_the_probe_route(workdir: Path, pki: Pki) -> None:
+    """The proxy as a native sidecar (an init container, restartPolicy Always) is probed on its admin port: its
+    paths and its named port count as an app container's do (Linkerd's ``pod_http_probes``)."""
+    manifest = pod(annotations={"config.linkerd.io/default-inbound-policy": "deny"})
+    manifest["spec"]["initContainers"] = [{
+        "name": "linkerd-proxy", "image": "example/proxy:v1", "restartPolicy": "Always",
+        "ports": [{"name": "linkerd-admin", "containerPort": 4191}],
+        "livenessProbe": {"httpGet": {"port": 4191, "path": "/live"}},
+        "readinessProbe": {"httpGet": {"port": "linkerd-admin", "path": "/ready"}},
+    }]
+    async with Harness(workdir, pki, namespace(), manifest) as h:
+        server = await h.get(4191)
+        assert server["authorizations"] == []
+        default, probe = server["http_routes"]
+        assert probe["rules"] == [{"matches": [{"path": "exact:/live", "method": "GET"},
+                                               {"path": "exact:/ready", "method": "GET"}], "filters": []}]
+        assert [r["ref"] for r in (await h.get(8080))["http_routes"]] == ["default:default"]
+
+
 async def test_no_probe_networks_means_no_probe_route(workdir: Path, pki: Pki) -> None:
     async with Harness(workdir, pki, namespace(), pod(probes={"liveness": ("http", "/live")}),
                        probe_networks=()) as h:

@@ -6,13 +6,17 @@ import gzip
 import ipaddress
 import json
 import logging
+import ssl
 from pathlib import Path
 
 import pytest
 
 from proxy_harness import Mesh, connection, parse_metrics, read_all, run
 
-from tether.proxy.io.admin import AdminServer, Request
+from tether.proxy.io.admin import AdminPolicy, AdminServer, Request
+from tether.proxy.io.identity_client import TlsMaterial
+from tether.proxy.io.tls import TlsState
+from tether.proxy.core.server_policy import INVALID
 from tether.proxy.app import Proxy
 from tether.proxy.core.logs import LogFilter, parse, unmatched
 from tether.proxy.core.metrics import Registry
@@ -89,8 +93,15 @@ def _server(shutdown_enabled: bool = False) -> tuple[AdminServer, list[bool]]:
     stopped: list[bool] = []
     server = AdminServer(registry=Registry(retain_idle=600), ready=lambda: True, env={"A": "1"},
                          log_filter=LogFilter("warn", apply=False), shutdown_enabled=shutdown_enabled,
-                         on_shutdown=lambda: stopped.append(True))
+                         on_shutdown=lambda: stopped.append(True),
+                         policy=AdminPolicy(lambda port: INVALID, Registry(retain_idle=600), TlsState(_no_contexts),
+                                            "web.emojivoto.serviceaccount.identity.linkerd.cluster.local",
+                                            lambda: 0.0))
     return server, stopped
+
+
+def _no_contexts(material: TlsMaterial, alpn: list[str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    raise AssertionError("handle() needs no TLS")
 
 
 def _req(method: str, path: str, client: str, body: bytes = b"") -> Request:

@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from click.testing import CliRunner
 
 from tether.cli.main import cli
-from tether.viz import manifests, scrape_config
+from tether.resources.model import parse
+from tether.viz import allow_scrapes, manifests, scrape_config
 
 KUBERNETES_VERSION = "1.35"
 TLS = manifests.WebhookTls("ca", "crt", "key")
@@ -33,10 +34,19 @@ def _objects(*args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(result.output) if d]
 
 
+def validate(doc: dict) -> None:
+    """Against Kubernetes 1.35's schemas; Linkerd's policy resources (CRDs the schemas lack) as Tether's store
+    validates them on apply, by Linkerd's CRD rules."""
+    if doc["apiVersion"].startswith("policy.linkerd.io/"):
+        parse(doc)
+    else:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
 def test_every_object_validates_against_kubernetes_1_35() -> None:
     docs = _objects("--viz-namespace", "viz", "--prometheus-image", "example.org/prometheus:v3")
     assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                         "ConfigMap", "Service", "Deployment",
+                                         "ConfigMap", "Service", "Deployment", "NetworkAuthentication",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "Service",
                                          "Deployment", "MutatingWebhookConfiguration",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterRole",
@@ -44,7 +54,7 @@ def test_every_object_validates_against_kubernetes_1_35() -> None:
                                          "Deployment", "APIService",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
     for doc in docs:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        validate(doc)
     deployment = docs[6]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "example.org/prometheus:v3"
@@ -174,3 +184,58 @@ def test_the_mesh_s_names_come_from_the_install_flags() -> None:
         assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
     local = CliRunner().invoke(cli, ["viz", "install", "--trust-domain", "example.org"])
     assert local.exit_code == 2 and "--trust-domain: not used with --platform local" in local.output
+
+
+def _allow_scrapes(*args: str) -> list[dict]:
+    result = CliRunner().invoke(cli, ["viz", "allow-scrapes", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [d for d in yaml.safe_load_all(result.output) if d]
+
+
+def test_allow_scrapes_prints_linkerds_objects_for_viz_on_kubernetes() -> None:
+    docs = _allow_scrapes("--platform", "kubernetes", "--namespace", "emojivoto", "--viz-namespace", "viz")
+    for doc in docs:
+        validate(doc)
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert list(by_name) == [("Server", "proxy-admin"), ("HTTPRoute", "proxy-metrics"), ("HTTPRoute", "proxy-probes"),
+                             ("AuthorizationPolicy", "prometheus-scrape"), ("AuthorizationPolicy", "proxy-probes")]
+    assert all(d["metadata"]["namespace"] == "emojivoto" for d in docs)
+    server = by_name["Server", "proxy-admin"]["spec"]
+    assert (server["port"], server["proxyProtocol"]) == ("linkerd-admin", "HTTP/1")
+    scrape = by_name["AuthorizationPolicy", "prometheus-scrape"]["spec"]
+    assert scrape["targetRef"]["name"] == "proxy-metrics"
+    assert scrape["requiredAuthenticationRefs"] == [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "viz"}]
+    probes = by_name["AuthorizationPolicy", "proxy-probes"]["spec"]
+    assert probes["requiredAuthenticationRefs"] == [
+        {"kind": "NetworkAuthentication", "group": "policy.linkerd.io", "name": "kubelet", "namespace": "viz"}]
+    # The kubelet authentication they name comes with viz install, in the viz namespace.
+    installed = {(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in _objects("--viz-namespace", "viz")
+                 if "namespace" in d["metadata"]}
+    assert ("NetworkAuthentication", "kubelet", "viz") in installed
+    json_docs = json.loads(CliRunner().invoke(cli, ["viz", "allow-scrapes", "--platform", "kubernetes", "-n", "emojivoto",
+                                                    "-o", "json"]).output)
+    assert [d["kind"] for d in json_docs] == [d["kind"] for d in docs]
+
+
+def test_allow_scrapes_on_the_local_platform_authenticates_the_hosts_address() -> None:
+    import ipaddress
+
+    docs = allow_scrapes.local("emojivoto", ipaddress.IPv4Address("10.197.0.1"), "0.1.0")
+    for doc in docs:
+        parse(doc)
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert by_name["NetworkAuthentication", "prometheus"]["spec"]["networks"] == [{"cidr": "10.197.0.1/32"}]
+    assert by_name["AuthorizationPolicy", "prometheus-scrape"]["spec"]["requiredAuthenticationRefs"] == [
+        {"kind": "NetworkAuthentication", "group": "policy.linkerd.io", "name": "prometheus"}]
+    assert ("NetworkAuthentication", "kubelet") in by_name and ("Server", "proxy-admin") in by_name
+
+
+def test_allow_scrapes_refuses_bad_flags_by_name(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["viz", "allow-scrapes", "-n", "Bad_NS"])
+    assert result.exit_code == 2 and "--namespace" in result.output and "Traceback" not in result.output
+    result = runner.invoke(cli, ["viz", "allow-scrapes", "-n", "ns", "--viz-namespace", "viz"])
+    assert result.exit_code == 2 and "--viz-namespace: not used with --platform local" in result.output
+    result = runner.invoke(cli, ["viz", "allow-scrapes", "-n", "ns"], env={"TETHER_HOME": str(tmp_path)})
+    assert result.exit_code == 1 and "no local platform" in result.output
+    assert runner.invoke(cli, ["viz", "allow-scrapes"]).exit_code == 2  # --namespace is required

@@ -221,13 +221,9 @@ def install(ctx: click.Context, platform: str, viz_namespace: str, prometheus_im
             Prometheus(prometheus_url)
         except PrometheusError as err:
             raise click.BadParameter(str(err), param_hint="--prometheus-url") from None
-    state = home.state_dir()
-    try:
-        config = platform_config.load(state)
-    except PlatformConfigError as err:
-        raise CliError(str(err)) from None
-    if config is None:
-        raise CliError(f"no local platform in {state}: run `tether up` first")
+    from tether.cli.diagnostics_scrape import local_config
+
+    config = local_config()
     settings = local.VizSettings(prometheus_port=prometheus_port, discovery_port=discovery_port,
                                  scrape_interval=scrape_interval, prometheus_url=prometheus_url, tap_port=tap_port,
                                  tap_admin_port=tap_admin_port)
@@ -278,8 +274,6 @@ def uninstall(purge: bool) -> None:
 
 
 def _print_manifests(namespace: str, mesh: api.Mesh, image: str | None, scrape_interval: str, output: str) -> None:
-    import yaml
-
     from tether import __version__
     from tether.naming import check_label, is_dns1123_subdomain
     from tether.viz import manifests
@@ -304,10 +298,48 @@ def _print_manifests(namespace: str, mesh: api.Mesh, image: str | None, scrape_i
                             cluster_domain=mesh.cluster_domain,
                             prometheus_image=image or manifests.DEFAULT_PROMETHEUS_IMAGE,
                             scrape_interval=scrape_interval, version=__version__)
+    _print_docs(docs, output)
+
+
+def _print_docs(docs: list[dict[str, Any]], output: str) -> None:
+    import yaml
+
     if output == "json":
         click.echo(json.dumps(docs, indent=2))
     else:
         click.echo(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True), nl=False)
+
+
+@viz.command("allow-scrapes")
+@click.option("-n", "--namespace", required=True, help="The namespace in which to authorize Prometheus scrapes.")
+@click.option("--platform", type=click.Choice(["local", "kubernetes"]), default="local", show_default=True,
+              help="local: Prometheus scrapes from the host's bridge address; kubernetes: as viz's meshed "
+                   "Prometheus (its ServiceAccount).")
+@click.option("--viz-namespace", default="linkerd-viz", show_default=True,
+              help="(kubernetes) The viz namespace: Prometheus' ServiceAccount and the kubelet authentication.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="Output format.")
+@click.pass_context
+def allow_scrapes(ctx: click.Context, namespace: str, platform: str, viz_namespace: str, output: str) -> None:
+    """Print the Server, HTTPRoutes and AuthorizationPolicies that let viz's Prometheus scrape the proxies of a
+    namespace whose default inbound policy refuses it (e.g. deny): pipe them to `tether apply -f -` (or, with
+    --platform kubernetes, `kubectl apply -f -`)."""
+    from tether import __version__
+    from tether.cli.diagnostics_scrape import local_config
+    from tether.naming import check_label
+    from tether.viz import allow_scrapes as scrapes
+
+    for value, flag in ((namespace, "--namespace"), (viz_namespace, "--viz-namespace")):
+        try:
+            check_label("namespace", value)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=flag) from None
+    if platform == "kubernetes":
+        _print_docs(scrapes.kubernetes(namespace, viz_namespace, __version__), output)
+        return
+    if ctx.get_parameter_source("viz_namespace") != click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--viz-namespace: not used with --platform local")
+    _print_docs(scrapes.local(namespace, local_config().host_ip, __version__), output)
 
 
 def _tap_identity(config: LocalPlatformConfig) -> WorkloadIdentity:

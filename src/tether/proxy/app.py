@@ -181,7 +181,7 @@ class Proxy:
 
     async def start(self) -> None:
         """Bind everything and start the admin server and identity; serving traffic follows the certificate."""
-        from tether.proxy.io.admin import AdminServer  # keeps the admin's imports off the data path's
+        from tether.proxy.io.admin import AdminPolicy, AdminServer  # keeps the admin's imports off the data path's
 
         config = self.config
         try:
@@ -194,6 +194,9 @@ class Proxy:
         except OSError:
             self._close_listeners()
             raise
+        # The SNI the proxy terminates: with SPIRE the server name, not the SPIFFE ID.
+        local_name = (config.identity.server_name if isinstance(config.identity, SpireIdentityConfig)
+                      else config.identity.local_name)
         admin = AdminServer(
             registry=self.metrics,
             ready=lambda: self.ready,
@@ -201,8 +204,9 @@ class Proxy:
             log_filter=self.log_filter,
             shutdown_enabled=config.shutdown_endpoint_enabled,
             on_shutdown=self.stopping.set,
+            policy=AdminPolicy(self.policies.policy, self.metrics, self.tls, local_name, time.monotonic),
         )
-        await admin.start(self._listeners["admin"][0].sock)
+        self._spawn(self._listeners["admin"][0].serve(admin.accept), "accept admin")
         self._admin = admin
         # The extra outbound listeners stand for their own address, the destination: not a loop.
         extra = len(config.outbound.extra_listen_addrs)
@@ -211,9 +215,7 @@ class Proxy:
                                                        *main_outbound))
         in_cfg, out_cfg = config.inbound, config.outbound
         self._inbound_settings = InboundSettings(
-            # The SNI it terminates: with SPIRE the server name, not the SPIFFE ID.
-            local_name=(config.identity.server_name if isinstance(config.identity, SpireIdentityConfig)
-                        else config.identity.local_name),
+            local_name=local_name,
             inbound_port=self.inbound_addr.port,
             detect_timeout=in_cfg.detect_timeout.total_seconds(),
             connect_timeout=in_cfg.connect_timeout.total_seconds(),
@@ -256,7 +258,8 @@ class Proxy:
         )
         self.metrics.add_collector(self.discovery.collect_balancers)
         self.discovery.enable_client_policy(config.policy_workload, lambda: self.policies.channel)
-        self.policies.start(in_cfg.ports)
+        # The admin port's policy is watched from startup and kept, as linkerd2-proxy does (proxy.md §8.1).
+        self.policies.start(in_cfg.ports.with_port(self.admin_addr.port))
         self.identity.add_listener(self._rotated)
         self._spawn(self.identity.run(), "identity")
         self._spawn(self._serve_when_ready(), "serve")

@@ -18,7 +18,9 @@ projected token identity certifies the tap identity with) and the
 ``linkerd-<ns>-tap-admin`` ClusterRole to bind users to -- and the dashboard
 (``web``: ``tether viz dashboard --platform kubernetes`` on 8084, reading the
 API server and Prometheus, tapping through the APIService as its service
-account).  All in the viz namespace, labelled ``linkerd.io/extension: viz``.
+account) -- and the ``kubelet`` NetworkAuthentication (every network) that
+``viz allow-scrapes`` authorizes probes with (``tether.viz.allow_scrapes``).
+All in the viz namespace, labelled ``linkerd.io/extension: viz``.
 The viz commands read Prometheus with ``--prometheus-url`` (for example
 through ``kubectl port-forward``) and tap through the API server.
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 import yaml
 
 from tether.naming import TRUST_ROOTS_CONFIGMAP
+from tether.viz import allow_scrapes
 from tether.viz.scrape_config import kubernetes_prometheus_config
 
 DEFAULT_NAMESPACE = "linkerd-viz"
@@ -71,6 +74,8 @@ def render(*, tap_injector_tls: WebhookTls, tap_tls: WebhookTls, namespace: str 
     """Every object, in apply order (``tether_image`` default: Tether's, tagged ``version``)."""
     image = tether_image or f"{DEFAULT_TETHER_IMAGE}:{version or 'latest'}"
     return [*_prometheus(namespace, control_plane_ns, prometheus_image, scrape_interval, version),
+            # What `viz allow-scrapes` authorizes the kubelet's probes of a locked-down namespace with.
+            allow_scrapes.kubelet_authentication(namespace, version),
             *_tap_injector(namespace, control_plane_ns, trust_domain, image, tap_injector_tls, version),
             *_tap(namespace, control_plane_ns, trust_domain, cluster_domain, image, tap_tls, version),
             *_web(namespace, control_plane_ns, trust_domain, cluster_domain, image, version)]

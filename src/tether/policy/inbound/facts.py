@@ -75,8 +75,10 @@ class Named:
 
 
 def _probe_paths(spec: PodSpec, port_names: Mapping[str, tuple[int, ...]]) -> dict[int, tuple[str, ...]]:
+    """HTTP probe paths by port, of every container -- init containers too, as Linkerd's ``pod_http_probes``:
+    a native-sidecar proxy's ``/live`` and ``/ready`` on its admin port are among them."""
     paths: dict[int, set[str]] = {}
-    for container in spec.containers:
+    for container in (*spec.containers, *spec.init_containers):
         probes: tuple[Probe | None, ...] = (container.liveness_probe, container.readiness_probe,
                                             container.startup_probe)
         for probe in probes:
@@ -96,7 +98,7 @@ def pod_facts(resource: Resource) -> PodFacts | None:
     spec = resource.spec
     assert isinstance(spec, PodSpec)
     names: dict[str, list[int]] = {}
-    for container in spec.containers:
+    for container in (*spec.containers, *spec.init_containers):  # Linkerd's pod_tcp_ports_by_name
         for port in container.ports:
             if port.name and port.protocol == "TCP":
                 names.setdefault(port.name, []).append(port.container_port)

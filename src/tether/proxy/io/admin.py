@@ -10,9 +10,27 @@ bodies (64 KiB), keep-alive, and Linkerd's answers (requests are read by
 - ``/env.json``: the proxy's environment, or only the variables named in the
   query (``?A&B``; unset ones are null);
 - ``/proxy-log-level`` (GET, PUT) and ``/shutdown`` (POST, only when
-  ``LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED``) answer only to localhost.
+  ``LINKERD2_PROXY_SHUTDOWN_ENDPOINT_ENABLED``) answer only to localhost,
+  whatever the port's policy says.
 
-Unlike Linkerd, the admin port speaks plain HTTP only (no mesh TLS detection).
+The admin port is a port of the pod like any other for inbound policy, as in
+linkerd2-proxy (``linkerd/app/admin/src/stack.rs``): each connection goes
+through mesh TLS detection (1 s, by peeking: ``io.peek``) -- a ClientHello for
+the proxy's own name is terminated with its current certificate and the
+client's identity is its certificate's first SAN; one for another name, or
+bytes that are not HTTP, close the connection -- then each request is routed
+and authorized under the admin port's current policy (``AdminPolicy``: the
+policy controller's ``WatchPort`` answer for this port, watched from startup,
+else the default policy) by ``core.inbound_authz``, exactly as inbound HTTP
+is: no route 404, no authorization 403, counted in
+``inbound_http_route_not_found_total`` / ``inbound_http_authz_deny_total`` and
+``inbound_http_authz_allow_total`` with the admin port's ``srv_*`` labels. The
+kubelet's probes pass under a locked-down policy through the policy
+controller's ``probe`` route (GET on the pod's HTTP probe paths, from the probe
+networks), as in Linkerd; localhost passes through every discovered policy's
+``default:localhost``. Only HTTP/1 is served (plaintext or inside mesh TLS): a
+client that speaks HTTP/2 to it (a meshed proxy upgrading to HTTP/2) gets a
+400 and the connection closes -- linkerd2-proxy serves HTTP/2 there too.
 
 Caller: ``tether.proxy.app``.
 """
@@ -25,19 +43,41 @@ import ipaddress
 import json
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from tether.http_request import HttpError, read_request
 from tether.http_response import response as http_response
+from tether.proxy.codec import detect
+from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.core import labels
+from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry
+from tether.proxy.core.server_policy import ServerPolicy
+from tether.proxy.io.listeners import local_addr, peer_addr
+from tether.proxy.io.peek import detect_on
+from tether.proxy.io.tls import TlsState, client_identity
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
+DETECT_TIMEOUT = 1.0  # linkerd2-proxy's admin server: mesh TLS detection and the TLS handshake
+
+
+@dataclass(frozen=True, slots=True)
+class AdminPolicy:
+    """What the admin port's requests are authorized under, and what mesh TLS on it needs."""
+
+    policy: Callable[[int], ServerPolicy]  # a port's current policy (io.policy_client), looked up per request
+    registry: Registry  # where inbound_http_authz_* go
+    tls: TlsState  # the current certificate's contexts (None before the first: TLS is then refused)
+    local_name: str  # the SNI the proxy terminates
+    clock: Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +109,7 @@ class AdminServer:
         log_filter: LogFilter,
         shutdown_enabled: bool,
         on_shutdown: Callable[[], None],
+        policy: AdminPolicy,
     ) -> None:
         self._registry = registry
         self._ready = ready
@@ -76,29 +117,94 @@ class AdminServer:
         self._log_filter = log_filter
         self._shutdown_enabled = shutdown_enabled
         self._on_shutdown = on_shutdown
-        self._server: asyncio.Server | None = None
+        self._policy = policy
+        self._connections: set[asyncio.Task[None]] = set()
 
-    async def start(self, sock: socket.socket) -> None:
-        self._server = await asyncio.start_server(self._serve, sock=sock, limit=MAX_HEAD)
+    def accept(self, sock: socket.socket) -> None:
+        """Serve one accepted connection (``io.listeners.Listener.serve`` hands them over)."""
+        task = asyncio.get_running_loop().create_task(self._connection(sock))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        client = _ip(peer[0]) if peer else None
+    async def _connection(self, sock: socket.socket) -> None:
+        try:
+            opened = await self._open(sock)
+        except BaseException:
+            sock.close()
+            raise
+        if opened is None:
+            sock.close()
+            return
+        reader, writer, facts = opened
+        try:
+            await self._serve(reader, writer, facts)
+        finally:
+            writer.close()
+
+    async def _open(self, sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
+                                                        ConnectionFacts] | None:
+        """Mesh TLS detection, then the connection's streams and the facts its requests are authorized on;
+        None: the connection is closed (not TLS for us, not HTTP, or the handshake failed)."""
+        client, local = peer_addr(sock), local_addr(sock)
+        if client is None:
+            return None
+        verdict = await detect_on(sock, tls=True, timeout=DETECT_TIMEOUT)
+        context: ssl.SSLContext | None = None
+        if isinstance(verdict, detect.Tls):
+            contexts = self._policy.tls.current
+            if verdict.client_hello.server_name != self._policy.local_name or contexts is None:
+                log.debug("admin: unexpected TLS connection to %s from %s (SNI %s)", local, client,
+                          verdict.client_hello.server_name)
+                return None
+            context = contexts.server
+        elif not isinstance(verdict, detect.Http1):
+            # Closed, timed out, HTTP/2 with prior knowledge (not served here) or not HTTP.
+            log.debug("admin: %s connection from %s closed", type(verdict).__name__, client)
+            return None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_HEAD, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=context, ssl_handshake_timeout=DETECT_TIMEOUT if context else None)
+        except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as exc:
+            log.debug("admin: TLS handshake with %s failed: %r", client, exc)
+            return None
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        client_id = client_identity(transport.get_extra_info("ssl_object")) if context else None
+        tls_labels = labels.tls_accepted(client_id) if context else labels.no_tls(labels.NO_TLS_FROM_REMOTE)
+        facts = ConnectionFacts(port=local.port, client_ip=client.ip, mesh_tls=context is not None,
+                                client_id=client_id, target_labels=labels.target(local), tls_labels=tls_labels,
+                                registry=self._policy.registry)
+        return reader, writer, facts
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     facts: ConnectionFacts) -> None:
+        port_policy = self._policy.policy
+        authorization = InboundRequestPolicy(lambda: port_policy(facts.port), facts, clock=self._policy.clock)
+        # linkerd2-proxy tells only meshed clients why it refused (l5d-proxy-error).
+        informational = facts.mesh_tls and facts.client_id is not None
         try:
             while True:
-                request = await _read_request(reader, client)
+                request = await _read_request(reader, facts.client_ip)
                 if isinstance(request, Response):
                     _write(writer, request, keep_alive=False)
                     break
                 if request is None:
                     break
-                response = self.handle(request)
                 keep_alive = request.keep_alive
+                refused = authorization.check(_head(request))
+                if isinstance(refused, ProxyError):
+                    keep_alive = keep_alive and not refused.close
+                    headers = (("l5d-proxy-error", refused.message),) if informational else ()
+                    response = Response(refused.status, headers=headers)
+                else:
+                    response = self.handle(request)
                 _write(writer, response, keep_alive=keep_alive,
                        gzip_ok="gzip" in request.headers.get("accept-encoding", ""))
                 await writer.drain()
@@ -106,8 +212,6 @@ class AdminServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
-        finally:
-            writer.close()
 
     def handle(self, request: Request) -> Response:
         """The answer to one request (no I/O)."""
@@ -191,6 +295,14 @@ async def _read_request(
                    request.keep_alive)
 
 
+def _head(request: Request) -> RequestHead:
+    """The request as route matching reads it (``core.server_policy``)."""
+    target = f"{request.path}?{request.query}" if request.query else request.path
+    return RequestHead(request.method.encode("latin-1"), target.encode("latin-1"),
+                       tuple((name.encode("latin-1"), value.encode("latin-1"))
+                             for name, value in request.headers.items()))
+
+
 def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> None:
     body, headers = response.body, list(response.headers)
     if gzip_ok and len(body) > 1024:
@@ -201,16 +313,6 @@ def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool
 
 def _json(value: object) -> Response:
     return Response(200, json.dumps(value).encode(), "application/json")
-
-
-def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        ip = ipaddress.ip_address(host.split("%")[0])
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
 
 
 def _is_localhost(ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:

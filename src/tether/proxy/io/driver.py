@@ -56,12 +56,12 @@ from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core import http_commands as http_cmd
 from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
+from tether.proxy.io.peek import detect_on, set_once
 from tether.proxy.io.streams import Stream, abort, errno_name, link
 from tether.proxy.io.pool import Pool, Waiter
 from tether.proxy.io.upgrade_io import Upgrades
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
-from tether.proxy.codec.client_hello import MAX_CLIENT_HELLO_SIZE
 from tether.proxy.codec.common import NEED_DATA, RemoteProtocolError
 from tether.proxy.codec.transport_header import (
     ALPN_PROTOCOL,
@@ -213,41 +213,7 @@ class Driver:
     async def _detect(self, conn: _Conn, command: cmd.Detect) -> detect.Verdict:
         sock = conn.sock
         assert sock is not None, "Detect after the socket was handed to a transport"
-        detector = detect.Detector(tls=command.tls)
-        limit = MAX_CLIENT_HELLO_SIZE if command.tls else detect.HTTP_SNIFF_BYTES
-        seen = 0
-        lowat = False
-        try:
-            async with asyncio.timeout(command.timeout):
-                while True:
-                    try:
-                        data = sock.recv(limit, socket.MSG_PEEK)
-                    except BlockingIOError:
-                        await _readable(sock)
-                        continue
-                    except OSError:
-                        data = b""
-                    if len(data) == seen:
-                        # Readable, yet nothing new: the client closed (or reset) after what it sent.
-                        answer = detector.receive_data(b"")
-                    else:
-                        answer = detector.receive_data(data[seen:])
-                        seen = len(data)
-                    if answer is not NEED_DATA:
-                        assert isinstance(answer, detect.Verdict)
-                        return answer
-                    # Readable again only with more bytes than we have seen, or at EOF.
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, seen + 1)
-                    lowat = True
-                    await _readable(sock)
-        except TimeoutError:
-            return detector.on_timeout()
-        finally:
-            if lowat:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-                except OSError:
-                    pass
+        return await detect_on(sock, tls=command.tls, timeout=command.timeout)
 
     async def _accept_tls(self, conn: _Conn, command: cmd.AcceptTls) -> cmd.TlsAccepted | cmd.Failed:
         contexts = self._tls.current
@@ -628,21 +594,7 @@ def _writable(sock: socket.socket) -> asyncio.Future[None]:
     loop = asyncio.get_running_loop()
     fd = sock.fileno()
     waiter: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(fd, _set_once, waiter)
+    loop.add_writer(fd, set_once, waiter)
     waiter.add_done_callback(lambda _: loop.remove_writer(fd))
     return waiter
 
-
-def _readable(sock: socket.socket) -> asyncio.Future[None]:
-    """Done when ``sock`` is readable (per its ``SO_RCVLOWAT``)."""
-    loop = asyncio.get_running_loop()
-    fd = sock.fileno()
-    waiter: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, _set_once, waiter)
-    waiter.add_done_callback(lambda _: loop.remove_reader(fd))
-    return waiter
-
-
-def _set_once(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -1,0 +1,195 @@
+"""The admin port under inbound policy and mesh TLS, as linkerd2-proxy's admin server (proxy.md §10.1).
+
+A real proxy (``proxy_harness.Mesh``: real identity, real TLS) whose policy
+controller is a stand-in gRPC server (``FakeController``, real grpcio) streaming
+what Tether's policy controller computes for the admin port: its index
+(``tether.policy.inbound.index``) and translator, so the ``deny`` default
+server carries the ``probe`` route the pod's probes on 4191 give it. Clients
+connect from 127.0.0.x addresses other than 127.0.0.1, so the implicit
+``default:localhost`` authorization does not admit them unless a test means it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+from proxy_harness import Mesh, Pod, closed_without_answer, connection, identity_of, parse_metrics, read_all, run
+from test_policy_client import FakeController
+
+from tether.api import inbound_pb2 as pb
+from tether.policy.config import PolicyConfig
+from tether.policy.defaults import DefaultPolicy
+from tether.policy.inbound.facts import PodFacts
+from tether.policy.inbound.index import InboundIndex
+from tether.policy.inbound.translator import server_message
+from tether.policy.model import AuthnKind, ClientAuthz, HttpRule, IdentityMatch, InboundRoute, InboundServer, Protocol, Ref
+from tether.proxy.app import Proxy
+from tether.resources.routes import HTTPRouteMatch, PathMatch
+
+ADMIN = 4191
+PROMETHEUS = identity_of("prometheus", "linkerd-viz")
+REMOTE = "127.0.0.77"  # a client that is not localhost
+
+
+def deny_default(pod: Pod) -> pb.Server:
+    """What the policy controller streams for the admin port of a ``deny`` pod whose proxy is probed there."""
+    config = PolicyConfig(default_policy=DefaultPolicy.parse("deny"))
+    facts = PodFacts(namespace=pod.ns, name=pod.name, labels={}, annotations={}, service_account=pod.sa,
+                     port_names={"linkerd-admin": (ADMIN,)}, probe_paths={ADMIN: ("/live", "/ready")})
+    return server_message(InboundIndex(config).compute(facts, ADMIN), config.cluster_networks)
+
+
+def allow_scrapes() -> pb.Server:
+    """A Server on the admin port whose ``/metrics`` route only Prometheus' identity may use (allow-scrapes)."""
+    config = PolicyConfig()
+    metrics = InboundRoute(
+        Ref("policy.linkerd.io", "httproute", "proxy-metrics"),
+        http_rules=(HttpRule((HTTPRouteMatch(path=PathMatch("PathPrefix", "/metrics")),)),),
+        authorizations=(ClientAuthz(Ref("policy.linkerd.io", "authorizationpolicy", "prometheus-scrape"),
+                                    AuthnKind.TLS_AUTHENTICATED, (IdentityMatch(name=PROMETHEUS),)),),
+    )
+    server = InboundServer(Ref("policy.linkerd.io", "server", "proxy-admin"), Protocol.HTTP1, (), (metrics,))
+    return server_message(server, config.cluster_networks)
+
+
+async def get(proxy: Proxy, path: str, *, source: str = REMOTE, tls: ssl.SSLContext | None = None,
+              method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    admin = proxy.admin_addr
+    kwargs: dict[str, object] = {"local_addr": (source, 0)}
+    if tls is not None:
+        kwargs.update(ssl=tls, server_hostname=proxy.config.identity.local_name)
+    async with connection(str(admin.ip), admin.port, **kwargs) as (reader, writer):
+        writer.write(f"{method} {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+                     .encode())
+        raw = await read_all(reader)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    fields = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), fields, body
+
+
+async def admin_policy(proxy: Proxy, name: str) -> None:
+    """Wait until the proxy holds the controller's policy named ``name`` for the admin port (the proxy's own
+    ``deny`` has the same name, but is opaque)."""
+    def held() -> bool:
+        policy = proxy.policies.policy(proxy.admin_addr.port)
+        return policy.meta.name == name and not policy.opaque
+
+    while not held():
+        await proxy.policies.updated()
+
+
+async def deny_pod(mesh: Mesh, port: int) -> tuple[Pod, Proxy]:
+    """A pod with the ``deny`` default policy whose proxy asks the controller on ``port``."""
+    pod = mesh.pod("web-0", app="web")
+    proxy = await mesh.start_proxy(pod, LINKERD2_PROXY_POLICY_SVC_ADDR=f"127.0.0.1:{port}",
+                                   LINKERD2_PROXY_INBOUND_DEFAULT_POLICY="deny")
+    return pod, proxy
+
+
+def counts(metrics: dict[frozenset[tuple[str, str]], float], **match: str) -> list[tuple[dict[str, str], float]]:
+    """The series whose labels include ``match``, as (labels, value)."""
+    found = [(dict(labels), value) for labels, value in metrics.items()]
+    return [(labels, value) for labels, value in found if all(labels.get(k) == v for k, v in match.items())]
+
+
+def test_a_deny_pods_admin_port_refuses_scrapes_and_answers_probes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            controller = FakeController()
+            grpc_server, port = await controller.serve()
+            try:
+                await deny_scenario(mesh, controller, port)
+            finally:
+                await grpc_server.stop(None)
+
+    run(scenario())
+
+
+async def deny_scenario(mesh: Mesh, controller: FakeController, port: int) -> None:
+    pod, proxy = await deny_pod(mesh, port)
+    # Before the controller answers, the proxy's own `deny` has no route at all: 404, as linkerd2-proxy.
+    assert (await get(proxy, "/ready"))[0] == 404
+    controller.queue(ADMIN).put_nowait(deny_default(pod))
+    await admin_policy(proxy, "deny")
+
+    status, fields, body = await get(proxy, "/metrics")
+    assert (status, body) == (403, b"") and "l5d-proxy-error" not in fields  # plaintext: no reason
+    assert (await get(proxy, "/env.json"))[0] == 403
+    # The kubelet's probes: the probe route (GET, exact paths, any network).
+    assert (await get(proxy, "/live"))[::2] == (200, b"live\n")
+    assert (await get(proxy, "/ready"))[::2] == (200, b"ready\n")
+    assert (await get(proxy, "/ready", method="POST"))[0] == 403  # GET only
+    # Localhost passes through every discovered policy's default:localhost.
+    assert (await get(proxy, "/metrics", source="127.0.0.1"))[0] == 200
+    # Mesh TLS with an identity the policy does not name: still denied, and told why.
+    status, fields, _ = await get(proxy, "/metrics", tls=mesh.ca.client_context(PROMETHEUS))
+    assert status == 403 and fields["l5d-proxy-error"] == "unauthorized request on route"
+
+    metrics = parse_metrics((await get(proxy, "/metrics", source="127.0.0.1"))[2].decode())
+    denied = metrics["inbound_http_authz_deny_total"]
+    common = {"target_port": str(ADMIN), "srv_kind": "default", "srv_name": "deny"}
+    plain = counts(denied, **common, route_name="default", tls="no_identity",
+                   no_tls_reason="no_tls_from_remote")
+    assert [value for _, value in plain] == [3.0]  # /metrics, /env.json, and the POST: not the probe route's
+    meshed = counts(denied, **common, route_name="default", tls="true", client_id=PROMETHEUS)
+    assert [value for _, value in meshed] == [1.0]
+    allowed = metrics["inbound_http_authz_allow_total"]
+    assert sum(value for _, value in counts(allowed, **common, authz_name="probe")) == 2.0
+
+
+def test_an_authorized_identity_scrapes_over_mesh_tls(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            controller = FakeController()
+            grpc_server, port = await controller.serve()
+            try:
+                await allowed_scenario(mesh, controller, port)
+            finally:
+                await grpc_server.stop(None)
+
+    run(scenario())
+
+
+async def allowed_scenario(mesh: Mesh, controller: FakeController, port: int) -> None:
+    _, proxy = await deny_pod(mesh, port)
+    controller.queue(ADMIN).put_nowait(allow_scrapes())
+    await admin_policy(proxy, "proxy-admin")
+
+    prometheus = mesh.ca.client_context(PROMETHEUS)
+    status, fields, body = await get(proxy, "/metrics", tls=prometheus)
+    assert status == 200 and b"inbound_http_authz_allow_total" in body
+    assert (await get(proxy, "/metrics"))[0] == 403  # the same route in plaintext
+    assert (await get(proxy, "/metrics", tls=mesh.ca.client_context(identity_of("web"))))[0] == 403
+    assert (await get(proxy, "/live", tls=prometheus))[0] == 404  # no route for it on this Server
+    # A TLS client presenting no certificate: mesh TLS, no identity.
+    assert (await get(proxy, "/metrics", tls=mesh.ca.client_context(None)))[0] == 403
+
+    metrics = parse_metrics((await get(proxy, "/metrics", tls=prometheus))[2].decode())
+    [(labels, count)] = counts(metrics["inbound_http_authz_allow_total"], srv_name="proxy-admin")
+    assert count == 2.0 and labels["route_name"] == "proxy-metrics"  # the first scrape, and this one
+    assert (labels["authz_name"], labels["tls"], labels["client_id"]) == ("prometheus-scrape", "true", PROMETHEUS)
+    assert sum(metrics["inbound_http_route_not_found_total"].values()) == 1.0
+
+
+def test_tls_for_another_name_and_non_http_bytes_are_closed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            proxy = await mesh.start_proxy(mesh.pod("web-0", app="web"))
+            admin = proxy.admin_addr
+            with_other_sni = mesh.ca.client_context(PROMETHEUS)
+            try:
+                async with connection(str(admin.ip), admin.port, ssl=with_other_sni, server_hostname="other.example",
+                                      local_addr=(REMOTE, 0)):
+                    raise AssertionError("a TLS connection for another name was accepted")
+            except (ConnectionError, ssl.SSLError):
+                pass
+            async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, writer):
+                writer.write(b"\x00\x01 not http at all, long enough to sniff\r\n")
+                assert await asyncio.wait_for(closed_without_answer(reader), 10)
+            # The default policy (all-unauthenticated) serves everything else as before.
+            assert (await get(proxy, "/metrics"))[0] == 200
+
+    run(scenario())

@@ -272,6 +272,12 @@ def test_proxy_metrics_controller_metrics_identity_and_version(mesh: uplab.Platf
     (web,) = [p for p in mesh.pods(NS) if p["metadata"]["name"].startswith("web-")]
     assert out.startswith(f"#\n# POD {web['metadata']['name']} (1 of 1)\n#\n")
     assert 'proxy_build_info{vendor="tether"' in out and "request_total{" in out
+    # A deny pod's proxy refuses the host on its admin port, yet answers diagnostics, which ask from the pod's
+    # loopback as a port-forward reaches Linkerd's (default:localhost).
+    (locked,) = [p for p in mesh.pods(NS) if p["metadata"]["name"].startswith("locked-")]
+    assert proxies.admin_get(locked["status"]["podIP"], "/metrics").status == 403
+    assert 'proxy_build_info{vendor="tether"' in mesh.tether("diagnostics", "proxy-metrics", "deploy/locked",
+                                                             "-n", NS).stdout
     plain = mesh.tether("diagnostics", "proxy-metrics", "deploy/plain", "-n", NS, ok=False)
     assert "has no linkerd-proxy container" in plain.stderr
     components = mesh.tether("diagnostics", "controller-metrics").stdout

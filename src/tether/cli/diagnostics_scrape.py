@@ -64,14 +64,14 @@ def _emit(title: str, text: str | None, error: str | None) -> bool:
     return True
 
 
-def _local_proxy(pod: dict, timeout: float) -> tuple[str | None, str | None]:
+def _local_proxy(config: LocalPlatformConfig, pod: dict, timeout: float) -> tuple[str | None, str | None]:
     name, ip = pod["metadata"]["name"], proxies.pod_ip(pod)
     if not facts.meshed(pod):
         return None, f"pod {name} has no linkerd-proxy container"
     if not ip:
         return None, f"pod {name} has no IP (not running)"
     try:
-        answer = proxies.admin_get(ip, "/metrics", timeout)
+        answer = proxies.admin_get(ip, "/metrics", timeout, netns=facts.netns_of(config, pod))
     except proxies.ProxyUnreachable as exc:
         return None, str(exc)
     if answer.status != 200:
@@ -131,8 +131,9 @@ def proxy_metrics(targets: tuple[str, ...], namespace: str, timeout: float, plat
     if platform.kubernetes:
         answers = asyncio.run(_kube_proxies(platform, targets, namespace))
     else:
-        pods = resolve_pods(local_config(), targets, namespace)
-        answers = [(p["metadata"]["name"], *_local_proxy(p, timeout)) for p in pods]
+        config = local_config()
+        pods = resolve_pods(config, targets, namespace)
+        answers = [(p["metadata"]["name"], *_local_proxy(config, p, timeout)) for p in pods]
     ok = [_emit(f"POD {name} ({i} of {len(answers)})", text, error)
           for i, (name, text, error) in enumerate(answers, 1)]
     if not all(ok):

@@ -48,7 +48,7 @@ def _proxy_versions(namespace: str | None) -> Counter[str]:
             pods = store.list("Pod", namespace).items
     except (PlatformConfigError, StoreError):
         return Counter()
-    return Counter(proxy_version(p) or UNAVAILABLE for p in pods if facts.meshed(p) and facts.running(p))
+    return Counter(proxy_version(config, p) or UNAVAILABLE for p in pods if facts.meshed(p) and facts.running(p))
 
 
 @click.command()

@@ -148,7 +148,7 @@ class LocalDiagnosis(Walk):
         if not ip:
             return None
         try:
-            answer = proxies.admin_get(ip, "/metrics")
+            answer = proxies.admin_get(ip, "/metrics", netns=facts.netns_of(self.config, pod))
         except proxies.ProxyUnreachable as exc:
             self._note(f"proxy admin {key}", str(exc))
             return None
@@ -591,7 +591,7 @@ class LocalDiagnosis(Walk):
             self._layer("proxy")
             ip = proxies.pod_ip(source)
             try:
-                ready = proxies.admin_get(ip, "/ready") if ip else None
+                ready = proxies.admin_get(ip, "/ready", netns=facts.netns_of(self.config, source)) if ip else None
             except proxies.ProxyUnreachable as exc:
                 raise Failure(f"the proxy of {facts.ref(source)} does not answer: {exc}",
                               "see `tether logs POD -c proxy`") from None

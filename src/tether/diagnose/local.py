@@ -207,7 +207,7 @@ class LocalChecks:
         for pod in pods:
             ip = proxies.pod_ip(pod)
             try:
-                answer = proxies.admin_get(ip, "/ready") if ip else None
+                answer = proxies.admin_get(ip, "/ready", netns=facts.netns_of(self._config(), pod)) if ip else None
             except proxies.ProxyUnreachable as exc:
                 problems.append(f"{facts.ref(pod)}: {exc}")
                 continue
@@ -220,7 +220,7 @@ class LocalChecks:
     def _proxy_versions(self) -> None:
         other = []
         for pod in self._meshed_pods():
-            version = proxy_version(pod)
+            version = proxy_version(self._config(), pod)
             if version != self.cli_version:
                 other.append(f"* {facts.ref(pod)} runs proxy {version or 'unknown'}")
         if other:
@@ -329,12 +329,12 @@ class LocalChecks:
         return out
 
 
-def proxy_version(pod: dict[str, Any]) -> str | None:
+def proxy_version(config: LocalPlatformConfig, pod: dict[str, Any]) -> str | None:
     ip = proxies.pod_ip(pod)
     if not ip:
         return None
     try:
-        answer = proxies.admin_get(ip, "/metrics")
+        answer = proxies.admin_get(ip, "/metrics", netns=facts.netns_of(config, pod))
     except proxies.ProxyUnreachable:
         return None
     for sample in parse(answer.body).named("proxy_build_info"):

@@ -1,7 +1,11 @@
 """Asking a running proxy: its admin endpoints, the certificate it serves, and its pod's proxy settings.
 
 - ``admin_get``: GET a path of the proxy's admin port (``/ready``, ``/metrics``,
-  ``/env.json``) at the pod's IP, plain HTTP as Tether's admin speaks;
+  ``/env.json``) in plain HTTP; for a local pod (``netns``) from inside its
+  network namespace to its loopback, as ``kubectl port-forward`` reaches a pod
+  for Linkerd's diagnostics: the proxy authorizes admin requests under the
+  port's inbound policy, which admits loopback (``default:localhost``) but may
+  refuse the host (a ``deny`` namespace);
 - ``served_certificate``: a TLS handshake with the proxy's inbound port, SNI its
   own identity, as a meshed client makes; the certificate it presents is the one
   it holds (nothing is sent after the handshake);
@@ -22,6 +26,7 @@ from typing import Any
 from cryptography import x509
 
 from tether.platform.local.containers import build_env
+from tether.platform.local.probes import socket_in
 
 ADMIN_PORT = 4191
 INBOUND_PORT = 4143
@@ -39,9 +44,17 @@ class AdminAnswer:
     body: str
 
 
-def admin_get(ip: str, path: str, timeout: float = 2.0, port: int = ADMIN_PORT) -> AdminAnswer:
-    conn = http.client.HTTPConnection(ip, port, timeout=timeout)
+def admin_get(ip: str, path: str, timeout: float = 2.0, port: int = ADMIN_PORT, *,
+              netns: str | None = None) -> AdminAnswer:
+    """GET ``path`` at ``ip``:``port``; with ``netns``, at 127.0.0.1 inside that network namespace (``ip`` then
+    only names the pod in errors)."""
+    conn = http.client.HTTPConnection("127.0.0.1" if netns else ip, port, timeout=timeout)
     try:
+        if netns is not None:
+            sock = socket_in(netns)
+            conn.sock = sock  # http.client sends on a socket it was given
+            sock.settimeout(timeout)
+            sock.connect(("127.0.0.1", port))
         conn.request("GET", path)
         response = conn.getresponse()
         return AdminAnswer(response.status, response.read(MAX_BODY).decode("utf-8", errors="replace"))

@@ -338,7 +338,7 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._close_listeners()
-        if self._admin is not None:  # its server stops accepting (its socket is its own): /ready goes unanswered
+        if self._admin is not None:  # its accept loop ended with the tasks: /ready goes unanswered; close the rest
             await self._admin.close()
         if self._connections and grace > 0:
             log.info("draining %d connections for up to %ss", len(self._connections), grace)

@@ -221,3 +221,26 @@ def test_the_unified_policy_reaches_the_breaker() -> None:
     accrual.backoff.max_backoff.FromSeconds(60)
     policy = translate(message, lambda path: None)
     assert policy.accrual == Accrual(0, 1.0, 60.0, 0.0, 0.9, 30.0, 20)
+
+
+def test_the_routers_picks_report_their_outcomes_to_the_breaker() -> None:
+    from tether.proxy.codec.http1 import RequestHead
+    from tether.proxy.core.http import Pick
+    from tether.proxy.core.resolution import Resolution
+    from tether.proxy.core.routes import outbound_router
+
+    balancer = Balancer(failfast=3.0, clock=Clock(), rng=random.Random(7))
+    balancer.reset([endpoint(1)])
+    balancer.configure_accrual(Accrual(max_failures=2, min_backoff=1.0, max_backoff=1.0))
+    route = outbound_router(SocketAddr(parse_ip("10.96.0.1"), 80), Resolution(balancer=balancer, authority="web:80"),
+                            local_ips=frozenset(), connect_timeout=1.0, failfast=3.0, loop_addrs=frozenset())
+    for _ in range(2):  # two failed attempts in a row shut the only endpoint
+        routing = route(RequestHead(b"GET", b"/"))
+        try:
+            routing.send(None)
+        except StopIteration as answered:
+            pick = answered.value
+        assert isinstance(pick, Pick)
+        pick.outcome(503, None, 0.01)
+        pick.release()
+    assert balancer.pick() is None

@@ -273,6 +273,38 @@ def test_grpc_routes_match_service_and_method() -> None:
     assert to("/emojivoto.v1.VotingService/VotePoop") == API
 
 
+def test_a_rule_that_reads_nothing_of_the_request_is_decided_once_and_its_requests_still_counted() -> None:
+    def never() -> float:
+        raise AssertionError("a kept decision draws nothing")
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 0.0)
+    metrics = PolicyMetrics(registry)
+    policy = policy_of()  # the Service's default route: one rule, one backend, no filters, no retries
+    first, second = (decide(policy, get(path), False, never, metrics) for path in ("/a", "/b"))
+    assert isinstance(first, Decision) and first is second and first.backend.authority == WEB
+    requests = [line for line in registry.render().splitlines()
+                if line.startswith("outbound_http_route_backend_requests_total{")]
+    assert len(requests) == 1 and requests[0].endswith(" 2"), requests  # each request counted all the same
+    # The same rule with the hostname label: each request's own report, so its own decision.
+    by_host = PolicyMetrics(Registry(retain_idle=600.0, clock=lambda: 0.0), hostname_labels=True)
+    first, second = (decide(policy, get("/"), False, draws(0.0), by_host) for _ in range(2))
+    assert isinstance(first, Decision) and isinstance(second, Decision) and first is not second
+    assert first.request_route.report is not None and first.request_route.report.hostname == \
+        "web.emojivoto.svc.cluster.local"
+    # A header modifier reads nothing of the request: decided once too...
+    modified = policy_of(http_route("r", "web", [{"filters": [{"type": "RequestHeaderModifier",
+                                                              "requestHeaderModifier": {"remove": ["x"]}}]}]))
+    assert decide(modified, get("/"), False, never) is decide(modified, get("/"), False, never)
+    # ...a redirect does (and answers for the proxy), and a choice between two backends draws per request.
+    redirect = policy_of(http_route("r", "web", [{"filters": [{"type": "RequestRedirect",
+                                                              "requestRedirect": {"hostname": "other"}}]}]))
+    answer = decide(redirect, get("/"), False, never)
+    assert isinstance(answer, ProxyError) and answer.status == 302
+    split = policy_of(http_route("r", "web", [{"backendRefs": [backend("api"), backend("api-v2")]}]))
+    chosen = [decide(split, get("/"), False, draws(d)) for d in (0.1, 0.9)]
+    assert [c.backend.authority for c in chosen if isinstance(c, Decision)] == [API, API_V2]
+
+
 def test_weights_split_requests_by_the_draw_and_a_backend_without_endpoints_gives_its_share_away() -> None:
     balancers = Balancers()
     policy = policy_of(http_route("split", "web", [{"backendRefs": [backend("api", weight=90),

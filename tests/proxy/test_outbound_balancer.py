@@ -11,7 +11,7 @@ import pytest
 from tether.api import destination_pb2 as pb
 from tether.api.addresses import to_tcp_address
 from tether.proxy.codec.addrs import parse_socket_addr
-from tether.proxy.core.balancer import DEFAULT_RTT, Balancer, PeakEwma
+from tether.proxy.core.balancer import DEFAULT_RTT, Balancer, Slot
 from tether.proxy.io.discovery import WaitingBalancer
 from tether.proxy.core.endpoint import Endpoint
 
@@ -29,14 +29,18 @@ def endpoint(n: int) -> Endpoint:
 
 
 def test_peak_ewma_follows_peaks_at_once_and_decays_otherwise() -> None:
-    ewma = PeakEwma(now=0.0)
-    assert ewma.estimate == DEFAULT_RTT
-    ewma.observe(0.5, now=0.0)
-    assert ewma.estimate == 0.5  # a peak is taken as it is
-    ewma.observe(0.1, now=10.0)  # one decay period later, weight exp(-1) on the old estimate
-    assert ewma.estimate == pytest.approx(0.5 * math.exp(-1) + 0.1 * (1 - math.exp(-1)))
-    before = ewma.estimate
-    assert ewma.read(now=20.0) == pytest.approx(before * math.exp(-1))  # reading decays towards zero
+    clock = Clock()
+    clock.now = 0.0
+    slot = Slot(endpoint(1), 0.0, clock)
+    assert slot.estimate == DEFAULT_RTT
+    slot.connected(0.5)
+    assert slot.estimate == 0.5  # a peak is taken as it is
+    clock.now = 10.0
+    slot.connected(0.1)  # one decay period later, weight exp(-1) on the old estimate
+    assert slot.estimate == pytest.approx(0.5 * math.exp(-1) + 0.1 * (1 - math.exp(-1)))
+    before = slot.estimate
+    slot.in_flight = 2
+    assert slot.load(20.0) == pytest.approx(before * math.exp(-1) * 3)  # reading decays towards zero
 
 
 def test_p2c_prefers_the_less_loaded_of_two() -> None:
@@ -79,7 +83,7 @@ def test_updates_replace_metadata_and_keep_statistics() -> None:
     balancer.connected(slot, 0.2)
     balancer.add([Endpoint(endpoint(1).addr, weight=5)])
     again = balancer.pick()
-    assert again is slot and again.endpoint.weight == 5 and again.ewma.estimate == 0.2
+    assert again is slot and again.endpoint.weight == 5 and again.estimate == 0.2
     balancer.remove([endpoint(1).addr])
     assert balancer.pick() is None
     balancer.reset([endpoint(2), endpoint(3)])
@@ -190,3 +194,47 @@ def test_pooled_connections_to_one_pods_inbound_port_are_kept_per_target_port() 
     assert key(8080, 4143) != key(9090, 4143)
     assert key(8080, 4143) == key(8080, 4143)
     assert key(8080, None) != key(8080, 4143)
+
+
+def test_two_draws_every_pair_of_distinct_endpoints_alike() -> None:
+    from collections import Counter
+
+    from tether.proxy.core.balancer import _two
+
+    for n in (2, 3, 5):
+        slots = [Slot(endpoint(i + 1), 0.0, Clock()) for i in range(n)]
+        steps = [(k + 0.5) / (n * (n - 1)) for k in range(n * (n - 1))]  # a grid over [0, 1)
+        pairs: Counter[tuple[int, int]] = Counter()
+        for x in steps:
+            for y in steps:
+                values = iter((x, y))
+                a, b = _two(lambda: next(values), slots)
+                assert a is not b
+                pairs[(slots.index(a), slots.index(b))] += 1
+        assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1  # each ordered pair, as often
+
+
+def test_a_request_picked_by_the_router_feeds_its_slot_and_is_counted_in_flight_until_released() -> None:
+    from tether.proxy.codec.http1 import RequestHead
+    from tether.proxy.core.http import Pick, no_outcome
+    from tether.proxy.core.resolution import Resolution
+    from tether.proxy.core.routes import outbound_router
+
+    clock = Clock()
+    balancer = Balancer(failfast=3.0, clock=clock)
+    balancer.add([endpoint(1)])
+    route = outbound_router(endpoint(9).addr, Resolution(balancer=balancer, authority="web:80"),
+                            local_ips=frozenset(), connect_timeout=1.0, failfast=3.0, loop_addrs=frozenset())
+    routing = route(RequestHead(b"GET", b"/"))
+    with pytest.raises(StopIteration) as answered:  # answered at once: no wait for discovery
+        routing.send(None)
+    pick = answered.value.value
+    assert isinstance(pick, Pick)
+    slot = balancer.pick()
+    assert slot is not None and slot.in_flight == 1
+    pick.observe(0.25)  # the latency sample goes to the endpoint's estimate
+    assert slot.estimate == 0.25
+    assert pick.outcome is no_outcome  # no failure accrual: the cores skip the call
+    pick.release()
+    pick.release()  # released once, however often the layer says so
+    assert slot.in_flight == 0

@@ -38,45 +38,54 @@ DEFAULT_RTT = 0.030  # seconds, Linkerd's default_rtt
 DECAY = 10.0  # seconds, Linkerd's decay
 
 
-class PeakEwma:
-    """A latency estimate that follows peaks at once and forgets them over ``decay`` seconds."""
-
-    __slots__ = ("estimate", "stamp", "decay")
-
-    def __init__(self, now: float, default_rtt: float = DEFAULT_RTT, decay: float = DECAY) -> None:
-        self.estimate = max(default_rtt, 0.001)
-        self.stamp = now
-        self.decay = decay
-
-    def observe(self, rtt: float, now: float) -> None:
-        if rtt > self.estimate:
-            self.estimate = rtt
-        else:
-            w = math.exp(-max(now - self.stamp, 0.0) / self.decay)
-            self.estimate = self.estimate * w + rtt * (1.0 - w)
-        self.stamp = now
-
-    def read(self, now: float) -> float:
-        self.estimate *= math.exp(-max(now - self.stamp, 0.0) / self.decay)
-        self.stamp = now
-        return self.estimate
-
-
 class Slot:
-    """An endpoint in a balancer: its metadata, latency estimate, connections in flight and backoff."""
+    """An endpoint in a balancer: its metadata, peak-EWMA latency estimate, connections in flight and backoff.
 
-    __slots__ = ("endpoint", "ewma", "in_flight", "failures", "retry_at", "breaker")
+    The estimate lives in the slot itself and is updated inline (``connected``, ``load``): these run on every
+    request, where a separate estimate object cost a call more each time."""
 
-    def __init__(self, endpoint: Endpoint, now: float) -> None:
+    __slots__ = ("endpoint", "estimate", "stamp", "in_flight", "failures", "retry_at", "breaker", "clock")
+
+    def __init__(self, endpoint: Endpoint, now: float, clock: Callable[[], float]) -> None:
         self.endpoint = endpoint
-        self.ewma = PeakEwma(now)
+        self.estimate = DEFAULT_RTT  # seconds
+        self.stamp = now  # when the estimate was last decayed
         self.in_flight = 0
         self.failures = 0
         self.retry_at = 0.0
         self.breaker: Breaker | None = None  # failure accrual, when the client policy configures it
+        self.clock = clock  # the balancer's
 
     def load(self, now: float) -> float:
-        return self.ewma.read(now) * (self.in_flight + 1)
+        """The estimate decayed to ``now`` (towards zero) times (in flight + 1)."""
+        self.estimate *= math.exp(-max(now - self.stamp, 0.0) / DECAY)
+        self.stamp = now
+        return self.estimate * (self.in_flight + 1)
+
+    def connected(self, rtt: float) -> None:
+        """A latency sample (a connect's, or a request's time to its response head): the estimate jumps to a
+        larger one and decays towards a smaller one with weight ``exp(-elapsed/decay)``; the endpoint's connect
+        backoff ends. A method of the slot, not of the balancer, so that a request's ``Pick.observe`` is this
+        bound method: one call per sample (``core.routes``)."""
+        now = self.clock()
+        if rtt > self.estimate:
+            self.estimate = rtt
+        else:
+            w = math.exp(-max(now - self.stamp, 0.0) / DECAY)
+            self.estimate = self.estimate * w + rtt * (1.0 - w)
+        self.stamp = now
+        self.failures = 0
+        self.retry_at = 0.0
+
+
+def _two(rand: Callable[[], float], slots: list[Slot]) -> tuple[Slot, Slot]:
+    """Two distinct slots drawn uniformly, with the generator's C-level ``random()`` (``random.sample`` costs a
+    handful of Python calls per request). Drawing from every slot and narrowing to the ready ones only when a
+    drawn one is in backoff picks uniformly among the ready pairs all the same."""
+    n = len(slots)
+    i = int(rand() * n)
+    j = int(rand() * (n - 1))
+    return slots[i], slots[j + (j >= i)]
 
 
 # A connect failure's backoff where the caller gives none: Linkerd's outbound default without its jitter.
@@ -151,7 +160,7 @@ class Balancer:
         for endpoint in endpoints:
             slot = self._slots.get(endpoint.addr)
             if slot is None:
-                self._slots[endpoint.addr] = Slot(endpoint, now)
+                self._slots[endpoint.addr] = Slot(endpoint, now, self._clock)
             else:
                 slot.endpoint = endpoint  # insert-or-replace: new metadata, same statistics
         self.updates["Add"] += 1
@@ -169,7 +178,7 @@ class Balancer:
         self._slots = {}
         now = self._clock()
         for endpoint in endpoints:
-            slot = old.get(endpoint.addr) or Slot(endpoint, now)
+            slot = old.get(endpoint.addr) or Slot(endpoint, now, self._clock)
             slot.endpoint = endpoint
             self._slots[endpoint.addr] = slot
         self.updates["Reset"] += 1
@@ -241,12 +250,12 @@ class Balancer:
                 if count:
                     self.queue.missed += 1
                 return None
-        # One endpoint is the one, in backoff or not.
-        ready = slots if len(slots) == 1 else [s for s in slots if s.retry_at <= now] or slots
-        if len(ready) == 1:
-            chosen = ready[0]
-        else:
-            a, b = self._rng.sample(ready, 2)
+        chosen = slots[0]  # one endpoint is the one, in backoff or not
+        if len(slots) > 1:
+            a, b = _two(self._rng.random, slots)
+            if a.retry_at > now or b.retry_at > now:  # P2C among the endpoints not in backoff, if any
+                ready = [s for s in slots if s.retry_at <= now] or slots
+                a, b = _two(self._rng.random, ready) if len(ready) > 1 else (ready[0], ready[0])
             chosen = a if a.load(now) <= b.load(now) else b
         if chosen.breaker is not None:
             chosen.breaker.admitted()
@@ -263,9 +272,8 @@ class Balancer:
     # -- results of connecting -----------------------------------------------------------------------------
 
     def connected(self, slot: Slot, rtt: float) -> None:
-        slot.ewma.observe(rtt, self._clock())
-        slot.failures = 0
-        slot.retry_at = 0.0
+        """A connect's latency (``core.outbound``'s per-connection choice): ``Slot.connected``."""
+        slot.connected(rtt)
 
     def failed(self, slot: Slot) -> None:
         slot.failures += 1

@@ -245,7 +245,8 @@ class ClientPolicy:
     accrual: Accrual | None = None
     unapplied: tuple[str, ...] = ()  # what the message asks that this proxy does not do (logged by name)
     parent_labels: str = ""
-    # Per protocol (HTTP/1, HTTP/2): the one route and rule that match everything, if so (``catch_all``).
+    # Per protocol (``only[h2]``: HTTP/1, HTTP/2): the route and rule every request takes, when there is only one
+    # and it matches everything (a Service without HTTPRoutes): no matching per request (``_catch_all``).
     only: tuple[tuple[OutboundRoute, OutboundRule] | None, ...] = field(default=(None, None), init=False,
                                                                           repr=False, compare=False)
     # What ``core.policy_routes`` prepares once per rule of this policy (its labels, filters, shared route).
@@ -255,11 +256,6 @@ class ClientPolicy:
         if not self.parent_labels:
             object.__setattr__(self, "parent_labels", self.parent.labels("parent"))
         object.__setattr__(self, "only", (_catch_all(self.http1), _catch_all(self.http2)))
-
-    def catch_all(self, h2: bool) -> tuple[OutboundRoute, OutboundRule] | None:
-        """The route and rule every request takes, when there is only one that matches everything (a
-        Service without HTTPRoutes): no matching per request."""
-        return self.only[h2]
 
     def backends(self) -> list[RouteBackend]:
         """Every backend of every route (HTTP, gRPC, opaque and TLS)."""

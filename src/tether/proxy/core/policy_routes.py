@@ -23,7 +23,8 @@ Pure: ``draw`` is a uniform random in [0, 1). Callers: ``core.routes``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from tether.proxy.codec.http1 import Headers, RequestHead
 from tether.proxy.core import errors, route_headers
@@ -95,21 +96,33 @@ class RouteReport:
     grpc: bool
     labels: str
     hostname: str = ""
+    # The observer of a request's body frame sizes (``core.exchange.request_frames``), bound once per report: a
+    # ``partial`` runs no Python frame of its own, where a method here would be one more call per request.
+    request_frames: Callable[[], Callable[[float], None]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request_frames",
+                           partial(self.metrics.request_frames, self.grpc, self.labels, self.hostname))
 
     def retry(self, what: str) -> None:
         self.metrics.retry(self.grpc, self.labels, what, self.hostname)
 
-    def backend(self, backend: RouteBackend) -> None:
-        self.metrics.backend_request(self.grpc, self.labels, backend.labels)
+    def of_backend(self, backend: RouteBackend) -> BackendReport:
+        return BackendReport(partial(self.metrics.backend_request, self.grpc, self.labels, backend.labels),
+                             partial(self.metrics.backend_response, self.grpc, self.labels, backend.labels),
+                             partial(self.metrics.backend_frames, self.grpc, self.labels, backend.labels))
 
-    def backend_response(self, backend: RouteBackend, status: int, grpc_status: int | None, elapsed: float) -> None:
-        self.metrics.backend_response(self.grpc, self.labels, backend.labels, status, grpc_status, elapsed)
 
-    def request_frames(self) -> Callable[[float], None]:
-        return self.metrics.request_frames(self.grpc, self.labels, self.hostname)
+@dataclass(frozen=True, slots=True)
+class BackendReport:
+    """A route's metrics of the backend a request drew, bound to their labels (``functools.partial``s: made
+    once per rule and backend when nothing in them depends on the request, and calling one runs no Python
+    frame of its own)."""
 
-    def backend_frames(self, backend: RouteBackend) -> Callable[[float], None]:
-        return self.metrics.backend_frames(self.grpc, self.labels, backend.labels)
+    request: Callable[[], None]  # outbound_*_route_backend_requests_total: one per attempt
+    # ..._backend_response_duration_seconds and _statuses_total: (status, gRPC status, seconds) of an attempt.
+    response: Callable[[int, int | None, float], None]
+    frames: Callable[[], Callable[[float], None]]  # the observer of the response body frame sizes of one attempt
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -153,7 +166,7 @@ class PolicyRoute(Route):
         return status >= 500
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     route: OutboundRoute
     rule: OutboundRule
@@ -161,6 +174,7 @@ class Decision:
     request_route: PolicyRoute
     rewrite: Rewrite | None = None
     respond: Rewrite | None = None
+    report: BackendReport | None = None  # the route's metrics of this backend (None: no metrics)
 
 
 @dataclass(slots=True)
@@ -174,11 +188,16 @@ class _Prepared:
     modifiers: tuple[HeaderModifier, ...]
     rewrite: Rewrite | None
     respond: Rewrite | None
+    # The decision of every request, when nothing in it depends on the request: the shared route, no filter
+    # that looks at the request, one backend (drawn alike for all) without filters, no l5d-* overrides. Such a
+    # rule (a Service's default route among them) then costs a dict lookup per request instead of the dozen
+    # calls of deciding (choosing the backend, the decision, its bound metrics).
+    decision: Decision | None = None
 
 
 def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[[], float],
            metrics: PolicyMetrics | None = None) -> Decision | ProxyError:
-    chosen = policy.catch_all(h2) or select_route(policy.routes(h2), request)
+    chosen = policy.only[h2] or select_route(policy.routes(h2), request)  # ``only``: a single catch-all rule
     if chosen is None:
         return errors.no_route()
     route, rule = chosen
@@ -191,6 +210,24 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
         hostname = report.metrics.hostname(request)
         if hostname:  # the request's own report, and so its own route (not the rule's shared one)
             report = replace(report, hostname=hostname)
+    decided = prepared.decision if report is prepared.report else None
+    if decided is None:
+        decision = _decide(route, rule, prepared, report, request, draw)
+        if isinstance(decision, ProxyError):
+            return decision
+        decided = decision
+    backend = decided.backend
+    if decided.report is not None:
+        decided.report.request()
+    if backend.balancer is None and backend.endpoint is None:
+        return _with(errors.no_backend(backend.meta.name), decided.request_route)
+    return decided
+
+
+def _decide(route: OutboundRoute, rule: OutboundRule, prepared: _Prepared, report: RouteReport | None,
+            request: RequestHead, draw: Callable[[], float]) -> Decision | ProxyError:
+    """The decision for ``request`` made afresh: its route (its own when it has retries, l5d-* overrides or its
+    own hostname label), its filters, the backend drawn, its rewrites; or what the proxy answers instead."""
     request_route = prepared.shared if prepared.shared is not None and report is prepared.report \
         else _request_route(route, rule.retry, prepared.timeout, report, draw, rule.timeouts.idle)
     consumed = False
@@ -214,13 +251,10 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
         if refused is not None:
             return _with(refused, request_route)
         rewrite = chain(modifiers)
-    if report is not None:
-        report.backend(backend)
-    if backend.balancer is None and backend.endpoint is None:
-        return _with(errors.no_backend(backend.meta.name), request_route)
     if consumed:
         rewrite = route_headers.strip if rewrite is None else _then(rewrite, route_headers.strip)
-    return Decision(route, rule, backend, request_route, rewrite, prepared.respond)
+    return Decision(route, rule, backend, request_route, rewrite, prepared.respond,
+                    report.of_backend(backend) if report is not None else None)
 
 
 def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
@@ -234,6 +268,12 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     if rule.retry is None or rule.retry.limit == 0:
         prepared.shared = PolicyRoute(MATCH_ALL, timeout=prepared.timeout, retry=rule.retry, route=route,
                                       report=report, idle=rule.timeouts.idle)
+        if not prepared.checks and not rule.allow_l5d_request_headers and len(rule.backends) == 1 \
+                and not rule.backends[0].filters:
+            backend = rule.choose(0.0)  # with one backend, the same for every draw and every readiness
+            if backend is not None:
+                prepared.decision = Decision(route, rule, backend, prepared.shared, prepared.rewrite, prepared.respond,
+                                             None if report is None else report.of_backend(backend))
     return prepared
 
 

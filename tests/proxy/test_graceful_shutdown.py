@@ -262,6 +262,33 @@ def test_http2_peer_connection_gets_two_goaways_and_its_streams_finish(tmp_path:
     run(scenario())
 
 
+def test_a_connection_that_becomes_http_during_the_drain_is_drained_at_once(tmp_path: Path) -> None:
+    """Peers' connections (mTLS, transport header, HTTP/1): one idle after a request, and one accepted before the
+    drain (its TLS handshake done) whose header and request come after the first was closed, the sign that the
+    drain has begun: that request is served with ``connection: close``, then the connection closes."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("web-0", app="web", ports=[8080])
+            proxy = await mesh.start_proxy(server)
+            ctx = mesh.ca.client_context(PEER, alpn=[TRANSPORT_ALPN])
+            header = encode(TransportHeader(port=8080, protocol=SessionProtocol.HTTP1))
+            peer = {"ssl": ctx, "server_hostname": server.identity}
+            async with (SlowWeb(server.ip, 8080), connection(server.ip, 4143, **peer) as (idle_r, idle_w),
+                        connection(server.ip, 4143, **peer) as (late_r, late_w)):
+                idle_w.write(header + b"GET /warm HTTP/1.1\r\nhost: web\r\n\r\n")
+                assert (await h1_response(idle_r))[1] == b"/warm"
+                stopping = asyncio.create_task(proxy.stop(600.0))
+                assert await closed_without_answer(idle_r)
+                late_w.write(header + b"GET /late HTTP/1.1\r\nhost: web\r\n\r\n")
+                head, body = await h1_response(late_r)
+                assert body == b"/late" and b"connection: close" in head.lower()
+                assert await late_r.read() == b""
+                await stopping
+
+    run(scenario())
+
+
 def test_grace_period_resets_a_stream_still_open_and_the_process_exits(tmp_path: Path) -> None:
     """SIGTERM with an HTTP/2 stream whose response never comes: once the grace period is over the stream is
     reset (CANCEL), the connection closed, and the process exits."""

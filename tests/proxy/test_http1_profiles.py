@@ -282,7 +282,9 @@ def test_l5d_dst_override_names_the_target_in_ingress_mode(tmp_path: Path) -> No
             mesh.service("web-v2", [(80, 8080)])
             for pod in (web, v2):
                 await mesh.start_proxy(pod)
-            a = await mesh.start_proxy(ingress, outbound_to=[f"{svc}:80"], LINKERD2_PROXY_INGRESS_MODE="true")
+            # An ingress's proxy leaves the informational headers out by default; on here to read why.
+            a = await mesh.start_proxy(ingress, outbound_to=[f"{svc}:80"], LINKERD2_PROXY_INGRESS_MODE="true",
+                                       LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS="false")
             servers = {"web": Api(web.ip, 8080, "web-0"), "web-v2": Api(v2.ip, 8080, "web-v2-0")}
             async with apps(*servers.values()), connection(svc, 80) as (reader, writer):
                 override = ((b"l5d-dst-override", f"web-v2.{NS}.{CD}:80".encode()),)
@@ -309,7 +311,8 @@ def test_ingress_mode_looks_up_only_names_under_the_profile_suffixes(tmp_path: P
             svc = mesh.service("web", [(80, 8080)])
             await mesh.start_proxy(web)
             a = await mesh.start_proxy(ingress, outbound_to=[f"{svc}:80"], LINKERD2_PROXY_INGRESS_MODE="true",
-                                       LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES="other.example.")
+                                       LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES="other.example.",
+                                       LINKERD2_PROXY_OUTBOUND_DISABLE_INFORMATIONAL_HEADERS="false")
             async with apps(Api(web.ip, 8080, "web-0")), connection(svc, 80) as (reader, writer):
                 override = ((b"l5d-dst-override", f"web.{NS}.{CD}:80".encode()),)
                 head, _ = await request(reader, writer, "GET", "/a", headers=override)

@@ -12,13 +12,21 @@ connect from 127.0.0.x addresses other than 127.0.0.1, so the implicit
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import ssl
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from proxy_harness import Mesh, Pod, closed_without_answer, connection, identity_of, parse_metrics, read_all, run
 from test_policy_client import FakeController
 
 from tether.api import inbound_pb2 as pb
+from tether.proxy.codec import http2_events as h2e
+from tether.proxy.codec.http2 import H2Endpoint
 from tether.policy.config import PolicyConfig
 from tether.policy.defaults import DefaultPolicy
 from tether.policy.inbound.facts import PodFacts
@@ -41,14 +49,14 @@ def deny_default(pod: Pod) -> pb.Server:
     return server_message(InboundIndex(config).compute(facts, ADMIN), config.cluster_networks)
 
 
-def allow_scrapes() -> pb.Server:
-    """A Server on the admin port whose ``/metrics`` route only Prometheus' identity may use (allow-scrapes)."""
+def allow_scrapes(identity: str = PROMETHEUS) -> pb.Server:
+    """A Server on the admin port whose ``/metrics`` route only ``identity`` may use (allow-scrapes)."""
     config = PolicyConfig()
     metrics = InboundRoute(
         Ref("policy.linkerd.io", "httproute", "proxy-metrics"),
         http_rules=(HttpRule((HTTPRouteMatch(path=PathMatch("PathPrefix", "/metrics")),)),),
         authorizations=(ClientAuthz(Ref("policy.linkerd.io", "authorizationpolicy", "prometheus-scrape"),
-                                    AuthnKind.TLS_AUTHENTICATED, (IdentityMatch(name=PROMETHEUS),)),),
+                                    AuthnKind.TLS_AUTHENTICATED, (IdentityMatch(name=identity),)),),
     )
     server = InboundServer(Ref("policy.linkerd.io", "server", "proxy-admin"), Protocol.HTTP1, (), (metrics,))
     return server_message(server, config.cluster_networks)
@@ -193,3 +201,81 @@ def test_tls_for_another_name_and_non_http_bytes_are_closed(tmp_path: Path) -> N
             assert (await get(proxy, "/metrics"))[0] == 200
 
     run(scenario())
+
+
+async def h2_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 paths: list[bytes]) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
+    """GET each of ``paths`` on one HTTP/2 connection (the proxy's own codec as the client): (status, headers,
+    body) each, in order."""
+    client = H2Endpoint(client=True)
+    client.initiate()
+    order, heads, bodies, ended = [], {}, {}, set()
+    for path in paths:
+        sid = client.next_stream_id()
+        order.append(sid)
+        bodies[sid] = bytearray()
+        client.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"), (b":path", path),
+                                  (b":authority", b"admin")], end_stream=True)
+    writer.write(client.data_to_send())
+    while len(ended) < len(order):
+        data = await reader.read(65536)
+        assert data, "the admin server closed the connection"
+        for event in client.receive_data(data):
+            if isinstance(event, h2e.ResponseReceived):
+                heads[event.stream_id] = dict(event.headers)
+            elif isinstance(event, h2e.DataReceived):
+                bodies[event.stream_id] += event.data
+                client.ack(event.stream_id, event.flow_controlled_length)
+            if getattr(event, "stream_ended", None) is not None:
+                ended.add(event.stream_id)
+        writer.write(client.data_to_send())
+    return [(heads[sid][b":status"], heads[sid], bytes(bodies[sid])) for sid in order]
+
+
+def test_http2_is_served_in_plaintext_and_inside_mesh_tls(tmp_path: Path) -> None:
+    """HTTP/2 with prior knowledge, and HTTP/2 inside mesh TLS (what a meshed client's proxy sends): both
+    authorized as HTTP/1 is; a body larger than the client's first windows arrives whole."""
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            controller = FakeController()
+            grpc_server, port = await controller.serve()
+            try:
+                _, proxy = await deny_pod(mesh, port)
+                controller.queue(ADMIN).put_nowait(allow_scrapes())
+                await admin_policy(proxy, "proxy-admin")
+                admin = proxy.admin_addr
+                async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, writer):
+                    answers = await h2_get(reader, writer, [b"/metrics", b"/ready"])
+                assert [status for status, _, _ in answers] == [b"403", b"404"]
+                tls = mesh.ca.client_context(PROMETHEUS)
+                async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0), ssl=tls,
+                                      server_hostname=proxy.config.identity.local_name) as (reader, writer):
+                    # Big enough to need the client's windows reopened: the registry holds many series by now.
+                    for _ in range(3):
+                        await get(proxy, "/metrics", source="127.0.0.1")
+                    [(status, head, body)] = await h2_get(reader, writer, [b"/metrics"])
+                assert status == b"200" and head[b"content-type"] == b"text/plain; version=0.0.4"
+                assert int(head[b"content-length"]) == len(body) and body.endswith(b"\n")
+                metrics = parse_metrics(body.decode())
+                [(labels, _)] = counts(metrics["inbound_http_authz_allow_total"], srv_name="proxy-admin", tls="true")
+                assert (labels["client_id"], labels["tls"]) == (PROMETHEUS, "true")
+            finally:
+                await grpc_server.stop(None)
+
+    run(scenario())
+
+
+NETNS_SCENARIO = Path(__file__).with_name("netns_admin_scenario.py")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "ip", "iptables")),
+                    reason="needs root, unshare, ip and iptables")
+def test_a_meshed_scraper_reaches_the_admin_port_through_its_proxy(tmp_path: Path) -> None:
+    """Real redirection in a network namespace of its own (netns_admin_scenario.py): the scraper's proxy
+    carries its request in mesh TLS (upgraded to HTTP/2) to the pod's admin port, which admits its identity."""
+    done = subprocess.run(["unshare", "--net", "--", sys.executable, str(NETNS_SCENARIO), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode == 77:
+        pytest.skip(f"network namespace unavailable: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")

@@ -28,9 +28,10 @@ is: no route 404, no authorization 403, counted in
 kubelet's probes pass under a locked-down policy through the policy
 controller's ``probe`` route (GET on the pod's HTTP probe paths, from the probe
 networks), as in Linkerd; localhost passes through every discovered policy's
-``default:localhost``. Only HTTP/1 is served (plaintext or inside mesh TLS): a
-client that speaks HTTP/2 to it (a meshed proxy upgrading to HTTP/2) gets a
-400 and the connection closes -- linkerd2-proxy serves HTTP/2 there too.
+``default:localhost``. HTTP/1 and HTTP/2 are served, in plaintext (the peek
+tells them apart) and inside mesh TLS (the first bytes do, one read within
+1 s; none means HTTP/2, as linkerd2-proxy guesses for a meshed client): a
+meshed Prometheus' proxy upgrades its scrapes to HTTP/2 (``io.admin_h2``).
 
 Caller: ``tether.proxy.app``.
 """
@@ -58,6 +59,7 @@ from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolic
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.server_policy import ServerPolicy
+from tether.proxy.io.admin_h2 import Answer, Http2Server
 from tether.proxy.io.listeners import local_addr, peer_addr
 from tether.proxy.io.peek import detect_on
 from tether.proxy.io.tls import TlsState, client_identity
@@ -66,7 +68,7 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
-DETECT_TIMEOUT = 1.0  # linkerd2-proxy's admin server: mesh TLS detection and the TLS handshake
+DETECT_TIMEOUT = 1.0  # linkerd2-proxy's admin server: mesh TLS detection, the TLS handshake, HTTP detection
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +142,29 @@ class AdminServer:
         if opened is None:
             sock.close()
             return
-        reader, writer, facts = opened
+        wire, transport, facts, version = opened
         try:
-            await self._serve(reader, writer, facts)
+            if version is None:
+                version = await self._sniff(wire)
+            authorization = InboundRequestPolicy(lambda: self._policy.policy(facts.port), facts,
+                                                 clock=self._policy.clock)
+            if isinstance(version, detect.Http1):
+                wire.speak_http1()
+                writer = asyncio.StreamWriter(transport, wire, wire.reader, asyncio.get_running_loop())
+                await self._serve(wire.reader, writer, facts, authorization)
+            elif isinstance(version, detect.Http2):
+                wire.speak_http2(Http2Server(transport, self._http2_answer(facts, authorization), MAX_BODY))
+                await wire.lost
+            else:
+                log.debug("admin: non-HTTP connection from %s", facts.client_ip)
         finally:
-            writer.close()
+            transport.close()
 
-    async def _open(self, sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
-                                                        ConnectionFacts] | None:
-        """Mesh TLS detection, then the connection's streams and the facts its requests are authorized on;
-        None: the connection is closed (not TLS for us, not HTTP, or the handshake failed)."""
+    async def _open(self, sock: socket.socket) -> tuple[_Wire, asyncio.Transport, ConnectionFacts,
+                                                        detect.Verdict | None] | None:
+        """Mesh TLS detection, then the connection's transport and the facts its requests are authorized on,
+        and its HTTP version if known already (plaintext: the peek told it); None: the connection is closed
+        (TLS for another name, not HTTP, or the handshake failed)."""
         client, local = peer_addr(sock), local_addr(sock)
         if client is None:
             return None
@@ -162,33 +177,38 @@ class AdminServer:
                           verdict.client_hello.server_name)
                 return None
             context = contexts.server
-        elif not isinstance(verdict, detect.Http1):
-            # Closed, timed out, HTTP/2 with prior knowledge (not served here) or not HTTP.
+        elif not isinstance(verdict, (detect.Http1, detect.Http2)):
             log.debug("admin: %s connection from %s closed", type(verdict).__name__, client)
             return None
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAX_HEAD, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        wire = _Wire(loop)
         try:
             transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol, sock, ssl=context, ssl_handshake_timeout=DETECT_TIMEOUT if context else None)
+                lambda: wire, sock, ssl=context, ssl_handshake_timeout=DETECT_TIMEOUT if context else None)
         except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as exc:
             log.debug("admin: TLS handshake with %s failed: %r", client, exc)
             return None
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         client_id = client_identity(transport.get_extra_info("ssl_object")) if context else None
         tls_labels = labels.tls_accepted(client_id) if context else labels.no_tls(labels.NO_TLS_FROM_REMOTE)
         facts = ConnectionFacts(port=local.port, client_ip=client.ip, mesh_tls=context is not None,
                                 client_id=client_id, target_labels=labels.target(local), tls_labels=tls_labels,
                                 registry=self._policy.registry)
-        return reader, writer, facts
+        return wire, transport, facts, None if context else verdict
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     facts: ConnectionFacts) -> None:
-        port_policy = self._policy.policy
-        authorization = InboundRequestPolicy(lambda: port_policy(facts.port), facts, clock=self._policy.clock)
-        # linkerd2-proxy tells only meshed clients why it refused (l5d-proxy-error).
-        informational = facts.mesh_tls and facts.client_id is not None
+    async def _sniff(self, wire: _Wire) -> detect.Verdict:
+        """HTTP detection inside mesh TLS: the first bytes say HTTP/1 or HTTP/2 (one read, as Linkerd's);
+        none within the detect timeout means HTTP/2, as linkerd2-proxy's admin server guesses for a meshed
+        connection (its client was most likely a proxy, which speaks HTTP/2 to meshed endpoints)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(wire.arrived), DETECT_TIMEOUT)
+        except TimeoutError:
+            return detect.Http2()
+        verdict = detect.Detector(tls=False).receive_data(wire.first(detect.HTTP_SNIFF_BYTES))
+        assert isinstance(verdict, detect.Verdict)
+        return verdict
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, facts: ConnectionFacts,
+                     authorization: InboundRequestPolicy) -> None:
         try:
             while True:
                 request = await _read_request(reader, facts.client_ip)
@@ -197,14 +217,8 @@ class AdminServer:
                     break
                 if request is None:
                     break
-                keep_alive = request.keep_alive
-                refused = authorization.check(_head(request))
-                if isinstance(refused, ProxyError):
-                    keep_alive = keep_alive and not refused.close
-                    headers = (("l5d-proxy-error", refused.message),) if informational else ()
-                    response = Response(refused.status, headers=headers)
-                else:
-                    response = self.handle(request)
+                response, close = self._answer(request, authorization, facts)
+                keep_alive = request.keep_alive and not close
                 _write(writer, response, keep_alive=keep_alive,
                        gzip_ok="gzip" in request.headers.get("accept-encoding", ""))
                 await writer.drain()
@@ -212,6 +226,29 @@ class AdminServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+
+    def _http2_answer(self, facts: ConnectionFacts, authorization: InboundRequestPolicy) -> Answer:
+        def answer(method: str, target: str, headers: dict[str, str],
+                   body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+            path, _, query = target.partition("?")
+            response, _ = self._answer(Request(method, path, query, headers, body, facts.client_ip), authorization,
+                                       facts)
+            payload, extra = _encoded(response, gzip_ok="gzip" in headers.get("accept-encoding", ""))
+            return response.status, [("content-type", response.content_type), *extra], payload
+
+        return answer
+
+    def _answer(self, request: Request, authorization: InboundRequestPolicy,
+                facts: ConnectionFacts) -> tuple[Response, bool]:
+        """The port's policy on ``request`` (core.inbound_authz), then the endpoint's answer; and whether the
+        connection closes after it (a refusal that says so)."""
+        refused = authorization.check(_head(request))
+        if not isinstance(refused, ProxyError):
+            return self.handle(request), False
+        # linkerd2-proxy tells only meshed clients why it refused (l5d-proxy-error).
+        informational = facts.mesh_tls and facts.client_id is not None
+        headers = (("l5d-proxy-error", refused.message),) if informational else ()
+        return Response(refused.status, headers=headers), refused.close
 
     def handle(self, request: Request) -> Response:
         """The answer to one request (no I/O)."""
@@ -304,11 +341,78 @@ def _head(request: Request) -> RequestHead:
 
 
 def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> None:
+    body, headers = _encoded(response, gzip_ok)
+    writer.write(http_response(response.status, body, response.content_type, keep_alive=keep_alive, headers=headers))
+
+
+def _encoded(response: Response, gzip_ok: bool) -> tuple[bytes, list[tuple[str, str]]]:
+    """The body to send (gzip when the client accepts it and it is worth it) and the headers beyond the type."""
     body, headers = response.body, list(response.headers)
     if gzip_ok and len(body) > 1024:
         body = gzip.compress(body, compresslevel=5)
         headers.append(("content-encoding", "gzip"))
-    writer.write(http_response(response.status, body, response.content_type, keep_alive=keep_alive, headers=headers))
+    return body, headers
+
+
+class _Wire(asyncio.StreamReaderProtocol):
+    """An admin connection's bytes: held until its HTTP version is known (inside mesh TLS they cannot be
+    peeked), then fed to the HTTP/1 reader (asyncio's streams) or to the HTTP/2 server."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.reader = asyncio.StreamReader(limit=MAX_HEAD, loop=loop)
+        super().__init__(self.reader, loop=loop)
+        self.arrived: asyncio.Future[None] = loop.create_future()  # the first bytes (or EOF) are here
+        self.lost: asyncio.Future[None] = loop.create_future()  # the connection is gone
+        self._held: bytearray | None = bytearray()  # None once a server takes the bytes
+        self._held_eof = False
+        self._http2: Http2Server | None = None
+
+    def first(self, n: int) -> bytes:
+        return bytes(self._held[:n]) if self._held is not None else b""
+
+    def speak_http1(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            super().data_received(bytes(held))
+        if self._held_eof:
+            super().eof_received()
+
+    def speak_http2(self, server: Http2Server) -> None:
+        held, self._held = self._held, None
+        self._http2 = server
+        if held:
+            server.received(bytes(held))
+        if self._held_eof:
+            server.closed()
+
+    def data_received(self, data: bytes) -> None:
+        if self._http2 is not None:
+            self._http2.received(data)
+        elif self._held is None:
+            super().data_received(data)
+        else:
+            self._held += data
+            _settle(self.arrived)
+
+    def eof_received(self) -> bool:
+        if self._http2 is not None:
+            self._http2.closed()
+            return False
+        if self._held is None:
+            return bool(super().eof_received())
+        self._held_eof = True
+        _settle(self.arrived)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _settle(self.arrived)
+        _settle(self.lost)
+        super().connection_lost(exc)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _json(value: object) -> Response:

@@ -4,22 +4,23 @@ server role and the HTTP/1 core by the HTTP/1 codec in the client role."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator
 from typing import Any
 
-from playbook import Checkout, Connected, DownData, Playbook, SendUp
+from playbook import Checkout, Connected, DownData, Playbook, SendDown, SendUp, UpEof
 
 from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 import pytest
 
 from tether.proxy.codec.http1 import BadMessage, Body, EndOfMessage, RequestHead, ResponseHead, State
-from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint
+from tether.proxy.codec.http2 import ErrorCodes, H2Endpoint, Http2Params
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.endpoint import Endpoint, upgrade_plan
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import HttpSettings, Pick
-from tether.proxy.core.orig_proto import UpgradeConnection, h2_request, upgradable
+from tether.proxy.core.orig_proto import UpgradeConnection, h1_response, h2_request, upgradable
 
 IP = parse_ip("10.0.0.7")
 ADDR = SocketAddr(IP, 8080)
@@ -148,26 +149,29 @@ def test_requests_of_several_legs_share_the_connection_and_legs_are_reused() -> 
 def test_a_reset_stream_ends_its_leg_alone_and_a_lost_connection_every_leg() -> None:
     conn = UpgradeConnection()
     peer = Peer(conn)
-    a, b = conn.leg(), conn.leg()
-    send(a, RequestHead(b"GET", b"/a", ((b"host", b"web"),)))
-    send(b, RequestHead(b"GET", b"/b", ((b"host", b"web"),)))
+    a, b, d = conn.leg(), conn.leg(), conn.leg()
+    for leg, path in ((a, b"/a"), (b, b"/b"), (d, b"/d")):
+        send(leg, RequestHead(b"GET", path, ((b"host", b"web"),)))
     peer.pump()
     conn.take_touched()
     peer.h2.reset(1, ErrorCodes.INTERNAL_ERROR)
     conn.receive(peer.h2.data_to_send())
     assert conn.take_touched() == [a] and a.broken and not b.broken
+    assert a.reset == ErrorCodes.INTERNAL_ERROR  # for the core's 502 (``upstream_failed``)
     assert a.receive_data(b"") == []  # before its response: the core sees the connection closed (502)
-    # A GOAWAY: the streams it took may finish, no new one is opened (the I/O side drops the idle legs).
+    # A GOAWAY: the streams it took may finish, no new one is opened (the I/O side drops the idle legs); one it
+    # did not take fails with its code.
     peer.h2.goaway(last_stream_id=3)
     conn.receive(peer.h2.data_to_send())
-    assert not conn.usable and not b.broken
+    assert not conn.usable and not b.broken and d.broken and d.reset == ErrorCodes.NO_ERROR
     c = conn.leg()
     send(c, RequestHead(b"GET", b"/c", ((b"host", b"web"),)))
-    assert c.broken
-    # The connection lost during b's response: the core's read of it fails (a broken-off response).
+    assert c.broken and c.reset is None  # it never had a stream
+    # A connection error during b's response: the core's read of it fails (a broken-off response).
     peer.respond(3, [(b":status", b"200")], b"part", end=False)
-    conn.lost()
-    assert b.broken and not conn.usable
+    peer.h2.goaway(ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=3)
+    conn.receive(peer.h2.data_to_send())
+    assert b.broken and b.reset == ErrorCodes.ENHANCE_YOUR_CALM and not conn.usable
     with pytest.raises(BadMessage):
         b.receive_data(b"")
 
@@ -234,3 +238,180 @@ def test_discoverys_http2_settings_besides_the_keep_alive_are_warned_about(caplo
         "endpoint 10.0.0.7:8080: discovery's http2.flow_control.initial_stream_window_size not applied "
         "(only http2.keep_alive is)"]
     endpoint._UNAPPLIED_HTTP2.clear()
+
+
+def test_the_response_head_is_what_the_http1_codec_would_have_found() -> None:
+    # Framed by its length, nothing hop-by-hop, no l5d-*: the core forwards it as it is (not scanned again).
+    plain = h1_response([(b":status", b"200"), (b"content-length", b"3"), (b"x-app", b"v"),
+                         (b"l5d-orig-proto", b"HTTP/1.1")], b"GET")
+    assert plain == ResponseHead(200, ((b"content-length", b"3"), (b"x-app", b"v")), b"OK")
+    assert not plain.rewrite and plain.found == {b"content-length": [b"3"]}
+    # Chunked for the core: a hop-by-hop field, so the core re-frames it; a peer's l5d-proxy-error is removed by it.
+    chunked = h1_response([(b":status", b"200")], b"GET")
+    assert chunked.headers == ((b"transfer-encoding", b"chunked"),)
+    assert chunked.rewrite and chunked.found == {b"transfer-encoding": [b"chunked"]}
+    failed = h1_response([(b":status", b"502"), (b"content-length", b"0"), (b"l5d-proxy-error", b"x")], b"GET")
+    assert failed.rewrite and failed.reason == b"Bad Gateway"
+    assert not h1_response([(b":status", b"204")], b"GET").found  # no body: not framed
+    assert h1_response([(b":status", b"599")], b"HEAD").reason == b""  # no phrase for it
+
+
+def test_a_request_is_cut_short_only_when_its_response_comes_before_all_of_it() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    get, post, whole = conn.leg(), conn.leg(), conn.leg()
+    send(get, RequestHead(b"GET", b"/g", ((b"host", b"web"),)))
+    # A body the core is still sending, and one sent whole but waiting for the peer's window (64 KiB).
+    post.send_head(RequestHead(b"POST", b"/p", ((b"host", b"web"), (b"content-length", b"10"))))
+    post.send_body(b"12345")
+    send(whole, RequestHead(b"POST", b"/w", ((b"host", b"web"), (b"content-length", b"70000"))), b"x" * 70000)
+    peer.pump()
+    assert whole.buffered > 0
+    for sid in (1, 3, 5):
+        peer.respond(sid, [(b":status", b"200"), (b"content-length", b"0")])
+    resets = [e.stream_id for e in peer.pump() if isinstance(e, h2e.StreamReset)]  # type: ignore[attr-defined]
+    assert resets == [3, 5]  # the GET went whole with its HEADERS: nothing of it to cut
+    assert received(get)[-1] == received(post)[-1] == received(whole)[-1] == EndOfMessage()
+    assert not conn.streams and whole.buffered == 0
+
+
+def test_the_connection_asks_the_io_side_to_write_once_until_it_writes() -> None:
+    conn = UpgradeConnection()
+    asked: list[None] = []
+    conn.on_output = lambda: asked.append(None)
+    peer = Peer(conn)
+    a, b = conn.leg(), conn.leg()
+    send(a, RequestHead(b"GET", b"/a", ((b"host", b"web"),)))
+    send(b, RequestHead(b"POST", b"/b", ((b"host", b"web"), (b"content-length", b"2"))), b"hi")
+    assert len(asked) == 1 and conn.woken
+    assert [type(e).__name__ for e in peer.pump()] == ["RequestReceived", "StreamEnded", "RequestReceived",
+                                                        "DataReceived", "StreamEnded"]
+    assert not conn.woken  # written: the next request asks again
+    send(a, RequestHead(b"GET", b"/a2", ((b"host", b"web"),)))
+    assert len(asked) == 2
+
+
+class CoreWithLegs:
+    """An HTTP/1 core (a playbook's) whose checkouts are answered with legs of ``conn``, as the pool does."""
+
+    def __init__(self, conn: UpgradeConnection) -> None:
+        self.conn = conn
+        self.pb = Playbook(router, settings())
+        self.pb.start()
+        self.legs: list[Any] = []
+
+    def connected(self, reused: bool = False) -> None:
+        up = self.pb.sink.new_up(reused)
+        up.codec = self.conn.leg()
+        self.legs.append(up.codec)
+        self.pb.sink.checkouts.pop(0)(up)
+
+    def sent_down(self) -> bytes:
+        return b"".join(c.data for c in self.pb.sink.calls if isinstance(c, SendDown))
+
+
+def test_a_stream_the_peer_resets_fails_the_request_with_linkerds_words() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    core = CoreWithLegs(conn)
+    core.pb.apply(DownData(b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"))
+    core.connected(reused=True)  # a pooled leg: its request may be sent once more
+    peer.pump()
+    peer.h2.reset(1, ErrorCodes.REFUSED_STREAM)
+    conn.receive(peer.h2.data_to_send())
+    core.pb.apply(UpEof(0))  # the I/O side tells the core its leg ended
+    core.connected()  # sent again, on a new leg
+    assert [type(e).__name__ for e in peer.pump()] == ["RequestReceived", "StreamEnded"]
+    peer.h2.reset(3, ErrorCodes.INTERNAL_ERROR)
+    conn.receive(peer.h2.data_to_send())
+    assert core.legs[1].broken and core.legs[1].reset == ErrorCodes.INTERNAL_ERROR
+    core.pb.apply(UpEof(1))
+    answer = core.sent_down()
+    assert answer.startswith(b"HTTP/1.1 502 ")
+    assert (b"l5d-proxy-error: endpoint 10.0.0.7:4143: upgraded connection failed with HTTP/2 reset: "
+            b"unexpected internal error encountered\r\n") in answer
+    # A connection lost without an error code reads as any connection closed before the response.
+    lost = UpgradeConnection()
+    Peer(lost)
+    core = CoreWithLegs(lost)
+    core.pb.apply(DownData(b"GET /r HTTP/1.1\r\nHost: web\r\n\r\n"))
+    core.connected()
+    lost.lost()
+    assert core.legs[0].broken and core.legs[0].reset is None
+    core.pb.apply(UpEof(0))
+    answer = core.sent_down()
+    assert b"l5d-proxy-error: endpoint 10.0.0.7:4143: connection closed before the response\r\n" in answer
+
+
+def test_an_http_1_0_request_is_marked_as_one() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    core = CoreWithLegs(conn)
+    core.pb.apply(DownData(b"GET /old HTTP/1.0\r\n\r\n"))
+    core.connected()
+    request = peer.pump()[0]
+    assert (b"l5d-orig-proto", b"HTTP/1.0") in request.headers  # type: ignore[attr-defined]
+    assert (b":authority", b"web:80") in request.headers  # type: ignore[attr-defined]
+
+
+def test_request_bytes_over_the_peers_window_go_when_it_opens_it() -> None:
+    conn = UpgradeConnection()
+    peer = Peer(conn)
+    leg = conn.leg()
+    send(leg, RequestHead(b"POST", b"/big", ((b"host", b"web"), (b"content-length", b"70000"))), b"x" * 70000)
+    got = [e for e in peer.pump() if isinstance(e, h2e.DataReceived)]
+    assert sum(len(e.data) for e in got) == 65535 and leg.buffered == 70000 - 65535
+    for event in got:  # the peer takes them: WINDOW_UPDATEs
+        peer.h2.ack(event.stream_id, event.flow_controlled_length)
+    conn.receive(peer.h2.data_to_send())
+    assert conn.unsent and conn.take_touched() == [leg]  # sent as the leg's connection is next written
+    rest = peer.h2.receive_data(conn.data_to_send())
+    assert sum(len(e.data) for e in rest if isinstance(e, h2e.DataReceived)) == 70000 - 65535
+    assert leg.buffered == 0
+
+
+def test_a_leg_whose_stream_failed_is_closed_so_its_connection_can_idle_out() -> None:
+    """``io.upgrade_io`` over a stream whose transport the test plays: the HTTP/1 side does not close a leg
+    that ended (it is lost), so the link does, or the connection would count it for ever."""
+    from tether.proxy.io.streams import Stream
+    from tether.proxy.io.upgrade_io import H2Link, Upgrades
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written = bytearray()
+
+        def write(self, data: bytes) -> None:
+            self.written += data
+
+        def close(self) -> None:
+            """Nothing to close."""
+
+    class Handler:
+        def __init__(self) -> None:
+            self.eof = False
+
+        def on_data(self, stream: Any, data: bytes) -> None:
+            """No response comes."""
+
+        def on_eof(self, stream: Any) -> None:
+            self.eof = True
+
+    async def scenario() -> None:
+        transport = Transport()
+        stream = Stream(asyncio.get_running_loop())
+        stream.connection_made(transport)  # type: ignore[arg-type]
+        link = H2Link(Upgrades(None), "web", stream, 0.0, Http2Params())  # type: ignore[arg-type]
+        peer = H2Endpoint(client=False)
+        peer.initiate()
+        leg = link.leg()
+        leg.handler = handler = Handler()  # type: ignore[assignment]
+        send(leg.leg, RequestHead(b"GET", b"/", ((b"host", b"web"),)))
+        link.after()  # as at the next loop iteration
+        peer.receive_data(bytes(transport.written))
+        peer.reset(1, ErrorCodes.INTERNAL_ERROR)
+        link.on_data(stream, peer.data_to_send())
+        assert handler.eof and leg.lost and leg.leg.closed
+        assert link.core.legs == 0 and link.idle_timer is not None  # it idles out as any unused connection
+        link.close()
+
+    asyncio.run(scenario())

@@ -9,8 +9,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from proxy_harness import App, Mesh, connection, read_request, run, samples, scrape
+import h2.config
+import h2.connection
+from proxy_harness import App, Mesh, connection, read_all, read_request, run, samples, scrape
 from test_http1_mesh import Web, header, request
+from test_http2_mesh import TRANSPORT_ALPN, h2_exchange
+from test_http2_mesh import Web as VersionWeb
+
+from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
 
 
 def protocols(metrics: dict[str, dict[frozenset[tuple[str, str]], float]]) -> dict[str, float]:
@@ -133,5 +139,52 @@ def test_errors_of_the_inbound_side_reach_the_http1_client(tmp_path: Path) -> No
             out = samples(await scrape(a), "response_total", direction="outbound", status_code="502",
                           classification="failure")
             assert sum(v for _, v in out) == 1
+
+    run(scenario())
+
+
+def test_an_http_1_0_request_reaches_the_app_as_one(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server, client, svc, b, _ = await mesh.two_proxies("web", 8080, 80)
+            async with VersionWeb(server.ip, 8080, "web-0") as app:  # answers with the version it was sent
+                async with connection(svc, 80) as (reader, writer):
+                    writer.write(b"GET /old HTTP/1.0\r\nHost: web\r\n\r\n")
+                    answer = await read_all(reader)  # no keep-alive asked: the proxy closes after it
+                assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\nweb-0 GET /old HTTP/1.0 ")
+                assert app.heads[-1].startswith(b"GET /old HTTP/1.0\r\n")
+            assert protocols(await scrape(b)) == {"http2": 1}  # upgraded: marked l5d-orig-proto: HTTP/1.0
+
+    run(scenario())
+
+
+def test_the_inbound_side_answers_an_upgraded_request_as_linkerd_does(tmp_path: Path) -> None:
+    """A linkerd2-proxy peer's upgraded HTTP/1.0 requests (forged here with the h2 library): the app is sent
+    HTTP/1.0; when it cannot be reached, the 502 is marked as its answer would have been, with the error and
+    the connection-close hint for the peer (who holds the client's connection), not ``connection: close``."""
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server = mesh.pod("web-0", app="web", ports=[8080])
+            await mesh.start_proxy(server)
+            peer = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+            ctx = mesh.ca.client_context(peer, alpn=[TRANSPORT_ALPN])
+            reader, writer = await asyncio.open_connection(server.ip, 4143, ssl=ctx, server_hostname=server.identity)
+            try:
+                writer.write(encode(TransportHeader(port=8080, protocol=SessionProtocol.HTTP2)))
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                conn.initiate_connection()
+                writer.write(conn.data_to_send())
+                old = [(":method", "GET"), (":scheme", "http"), (":authority", "web.emojivoto:8080"),
+                       (":path", "/old"), ("l5d-orig-proto", "HTTP/1.0")]
+                async with VersionWeb(server.ip, 8080, "web-0"):
+                    head, body = await h2_exchange(reader, writer, conn, old)
+                    assert head[":status"] == "200" and body == b"web-0 GET /old HTTP/1.0 "
+                head, body = await h2_exchange(reader, writer, conn, old)  # no app now
+                assert head[":status"] == "502" and body == b""
+                assert head["l5d-orig-proto"] == "HTTP/1.0" and head["l5d-proxy-connection"] == "close"
+                assert head["l5d-proxy-error"] and "connection" not in head
+            finally:
+                writer.close()
 
     run(scenario())

@@ -129,6 +129,34 @@ def io_error(addr: object) -> ProxyError:
     return ProxyError(ErrorKind.UPSTREAM_CLOSED, f"endpoint {addr}: connection closed before the response")
 
 
+def upgrade_reset(addr: object, error_code: int) -> ProxyError:
+    """An upgraded request's HTTP/2 stream failed (``core.orig_proto``): reset, refused by a GOAWAY, or its
+    connection failed with ``error_code`` -- linkerd2-proxy's ``DowngradedH2Error``, with the code told as the
+    ``h2`` crate tells it."""
+    reason = _H2_REASONS.get(error_code, "unknown reason")
+    return ProxyError(ErrorKind.UPSTREAM_CLOSED, f"endpoint {addr}: upgraded connection failed with HTTP/2 reset: "
+                                                 f"{reason}")
+
+
+# RFC 9113 §7's error codes as the h2 crate's ``Reason`` displays them.
+_H2_REASONS = {
+    0x0: "not a result of an error",
+    0x1: "unspecific protocol error detected",
+    0x2: "unexpected internal error encountered",
+    0x3: "flow-control protocol violated",
+    0x4: "settings ACK not received in timely manner",
+    0x5: "received frame when stream half-closed",
+    0x6: "frame with invalid size",
+    0x7: "refused stream before processing any application logic",
+    0x8: "stream no longer needed",
+    0x9: "unable to maintain the header compression context",
+    0xA: "connection established in response to a CONNECT request was reset or abnormally closed",
+    0xB: "detected excessive load generating behavior",
+    0xC: "security properties do not meet minimum requirements",
+    0xD: "endpoint requires HTTP/1.1",
+}
+
+
 def loop(addr: object) -> ProxyError:
     return ProxyError(ErrorKind.LOOP, f"endpoint {addr}: loop")
 

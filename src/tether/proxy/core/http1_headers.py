@@ -107,7 +107,9 @@ def upstream_request(request: RequestHead, pick: Pick, settings: HttpSettings) -
     if b"transfer-encoding" in framing:  # hop-by-hop, so dropped above: the body is sent with the same framing
         headers.extend((n, v) for n, v in request.headers if n.lower() == b"transfer-encoding")
     headers = mesh_request_headers(headers, pick, settings)
-    return RequestHead(request.method, request.target, tuple(headers), b"1.1")
+    # Sent as HTTP/1.1, but over the l5d-orig-proto upgrade: its leg marks the request with its own version.
+    version = request.version if pick.connect.upgrade else b"1.1"
+    return RequestHead(request.method, request.target, tuple(headers), version)
 
 
 def informational(head: ResponseHead) -> ResponseHead:

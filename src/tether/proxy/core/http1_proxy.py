@@ -529,7 +529,7 @@ class Http1Proxy:
             if fresh is not None:
                 self._resent(ex, pick, fresh)
             return
-        self._outcome(ex, None, errors.io_error(pick.connect.addr))
+        self._outcome(ex, None, orig_proto.upstream_failed(ex.client, pick.connect.addr))
 
     def _resent(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
         if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:

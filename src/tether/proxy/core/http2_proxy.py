@@ -93,7 +93,7 @@ from tether.proxy.codec.http2 import (
     Http2Params,
     error_name,
 )
-from tether.proxy.core import errors, exchange
+from tether.proxy.core import errors, exchange, orig_proto
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import (
@@ -1219,8 +1219,8 @@ class Http2Proxy:
                                    informational=self.settings.informational)
             headers = [(b":status", str(status).encode())]
             headers += [(n.lower(), v) for n, v in head.headers if n.lower() not in HOP_BY_HOP]
-            if stream.orig_proto is not None:
-                headers.append((L5D_ORIG_PROTO, b"HTTP/1.1"))
+            if stream.orig_proto is not None:  # as the app's response would be: of the request's version
+                headers.append((L5D_ORIG_PROTO, b"HTTP/" + orig_proto.downgraded_version(stream.orig_proto)))
         stream.status = status
         stream.head_ended = True
         if stream.timer is not None:
@@ -1472,7 +1472,7 @@ class Http2Proxy:
 
     def _downgraded_request(self, stream: _Stream) -> tuple[RequestHead, bool]:
         assert stream.orig_proto is not None and stream.pick is not None
-        version = b"1.0" if stream.orig_proto.upper().startswith(b"HTTP/1.0") else b"1.1"
+        version = orig_proto.downgraded_version(stream.orig_proto)
         target = stream.path
         if b"absolute-form" in stream.orig_proto.lower():
             target = stream.scheme + b"://" + stream.authority + stream.path

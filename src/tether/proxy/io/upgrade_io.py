@@ -7,7 +7,7 @@ client connection of the proxy, and hands out ``LegStream``s: what the
 HTTP/1 I/O side (``io.http1_io``) and the pool (``io.pool``) take for a
 ``Stream``, with the leg (``core.orig_proto.Leg``) as the ``Upstream``'s
 codec. The core's requests queue frames on the connection, written once per
-loop iteration for all legs (``H2Link.soon``); the handler is told when the
+loop iteration for all legs (``UpgradeConnection.on_output``); the handler is told when the
 leg has response events for the core (``on_data`` with a token: the core
 then takes the events from the leg), EOF when the leg's stream failed, and
 write-buffer changes as the leg's bytes wait for the peer's window or go. A
@@ -24,6 +24,7 @@ Callers: ``io.driver`` (``open_upstream`` for a ``Connect`` with ``upgrade``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -90,21 +91,22 @@ class LegStream:
         """Also once its connection takes no new stream (a GOAWAY): the pool then drops it, not reuses it."""
         return self.lost or self.leg.broken or not self.leg.conn.usable
 
-    # -- what the link tells it ---------------------------------------------------------------------------------
+    # -- what the link tells it (``H2Link.after``) ----------------------------------------------------------------
 
-    def moved(self) -> None:
-        """The leg has events for the core, or failed, or its request bytes went or wait."""
-        leg = self.leg
-        handler = self.handler
-        if leg.events and handler is not None:
-            handler.on_data(self, EVENTS)  # type: ignore[arg-type]
-        if leg.broken and not self.eof:
-            self.eof = True
-            self.lost = True
-            if handler is not None:
-                handler.on_eof(self)  # type: ignore[arg-type]
-            return
-        full = leg.buffered > SEND_LIMIT
+    def broke(self, handler: StreamHandler | None) -> None:
+        """The leg's stream failed: the handler sees the connection end. The leg is closed here: a lost stream
+        is not closed by its user (the HTTP/1 side checks it in as it is), and the connection counts its legs to
+        idle out."""
+        self.eof = True
+        self.lost = True
+        if handler is not None:
+            handler.on_eof(self)  # type: ignore[arg-type]
+        self.leg.close()
+
+    def sent(self, handler: StreamHandler | None) -> None:
+        """The leg's request bytes went or wait: the handler hears when they wait above ``SEND_LIMIT``."""
+        self.leg.sending = False
+        full = self.leg.buffered > SEND_LIMIT
         if full != self.paused:
             self.paused = full
             if handler is not None:
@@ -124,10 +126,12 @@ class H2Link:
         self.stream = stream
         self.elapsed = elapsed
         self.core = UpgradeConnection(params)
-        self.core.on_output = self.soon  # a cycle until the stream is lost (on_lost breaks it)
+        # The core queued frames: they are written at the next loop iteration, with whatever else queued by then
+        # (the core asks once until they are written: ``UpgradeConnection.woken``). A cycle until the stream is
+        # lost (on_lost breaks it).
+        self.core.on_output = functools.partial(asyncio.get_running_loop().call_soon, self.after)
         self.idle_timer: asyncio.TimerHandle | None = None
         self.busy = False  # inside after(): a leg's handler writing again is taken in the same pass
-        self.scheduled = False  # an after() is due at the next loop iteration (soon)
         self.keep_alive = keep_alive
         self.ping_timer: asyncio.TimerHandle | None = None
         if keep_alive is not None:
@@ -150,16 +154,6 @@ class H2Link:
             self.idle_timer = None
         return LegStream(self, self.core.leg())
 
-    def soon(self) -> None:
-        """The core queued frames: write them at the next loop iteration, with whatever else queued by then."""
-        if not self.scheduled and not self.busy:
-            self.scheduled = True
-            asyncio.get_running_loop().call_soon(self._soon)
-
-    def _soon(self) -> None:
-        self.scheduled = False
-        self.after()
-
     def after(self) -> None:
         """Tell the legs what moved, and write what the connection has for the peer."""
         if self.busy:
@@ -167,15 +161,20 @@ class H2Link:
         self.busy = True
         try:
             core = self.core
-            while True:
-                core.flush()
-                touched = core.take_touched()
-                if not touched:
-                    break
-                for leg in touched:
-                    user = leg.user()
-                    if user is not None:
-                        user.moved()
+            while core.touched or core.unsent:  # a leg's handler may move legs again
+                for leg in core.take_touched():
+                    stream = leg.user()
+                    if stream is None:
+                        continue
+                    # What moved, told to the stream's handler (here, not in a method of the stream: a call
+                    # a response saved).
+                    handler = stream.handler
+                    if leg.events and handler is not None:
+                        handler.on_data(stream, EVENTS)
+                    if leg.broken and not stream.eof:
+                        stream.broke(handler)
+                    elif leg.sending or stream.paused:  # else nothing queued since last time: no more waits
+                        stream.sent(handler)
             data = core.data_to_send()
             stream = self.stream
             if data and not stream.lost:

@@ -17,6 +17,8 @@ from proxy_harness import NS, App, Mesh, connection, read_request, run, samples,
 from test_http1_mesh import header, request
 
 from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.codec.http1 import EndOfMessage, Http1Connection, RequestHead, ResponseHead, Role
+from tether.proxy.codec.transport_header import SessionProtocol, TransportHeader, encode
 from tether.proxy.app import Proxy
 from tether.proxy.io.discovery import ProfileWatch
 
@@ -355,14 +357,15 @@ def test_a_profile_applied_later_takes_effect_on_an_open_connection(tmp_path: Pa
 def test_the_inbound_proxy_counts_the_profile_route_its_clients_named(tmp_path: Path) -> None:
     """The server's proxy looks up the profile named by the l5d-dst-canonical the client's proxy sends and counts
     ``route_*{direction="inbound"}``, as linkerd2-proxy does; the first request, sent before that profile is
-    known, goes on without a route (it is not made to wait)."""
+    known, waits for it (``LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT``, long here: the wait ends on the
+    answer) and takes its route."""
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             web, client, svc = mesh.one_served_pod("web", 8080, 80)
             mesh.store.apply_many([service_profile("web", routes=[
                 {"name": "GET /x", "condition": {"method": "GET", "pathRegex": "/x"}},
             ])])
-            b = await mesh.start_proxy(web)
+            b = await mesh.start_proxy(web, LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT="60s")
             a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80"])
             api = Api(web.ip, 8080, "web-0")
             dst = f"web.{NS}.{CD}:80"
@@ -370,11 +373,7 @@ def test_the_inbound_proxy_counts_the_profile_route_its_clients_named(tmp_path: 
                 watch = await profile_in(a, svc, 80)
                 try:
                     async with connection(svc, 80) as (reader, writer):
-                        head, _ = await request(reader, writer, "GET", "/x")
-                        assert head.status == 200
-                        inbound = b.discovery.profiles[dst]  # opened by that request
-                        await until(lambda: inbound.resolution.profile is not None, inbound.updated)
-                        for path in ("/x", "/x", "/other"):
+                        for path in ("/x", "/x", "/x", "/other"):
                             head, _ = await request(reader, writer, "GET", path)
                             assert head.status == 200
                 finally:
@@ -383,15 +382,65 @@ def test_the_inbound_proxy_counts_the_profile_route_its_clients_named(tmp_path: 
                 await b.idle()
                 out = await scrape(b)
                 named = {"direction": "inbound", "dst": dst, "rt_route": "GET /x"}
-                assert samples(out, "route_request_total", **named) == [(named, 2)]
+                assert samples(out, "route_request_total", **named) == [(named, 3)]
                 assert [v for _, v in samples(out, "route_response_total", **named, status_code="200",
-                                              classification="success")] == [2]
-                assert [v for _, v in samples(out, "route_response_latency_ms_count", **named)] == [2]
+                                              classification="success")] == [3]
+                assert [v for _, v in samples(out, "route_response_latency_ms_count", **named)] == [3]
                 default = samples(out, "route_request_total", direction="inbound", dst=dst)
                 assert [v for labels, v in default if "rt_route" not in labels] == [1]  # /other
                 # No retries inbound: the route is not retryable there, whatever the profile says.
                 assert samples(out, "route_retryable_total", direction="inbound") == []
                 outbound = await scrape(a)
                 assert route_samples(outbound, "route_request_total", "GET /x") == 3
+
+    run(scenario())
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, host: bytes) -> int:
+    """``GET path`` with ``Host: host`` (and nothing else) on an open connection; the response's status."""
+    conn = Http1Connection(Role.CLIENT)
+    writer.write(conn.send_head(RequestHead(b"GET", path.encode(), ((b"host", host),))) + conn.send_end())
+    status = 0
+    while True:
+        chunk = await reader.read(65536)
+        assert chunk, "closed before the response ended"
+        for event in conn.receive_data(chunk):
+            if isinstance(event, ResponseHead):
+                status = event.status
+            elif isinstance(event, EndOfMessage):
+                return status
+
+
+def test_without_l5d_dst_canonical_the_inbound_proxy_names_the_service_by_the_host(tmp_path: Path) -> None:
+    """A request without ``l5d-dst-canonical`` (a peer that took no profile route) names its service by its
+    ``Host`` (port 80 when it has none), as linkerd2-proxy falls back to; the first request waits for the
+    profile's first answer. A Host that is an address, or a name outside the profile suffixes, names none."""
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            web = mesh.pod("web-0", app="web", ports=[8080])
+            mesh.service("web", [(80, 8080)])
+            mesh.store.apply_many([service_profile("web", routes=[
+                {"name": "GET /x", "condition": {"method": "GET", "pathRegex": "/x"}},
+            ])])
+            b = await mesh.start_proxy(web, LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT="60s")
+            peer = "client.emojivoto.serviceaccount.identity.linkerd.cluster.local"
+            ctx = mesh.ca.client_context(peer, alpn=["transport.l5d.io/v1"])
+            dst = f"web.{NS}.{CD}:80"
+            async with apps(Api(web.ip, 8080, "web-0")):
+                reader, writer = await asyncio.open_connection(web.ip, 4143, ssl=ctx, server_hostname=web.identity)
+                try:
+                    writer.write(encode(TransportHeader(port=8080, protocol=SessionProtocol.HTTP1)))
+                    for host in (f"Web.{NS}.{CD}".encode(), f"web.{NS}.{CD}:80".encode(), web.ip.encode(),
+                                 b"web.example.com"):
+                        assert await _get(reader, writer, "/x", host) == 200
+                finally:
+                    writer.close()
+                await b.idle()
+                out = await scrape(b)
+                named = {"direction": "inbound", "dst": dst, "rt_route": "GET /x"}
+                assert samples(out, "route_request_total", **named) == [(named, 2)]
+                assert [labels["dst"] for labels, _ in samples(out, "route_request_total", direction="inbound")] \
+                    == [dst]
+                assert list(b.discovery.profiles) == [dst]  # nothing was looked up for the address nor example.com
 
     run(scenario())

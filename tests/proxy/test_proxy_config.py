@@ -88,6 +88,7 @@ def test_defaults(minimal_env: dict[str, str]) -> None:
     assert c.log_format is LogFormat.PLAIN
     assert c.shutdown_grace_period == timedelta(minutes=2)
     assert c.shutdown_endpoint_enabled is False
+    assert c.profile_initial_timeout == timedelta(milliseconds=500)
 
 
 Getter = Callable[[ProxyConfig], object]
@@ -147,6 +148,7 @@ VALID: list[tuple[str, str, Getter, object]] = [
     ("LOG_FORMAT", "json", lambda c: c.log_format, LogFormat.JSON),
     ("LOG_FORMAT", "PLAIN", lambda c: c.log_format, LogFormat.PLAIN),
     ("SHUTDOWN_GRACE_PERIOD", "30s", lambda c: c.shutdown_grace_period, s(30)),
+    ("DESTINATION_PROFILE_INITIAL_TIMEOUT", "2s", lambda c: c.profile_initial_timeout, s(2)),
     ("SHUTDOWN_ENDPOINT_ENABLED", "true", lambda c: c.shutdown_endpoint_enabled, True),
     ("SHUTDOWN_ENDPOINT_ENABLED", "false", lambda c: c.shutdown_endpoint_enabled, False),
     ("INBOUND_MAX_IN_FLIGHT", "10", lambda c: c.inbound.max_in_flight, 10),
@@ -207,6 +209,7 @@ INVALID: list[tuple[str, str, str]] = [
     ("INBOUND_CONNECT_EXP_BACKOFF_JITTER", "nan", "not a non-negative number"),
     ("LOG_FORMAT", "yaml", "not a log format"),
     ("SHUTDOWN_GRACE_PERIOD", "2 m", "not a duration"),
+    ("DESTINATION_PROFILE_INITIAL_TIMEOUT", "500", "has no unit"),
     ("SHUTDOWN_ENDPOINT_ENABLED", "True", "not a boolean"),
     ("SHUTDOWN_ENDPOINT_ENABLED", "1", "not a boolean"),
     ("INBOUND_MAX_IN_FLIGHT", "0", "not a positive integer"),

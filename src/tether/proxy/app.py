@@ -35,6 +35,7 @@ from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
 from tether.proxy.io.spire_client import SpireClient
 from tether.proxy.core.inbound import InboundSettings, inbound
+from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
 from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics
 from tether.proxy.io.listeners import Listener, bind, local_addr, original_dst, peer_addr
 from tether.proxy.core.logs import LogFilter
@@ -120,8 +121,8 @@ class Proxy:
             rng=rng,
         )
         in_cfg = config.inbound
-        self.inbound_profiles = InboundProfiles(self.discovery, config.profile_suffixes,
-                                                in_cfg.discovery_idle_timeout.total_seconds(), time.monotonic)
+        self.inbound_profiles = InboundProfiles(self.discovery, in_cfg.discovery_idle_timeout.total_seconds(),
+                                                config.profile_initial_timeout.total_seconds(), time.monotonic)
         self.policies = PolicyClient(
             workload=config.policy_workload,
             default=lambda port: default_policy(in_cfg.default_policy, config.cluster_networks,
@@ -233,7 +234,7 @@ class Proxy:
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
             detect_metrics=DetectMetrics(self.metrics, "inbound"),
-            profiles=self.inbound_profiles.lookup,
+            profiles=InboundProfileRoutes(self.inbound_profiles, config.profile_suffixes),
             route_metrics=InboundRouteMetrics(self.metrics),
         )
         self._outbound_settings = OutboundSettings(

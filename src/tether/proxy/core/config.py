@@ -284,6 +284,9 @@ class ProxyConfig:
     # LINKERD2_PROXY_HTTP2_INITIAL_STREAM_WINDOW_SIZE and _CONNECTION_WINDOW_SIZE: the proxy's HTTP/2 clients.
     http2_client: Http2Params = DEFAULT_PARAMS
     orig_dst_fallback: OrigDstFallback = OrigDstFallback.NONE  # TETHER_PROXY_ORIG_DST_FALLBACK
+    # LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT, default 500ms: how long an inbound request waits for
+    # the first profile answer of the service it names (io.inbound_profiles).
+    profile_initial_timeout: timedelta = timedelta(milliseconds=500)
     # Proxy variables in the environment that nothing read (core.config_unread): each a warning naming it.
     unread: tuple[str, ...] = ()
 
@@ -326,6 +329,8 @@ class ProxyConfig:
                 connection_window=e.get("LINKERD2_PROXY_HTTP2_INITIAL_CONNECTION_WINDOW_SIZE",
                                         _parse_connection_window, str(DEFAULT_PARAMS.connection_window))),
             orig_dst_fallback=e.get("TETHER_PROXY_ORIG_DST_FALLBACK", _parse_orig_dst_fallback, "none"),
+            profile_initial_timeout=e.get("LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT", parse_duration,
+                                          "500ms"),
         )
         return replace(config, unread=unread_warnings(env, e.read))
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import repeat
 
 from tether.ports import PortSet
 from tether.proxy.core import labels
@@ -53,7 +55,8 @@ from tether.proxy.core.config import DefaultPolicy
 from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
-from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics
+from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
+from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics, routed
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.authz import Meta
 from tether.proxy.core.inbound_authz import (
@@ -66,7 +69,6 @@ from tether.proxy.core.inbound_authz import (
 )
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_metrics import DetectMetrics
-from tether.proxy.core.profiles import Profile
 from tether.proxy.core.server_policy import ServerPolicy, default_policy
 from tether.proxy.codec import detect
 from tether.proxy.codec.transport_header import ALPN_PROTOCOL, HeaderReceived, NoHeader
@@ -93,8 +95,8 @@ class InboundSettings:
     # Subscribe to a port's policy changes (io.policy_client): forwarded connections are re-checked on each.
     policy_changes: PolicyChanges | None = None
     detect_metrics: DetectMetrics | None = None  # inbound_tcp_detect_http_*
-    # The ServiceProfile an l5d-dst-canonical value names, if known now (io.inbound_profiles); None: no lookups.
-    profiles: Callable[[bytes], Profile | None] | None = None
+    # Each request's ServiceProfile route (core.inbound_profile_routes over io.inbound_profiles); None: none.
+    profiles: InboundProfileRoutes | None = None
     route_metrics: InboundRouteMetrics | None = None  # inbound_{http,grpc}_requests_total ... of routed requests
 
     def policy(self, port: int) -> ServerPolicy:
@@ -102,6 +104,13 @@ class InboundSettings:
             return self.policies(port)
         return default_policy(self.default_policy, self.cluster_networks, opaque=port in self.opaque_ports,
                               detect_timeout=self.detect_timeout)
+
+    def current_policy(self, port: int) -> Callable[[], ServerPolicy]:
+        """What gives ``port``'s current policy, asked per HTTP request: the policy client (one Python call),
+        else the default policy, which never changes (a C callable: none)."""
+        if self.policies is not None:
+            return partial(self.policies, port)
+        return repeat(self.policy(port)).__next__
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +250,7 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
         # HTTP is authorized per request (core.inbound_authz), never refused here (proxy.md §8.3).
         yield SetLabels(accept)
         carry = PROTOCOL_LAYERS[type(verdict)]
-        policy_check = InboundRequestPolicy(lambda: settings.policy(port), facts, clock=settings.http.clock,
+        policy_check = InboundRequestPolicy(settings.current_policy(port), facts, clock=settings.http.clock,
                                             changes=settings.policy_changes)
         yield from carry(replace(session, authz=decision.meta if decision else None, policy=policy_check), settings)
         return
@@ -256,7 +265,7 @@ def _authorized(session: Session, client: SocketAddr, settings: InboundSettings,
     yield SetLabels(accept)
     watch = None
     if settings.policy_changes is not None:
-        watch = TcpAuthzWatch(lambda: settings.policy(port), settings.policy_changes, facts)
+        watch = TcpAuthzWatch(settings.current_policy(port), settings.policy_changes, facts)
     yield from tcp_forward(replace(session, authz=decision.meta, authz_watch=watch), settings)
 
 
@@ -313,13 +322,14 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
                    error_scope=labels.join(labels.target(target), server),
                    policy=session.policy)
     if isinstance(policy, InboundRequestPolicy):
-        checked = policy
-        router = inbound_router(target, settings.connect_timeout, endpoint, lambda: checked.permit,
-                                settings.profiles)
-        if settings.route_metrics is not None:
-            router = settings.route_metrics.routed(router, lambda: checked.route)
+        # The permit read per request by a C call (partial of getattr), not a lambda.
+        router = inbound_router(target, settings.connect_timeout, endpoint, partial(getattr, policy, "permit"))
+        authorized: InboundRequestPolicy | None = policy
+    else:
+        router, authorized = inbound_router(target, settings.connect_timeout, metric_labels), None
+    if settings.profiles is None and settings.route_metrics is None:
         return router, http
-    return inbound_router(target, settings.connect_timeout, metric_labels, profiles=settings.profiles), http
+    return routed(router, authorized=authorized, profiles=settings.profiles, metrics=settings.route_metrics), http
 
 
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.

@@ -50,7 +50,7 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.metrics import Counter, Registry
 from tether.proxy.core.http import HeaderEdit
 from tether.proxy.core.route_filters import FailureInjector, HeaderModifier, InvalidRedirect, Redirect, chain
-from tether.proxy.core.server_policy import HttpRoute, Rule, ServerPolicy
+from tether.proxy.core.server_policy import HttpRoute, Protocol, Rule, ServerPolicy
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ class InboundRequestPolicy:
     update is a new object, so the next request decides afresh).
     """
 
-    __slots__ = ("_policy", "_facts", "_changes", "_clock", "_draw", "permit", "route", "_seen", "_srv", "_server",
-                 "_parent", "_decided")
+    __slots__ = ("_policy", "_facts", "_changes", "_clock", "_draw", "permit", "route", "grpc", "_seen", "_srv",
+                 "_server", "_parent", "_decided")
 
     def __init__(self, policy: Callable[[], ServerPolicy], facts: ConnectionFacts, *, clock: Callable[[], float],
                  draw: Callable[[], float] = random.random, changes: PolicyChanges | None = None) -> None:
@@ -117,8 +117,10 @@ class InboundRequestPolicy:
         self._draw = draw  # a uniform number in [0, 1): whether a failure injector fails this request
         # The last authorized request's srv_*, route_* and authz_* labels: its request metrics' (core.routes).
         self.permit = ""
-        # Its parent_* and route_* labels: the inbound route families' (core.inbound_route_metrics).
+        # Its parent_* and route_* labels, and whether its Server speaks gRPC: the inbound route families'
+        # (core.inbound_route_metrics).
         self.route = ""
+        self.grpc = False
         self._seen: ServerPolicy | None = None  # the policy the kept decisions were made under
         self._srv = ""  # srv_* labels under it
         self._server = ""  # target_* and srv_* labels under it
@@ -134,7 +136,8 @@ class InboundRequestPolicy:
             self._server = f"{facts.target_labels},{self._srv}"
             self._parent = f'{policy.meta.labels("parent")},parent_port="{facts.port}"'
             self._decided = {}
-        selected = policy.select(request)
+        # A policy whose one route takes every request (the default policies') is not asked: a call saved.
+        selected = policy.every if policy.every is not None else policy.select(request)
         if selected is None:
             facts.count("inbound_http_route_not_found_total", f"{self._server},{facts.tls_labels}")
             return errors.route_not_found()
@@ -149,11 +152,12 @@ class InboundRequestPolicy:
             log.info("inbound: request denied: server %s, route %s, client %s", _name(policy.meta),
                      _name(route.meta), facts.client())
             return errors.unauthorized()
-        if authz.meta == AUDIT:
+        if decision.audit:
             log.info("inbound: request allowed: server %s, route %s, client %s, authorization %s",
                      _name(policy.meta), _name(route.meta), facts.client(), _name(authz.meta))
         self.permit = decision.permit
         self.route = decision.route
+        self.grpc = policy.protocol is Protocol.GRPC
         edit = None
         if rule.filters:
             outcome = self._filter(route, rule, request)
@@ -210,23 +214,25 @@ class InboundRequestPolicy:
             permit = f"{self._srv},{route.meta.labels('route')},{authz.meta.labels('authz')}"
             name, labels = "inbound_http_authz_allow_total", f"{facts.target_labels},{permit},{facts.tls_labels}"
         counter = facts.registry.counter(name, HELP[name]) if facts.registry is not None else None
-        return _Decision(authz, counter, labels, server_route, permit, f"{self._parent},{route.meta.labels('route')}")
+        return _Decision(authz, counter, labels, server_route, permit, f"{self._parent},{route.meta.labels('route')}",
+                         authz is not None and authz.meta == AUDIT)
 
 
 class _Decision:
     """A route's authorization for the connection (None: denied), and the counter and labels each of its
     requests moves."""
 
-    __slots__ = ("authz", "counter", "labels", "route_labels", "permit", "route")
+    __slots__ = ("authz", "counter", "labels", "route_labels", "permit", "route", "audit")
 
     def __init__(self, authz: Authorization | None, counter: Counter | None, labels: str, route_labels: str,
-                 permit: str, route: str) -> None:
+                 permit: str, route: str, audit: bool) -> None:
         self.authz = authz
         self.counter = counter
         self.labels = labels
         self.route_labels = route_labels  # target_*, srv_* and route_* (a rate limit's labels start with them)
         self.permit = permit  # srv_*, route_* and authz_*: InboundRequestPolicy.permit when allowed
         self.route = route  # parent_* and route_*: InboundRequestPolicy.route when allowed
+        self.audit = audit  # allowed by the ``audit`` authorization: each request is logged
 
 
 class TcpAuthzWatch:

@@ -5,6 +5,17 @@
 - ``inbound_{http,grpc}_statuses_total`` (+ ``status``: the HTTP status, or for
   gRPC the numeric ``grpc-status``), when the app's response ended -- a response
   that never came (a reset, an I/O error) has no status and is not counted;
+- ``inbound_{http,grpc}_request_duration_seconds`` (0.025, 0.05, 0.1, 0.25, 0.5,
+  1, 10): from the request's authorization (before it waits for its profile)
+  to the end of its response -- or to its failure, a reset or the client's
+  going away; a protocol switch (101) ends it at the response head, as
+  linkerd2-proxy's ends with the empty body of that response;
+- ``inbound_{http,grpc}_response_duration_seconds`` (0.05, 0.5, 1, 10): from the
+  request's end -- its last body chunk or DATA frame from the client, or its
+  routing when it had no body or that came first -- to the same end.
+  linkerd2-proxy starts it when the app's client has sent the request's end
+  and counts 0 when the response ends first; here a response that ends while
+  the request is still coming counts from the request's last chunk so far;
 - ``inbound_{http,grpc}_request_frame_size_bytes`` (128, 1024, 10240): each
   request body chunk (an HTTP/1 chunk or read) or DATA frame (HTTP/2) the client
   sent, those that came before the request was routed too, and
@@ -12,107 +23,219 @@
   the client.
 
 Labels are ``parent_group``, ``parent_kind``, ``parent_name``, ``parent_port``
-(the Server) and ``route_group``, ``route_kind``, ``route_name`` -- no namespace,
-as linkerd2-proxy's inbound. A request is gRPC when its ``content-type`` starts
-with ``application/grpc``. The frame series is bound once per request (no label
-rendering per chunk), on the connection's pick its requests on the route share.
+(the Server) and ``route_group``, ``route_kind``, ``route_name`` -- no
+namespace, as linkerd2-proxy's inbound. A request is counted in the ``grpc``
+families when its Server's protocol is gRPC (its routes are GRPCRoutes), in
+the ``http`` ones otherwise, as linkerd2-proxy's ``PermitVariant`` says: the
+policy check decides it once per route (``core.inbound_authz``).
 
-Caller: ``core.inbound`` wraps the inbound router with ``routed``; the labels
-come from ``core.inbound_authz`` (``InboundRequestPolicy.route``).
+The per-request path makes no label rendering and no call into a counter:
+the series of one route are one ``_RouteSeries`` that its requests bump in
+place, and a request's observers are closures over its two times. A
+series is touched at a scrape when its requests moved since the previous one,
+and dropped when untouched for ``retain_idle`` (or, past ``MAX_SERIES``
+routes, the least recently touched tenth), as the proxy's other families.
+
+Caller: ``core.inbound`` wraps the inbound router with ``routed``, which also
+gives each request its profile route (``core.inbound_profile_routes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from bisect import bisect_left
+from collections.abc import Generator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from tether.proxy.codec.http1 import RequestHead
-from tether.proxy.core.commands import Command
+from tether.proxy.core.commands import Command, Wait
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import Pick, Router
-from tether.proxy.core.metrics import Registry
-from tether.proxy.core.policy_metrics import FRAME_BUCKETS, _Histogram
+from tether.proxy.core.http_metrics import render_histogram
+from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
+from tether.proxy.core.metrics import MAX_SERIES, Registry, stale_series
+from tether.proxy.core.policy_metrics import DURATION_BUCKETS, FRAME_BUCKETS
+
+REQUEST_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)  # linkerd2-proxy's finer ones for the inbound side
+RESPONSE_BUCKETS = DURATION_BUCKETS  # 0.05, 0.5, 1, 10
+
+
+class Authorized(Protocol):
+    """What the policy check (``core.inbound_authz.InboundRequestPolicy``) says of the request it just let
+    through: its route's labels ("" when none) and whether its Server speaks gRPC."""
+
+    route: str
+    grpc: bool
+
+
+def _histogram(buckets: tuple[float, ...]) -> list[float]:
+    return [0.0] * (len(buckets) + 3)  # the count per bucket, +Inf, then the sum and the count
+
+
+class _RouteSeries:
+    """Every series of one route (in one protocol's families)."""
+
+    __slots__ = ("grpc", "requests", "statuses", "request_duration", "response_duration", "request_frames",
+                 "response_frames", "seen", "touched")
+
+    def __init__(self, grpc: bool, now: float) -> None:
+        self.grpc = grpc  # statuses are grpc-status codes
+        self.requests = 0
+        self.statuses: dict[int, int] = {}
+        self.request_duration = _histogram(REQUEST_BUCKETS)
+        self.response_duration = _histogram(RESPONSE_BUCKETS)
+        self.request_frames = _histogram(FRAME_BUCKETS)
+        self.response_frames = _histogram(FRAME_BUCKETS)
+        self.seen = 0  # ``requests`` at the last scrape
+        self.touched = now
+
+    def response_frame(self, size: float) -> None:
+        frames = self.response_frames
+        frames[bisect_left(FRAME_BUCKETS, size)] += 1
+        frames[-2] += size
+        frames[-1] += 1
 
 
 class _Family:
-    """The families of one protocol (``http`` or ``grpc``)."""
+    """The families of one protocol (``http`` or ``grpc``): their series by route labels."""
 
-    def __init__(self, registry: Registry, proto: str) -> None:
-        prefix = f"inbound_{proto}"
-        self.requests = registry.counter(f"{prefix}_requests_total", f"The number of {proto} requests on a route.")
-        self.statuses = registry.counter(f"{prefix}_statuses_total", f"Completed {proto} responses on a route.")
-        self.request_frames = _Histogram(f"{prefix}_request_frame_size_bytes",
-                                         f"The size of request body frames on a route ({proto}).",
-                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
-        self.response_frames = _Histogram(f"{prefix}_response_frame_size_bytes",
-                                          f"The size of response body frames on a route ({proto}).",
-                                          registry.clock, registry.retain_idle, FRAME_BUCKETS)
+    def __init__(self, proto: str) -> None:
+        self.proto = proto
+        self.grpc = proto == "grpc"
+        self.routes: dict[str, _RouteSeries] = {}
+
+    def series(self, labels: str, now: float, retain_idle: float) -> _RouteSeries:
+        """The series of the route ``labels`` names, made now (the first request on it, or since it expired)."""
+        if len(self.routes) >= MAX_SERIES:
+            self.expire(now, retain_idle, force=True)
+        series = self.routes[labels] = _RouteSeries(self.grpc, now)
+        return series
+
+    def expire(self, now: float, retain_idle: float, *, force: bool) -> None:
+        touched = {}
+        for labels, series in self.routes.items():
+            if series.requests != series.seen:  # moved since the last look: in use
+                series.seen = series.requests
+                series.touched = now
+            touched[labels] = series.touched
+        for labels in stale_series(touched, now, retain_idle, force=force):
+            del self.routes[labels]
+
+    def render(self, out: list[str]) -> None:
+        prefix = f"inbound_{self.proto}"
+        routes = self.routes.items()
+        _header(out, f"{prefix}_requests_total", "counter", f"The number of {self.proto} requests on a route.")
+        out.extend(f"{prefix}_requests_total{{{labels}}} {series.requests}" for labels, series in routes)
+        _header(out, f"{prefix}_statuses_total", "counter", f"Completed {self.proto} responses on a route.")
+        out.extend(f'{prefix}_statuses_total{{{labels},status="{code}"}} {count}'
+                   for labels, series in routes for code, count in series.statuses.items())
+        for name, help_, buckets, attr in _HISTOGRAMS:
+            _header(out, f"{prefix}_{name}", "histogram", help_)
+            for labels, series in routes:
+                render_histogram(out, f"{prefix}_{name}", labels, getattr(series, attr), buckets)
+
+
+_HISTOGRAMS = (
+    ("request_duration_seconds", "The time between request initialization and response completion.",
+     REQUEST_BUCKETS, "request_duration"),
+    ("response_duration_seconds", "The time between request completion and response completion.",
+     RESPONSE_BUCKETS, "response_duration"),
+    ("request_frame_size_bytes", "The size of request body frames on a route.", FRAME_BUCKETS, "request_frames"),
+    ("response_frame_size_bytes", "The size of response body frames on a route.", FRAME_BUCKETS,
+     "response_frames"),
+)
+
+
+def _header(out: list[str], name: str, kind: str, help_: str) -> None:
+    out.append(f"# HELP {name} {help_}")
+    out.append(f"# TYPE {name} {kind}")
 
 
 class InboundRouteMetrics:
-    """The inbound route families, registered in the proxy's registry."""
+    """The inbound route families, rendered in the proxy's registry."""
 
     def __init__(self, registry: Registry) -> None:
-        self.http = _Family(registry, "http")
-        self.grpc = _Family(registry, "grpc")
+        self.clock = registry.clock
+        self.retain_idle = registry.retain_idle
+        self.http = _Family("http")
+        self.grpc = _Family("grpc")
         registry.add_collector(self._render)
 
-    def routed(self, router: Router, route_labels: Callable[[], str]) -> Router:
-        """``router``, counting each request it routes under ``route_labels()`` (the route the policy check
-        just authorized: read right after the check, as ``core.routes.inbound_router`` reads its permit)."""
-
-        # Per pick's labels, profile route (an identity: kept alive here) and protocol: this connection's.
-        copies: dict[tuple[str, object, bool], Pick] = {}
-
-        def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
-            picked = yield from router(request)
-            labels_ = route_labels()
-            if not isinstance(picked, Pick) or not labels_:
-                return picked
-            grpc = _is_grpc(request)
-            family = self.grpc if grpc else self.http
-            family.requests.inc(labels_)
-            key = (picked.labels, picked.route, grpc)  # picked.labels: its server, route and authorization
-            counted = copies.get(key)
-            if counted is None:
-                if len(copies) >= MAX_COPIES:
-                    copies.clear()
-                counted = copies[key] = replace(picked, outcome=_outcome(family, labels_, grpc))
-            # Rebound per request: a series expired while the connection was idle comes back.
-            counted.frames = family.response_frames.bind(labels_)
-            counted.request_frames = family.request_frames.bind(labels_)
-            return counted
-
-        return route
-
     def _render(self, out: list[str]) -> None:
+        now = self.clock()
         for family in (self.http, self.grpc):
-            family.request_frames.render(out)
-            family.response_frames.render(out)
+            family.expire(now, self.retain_idle, force=False)
+            family.render(out)
 
 
-def _outcome(family: _Family, labels_: str, grpc: bool) -> Callable[[int, int | None, float], None]:
-    """How a request's response ended: its status counted (none: not counted)."""
-    statuses = family.statuses
-    rendered: dict[int, str] = {}  # status -> its series' labels, rendered once (a route answers a few statuses)
+def routed(router: Router, *, authorized: Authorized | None, profiles: InboundProfileRoutes | None,
+           metrics: InboundRouteMetrics | None) -> Router:
+    """``router`` (the app's, ``core.routes.inbound_router``) giving each request its profile route
+    (``profiles``; waiting for it once when ``InboundProfileRoutes.route`` says so) and, when ``authorized``
+    (the connection's policy check) let it through on a route, counting it on that route (``metrics``)."""
+    if metrics is None:
+        authorized = None
+    clock = metrics.clock if metrics is not None else _no_clock
 
-    def outcome(status: int, grpc_status: int | None, _elapsed: float) -> None:
-        code = grpc_status if grpc else (status or None)
-        if code is not None:
-            series = rendered.get(code)
-            if series is None:
-                series = rendered[code] = f'{labels_},status="{code}"'
-            statuses.inc(series)
+    def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+        began = clock()
+        picked = yield from router(request)
+        if isinstance(picked, ProxyError):
+            return picked
+        profile_route = None
+        if profiles is not None:
+            found = profiles.route(request)
+            if isinstance(found, Wait):
+                yield found
+                found = profiles.route(request, waited=True)
+            assert not isinstance(found, Wait)
+            profile_route = found
+        if authorized is None or not authorized.route:
+            return picked if profile_route is None else replace(picked, route=profile_route)
+        assert metrics is not None
+        labels_ = authorized.route
+        family = metrics.grpc if authorized.grpc else metrics.http
+        series = family.routes.get(labels_)
+        if series is None:
+            series = family.series(labels_, began, metrics.retain_idle)
+        series.requests += 1
+        # The request's observers: closures (made without a call) over its times, given to the HTTP core in a
+        # Pick of its own (the router's is shared by the connection's requests).
+        times = [began, clock()]  # when it began; when it ended: routed, unless a body chunk comes later
 
-    return outcome
+        def request_frame(size: float) -> None:
+            frames = series.request_frames
+            frames[bisect_left(FRAME_BUCKETS, size)] += 1  # as response_frame observes (inline: no call)
+            frames[-2] += size
+            frames[-1] += 1
+            times[1] = clock()
+
+        def outcome(status: int, grpc_status: int | None, _elapsed: float) -> None:
+            """The response's status (``Pick.outcome``: HTTP/1 at its head, HTTP/2 at its end); none: not
+            counted."""
+            code = grpc_status if series.grpc else (status or None)
+            if code is not None:
+                series.statuses[code] = series.statuses.get(code, 0) + 1
+            if status == 101:  # the connection switched protocols: the exchange ends with this head
+                release()
+
+        def release() -> None:
+            """The exchange is over (``Pick.release``): its two durations, once."""
+            if not times:
+                return
+            now = clock()
+            for hist, buckets, seconds in ((series.request_duration, REQUEST_BUCKETS, now - times[0]),
+                                           (series.response_duration, RESPONSE_BUCKETS, now - times[1])):
+                hist[bisect_left(buckets, seconds)] += 1  # as response_frame observes (inline: no call)
+                hist[-2] += seconds
+                hist[-1] += 1
+            times.clear()
+
+        return replace(picked, route=profile_route, outcome=outcome, release=release,
+                       frames=series.response_frame, request_frames=request_frame)
+
+    return route
 
 
-MAX_COPIES = 64  # as core.routes.MAX_PERMITS: a connection's requests share a few routes
-
-
-def _is_grpc(request: RequestHead) -> bool:
-    for name, value in request.headers:
-        if name.lower() == b"content-type":
-            return value.startswith(b"application/grpc")
-    return False
+def _no_clock() -> float:
+    return 0.0

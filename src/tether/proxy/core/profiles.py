@@ -341,16 +341,34 @@ def canonical_name(value: bytes, suffixes: Sequence[str]) -> tuple[str, int] | N
     """The profile to look up for an inbound request's ``l5d-dst-canonical`` (``name:port``, lower case, no
     trailing dot) and its port; None unless the name is a DNS name under one of ``suffixes``
     (``LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES``; ``.``: every name)."""
-    host, sep, port_text = value.decode("latin-1").strip().rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    parsed = name_addr(value)
+    if parsed is None or not discoverable(parsed[0], suffixes):
+        return None
+    name, port = parsed
+    return f"{name}:{port}", port
+
+
+def name_addr(value: bytes, default_port: int | None = None) -> tuple[str, int] | None:
+    """``value`` (``host:port``, or ``host`` alone when there is a ``default_port``) as a DNS name in lower case
+    without its trailing dot, and its port; None when the host is not a DNS name (an IP literal...) or the port
+    is missing or invalid (linkerd2-proxy's ``NameAddr``)."""
+    text = value.decode("latin-1").strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep and default_port is not None:
+        host, port_text = text, str(default_port)
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return None
     host = host.lower().rstrip(".")
     if not is_dns_name(host):
         return None
-    dotted = f".{host}."
-    if not any(s == "." or dotted.endswith(f".{s.strip('.')}.") for s in suffixes):
-        return None
-    return f"{host}:{int(port_text)}", int(port_text)
+    return host, int(port_text)
+
+
+def discoverable(name: str, suffixes: Sequence[str]) -> bool:
+    """Whether profiles are looked up for ``name``: it is under one of ``suffixes``
+    (``LINKERD2_PROXY_DESTINATION_PROFILE_SUFFIXES``; ``.``: every name)."""
+    dotted = f".{name}."
+    return any(s == "." or dotted.endswith(f".{s.strip('.')}.") for s in suffixes)
 
 
 def _with_series(route: Route, base: str, dst: str) -> Route:

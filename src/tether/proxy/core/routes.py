@@ -37,8 +37,8 @@ from tether.proxy.codec.addrs import IpAddress, SocketAddr, is_dns_name, parse_i
 from tether.proxy.core.commands import Command, Connect, Failed, Wait
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http import L5D_DST_CANONICAL, L5D_DST_OVERRIDE, Pick, Router, no_outcome
-from tether.proxy.core.profiles import MATCH_ALL, Profile, Route
+from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router, no_outcome
+from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.policy_metrics import PolicyMetrics
@@ -279,32 +279,11 @@ def parse_override(value: bytes) -> tuple[str, int] | None:
 
 
 def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str,
-                   permit: Callable[[], str] | None = None,
-                   profiles: Callable[[bytes], Profile | None] | None = None) -> Router:
+                   permit: Callable[[], str] | None = None) -> Router:
     """Every request to the app at ``target``. ``permit``: the inbound policy's labels of the request just
     authorized (``srv_*``, ``route_*``, ``authz_*``; ``core.inbound_authz``), appended to ``metric_labels``
     for its request metrics, as linkerd2-proxy labels them; read when the request is routed, which is right
-    after its check. ``profiles``: the ServiceProfile the request's ``l5d-dst-canonical`` names, if known now
-    (never waited for); its route gives the request its timeout, classification and inbound route metrics."""
-    router = _inbound_router(target, connect_timeout, metric_labels, permit)
-    if profiles is None:
-        return router
-
-    def route_profiled(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
-        picked = yield from router(request)
-        value = _header(request, L5D_DST_CANONICAL)
-        if value is None or isinstance(picked, ProxyError):
-            return picked
-        profile = profiles(value)
-        if profile is None:
-            return picked
-        return replace(picked, route=profile.route_for(request.method, request.target))
-
-    return route_profiled
-
-
-def _inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str,
-                    permit: Callable[[], str] | None) -> Router:
+    after its check. (Its ServiceProfile route: ``core.inbound_route_metrics.routed``.)"""
     connect = Connect(target, None, connect_timeout, labels.connect_inbound(target), inbound=True)
     authority = str(target).encode()
     pick = Pick(connect, None, metric_labels, authority)

@@ -22,6 +22,7 @@ from test_inbound_authz import WEB, identities_authz, server_message
 from test_inbound_layer import APP, CLIENT, FOR_ME, settings
 
 from tether.api import inbound_pb2 as pb
+from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.codec import detect
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.http import HttpSettings
@@ -265,3 +266,19 @@ def test_a_protocol_switch_ends_the_durations_at_its_101_not_with_the_tunnel() -
     request = "inbound_http_request_duration_seconds"
     assert bucket(text, request, LABELS, "0.25") == 0 and bucket(text, request, LABELS, "0.5") == 1
     assert f"{request}_count{{{LABELS}}} 1" in text
+
+
+def test_the_apps_router_answers_picks_of_four_fields_which_the_counted_pick_keeps() -> None:
+    """``routed`` makes each request's Pick from the app router's connect, header, labels and authority alone: a
+    field that router set besides those would be lost, so it must set none."""
+    from tether.proxy.core.http import Pick
+    from tether.proxy.core.routes import inbound_router
+
+    for permit in (None, lambda: 'srv_name="s"'):
+        steps = inbound_router(APP, 1.0, 'direction="inbound"', permit)(RequestHead(b"GET", b"/", ()))
+        try:
+            steps.send(None)
+            raise AssertionError("the app's router waited")
+        except StopIteration as done:
+            picked = done.value
+        assert picked == Pick(picked.connect, picked.header, picked.labels, picked.authority)

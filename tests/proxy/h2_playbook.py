@@ -195,9 +195,11 @@ class Connect:
 
 @dataclass(frozen=True)
 class Checkout:
-    """An HTTP/1 connection asked for (a downgraded stream); never pooled here."""
+    """An HTTP/1 connection asked for (a downgraded stream): ``pooled``, one checked in for reuse is answered at
+    once (the oldest; ``Connected`` answers the others)."""
 
     addr: object
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ class H2Sink:
         self.waits: list[Callable[[Any], None]] = []
         self.timers: list[_Timer] = []
         self.reading: dict[int, bool] = {}
+        self.pool: list[Upstream] = []  # HTTP/1 connections checked in for reuse
 
     def send_down(self, data: bytes) -> None:
         self.calls.append(SendDown(*self.client.decode(data)))
@@ -325,6 +328,11 @@ class H2Sink:
 
     def checkout(self, connect: ConnectCommand, header: bytes | None,
                  done: Callable[[Upstream | Failed], None]) -> Upstream | None:
+        if self.pool:
+            self.calls.append(Checkout(connect.addr, pooled=True))
+            up = self.pool.pop(0)
+            up.reused = True
+            return up
         self.calls.append(Checkout(connect.addr))
         self.h1.add(self.asked)
         self.connects.append((done, self.asked))
@@ -340,6 +348,8 @@ class H2Sink:
 
     def checkin(self, up: Upstream, reuse: bool) -> None:
         self.calls.append(Checkin(up.key, reuse))  # type: ignore[arg-type]
+        if reuse and up.key in self.h1:
+            self.pool.append(up)
 
     def read_up(self, up: Upstream, reading: bool) -> None:
         self.reading[up.key] = reading  # type: ignore[index]

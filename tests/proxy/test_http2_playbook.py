@@ -576,3 +576,36 @@ def test_what_came_before_the_upstream_stream_follows_its_head_and_nothing_else_
             << SendUp(0, Headers(1, POST), Headers(1, trailers, end=True), Headers(3, POST))
             >> Down(Data(3, b"later", end=True))
             << SendUp(0, Data(3, b"later", end=True)))
+
+
+def test_downgraded_requests_take_turns_on_a_pooled_connection_and_its_codec() -> None:
+    """A pooled HTTP/1 connection keeps its codec from one downgraded request to the next (made ready for its next
+    cycle, as the HTTP/1 layer does); bytes the app sent past a response are not the next response: the
+    connection's next request starts on a new codec."""
+    upgraded = [*GET, (b"l5d-orig-proto", b"HTTP/1.1")]
+    request = b"GET / HTTP/1.1\r\nhost: web\r\n\r\n"
+
+    def response(sid: int, body: bytes) -> SendDown:
+        return SendDown(Headers(sid, [(b":status", b"200"), (b"content-length", b"1"),
+                                      (b"l5d-orig-proto", b"HTTP/1.1")]), Data(sid, body, end=True))
+
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings("inbound"), downgrade=True)
+            >> Down(Headers(1, upgraded, end=True))
+            << Checkout(ADDRS[0])
+            >> Connected()
+            << SendUpBytes(0, request)
+            >> UpBytes(0, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na")
+            << Checkin(0, reuse=True)
+            << response(1, b"a")
+            >> Down(Headers(3, upgraded, end=True))
+            << Checkout(ADDRS[0], pooled=True)
+            << SendUpBytes(0, request)
+            >> UpBytes(0, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nbHTTP/1.1 500 Stray\r\n\r\n")
+            << Checkin(0, reuse=True)
+            << response(3, b"b")
+            >> Down(Headers(5, upgraded, end=True))
+            << Checkout(ADDRS[0], pooled=True)
+            << SendUpBytes(0, request)
+            >> UpBytes(0, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nc")
+            << Checkin(0, reuse=True)
+            << response(5, b"c"))

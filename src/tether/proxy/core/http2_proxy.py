@@ -297,9 +297,9 @@ class _H1:
 
     __slots__ = ("io", "codec", "out", "chunked", "replayable", "eof", "paused")
 
-    def __init__(self, io: Upstream, replayable: bool) -> None:
+    def __init__(self, io: Upstream, codec: Http1Connection, replayable: bool) -> None:
         self.io = io
-        self.codec = Http1Connection(Role.CLIENT)
+        self.codec = codec  # the connection's (Upstream.codec), kept across its requests
         self.out = bytearray()  # bytes to write when the callback returns
         self.chunked = False  # the request body is chunked (so it may end with trailers)
         self.replayable = replayable  # no request body: can be sent again if a pooled connection was stale
@@ -473,7 +473,13 @@ class Http2Proxy:
         while self.touched and not self.ended:
             touched, self.touched = self.touched, []
             for stream in touched:
-                if stream.phase is Phase.ENDING and self._through(stream):
+                # Through: the response's end went to the client, and the request's end to the upstream (or
+                # nowhere: discarded). Written here, not called: once per stream and more.
+                if stream.phase is not Phase.ENDING or self.down.pending(stream.sid):
+                    continue
+                up = stream.up
+                if stream.discard or (stream.req_sent and (stream.usid is None or up is None
+                                                           or not up.ep.pending(stream.usid))):
                     self._finish(stream, Step.DONE)
         if self.closing and not self.streams and not self.ended:
             if not self.goaway_final:
@@ -1141,7 +1147,7 @@ class Http2Proxy:
         if stream.counted:
             default_ok = error is None and (grpc_status == 0 if grpc_status is not None else status < 500)
             stream.grpc_status = grpc_status
-            self._record_endpoint(stream, status, default_ok)
+            self._record(stream, status, default_ok, route=False)
         if settled is Settled.EXPIRED:
             self._detach(stream)
             stream.status = None
@@ -1297,16 +1303,6 @@ class Http2Proxy:
             self.down.reset(stream.sid, code)
         self._finish(stream, Step.RESET, reset=code)
 
-    def _through(self, stream: _Stream) -> bool:
-        """The response's end went to the client and the request's end to the upstream (or nowhere)."""
-        if self.down.pending(stream.sid):
-            return False
-        if stream.discard:
-            return True
-        if not stream.req_sent:
-            return False
-        return stream.usid is None or stream.up is None or not stream.up.ep.pending(stream.usid)
-
     def _tell_end(self, stream: _Stream, reset: int | None = None) -> None:
         observer = self.settings.observer
         assert observer is not None
@@ -1340,8 +1336,8 @@ class Http2Proxy:
             codec = h1.codec
             keep = (step is Step.DONE and codec.keep_alive and codec.our_state is State.DONE
                     and codec.their_state is State.DONE and not h1.eof)
-            if keep:
-                h1.io.codec = None  # the HTTP/1 core makes its own codec for a pooled connection
+            if keep and codec.start_next_cycle():
+                h1.io.codec = None  # bytes past the response came: the next request gets a new codec, not them
             self.h1s.pop(h1.io, None)
             if h1.paused:
                 self.sink.read_up(h1.io, True)
@@ -1374,9 +1370,10 @@ class Http2Proxy:
                 stream.pick.release()
             stream.pick = None
 
-    def _record(self, stream: _Stream, status: int, success: bool, error: str = "") -> None:
-        """The stream's response (``success`` by the default rule), under its endpoint and its route."""
-        if stream.route is not None and not stream.route_recorded:
+    def _record(self, stream: _Stream, status: int, success: bool, error: str = "", *, route: bool = True) -> None:
+        """The stream's response (``success`` by the default rule), under its endpoint and (``route``) its route;
+        each once. (One method for both: one call per stream.)"""
+        if route and stream.route is not None and not stream.route_recorded:
             stream.route_recorded = True
             grpc = stream.grpc_status if stream.grpc else None
             if stream.timed_out:
@@ -1390,9 +1387,6 @@ class Http2Proxy:
                 ok = not error and not stream.route.is_failure(status, grpc)
                 exchange.record_route(self.settings, stream.route_labels, status, ok, stream.start, error, grpc,
                                       route=stream.route)
-        self._record_endpoint(stream, status, success, error)
-
-    def _record_endpoint(self, stream: _Stream, status: int, success: bool, error: str = "") -> None:
         if stream.recorded:
             return
         stream.recorded = True
@@ -1460,7 +1454,10 @@ class Http2Proxy:
         if isinstance(reply, Failed):
             self._retry(stream, errors.connect_failed(pick.connect.addr, reply.timed_out, reply.error, reply.errno))
         else:
-            h1 = _H1(reply, replayable=stream.req_end and not stream.req_buf and not stream.req_trailers)
+            codec = reply.codec
+            if codec is None:  # a new connection: a pooled one keeps its codec (no codec made per request)
+                codec = reply.codec = Http1Connection(Role.CLIENT, max_head_size=self.settings.max_head_size)
+            h1 = _H1(reply, codec, replayable=stream.req_end and not stream.req_buf and not stream.req_trailers)
             stream.h1 = h1
             self.h1s[reply] = stream
             stream.phase = TRANSITIONS.get((stream.phase, Step.OPENED)) or _illegal(stream, Step.OPENED)
@@ -1546,7 +1543,8 @@ class Http2Proxy:
                         pick.frames(len(event.data))
                     self.down.queue_data(stream.sid, event.data)
             elif isinstance(event, EndOfMessage):
-                self._response_end(stream, [(n.lower(), v) for n, v in event.trailers] or None)
+                trailers = event.trailers  # (a comprehension only when there are some: a call less per request)
+                self._response_end(stream, [(n.lower(), v) for n, v in trailers] if trailers else None)
         if stream.phase is not Phase.WAITING and stream.phase is not Phase.RELAYING:
             return
         if events is None or h1.eof:

@@ -62,6 +62,11 @@ def test_a_deny_namespace_is_scraped_only_once_allow_scrapes_authorizes_promethe
     assert 'srv_name="deny"' in "".join(line for line in p.proxy_metrics(pod).splitlines()
                                         if line.startswith("inbound_http_authz_deny_total{"))
 
+    # viz check names the pod (a warning), as Linkerd's; its proxy's metrics are missing from Prometheus.
+    checked = p.tether("viz", "check", "--proxy", "-n", NS, "--wait", "0", ok=False).stdout
+    assert "prometheus may not be authorized to scrape the following pods" in checked, checked
+    assert f"* {name}" in checked and "tether viz allow-scrapes" in checked, checked
+
     p.apply(p.tether("viz", "allow-scrapes", "--namespace", NS).stdout)
     wait_for("Prometheus scraping the deny pod's proxy", lambda: (t := target()) and t["health"] == "up", timeout=60)
     assert _status(f"http://{ip}:4191/metrics") == 200
@@ -70,3 +75,6 @@ def test_a_deny_namespace_is_scraped_only_once_allow_scrapes_authorizes_promethe
     samples = prom.query(f'process_start_time_seconds{{namespace="{NS}",pod="{name}"}}')
     assert len(samples) == 1
     assert p.pods(NS, "web-")[0]["metadata"]["name"] == name  # never restarted for failed probes
+    checked = p.tether("viz", "check", "--proxy", "-n", NS, "--wait", "30s").stdout
+    assert "√ prometheus is authorized to scrape data plane pods" in checked, checked
+    assert "√ data plane proxy metrics are present in Prometheus" in checked, checked

@@ -14,13 +14,13 @@ same, its wording:
   one's ``/ready``); the "viz extension self-check" — a PromQL query answered,
   which is what Linkerd's metrics API checks of Prometheus, the metrics API being
   the CLI here; Prometheus ready with Linkerd's scrape jobs loaded;
-- ``linkerd-viz-data-plane`` (``--proxy``): the namespace exists (``-n``), and
-  every running meshed pod's proxy is among Prometheus' healthy
-  ``linkerd-proxy`` targets.
-
-Linkerd's "prometheus is authorized to scrape data plane pods" is left out on
-purpose: a Tether proxy serves its admin port outside inbound policy, so the
-answer could only be yes (docs/viz.md, ``allow-scrapes``).
+- ``linkerd-viz-data-plane`` (``--proxy``): the namespace exists (``-n``);
+  "prometheus is authorized to scrape data plane pods" (a warning, Linkerd's
+  rule: in a namespace without the ``prometheus-scrape`` AuthorizationPolicy
+  of ``viz allow-scrapes``, every running meshed pod whose proxy has the
+  ``deny`` default inbound policy is named -- its admin port refuses
+  Prometheus); and every running meshed pod's proxy is among Prometheus'
+  healthy ``linkerd-proxy`` targets.
 
 Callers: ``tether.cli.viz``.
 """
@@ -33,12 +33,14 @@ from datetime import UTC, datetime
 
 from cryptography import x509
 
-from tether.diagnose import facts
+from tether.diagnose import facts, proxies
 from tether.diagnose.certs import validity_problem
 from tether.diagnose.checks import Category, Check, Problem
 from tether.diagnose.local import LocalChecks
 from tether.identity import pem
+from tether.resources import kinds
 from tether.viz import local
+from tether.viz.allow_scrapes import SCRAPE_POLICY
 from tether.viz.prometheus import Prometheus, PrometheusError
 from tether.viz.scrape_config import CONTROLLER_JOB, PROXY_JOB
 
@@ -181,9 +183,24 @@ class LocalVizChecks:
         if problems:
             raise Problem("\n".join(problems))
 
+    def _prometheus_authorized(self) -> None:
+        pods = self.platform._meshed_pods(fresh=True)
+        allowed = {a["metadata"]["namespace"] for a in self.platform._store_list(kinds.AUTHORIZATION_POLICY.key,
+                                                                                self.platform.namespace)
+                   if a["metadata"]["name"] == SCRAPE_POLICY}
+        # The proxy's own variable, not the annotation: a cluster-wide deny sets no annotation (as Linkerd reads).
+        refused = [facts.ref(p) for p in pods if facts.ref(p).namespace not in allowed
+                   and proxies.proxy_env(p, "LINKERD2_PROXY_INBOUND_DEFAULT_POLICY") == "deny"]
+        if refused:
+            names = (str(r) if not self.platform.namespace else r.name for r in refused)
+            raise Problem("prometheus may not be authorized to scrape the following pods:\n"
+                          + "\n".join(f"\t* {name}" for name in names))
+
     def data_plane_category(self) -> Category:
         return Category("linkerd-viz-data-plane", [
             Check("data plane namespace exists", self._namespace, "create it, or pass another -n"),
+            Check("prometheus is authorized to scrape data plane pods", self._prometheus_authorized,
+                  "consider running `tether viz allow-scrapes` to authorize prometheus scrapes", warning=True),
             Check("data plane proxy metrics are present in Prometheus", self._proxy_metrics,
                   "wait for Prometheus' next scrape (--scrape-interval); pods created before `viz install` are "
                   "scraped once discovery lists them", retry=True),

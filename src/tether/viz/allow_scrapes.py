@@ -32,6 +32,7 @@ import ipaddress
 from typing import Any
 
 POLICY_GROUP = "policy.linkerd.io"
+SCRAPE_POLICY = "prometheus-scrape"  # the AuthorizationPolicy that admits Prometheus (viz check looks for it)
 ALL_NETWORKS = ({"cidr": "0.0.0.0/0"}, {"cidr": "::/0"})
 
 
@@ -73,7 +74,7 @@ def _objects(namespace: str, version: str, prometheus: dict[str, str],
          "metadata": _meta("proxy-probes", namespace, version),
          "spec": {"parentRefs": [server_ref],
                   "rules": [{"matches": [{"path": {"value": "/live"}}, {"path": {"value": "/ready"}}]}]}},
-        _authorization("prometheus-scrape", "proxy-metrics", prometheus, namespace, version),
+        _authorization(SCRAPE_POLICY, "proxy-metrics", prometheus, namespace, version),
         _authorization("proxy-probes", "proxy-probes", kubelet, namespace, version),
     ]
 

@@ -609,3 +609,43 @@ def test_downgraded_requests_take_turns_on_a_pooled_connection_and_its_codec() -
             >> UpBytes(0, b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nc")
             << Checkin(0, reuse=True)
             << response(5, b"c"))
+
+
+def test_a_grpc_status_in_a_response_head_is_counted_and_so_is_one_a_route_adds() -> None:
+    """A gRPC call's status: the one a trailers-only response head carries; else the trailers'; and one a route's
+    response header modifier added to a head that had none."""
+    from test_http2_proxy import responses
+
+    from tether.proxy.core.http import Pick
+
+    class Responding(Router):  # a client policy route adding grpc-status to every response head
+        def __call__(self, request: Any) -> Generator[Any, Any, Any]:
+            pick = yield from super().__call__(request)
+            if isinstance(pick, Pick):
+                pick.respond = lambda headers: (*headers, (b"grpc-status", b"7"))
+            return pick
+
+    head = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+    settings = http_settings()
+    assert (H2Playbook(Router(ADDRS[:1]), settings)
+            >> Down(Headers(1, GRPC, end=True), Headers(3, GRPC, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GRPC, end=True), Headers(3, GRPC, end=True))
+            >> Up(0, Headers(1, [*head, (b"grpc-status", b"14")], end=True))
+            << SendDown(Headers(1, [*head, (b"grpc-status", b"14")], end=True))
+            >> Up(0, Headers(3, head), Data(3, b"msg"), Headers(3, [(b"grpc-status", b"0")], end=True))
+            << SendDown(Headers(3, head), Data(3, b"msg"), Headers(3, [(b"grpc-status", b"0")], end=True)))
+    assert responses(settings) == {
+        'status_code="200",classification="failure",grpc_status="14",error=""': 1,
+        'status_code="200",classification="success",grpc_status="0",error=""': 1,
+    }
+    settings = http_settings()
+    assert (H2Playbook(Responding(ADDRS[:1]), settings)
+            >> Down(Headers(1, GRPC, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GRPC, end=True))
+            >> Up(0, Headers(1, head, end=True))
+            << SendDown(Headers(1, [*head, (b"grpc-status", b"7")], end=True)))
+    assert responses(settings) == {'status_code="200",classification="failure",grpc_status="7",error=""': 1}

@@ -900,19 +900,26 @@ class Http2Proxy:
         if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
             stream.active = self.settings.clock()
         self._sample(stream)
-        status = b""
-        for name, value in headers:  # (a loop, not next() over a generator: a call less per stream)
+        # One pass (a loop, not next() over a generator): the first :status, and whether a grpc-status came
+        # (most heads have none: then no _note_grpc_status call, unless a modifier may have added one).
+        status: bytes | None = None
+        grpc_status = False
+        for name, value in headers:
             if name == b":status":
-                status = value
-                break
-        stream.status = int(status) if status.isdigit() else 502
+                if status is None:
+                    status = value
+            elif name == GRPC_STATUS:
+                grpc_status = True
+        stream.status = int(status) if status is not None and status.isdigit() else 502
         self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
-        headers = strip_proxy_errors(headers, self.settings)
+        headers = strip_proxy_errors(headers, self.settings)  # (it keeps grpc-status)
         pick = stream.pick
         if pick is not None and pick.respond is not None:  # a client policy route's ResponseHeaderModifier
             headers = [h for h in headers if h[0][:1] == b":"] + [
                 (n.lower(), v) for n, v in pick.respond(tuple(h for h in headers if h[0][:1] != b":"))]
-        self._note_grpc_status(stream, headers)
+            grpc_status = True  # (it may have added one, or taken it away)
+        if grpc_status:
+            self._note_grpc_status(stream, headers)
         if stream.route is not None and self._retried(stream, stream.status,
                                                       stream.grpc_status if stream.grpc else None):
             return

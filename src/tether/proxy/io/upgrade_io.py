@@ -48,14 +48,16 @@ Opener = Callable[[Connect, bytes | None], Awaitable["Upstream | Failed"]]
 
 
 class LegStream:
-    """A ``Leg`` as a ``Stream`` for the HTTP/1 I/O side and the pool; it is its own ``transport``."""
+    """A ``Leg`` as a ``Stream`` for the HTTP/1 I/O side and the pool."""
 
-    __slots__ = ("link", "leg", "handler", "lost", "eof", "buffer", "paused", "tx", "rx", "errno", "__weakref__")
+    __slots__ = ("link", "leg", "transport", "handler", "lost", "eof", "buffer", "paused", "tx", "rx", "errno",
+                 "__weakref__")
 
     def __init__(self, link: H2Link, leg: Leg) -> None:
         self.link = link
         self.leg = leg
         leg.user = weakref.ref(self)  # weakly: a cycle would leave every closed leg to the cyclic collector
+        self.transport = LegTransport(self)
         self.handler: StreamHandler | None = None
         self.lost = False
         self.eof = False
@@ -64,32 +66,6 @@ class LegStream:
         self.tx = 0
         self.rx = 0
         self.errno = ""
-
-    @property
-    def transport(self) -> LegStream:
-        """Itself (a property, not an attribute: that would be a reference cycle)."""
-        return self
-
-    # -- what the HTTP/1 side calls on its transport (the core writes nothing: its codec is the leg) -----------
-
-    def pause_reading(self) -> None:
-        self.leg.pause()
-
-    def resume_reading(self) -> None:
-        self.leg.resume()
-        self.link.after()
-
-    def close(self) -> None:
-        self.lost = True
-        if not self.leg.closed:
-            self.leg.close()
-            self.link.after()
-
-    abort = close
-
-    def is_closing(self) -> bool:
-        """Also once its connection takes no new stream (a GOAWAY): the pool then drops it, not reuses it."""
-        return self.lost or self.leg.broken or not self.leg.conn.usable
 
     # -- what the link tells it (``H2Link.after``) ----------------------------------------------------------------
 
@@ -114,6 +90,42 @@ class LegStream:
                     handler.on_write_paused(self)  # type: ignore[arg-type]
                 else:
                     handler.on_write_resumed(self)  # type: ignore[arg-type]
+
+
+class LegTransport:
+    """What the HTTP/1 side and the pool call on a ``LegStream``'s transport (the core writes nothing: its codec
+    is the leg). An object of its own, holding the stream weakly: the stream's ``transport`` is a plain
+    attribute (the pool reads it twice a request), without a reference cycle."""
+
+    __slots__ = ("stream", "leg", "link")
+
+    def __init__(self, stream: LegStream) -> None:
+        self.stream = weakref.ref(stream)
+        self.leg = stream.leg
+        self.link = stream.link
+
+    def pause_reading(self) -> None:
+        self.leg.pause()
+
+    def resume_reading(self) -> None:
+        self.leg.resume()
+        self.link.after()
+
+    def close(self) -> None:
+        stream = self.stream()
+        if stream is not None:
+            stream.lost = True
+        if not self.leg.closed:
+            self.leg.close()
+            self.link.after()
+
+    abort = close
+
+    def is_closing(self) -> bool:
+        """Closed (by its user, or as its stream failed), or its connection takes no new stream (a GOAWAY): the
+        pool then drops it, not reuses it."""
+        leg = self.leg
+        return leg.closed or leg.broken or not leg.conn.usable
 
 
 class H2Link:

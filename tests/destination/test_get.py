@@ -125,6 +125,7 @@ async def test_meshed_pod_gets_identity_h2_and_labels(workdir: Path, pki: Pki) -
             "serviceaccount": "web",
             "control_plane_ns": "linkerd",
             "zone": "",
+            "zone_locality": "unknown",  # the local platform has no nodes, so no subscriber zone
         }
 
 

@@ -3,7 +3,8 @@
 ``EndpointEncoder`` (one per server) knows how a proxy must see an endpoint:
 weight 10000, metric labels, ``tls_identity`` only for pods meshed by this
 control plane, the protocol hint (h2, or opaque with ``opaque_transport``),
-``http2`` settings and ``resource_ref``.  It encodes each published
+``http2`` settings and ``resource_ref``; in a ``Get`` stream also ``zone_locality``
+(the endpoint's zone against the subscriber's: ``local``, ``remote`` or ``unknown``).  It encodes each published
 ``AddressSet`` once, however many streams receive it.
 
 ``EndpointTranslator`` is the ``EndpointListener`` of one ``Get`` stream: it
@@ -25,6 +26,7 @@ from tether.destination.config import DestinationConfig
 from tether.serving.stream import UpdateStream
 from tether.destination.watcher.facts import DEFAULT_INBOUND_PORT, ExternalWorkloadFacts, PodFacts
 from tether.destination.watcher.listeners import Address, AddressSet
+from tether.destination.watcher.topology import zone_locality
 from tether.naming import InvalidName, WorkloadIdentity
 
 log = logging.getLogger(__name__)
@@ -139,7 +141,12 @@ class EndpointEncoder:
     def add(self, addresses: AddressSet) -> bytes:
         encoded = addresses.memo.get(self)
         if encoded is None:
-            addrs = [w for a in addresses.addresses if (w := self.weighted_addr(a)) is not None]
+            addrs = []
+            for address in addresses.addresses:
+                weighted = self.weighted_addr(address)
+                if weighted is not None:
+                    weighted.metric_labels["zone_locality"] = zone_locality(addresses.subscriber_zone, address.zone)
+                    addrs.append(weighted)
             message = pb.Update(add=pb.WeightedAddrSet(addrs=addrs, metric_labels=addresses.labels))
             encoded = addresses.memo[self] = message.SerializeToString()
         assert isinstance(encoded, bytes)

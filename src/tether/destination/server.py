@@ -144,10 +144,11 @@ class DestinationServer:
         overflows = self._metrics.endpoint_updates_queue_overflow
         # The labelled series is made only on overflow: clients choose the names, don't let them mint series.
         stream = self._new_stream("endpoints", lambda: overflows.labels(str(authority)).inc())
+        node_name = parse_context_token(request.context_token).node_name
         translator = EndpointTranslator(self._encoder, stream)
         ns, name, port = authority.namespace, authority.service, authority.port
         try:
-            self._endpoints.subscribe(ns, name, port, translator, instance)
+            self._endpoints.subscribe(ns, name, port, translator, instance, node_name)
         except ServiceNotFound as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
             return

@@ -13,7 +13,7 @@ from __future__ import annotations
 from tether.destination.config import DestinationConfig
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.server import DestinationServer
-from tether.destination.watcher.cluster import WATCHED, ClusterIndex
+from tether.destination.watcher.cluster import WATCHED, WATCHED_WITH_NODES, ClusterIndex
 from tether.destination.watcher.endpoints import EndpointsWatcher
 from tether.destination.watcher.opaque_ports import OpaquePortsWatcher
 from tether.destination.watcher.profiles import ProfileWatcher
@@ -29,7 +29,9 @@ class DestinationService(ProcessFacade):
     def __init__(self, config: DestinationConfig, watcher: ResourceWatcher) -> None:
         self.config = config
         self.metrics = DestinationMetrics()
-        self.index = ClusterIndex(config.default_opaque_ports)
+        # Only a platform with Nodes (Kubernetes' watcher says so) knows the subscribers' zones; the local one has none.
+        has_nodes = getattr(watcher, "has_nodes", False) is True
+        self.index = ClusterIndex(config.default_opaque_ports, WATCHED_WITH_NODES if has_nodes else WATCHED)
         self.metrics.watch_index(self.index.sizes)
         self.endpoints = EndpointsWatcher(self.index, self.metrics)
         self.profiles = ProfileWatcher(self.index, self.metrics)
@@ -43,7 +45,7 @@ class DestinationService(ProcessFacade):
             Listen(config.addr, config.admin_addr, config.tls, config.shutdown_grace),
             self.metrics.registry,
             watcher,
-            WATCHED,
+            self.index.watched,
             apply=self.index.apply,
             synced=lambda: self.index.synced,
             handlers=lambda: [self.server.handler()],

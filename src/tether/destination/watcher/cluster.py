@@ -11,13 +11,14 @@ they are labelled for.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from tether.destination.watcher.facts import (
     ExternalWorkloadFacts,
     NamespaceFacts,
+    NodeFacts,
     PodFacts,
     ProfileFacts,
     ServerFacts,
@@ -29,7 +30,7 @@ from tether.platform.watch import ResourceEvent
 from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
 
-ChangeKind = Literal["pod", "service", "server", "profile", "namespace", "slice", "external_workload"]
+ChangeKind = Literal["pod", "service", "server", "profile", "namespace", "slice", "external_workload", "node"]
 
 # The resource types the destination watches, by ``ResourceType.key``, and what each is called in a Change.
 WATCHED: dict[str, ChangeKind] = {
@@ -42,7 +43,10 @@ WATCHED: dict[str, ChangeKind] = {
     kinds.EXTERNAL_WORKLOAD.key: "external_workload",
 }
 
-Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces themselves
+# On a platform with Nodes (Kubernetes) the destination also watches them, for the zone of a subscriber's node.
+WATCHED_WITH_NODES: dict[str, ChangeKind] = {**WATCHED, "Node": "node"}
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces and Nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,7 @@ class Change:
 
     @property
     def namespace(self) -> str:
-        return self.key[1] if self.kind == "namespace" else self.key[0]
+        return self.key[1] if self.kind == "namespace" else self.key[0]  # "" for a Node
 
 
 Observer = Callable[[Change], None]
@@ -69,10 +73,17 @@ def _named_port_set(text: str, names: tuple[tuple[str, tuple[int, ...]], ...]) -
 
 
 class ClusterIndex:
-    """What the destination knows of the cluster; ``default_opaque_ports`` applies where nothing says otherwise."""
+    """What the destination knows of the cluster; ``default_opaque_ports`` applies where nothing says otherwise.
 
-    def __init__(self, default_opaque_ports: PortSet) -> None:
+    ``watched`` is what the platform is asked to watch: ``WATCHED_WITH_NODES`` where it has
+    Nodes (``has_nodes``: subscribers are then filtered by topology), else ``WATCHED``.
+    """
+
+    def __init__(self, default_opaque_ports: PortSet, watched: Mapping[str, ChangeKind] = WATCHED) -> None:
         self.default_opaque_ports = default_opaque_ports
+        self.watched = dict(watched)
+        self.has_nodes = "node" in self.watched.values()
+        self.nodes: dict[str, NodeFacts] = {}
         self.pods: dict[Key, PodFacts] = {}
         self.services: dict[Key, ServiceFacts] = {}
         self.profiles: dict[Key, ProfileFacts] = {}
@@ -97,7 +108,7 @@ class ClusterIndex:
         if event.type == "SYNCED":
             self._synced.add(type_key)
             return
-        kind = WATCHED[type_key]
+        kind = self.watched[type_key]
         key = event.key
         new = None if event.type == "DELETED" or event.object is None else facts_of(event.object)
         old = self._store(kind, key, new)
@@ -112,7 +123,7 @@ class ClusterIndex:
 
     @property
     def synced(self) -> bool:
-        return all(key in self._synced for key in WATCHED)
+        return all(key in self._synced for key in self.watched)
 
     def _store(self, kind: ChangeKind, key: Key, new: object | None) -> object | None:
         """Replace the facts at ``key`` and keep the secondary indexes in step; return the old facts."""
@@ -129,7 +140,7 @@ class ClusterIndex:
             old_service = self.services.pop(key, None)
             if old_service is not None:
                 for ip in old_service.cluster_ips:
-                    _discard(self._services_by_ip, ip, key)
+                    discard_member(self._services_by_ip, ip, key)
             if isinstance(new, ServiceFacts):
                 self.services[key] = new
                 for ip in new.cluster_ips:
@@ -151,7 +162,7 @@ class ClusterIndex:
         if kind == "slice":
             old_slice = self.slices.pop(key, None)
             if old_slice is not None and old_slice.service is not None:
-                _discard(self._slices_by_service, (namespace, old_slice.service), name)
+                discard_member(self._slices_by_service, (namespace, old_slice.service), name)
             if isinstance(new, SliceFacts):
                 self.slices[key] = new
                 if new.service is not None:
@@ -160,12 +171,17 @@ class ClusterIndex:
         if kind == "external_workload":
             old_workload = self.external_workloads.pop(key, None)
             for ip in old_workload.ips if old_workload is not None else ():
-                _discard(self._workloads_by_ip, ip, key)
+                discard_member(self._workloads_by_ip, ip, key)
             if isinstance(new, ExternalWorkloadFacts):
                 self.external_workloads[key] = new
                 for ip in new.ips:
                     self._workloads_by_ip.setdefault(ip, set()).add(key)
             return old_workload
+        if kind == "node":
+            old_node = self.nodes.pop(name, None)
+            if isinstance(new, NodeFacts):
+                self.nodes[name] = new
+            return old_node
         old_namespace = self.namespaces.pop(name, None)
         if isinstance(new, NamespaceFacts):
             self.namespaces[name] = new
@@ -177,7 +193,7 @@ class ClusterIndex:
 
     def _unindex_pod(self, pod: PodFacts) -> None:
         if pod.ip is not None and not pod.host_network:
-            _discard(self._pods_by_ip, pod.ip, (pod.namespace, pod.name))
+            discard_member(self._pods_by_ip, pod.ip, (pod.namespace, pod.name))
 
     # -- lookups -------------------------------------------------------------
 
@@ -208,6 +224,11 @@ class ClusterIndex:
         """Services with this cluster IP; more than one means a conflict."""
         return sorted((self.services[k] for k in self._services_by_ip.get(ip, ()) if k in self.services),
                       key=lambda s: (s.namespace, s.name))
+
+    def node_zone(self, node_name: str) -> str:
+        """The zone of a Node ("" when unknown: no such Node, or no zone label)."""
+        node = self.nodes.get(node_name)
+        return node.zone if node is not None else ""
 
     def servers_in(self, namespace: str) -> Iterable[ServerFacts]:
         return self._servers.get(namespace, {}).values()
@@ -251,10 +272,11 @@ class ClusterIndex:
             "namespace": len(self.namespaces),
             "endpointslice": len(self.slices),
             "externalworkload": len(self.external_workloads),
-        }
+        } | ({"node": len(self.nodes)} if self.has_nodes else {})
 
 
-def _discard(index: dict, key: object, member: object) -> None:
+def discard_member(index: dict, key: object, member: object) -> None:
+    """Take ``member`` out of the set at ``index[key]``, and the key out when its set is empty."""
     members = index.get(key)
     if members is not None:
         members.discard(member)

@@ -27,6 +27,10 @@ listener the difference from what it was last told.  A burst (a store batch,
 a rollout) thus costs a stream one ``add`` and one ``remove``, not one message
 per event, and a single change still goes out on the very next loop turn.
 
+On a platform with Nodes, each subscriber sees the endpoints meant for its
+node (``tether.destination.watcher.topology``: ``internalTrafficPolicy: Local``
+and zone hints), filtered again when the Service or that Node changes.
+
 Publishers exist only while someone listens.  Everything runs on the event
 loop thread; the listeners only enqueue.
 """
@@ -38,10 +42,11 @@ import logging
 from collections.abc import Callable
 
 from tether.destination.metrics import DestinationMetrics
-from tether.destination.watcher.cluster import Change, ClusterIndex, Key
+from tether.destination.watcher.cluster import Change, ClusterIndex, Key, discard_member
 from tether.destination.watcher.errors import InvalidService, ServiceNotFound
-from tether.destination.watcher.facts import ServiceFacts, SliceFacts
+from tether.destination.watcher.facts import NodeFacts, ServiceFacts, SliceFacts
 from tether.destination.watcher.listeners import Address, AddressSet, EndpointListener
+from tether.destination.watcher.topology import TopologyFilter
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +115,8 @@ class PortPublisher:
                     service.namespace, service.name)
                 # A pod may sit in two slices for a moment (its ports changed): one address per slice entry.
                 name = f"{ip}:{port}" if ref is None else f"{ref.kind}/{ref.name}/{ip}:{port}"
-                addresses[name] = Address(ip, port, pod, opaque, endpoint.zone or "", external, endpoint.hostname)
+                addresses[name] = Address(ip, port, pod, opaque, endpoint.zone or "", external, endpoint.hostname,
+                                          endpoint.for_zones)
         return addresses
 
     # -- subscribing -----------------------------------------------------------
@@ -279,6 +285,11 @@ class EndpointsWatcher:
         self._dirty: dict[PortPublisher, None] = {}
         self._flush_scheduled = False
         self._reported: dict[Key, tuple[str, ...]] = {}  # slice -> the problems already reported
+        # Subscribers' topology filters (platforms with Nodes), by the listener they feed.
+        self._filters: dict[EndpointListener, TopologyFilter] = {}
+        self._filters_of_service: dict[Key, set[TopologyFilter]] = {}
+        self._filters_on_node: dict[str, set[TopologyFilter]] = {}
+        self._warned_local: set[Key] = set()  # Services with internalTrafficPolicy Local on a platform without Nodes
         index.observe(self._on_change)
 
     @property
@@ -286,11 +297,14 @@ class EndpointsWatcher:
         return len(self._publishers)
 
     def subscribe(
-        self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None
+        self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None,
+        node_name: str = "",
     ) -> None:
         """Subscribe ``listener`` to a Service port (only the endpoints with ``hostname``, if given).
 
-        The listener gets the snapshot at once.  Raises ``ServiceNotFound`` for an
+        ``node_name`` is the subscriber's node (its context token's ``nodeName``): on a
+        platform with Nodes it sees only the endpoints topology gives that node.  The
+        listener gets the snapshot at once.  Raises ``ServiceNotFound`` for an
         unknown Service and ``InvalidService`` for an ExternalName one.
         """
         key = (namespace, service)
@@ -305,12 +319,26 @@ class EndpointsWatcher:
                 key, facts, self._index, self._metrics, self._mark_dirty, self._discard_dirty
             )
             self._by_namespace.setdefault(namespace, set()).add(key)
+        if self._index.has_nodes:
+            filter_ = self._filters[listener] = TopologyFilter(listener, self._index, key, node_name)
+            self._filters_of_service.setdefault(key, set()).add(filter_)
+            self._filters_on_node.setdefault(node_name, set()).add(filter_)
+            listener = filter_
+        elif facts.internal_traffic_policy == "Local" and key not in self._warned_local:
+            self._warned_local.add(key)
+            log.warning("Service %s/%s: internalTrafficPolicy Local has no effect on a platform without Nodes",
+                        namespace, service)
         publisher.subscribe(port, hostname, listener)
 
     def unsubscribe(
         self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None
     ) -> None:
         key = (namespace, service)
+        filter_ = self._filters.pop(listener, None)
+        if filter_ is not None:
+            discard_member(self._filters_of_service, key, filter_)
+            discard_member(self._filters_on_node, filter_.node_name, filter_)
+            listener = filter_
         publisher = self._publishers.get(key)
         if publisher is not None and publisher.unsubscribe(port, hostname, listener):
             del self._publishers[key]
@@ -335,6 +363,14 @@ class EndpointsWatcher:
         for publisher in dirty:
             publisher.flush()
 
+    def _node_changed(self, change: Change) -> None:
+        """A Node's zone changed (or it came or went): its subscribers' hints and zone labels follow."""
+        zones = {n.zone if isinstance(n, NodeFacts) else "" for n in (change.old, change.new)}
+        if len(zones) == 1:
+            return
+        for filter_ in tuple(self._filters_on_node.get(change.key[1], ())):
+            filter_.refilter(change.at)
+
     def _report(self, change: Change) -> None:
         """Say once per slice version which of its entries were left out (bad addresses or ports)."""
         new = change.new
@@ -353,7 +389,9 @@ class EndpointsWatcher:
             self._report(change)
         if not self._publishers:
             return
-        if change.kind in ("pod", "external_workload"):
+        if change.kind == "node":
+            self._node_changed(change)
+        elif change.kind in ("pod", "external_workload"):
             if change.new is None:
                 return
             for key in tuple(self._by_namespace.get(change.namespace, ())):
@@ -369,6 +407,10 @@ class EndpointsWatcher:
             if publisher is not None:
                 assert change.new is None or isinstance(change.new, ServiceFacts)
                 publisher.service_changed(change.new, change.at)
+                if change.new is not None:  # its internalTrafficPolicy may have changed
+                    for filter_ in tuple(self._filters_of_service.get(change.key, ())):
+                        filter_.refilter(change.at)
         elif change.kind in ("server", "namespace"):
             for key in tuple(self._by_namespace.get(change.namespace, ())):
                 self._publishers[key].refresh(change.at)
+

@@ -35,6 +35,7 @@ PROXY_VERSION_ANNOTATION = "linkerd.io/proxy-version"
 OPAQUE_PORTS_ANNOTATION = "config.linkerd.io/opaque-ports"
 SKIP_INBOUND_PORTS_ANNOTATION = "config.linkerd.io/skip-inbound-ports"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+ZONE_LABEL = "topology.kubernetes.io/zone"  # a Node's zone (Kubernetes' well-known label)
 PROXY_CONTAINER = "linkerd-proxy"
 PROXY_PORT_NAME = "linkerd-proxy"
 ADMIN_PORT_NAME = "linkerd-admin"
@@ -110,6 +111,7 @@ class ServiceFacts:
     cluster_ips: tuple[str, ...]
     opaque_ports: PortSet | None  # the Service's own annotation (names resolved to service ports); None if absent
     labels: Mapping[str, str] = field(default_factory=dict)
+    internal_traffic_policy: str = "Cluster"
 
     @property
     def is_external_name(self) -> bool:
@@ -168,6 +170,14 @@ class SliceFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """A Node: only its zone (its ``topology.kubernetes.io/zone`` label, "" when unlabelled) matters here."""
+
+    name: str
+    zone: str
+
+
+@dataclass(frozen=True, slots=True)
 class ExternalWorkloadFacts:
     """A workload outside the cluster (a VM) that joined the mesh: its SPIFFE identity and ports."""
 
@@ -189,11 +199,14 @@ class ExternalWorkloadFacts:
         return self.ports.get(PROXY_PORT_NAME, DEFAULT_INBOUND_PORT)
 
 
-Facts = PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts | SliceFacts | ExternalWorkloadFacts
+Facts = (PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts | SliceFacts | ExternalWorkloadFacts
+         | NodeFacts)
 
 
 def facts_of(obj: Mapping[str, Any]) -> Facts | None:
     """The facts of one watched object, or None when it can't be read (logged) or is of another kind."""
+    if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1":
+        return _node(obj)  # not in the resource model (only the Kubernetes platform has Nodes): read its label here
     try:
         resource = parse(obj)
     except ValidationError as exc:
@@ -217,6 +230,17 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
     if rtype is kinds.EXTERNAL_WORKLOAD:
         return _external_workload(resource)
     return None
+
+
+def _node(obj: Mapping[str, Any]) -> NodeFacts | None:
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        log.warning("ignoring a Node without a name")
+        return None
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    zone = labels.get(ZONE_LABEL) if isinstance(labels, Mapping) else None
+    return NodeFacts(name, zone if isinstance(zone, str) else "")
 
 
 def _slice(resource: Resource) -> SliceFacts:
@@ -374,6 +398,7 @@ def _service(resource: Resource) -> ServiceFacts:
             resource.annotations, OPAQUE_PORTS_ANNOTATION, names, f"service {namespace}/{resource.name}"
         ),
         labels=resource.labels,
+        internal_traffic_policy=spec.internal_traffic_policy,
     )
 
 

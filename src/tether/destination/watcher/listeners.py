@@ -20,7 +20,8 @@ from tether.ports import PortSet
 @dataclass(frozen=True, slots=True)
 class Address:
     """One endpoint: an IP and port, the pod or external workload behind it (None when none is
-    known), whether the port is opaque, and the endpoint's zone and hostname (from its EndpointSlice)."""
+    known), whether the port is opaque, and the endpoint's zone, hostname and zone hints
+    (``hints.forZones``) from its EndpointSlice."""
 
     ip: str
     port: int
@@ -29,14 +30,16 @@ class Address:
     zone: str = ""
     external: ExternalWorkloadFacts | None = None
     hostname: str | None = None
+    for_zones: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
         return self.ip, self.port
 
     def changed_from(self, before: "Address") -> bool:
-        """Whether a client must be told again (Linkerd's rule: the backing object's version or opaque flag differ)."""
-        if self.opaque != before.opaque or self.zone != before.zone:
+        """Whether a client must be told again (Linkerd's rule: the backing object's version, opaque flag or
+        zone hints differ)."""
+        if self.opaque != before.opaque or self.zone != before.zone or self.for_zones != before.for_zones:
             return True
         if (self.external is None) != (before.external is None):
             return True
@@ -53,7 +56,9 @@ class AddressSet:
     """Addresses delivered together, with the labels every one of them shares (service, namespace).
 
     ``service_exists`` is False only in the ``remove`` that reports the Service
-    itself went away.  ``at`` is None for snapshots (no platform event caused them).
+    itself went away.  ``subscriber_zone`` is the zone of the subscriber's node
+    when a topology filter made the set for one subscriber ("" otherwise), for the
+    endpoints' ``zone_locality`` label.  ``at`` is None for snapshots (no platform event caused them).
     ``memo`` lets translators encode a set once however many
     listeners receive it (the watch side never reads it).
     """
@@ -62,6 +67,7 @@ class AddressSet:
     labels: Mapping[str, str]
     at: float | None
     service_exists: bool = True
+    subscriber_zone: str = ""
     memo: dict[object, object] = field(default_factory=dict)
 
 

@@ -128,6 +128,9 @@ class KubernetesResourceWatcher:
     ``retry_initial``/``retry_max`` bound the backoff; ``page_size`` the list pages.
     """
 
+    # The cluster has Nodes (``Node`` can be watched): the destination then filters endpoints by topology.
+    has_nodes = True
+
     def __init__(
         self,
         client: KubeClient | ClientSettings | None = None,

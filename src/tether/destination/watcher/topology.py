@@ -1,0 +1,100 @@
+"""Topology-aware endpoints: what one subscriber on one node may see of a Service port.
+
+Linkerd filters the endpoints it sends a ``Get`` subscriber by where the
+subscriber runs (the ``nodeName`` of its context token), in this order
+(``filtered_listener_group.go``):
+
+1. a Service with ``internalTrafficPolicy: Local`` keeps only endpoints of pods
+   on the subscriber's node (nothing else: no pod, no node match);
+2. otherwise, when *every* candidate endpoint carries zone hints
+   (``hints.forZones`` of its EndpointSlice), those whose hints include the zone
+   of the subscriber's node (its ``topology.kubernetes.io/zone`` label) are
+   kept; if that leaves none, all of them are.
+
+``TopologyFilter`` applies this per subscriber: it sits between a
+``PortPublisher`` and the subscriber's translator, keeps every endpoint the
+publisher announced, and tells the translator only the difference of the
+filtered view.  The ``EndpointsWatcher`` asks it to filter again when the
+Service (its traffic policy) or the subscriber's Node (its zone) changes; a new
+zone re-sends every kept endpoint, because their ``zone_locality`` labels
+(``local``/``remote`` against the subscriber's zone) change with it.  Only
+platforms with Nodes (Kubernetes) use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tether.destination.watcher.cluster import ClusterIndex, Key
+from tether.destination.watcher.listeners import Address, AddressSet, EndpointListener
+
+
+def select(candidates: Iterable[Address], *, local_only: bool, node_name: str, zone: str) -> list[Address]:
+    """The endpoints a subscriber on ``node_name`` (in ``zone``, "" if unknown) is sent (Linkerd's rule)."""
+    if local_only:
+        return [a for a in candidates if a.pod is not None and (a.pod.node_name or "") == node_name]
+    candidates = list(candidates)
+    if not candidates or any(not a.for_zones for a in candidates):
+        return candidates
+    in_zone = [a for a in candidates if zone in a.for_zones]
+    return in_zone or candidates
+
+
+def zone_locality(subscriber_zone: str, endpoint_zone: str) -> str:
+    """The ``zone_locality`` metric label of an endpoint: ``local``/``remote`` when both zones are known."""
+    if not subscriber_zone or not endpoint_zone:
+        return "unknown"
+    return "local" if subscriber_zone == endpoint_zone else "remote"
+
+
+class TopologyFilter:
+    """The ``EndpointListener`` of one subscriber on a platform with Nodes; forwards its filtered view."""
+
+    __slots__ = ("_downstream", "_index", "service", "node_name", "_available", "_sent", "_zone", "_labels")
+
+    def __init__(self, downstream: EndpointListener, index: ClusterIndex, service: Key, node_name: str) -> None:
+        self._downstream = downstream
+        self._index = index
+        self.service = service
+        self.node_name = node_name
+        self._available: dict[tuple[str, int], Address] = {}  # every endpoint the publisher announced
+        self._sent: dict[tuple[str, int], Address] = {}  # what the subscriber was told
+        self._zone = ""  # the subscriber's zone when it was last told
+        self._labels: dict[str, str] = {}
+
+    def add(self, addresses: AddressSet) -> None:
+        self._labels = dict(addresses.labels)
+        for address in addresses.addresses:
+            self._available[address.key] = address
+        # A snapshot (no ``at``) is always forwarded, so an empty one still gets its first message.
+        self._publish(addresses.at, snapshot=addresses.at is None)
+
+    def remove(self, addresses: AddressSet) -> None:
+        if not addresses.service_exists:
+            gone = tuple(self._sent.values())
+            self._available, self._sent = {}, {}
+            self._downstream.remove(AddressSet(gone, addresses.labels, addresses.at, service_exists=False))
+            return
+        for address in addresses.addresses:
+            self._available.pop(address.key, None)
+        self._publish(addresses.at)
+
+    def refilter(self, at: float) -> None:
+        """The Service's traffic policy or the node's zone may have changed: tell the difference."""
+        self._publish(at)
+
+    def _publish(self, at: float | None, *, snapshot: bool = False) -> None:
+        service = self._index.services.get(self.service)
+        local_only = service is not None and service.internal_traffic_policy == "Local"
+        zone = self._index.node_zone(self.node_name)
+        kept = {a.key: a for a in select(self._available.values(), local_only=local_only,
+                                          node_name=self.node_name, zone=zone)}
+        rezoned, self._zone = zone != self._zone, zone
+        before = self._sent
+        added = [a for key, a in kept.items() if rezoned or (b := before.get(key)) is None or a.changed_from(b)]
+        removed = [b for key, b in before.items() if key not in kept]
+        self._sent = kept
+        if added or snapshot:
+            self._downstream.add(AddressSet(tuple(added), self._labels, at, subscriber_zone=zone))
+        if removed:
+            self._downstream.remove(AddressSet(tuple(removed), self._labels, at, subscriber_zone=zone))

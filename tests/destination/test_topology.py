@@ -1,0 +1,215 @@
+"""Topology-aware endpoints: the filter rules, and what one subscriber is told as Services, slices and Nodes change.
+
+The cluster index is fed real objects (as the Kubernetes platform's watches deliver
+them, Nodes included) through ``ClusterIndex.apply``; the subscriber is a recorder
+standing in for a stream's translator.  The same rules over real gRPC on the
+Kubernetes platform (kmock) are in tests/k8s/test_topology.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.api import destination_pb2 as pb
+from tether.destination.config import DestinationConfig
+from tether.destination.endpoint_translator import EndpointEncoder
+from tether.destination.metrics import DestinationMetrics
+from tether.destination.watcher.cluster import WATCHED, WATCHED_WITH_NODES, ClusterIndex
+from tether.destination.watcher.endpoints import EndpointsWatcher
+from tether.destination.watcher.facts import PodFacts
+from tether.destination.watcher.listeners import Address, AddressSet
+from tether.destination.watcher.topology import select, zone_locality
+from tether.platform.watch import ResourceEvent
+from tether.ports import PortSet
+
+NS = "emojivoto"
+TYPE_KEYS = {"Namespace": "Namespace", "Service": "Service", "Pod": "Pod", "Node": "Node",
+             "EndpointSlice": "EndpointSlice.discovery.k8s.io"}
+
+
+def pod_facts(name: str, node: str | None) -> PodFacts:
+    return PodFacts(NS, name, "1", {}, "10.0.0.1", "Running", True, False, "web", "pod", name, None, None, None,
+                    PortSet(), node_name=node)
+
+
+def address(ip: str, *, node: str | None = "node-a", zones: tuple[str, ...] = (), pod: bool = True) -> Address:
+    return Address(ip, 8080, pod_facts(f"web-{ip}", node) if pod else None, False, "", for_zones=zones)
+
+
+# -- the rules ----------------------------------------------------------------------------------------
+
+
+def test_hints_keep_the_subscribers_zone_when_every_endpoint_has_hints() -> None:
+    a, b, c = address("10.0.0.1", zones=("east",)), address("10.0.0.2", zones=("west",)), \
+        address("10.0.0.3", zones=("east", "west"))
+    assert select([a, b, c], local_only=False, node_name="node-a", zone="east") == [a, c]
+    assert select([a, b, c], local_only=False, node_name="node-a", zone="west") == [b, c]
+
+
+def test_hints_are_ignored_unless_every_endpoint_has_them_and_an_empty_result_falls_back_to_all() -> None:
+    hinted, bare = address("10.0.0.1", zones=("east",)), address("10.0.0.2")
+    assert select([hinted, bare], local_only=False, node_name="n", zone="west") == [hinted, bare]
+    west_only = [address("10.0.0.3", zones=("west",)), address("10.0.0.4", zones=("west",))]
+    assert select(west_only, local_only=False, node_name="n", zone="south") == west_only
+    assert select(west_only, local_only=False, node_name="n", zone="") == west_only  # zone unknown: all
+    assert select([], local_only=False, node_name="n", zone="east") == []
+
+
+def test_internal_traffic_policy_local_keeps_only_pods_on_the_subscribers_node_before_hints() -> None:
+    here = address("10.0.0.1", node="node-a", zones=("west",))
+    there = address("10.0.0.2", node="node-b", zones=("east",))
+    podless = address("10.0.0.3", pod=False, zones=("east",))
+    # Hints would pick the east endpoints; the local policy comes first and has no fallback.
+    assert select([here, there, podless], local_only=True, node_name="node-a", zone="east") == [here]
+    assert select([there, podless], local_only=True, node_name="node-a", zone="east") == []
+
+
+def test_zone_locality_is_local_or_remote_only_when_both_zones_are_known() -> None:
+    assert zone_locality("east", "east") == "local"
+    assert zone_locality("east", "west") == "remote"
+    assert zone_locality("", "west") == zone_locality("east", "") == "unknown"
+
+
+def test_the_encoder_writes_zone_locality_against_the_subscribers_zone() -> None:
+    encoder = EndpointEncoder(DestinationConfig())
+    endpoints = (Address("10.0.0.1", 80, None, False, "east"), Address("10.0.0.2", 80, None, False, "west"),
+                 Address("10.0.0.3", 80, None, False, ""))
+    update = pb.Update.FromString(encoder.add(AddressSet(endpoints, {}, None, subscriber_zone="east")))
+    assert [a.metric_labels["zone_locality"] for a in update.add.addrs] == ["local", "remote", "unknown"]
+    shared = pb.Update.FromString(encoder.add(AddressSet(endpoints, {}, None)))
+    assert {a.metric_labels["zone_locality"] for a in shared.add.addrs} == {"unknown"}
+
+
+# -- one subscriber, as things change ---------------------------------------------------------------------
+
+
+def obj(kind: str, name: str, namespace: str | None = NS, **fields: Any) -> dict[str, Any]:
+    api_version = "discovery.k8s.io/v1" if kind == "EndpointSlice" else "v1"
+    metadata: dict[str, Any] = {"name": name, **fields.pop("metadata", {})}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
+
+
+def node(name: str, zone: str | None) -> dict[str, Any]:
+    return obj("Node", name, None, metadata={"labels": {"topology.kubernetes.io/zone": zone} if zone else {}})
+
+
+def service(policy: str = "Cluster") -> dict[str, Any]:
+    return obj("Service", "web", spec={"selector": {"app": "web"}, "internalTrafficPolicy": policy,
+                                       "ports": [{"name": "http", "port": 80, "targetPort": 8080}]})
+
+
+def pod(name: str, ip: str, node_name: str) -> dict[str, Any]:
+    return obj("Pod", name, metadata={"labels": {"app": "web"}},
+               spec={"nodeName": node_name, "containers": [{"name": "web", "image": "web"}]},
+               status={"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]})
+
+
+def endpoint_slice(*endpoints: tuple[str, str, str, tuple[str, ...]]) -> dict[str, Any]:
+    """(pod, ip, zone, hinted zones) per endpoint."""
+    entries = []
+    for name, ip, zone, hints in endpoints:
+        entry: dict[str, Any] = {"addresses": [ip], "zone": zone, "targetRef": {"kind": "Pod", "name": name}}
+        if hints:
+            entry["hints"] = {"forZones": [{"name": h} for h in hints]}
+        entries.append(entry)
+    return obj("EndpointSlice", "web-abc", metadata={"labels": {"kubernetes.io/service-name": "web"}},
+               addressType="IPv4", ports=[{"name": "http", "port": 8080}], endpoints=entries)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], str]] = []
+
+    def add(self, addresses: AddressSet) -> None:
+        self.calls.append(("add", sorted(a.ip for a in addresses.addresses), addresses.subscriber_zone))
+
+    def remove(self, addresses: AddressSet) -> None:
+        kind = "remove" if addresses.service_exists else "gone"
+        self.calls.append((kind, sorted(a.ip for a in addresses.addresses), addresses.subscriber_zone))
+
+    def take(self) -> list[tuple[str, list[str], str]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+class Cluster:
+    def __init__(self, *objects: dict[str, Any], nodes: bool = True) -> None:
+        self.index = ClusterIndex(PortSet(), WATCHED_WITH_NODES if nodes else WATCHED)
+        self.watcher = EndpointsWatcher(self.index, DestinationMetrics())
+        for o in objects:
+            self.apply(o)
+
+    def apply(self, o: dict[str, Any], event: str = "ADDED") -> None:
+        self.index.apply(TYPE_KEYS[o["kind"]], ResourceEvent(event, o, "1", 1.0))  # type: ignore[arg-type]
+        self.watcher.flush()
+
+
+SLICE = endpoint_slice(("web-a", "10.0.0.1", "east", ("east",)), ("web-b", "10.0.0.2", "west", ("west",)))
+OBJECTS = (node("node-a", "east"), node("node-b", "west"), service(), pod("web-a", "10.0.0.1", "node-a"),
+           pod("web-b", "10.0.0.2", "node-b"))
+
+
+async def test_a_subscriber_follows_hint_and_node_zone_changes() -> None:
+    cluster = Cluster(*OBJECTS, SLICE)
+    recorder = Recorder()
+    cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-a")
+    assert recorder.take() == [("add", ["10.0.0.1"], "east")]
+
+    cluster.apply(node("node-a", "west"), "MODIFIED")  # the subscriber's node moved zone
+    assert recorder.take() == [("add", ["10.0.0.2"], "west"), ("remove", ["10.0.0.1"], "west")]
+
+    cluster.apply(node("node-b", "north"), "MODIFIED")  # another node: nothing for this subscriber
+    assert recorder.take() == []
+
+    # The hints change: web-a now serves the west too.
+    cluster.apply(endpoint_slice(("web-a", "10.0.0.1", "east", ("east", "west")),
+                                 ("web-b", "10.0.0.2", "west", ("west",))), "MODIFIED")
+    assert recorder.take() == [("add", ["10.0.0.1"], "west")]
+
+    # One endpoint loses its hints: they no longer apply, everything is sent (web-a again: its hints changed).
+    cluster.apply(endpoint_slice(("web-a", "10.0.0.1", "east", ("east",)), ("web-b", "10.0.0.2", "west", ()),
+                                 ("web-c", "10.0.0.3", "west", ())), "MODIFIED")
+    cluster.apply(pod("web-c", "10.0.0.3", "node-b"))  # web-c's pod arrives after its slice entry
+    assert recorder.take() == [("add", ["10.0.0.1", "10.0.0.2"], "west"), ("add", ["10.0.0.3"], "west")]
+
+    cluster.apply(node("node-a", None), "MODIFIED")  # zone unknown: all endpoints, zone labels re-sent
+    assert recorder.take() == [("add", ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "")]
+
+
+async def test_internal_traffic_policy_local_follows_the_service_and_the_service_going_away() -> None:
+    cluster = Cluster(*OBJECTS, SLICE)
+    recorder, elsewhere = Recorder(), Recorder()
+    cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-b")
+    cluster.watcher.subscribe(NS, "web", 80, elsewhere, node_name="node-z")  # a node with no pod of web
+    assert recorder.take() == [("add", ["10.0.0.2"], "west")]
+    assert elsewhere.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]  # an unknown node has no zone: all
+    cluster.apply(service("Local"), "MODIFIED")
+    assert recorder.take() == []  # the local pod was already all it had
+    assert elsewhere.take() == [("remove", ["10.0.0.1", "10.0.0.2"], "")]  # no pod of web on its node
+    cluster.apply(service("Cluster"), "MODIFIED")
+    assert recorder.take() == []
+    assert elsewhere.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]
+
+    cluster.apply(service("Local"), "MODIFIED")
+    cluster.apply(node("node-b", "east"), "MODIFIED")  # zone changes don't matter under the local policy...
+    assert recorder.take() == [("add", ["10.0.0.2"], "east")]  # ...but its zone_locality label does
+
+    cluster.apply(service("Cluster"), "MODIFIED")  # back to hints: the east endpoint for an east node
+    assert recorder.take() == [("add", ["10.0.0.1"], "east"), ("remove", ["10.0.0.2"], "east")]
+
+    cluster.apply(service(), "DELETED")
+    assert recorder.take() == [("gone", ["10.0.0.1"], "")]
+    cluster.watcher.unsubscribe(NS, "web", 80, recorder)
+    cluster.watcher.unsubscribe(NS, "web", 80, elsewhere)
+    cluster.apply(node("node-b", "west"), "MODIFIED")
+    assert recorder.take() == [] and cluster.watcher.publishers == 0
+
+
+async def test_without_nodes_every_subscriber_sees_everything() -> None:
+    cluster = Cluster(service("Local"), pod("web-a", "10.0.0.1", "node-a"), pod("web-b", "10.0.0.2", "node-b"),
+                      SLICE, nodes=False)
+    recorder = Recorder()
+    cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-a")
+    assert recorder.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]

@@ -45,7 +45,7 @@ class DestinationService(ProcessFacade):
             Listen(config.addr, config.admin_addr, config.tls, config.shutdown_grace),
             self.metrics.registry,
             watcher,
-            self.index.watched,
+            tuple(self.index.watched),
             apply=self.index.apply,
             synced=lambda: self.index.synced,
             handlers=lambda: [self.server.handler()],

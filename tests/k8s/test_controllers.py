@@ -176,6 +176,7 @@ async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tm
                                      "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
             api.resources[group_version_plural] = {}
         api.namespaces.append(namespace("emojivoto"))  # kmock cannot serve Namespaces: a recorded answer
+        await api.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})
         await api.post("/api/v1/namespaces/emojivoto/services", json=service("web", "emojivoto", "10.96.0.10"))
         await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-1", "emojivoto", "web", "10.1.0.1"))
         await api.post(SLICES, json=endpoint_slice("web", "emojivoto", ("web-1", "10.1.0.1")))
@@ -191,7 +192,7 @@ async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tm
                 assert [a["addr"] for a in first["add"]["addrs"]] == ["10.1.0.1:8080"]
                 assert first["add"]["addrs"][0]["tls_identity"] == WEB_ID
 
-                await watching(api, 6)  # every watched kind is being watched, so the next change streams
+                await watching(api, 7)  # every watched kind is being watched, so the next change streams
                 await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-2", "emojivoto", "web", "10.1.0.2"))
                 await api.patch(f"{SLICES}/web-abcde", json=endpoint_slice(
                     "web", "emojivoto", ("web-1", "10.1.0.1"), ("web-2", "10.1.0.2")))

@@ -296,6 +296,78 @@ def test_a_body_that_does_not_match_its_content_length_resets_the_stream() -> No
     assert rst_codes(ep.data_to_send()) == {1: ErrorCodes.PROTOCOL_ERROR}
 
 
+CL_X = b"\x0f\x0d\x01x"  # content-length: x (a literal not indexed, the name static index 28)
+
+
+def test_a_remembered_block_keeps_its_checks_as_a_head_and_as_trailers() -> None:
+    """A block is checked once as what it may be on this end (a response head, trailers) and remembered with
+    the checks: the same bytes are refused again, accepted where the rule differs (no body after 204 or a
+    HEAD), refused as trailers."""
+    client = H2Endpoint(client=True)
+    client.initiate()
+    client.receive_data(SETTINGS)
+    client.data_to_send()
+
+    def respond(request: list[tuple[bytes, bytes]], *blocks: tuple[bytes, int]) -> list[object]:
+        sid = client.next_stream_id()
+        client.send_headers(sid, request, end_stream=True)
+        return client.receive_data(b"".join(frame(0x1, flags, sid, block) for block, flags in blocks))
+
+    bad_length = b"\x88" + CL_X  # :status 200
+    for _ in range(2):
+        assert [type(e) for e in respond(GET, (bad_length, 0x5))] == [ev.StreamReset]
+    assert [type(e) for e in respond([(b":method", b"HEAD"), *GET[1:]], (bad_length, 0x5))] == [
+        ev.ResponseReceived, ev.StreamEnded]
+    assert [type(e) for e in respond(GET, (b"\x89" + CL_X, 0x5))] == [ev.ResponseReceived, ev.StreamEnded]  # 204
+    assert [type(e) for e in respond(GET, (b"\x88", 0x4), (b"\x88", 0x5))] == [ev.ResponseReceived, ev.StreamReset]
+    assert [type(e) for e in respond(GET, (b"\x88", 0x5))] == [ev.ResponseReceived, ev.StreamEnded]
+    ep = server()
+    post = b"\x83\x86\x84\x41\x03web"  # POST http / web
+    for sid in (1, 3):
+        assert ep.receive_data(frame(0x1, 0x4, sid, post + CL_X)) == []
+    assert rst_codes(ep.data_to_send()) == {1: ErrorCodes.PROTOCOL_ERROR, 3: ErrorCodes.PROTOCOL_ERROR}
+
+
+@pytest.mark.parametrize("form", ["plain", "padded", "priority", "continuations"])
+def test_a_header_block_reads_the_same_in_every_form_of_headers_frame(form: str) -> None:
+    """Most HEADERS frames go straight to their block (no padding, no priority, no CONTINUATION): the others
+    must give the same events."""
+    ep = server()
+    block = b"\x82\x86\x41\x03web\x84"  # GET http, :authority web (added to the table), /
+    for sid in (1, 3):  # the second time remembered
+        data = {
+            "plain": frame(0x1, 0x5, sid, block),
+            "padded": frame(0x1, 0x5 | 0x8, sid, b"\x02" + block + b"\x00\x00"),
+            "priority": frame(0x1, 0x5 | 0x20, sid, b"\x00\x00\x00\x00\x10" + block),
+            "continuations": frame(0x1, 0x1, sid, block[:2]) + frame(0x9, 0, sid, block[2:4])
+            + frame(0x9, 0x4, sid, block[4:]),
+        }[form]
+        end = ev.StreamEnded(sid)
+        assert ep.receive_data(data) == [ev.RequestReceived(sid, GET, end), end]
+
+
+def test_acknowledged_bytes_go_back_in_one_window_update_per_take() -> None:
+    """``ack`` gives a stream its window back once half of it is processed; the connection's window, once half
+    of it is, comes back when the bytes to send are taken: one WINDOW_UPDATE for all that was acknowledged."""
+    ep = server()  # a connection window of 1 MiB, stream windows of 65,535
+    post = [(b":method", b"POST"), *GET[1:]]
+    encoder = hpack.Encoder()
+    for sid in range(1, 21, 2):
+        ep.receive_data(headers_frame(sid, post, flags=0x4, encoder=encoder)
+                        + b"".join(frame(0x0, 0, sid, b"x" * 15_000) for _ in range(4)))
+    ep.data_to_send()
+    for sid in range(1, 21, 2):
+        for _ in range(3):
+            ep.ack(sid, 15_000)
+    updates = [(sid, int.from_bytes(p, "big")) for kind, _, sid, p in sent_frames(ep.data_to_send()) if kind == 0x8]
+    assert updates == [(sid, 45_000) for sid in range(1, 21, 2)]  # 450,000 < half the connection's: not yet
+    for sid in range(1, 21, 2):
+        ep.ack(sid, 15_000)
+    updates = [(sid, int.from_bytes(p, "big")) for kind, _, sid, p in sent_frames(ep.data_to_send()) if kind == 0x8]
+    assert updates == [(0, 600_000)]
+    assert ep.data_to_send() == b""
+
+
 def test_streams_over_the_limit_are_refused_not_a_connection_error() -> None:
     ep = H2Endpoint(client=False, params=Http2Params(max_concurrent_streams=2))
     ep.initiate()

@@ -12,12 +12,17 @@ does on top of a plain connection is what a proxy needs:
   caller can acknowledge exactly those to the connection they came from
   (``ack``). A source's window thus reopens only when its bytes have gone on:
   what the proxy holds for a stream is bounded by the window it advertised.
+  The connection's window is given back when the bytes to send are taken
+  (``data_to_send``): one WINDOW_UPDATE for the acknowledgements of a
+  callback.
 - **GOAWAY without closing.** A received GOAWAY is an event; the streams in
   flight may finish (RFC 9113 §6.8). No new stream is opened after it.
 - **Little per frame.** Frames are parsed in place from the bytes read (no
   object per frame but the event), header blocks are HPACK-encoded from a
-  per-field cache without indexing or Huffman, and received header fields
-  are validated once per distinct field.
+  per-field cache without indexing or Huffman, received header blocks are
+  remembered decoded and checked (``_header_block``), and received header
+  fields are validated once per distinct field. The frames every stream
+  takes are packed inline (``_FRAME_HEAD``), not through a call.
 - **Errors with whose fault and a wire code.** A connection error of the
   peer's raises ``H2ProtocolError`` carrying its code, with the GOAWAY
   already queued: the caller writes ``data_to_send()`` and closes. A stream
@@ -39,6 +44,7 @@ Callers: ``tether.proxy.core.http2_proxy`` (the HTTP/2 core), and tests.
 from __future__ import annotations
 
 import re
+import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,7 +91,7 @@ MAX_FRAME_SIZE_LIMIT = 2**24 - 1  # the largest SETTINGS_MAX_FRAME_SIZE (RFC 911
 MAX_CONTINUATIONS = 64
 # Streams we reset whose late frames are ignored rather than answered (the newest are remembered).
 RESET_MEMORY = 1024
-# Header blocks remembered decoded and checked (then forgotten all at once): see H2Endpoint._decoded.
+# Header blocks remembered decoded and checked (then forgotten all at once): see H2Endpoint._header_block.
 BLOCK_MEMORY = 256
 
 # Frame types (RFC 9113 §6) and flags.
@@ -173,9 +179,14 @@ class _Stream:
         self.no_body = False  # client: the response to a HEAD request has no body whatever it says
 
 
+# A frame's 9-byte header (RFC 9113 §4.1): the 24-bit length as its high 16 and low 8 bits, the type, the flags,
+# the stream. The paths every stream takes pack it inline (a C call, where ``_frame`` is a Python one).
+_FRAME_HEAD = struct.Struct(">HBBBL")
+
+
 def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
     n = len(payload)
-    return bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, kind, flags)) + sid.to_bytes(4, "big") + payload
+    return _FRAME_HEAD.pack(n >> 8, n & 0xFF, kind, flags, sid) + payload
 
 
 def _field_error(name: bytes, value: bytes) -> str | None:
@@ -241,22 +252,24 @@ def _message_error(headers: Headers, kind: str) -> str | None:
 
 
 class _Block:
-    """A decoded header block: its fields, and what makes them malformed as a request, response or trailers."""
+    """A decoded header block, checked once for what it may be on this end: what makes it malformed as a
+    message head (a request to a server, a response to a client) and as trailers, and its content-length."""
 
-    __slots__ = ("generation", "added", "headers", "problems")
+    __slots__ = ("generation", "added", "headers", "head_problem", "trailers_problem", "length", "length_problem")
 
-    def __init__(self, generation: int, added: tuple[tuple[bytes, bytes], ...] | None, headers: Headers) -> None:
+    def __init__(self, generation: int, added: tuple[tuple[bytes, bytes], ...] | None, headers: Headers,
+                 client: bool) -> None:
         self.generation = generation  # the decoder's table generation it was decoded at
         self.added = added  # not None: it decodes the same at any generation, adding these fields (Decoder.replay)
         self.headers = headers
-        self.problems: dict[str, str | None] = {}
-
-    def problem(self, kind: str) -> str | None:
-        problems = self.problems
-        if kind in problems:
-            return problems[kind]
-        problem = problems[kind] = _message_error(self.headers, kind)
-        return problem
+        self.head_problem = _message_error(headers, "response" if client else "request")
+        self.trailers_problem = _message_error(headers, "trailers")
+        self.length: int | None = None  # its content-length
+        self.length_problem: str | None = None  # a content-length given twice differently, or not a number
+        try:
+            self.length = _content_length(headers)
+        except _StreamError as exc:
+            self.length_problem = str(exc)
 
 
 def _content_length(headers: Headers) -> int | None:
@@ -388,7 +401,10 @@ class H2Endpoint:
             if kind == DATA:
                 self._on_data(data, start, end, flags, sid, events)
             elif kind == HEADERS:
-                self._on_headers(data, start, end, flags, sid, events)
+                if flags & (PADDED | PRIORITY_FLAG) or not flags & END_HEADERS or not sid:
+                    self._on_headers(data, start, end, flags, sid, events)
+                else:  # a whole block without padding or priority (nearly all): a call less per message
+                    self._header_block(sid, bool(flags & END_STREAM), data[start:end], events, False)
             elif kind == CONTINUATION:
                 self._on_continuation(data[start:end], flags, sid, events)
             elif kind == RST_STREAM:
@@ -446,14 +462,14 @@ class H2Endpoint:
         self._recv_window -= length
         stream = self._streams.get(sid)
         if stream is None or stream.remote_closed:
-            self._conn_processed(length)  # the connection window still counts it
+            self._recv_processed += length  # the connection window still counts it
             if stream is None:
                 self._closed_frame(sid, "DATA")
             else:
                 self._stream_error(sid, ErrorCodes.STREAM_CLOSED, events)
             return
         if length > stream.recv_window:
-            self._conn_processed(length)
+            self._recv_processed += length
             self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, events)
             return
         stream.recv_window -= length
@@ -463,7 +479,7 @@ class H2Endpoint:
             ended = StreamEnded(sid)
         if stream.expected is not None and (stream.received > stream.expected
                                             or (ended is not None and stream.received != stream.expected)):
-            self._conn_processed(length)
+            self._recv_processed += length
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
             return
         events.append(DataReceived(sid, body, length, ended))
@@ -509,23 +525,10 @@ class H2Endpoint:
             self._block = None
             self._header_block(sid, bool(block[1]), bytes(buf), events, bool(block[4]))
 
-    def _decoded(self, block: bytes) -> _Block:
-        """The block decoded, or remembered with its checks when the same bytes must decode the same way: in a
-        steady stream of messages most blocks are such. A block that left the table as it was decodes the same
-        way until the table changes (table indexes, or literals not indexed: a client's repeated requests); a
-        block that read nothing from the table decodes the same way always, and what it added to the table is
-        added again (``Decoder.replay``: the decoder's table must follow the peer's) -- nginx's responses, which
-        index ``date``, ``server``... and never refer to them, cost a replay instead of ~15 calls of decoding."""
+    def _decode(self, block: bytes) -> _Block:
+        """The block decoded and checked (see ``_header_block``), remembered when the same bytes will decode the
+        same way."""
         decoder = self._decoder
-        known = self._blocks.get(block)
-        if known is not None:
-            added = known.added
-            if added is not None:
-                if added:
-                    decoder.replay(added)
-                return known
-            if known.generation == decoder.generation:
-                return known
         generation = decoder.generation
         try:
             headers, added = decoder.decode_block(block)
@@ -533,7 +536,7 @@ class H2Endpoint:
             raise _ConnectionError(ErrorCodes.COMPRESSION_ERROR, str(exc)) from None
         except HeaderListTooLarge as exc:
             raise _ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, str(exc)) from None
-        decoded = _Block(generation, added, headers)
+        decoded = _Block(generation, added, headers, self.client)
         if added is not None or decoder.generation == generation:
             if len(self._blocks) >= BLOCK_MEMORY:
                 self._blocks.clear()
@@ -541,7 +544,22 @@ class H2Endpoint:
         return decoded
 
     def _header_block(self, sid: int, ended: bool, block: bytes, events: list[Event], self_dependent: bool) -> None:
-        decoded = self._decoded(block)
+        # The block decoded (the decoder's table must follow the peer's), or remembered with its checks when the
+        # same bytes must decode the same way: in a steady stream of messages most blocks are such. A block that
+        # left the table as it was decodes the same way until the table changes (table indexes, or literals not
+        # indexed: a client's repeated requests); a block that read nothing from the table decodes the same way
+        # always, and what it added to the table is added again (``Decoder.replay``): nginx's responses, which
+        # index ``date``, ``server``... and never refer to them, cost a replay instead of ~15 calls of decoding.
+        decoded = self._blocks.get(block)
+        if decoded is not None:
+            added = decoded.added
+            if added is not None:
+                if added:
+                    self._decoder.replay(added)
+            elif decoded.generation != self._decoder.generation:
+                decoded = None
+        if decoded is None:
+            decoded = self._decode(block)
         stream = self._streams.get(sid)
         if stream is None:
             if self.client or (sid & 1) == 0 or sid <= self._last_peer:
@@ -560,7 +578,7 @@ class H2Endpoint:
             return
         try:
             if not stream.head_seen:  # a client's stream: the response head (or a 1xx)
-                problem = decoded.problem("response")
+                problem = decoded.head_problem
                 if problem is not None:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
                 status = headers[0][1]
@@ -571,7 +589,9 @@ class H2Endpoint:
                     return
                 stream.head_seen = True
                 if not stream.no_body and status != b"204" and status != b"304":
-                    stream.expected = _content_length(headers)
+                    if decoded.length_problem is not None:
+                        raise _StreamError(ErrorCodes.PROTOCOL_ERROR, decoded.length_problem)
+                    stream.expected = decoded.length
                 end = StreamEnded(sid) if ended else None
                 if end is not None and stream.expected:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length but no body")
@@ -579,7 +599,7 @@ class H2Endpoint:
             else:  # trailers
                 if not ended:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "trailers not ending the stream")
-                problem = decoded.problem("trailers")
+                problem = decoded.trailers_problem
                 if problem is not None:
                     raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
                 if stream.expected is not None and stream.received != stream.expected:
@@ -603,11 +623,13 @@ class H2Endpoint:
             self._send_rst(sid, ErrorCodes.REFUSED_STREAM)
             return
         try:
-            problem = "stream depends on itself" if self_dependent else decoded.problem("request")
+            problem = "stream depends on itself" if self_dependent else decoded.head_problem
+            if problem is None:
+                problem = decoded.length_problem
             if problem is not None:
                 raise _StreamError(ErrorCodes.PROTOCOL_ERROR, problem)
             headers = list(decoded.headers)  # a copy: the event's to keep
-            expected = _content_length(headers)
+            expected = decoded.length
             if ended and expected:
                 raise _StreamError(ErrorCodes.PROTOCOL_ERROR, "content-length but no body")
         except _StreamError as exc:
@@ -756,23 +778,16 @@ class H2Endpoint:
 
     # -- flow control of what we receive ---------------------------------------------------------------------------
 
-    def _conn_processed(self, n: int) -> None:
-        """``n`` bytes of the connection window dealt with: a WINDOW_UPDATE when worth one (h2's rule: half the
-        window processed, or an exhausted window and a little processed)."""
-        self._recv_processed += n
-        processed = self._recv_processed
-        if processed >= self._recv_max // 2 or (self._recv_window == 0 and processed > min(1024, self._recv_max // 4)):
-            increment = min(processed, self._recv_max - self._recv_window)
-            self._recv_processed = 0
-            if increment:
-                self._recv_window += increment
-                self._out += _frame(WINDOW_UPDATE, 0, 0, increment.to_bytes(4, "big"))
+    # The bytes of the connection window dealt with (``_recv_processed``) are given back when the bytes to send
+    # are taken (``data_to_send``), in one WINDOW_UPDATE for all the acknowledgements of a callback: no call per
+    # acknowledgement. A stream's window is given back by ``ack`` itself. Both follow h2's rule: a WINDOW_UPDATE
+    # once half the window is processed, or the window exhausted and a little processed.
 
     def ack(self, stream_id: int, n: int) -> None:
         """``n`` bytes received on ``stream_id`` have been dealt with: give the peer its window back."""
         if n <= 0 or self.failed:
             return
-        self._conn_processed(n)
+        self._recv_processed += n
         stream = self._streams.get(stream_id)
         if stream is None:
             return  # no point in reopening a closed stream's window
@@ -784,7 +799,7 @@ class H2Endpoint:
             stream.processed = 0
             if increment:
                 stream.recv_window += increment
-                self._out += _frame(WINDOW_UPDATE, 0, stream_id, increment.to_bytes(4, "big"))
+                self._out += _FRAME_HEAD.pack(0, 4, WINDOW_UPDATE, 0, stream_id) + increment.to_bytes(4, "big")
 
     # -- sending ----------------------------------------------------------------------------------------------------
 
@@ -816,8 +831,13 @@ class H2Endpoint:
             stream.no_body = (b":method", b"HEAD") in headers
         elif stream.local_closed:
             return False
-        self._header_frames(stream_id, self._encoder.encode(headers if isinstance(headers, (list, tuple))
-                                                             else list(headers)), end_stream)
+        block = self._encoder.encode(headers if isinstance(headers, (list, tuple)) else list(headers))
+        n = len(block)
+        if n <= self.remote_max_frame:  # one frame (nearly always): packed here, a call less per message
+            self._out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, END_STREAM | END_HEADERS if end_stream
+                                          else END_HEADERS, stream_id) + block
+        else:
+            self._header_frames(stream_id, block, end_stream)
         if end_stream:
             self._local_closed(stream)
         return True
@@ -825,8 +845,9 @@ class H2Endpoint:
     def _header_frames(self, sid: int, block: bytes, end_stream: bool) -> None:
         limit = self.remote_max_frame
         flags = END_STREAM if end_stream else 0
-        if len(block) <= limit:
-            self._out += _frame(HEADERS, flags | END_HEADERS, sid, block)
+        n = len(block)
+        if n <= limit:
+            self._out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, flags | END_HEADERS, sid) + block
             return
         self._out += _frame(HEADERS, flags, sid, block[:limit])
         for i in range(limit, len(block), limit):
@@ -860,58 +881,56 @@ class H2Endpoint:
         """Send what the windows allow (one stream or all); returns the data bytes sent per stream, and 0 for
         a stream left with nothing to send without data going (its end went, or it was reset meanwhile)."""
         sent: dict[int, int] = {}
-        if stream_id is not None:
-            box = self._outboxes.get(stream_id)
-            if box is not None:
-                n = self._flush_one(stream_id, box)
-                if n or stream_id not in self._outboxes:
-                    sent[stream_id] = n
-            return sent
-        for sid, box in list(self._outboxes.items()):
-            n = self._flush_one(sid, box)
-            if n or sid not in self._outboxes:  # data went, or the stream is through
-                sent[sid] = n
-        return sent
-
-    def _flush_one(self, sid: int, box: _Outbox) -> int:
-        stream = self._streams.get(sid)
-        if stream is None or stream.local_closed or self.failed:
-            del self._outboxes[sid]  # reset or closed under us: nothing more goes out on it
-            return 0
-        sent = 0
+        outboxes = self._outboxes
+        if stream_id is None:
+            boxes = list(outboxes.items())
+        else:
+            box = outboxes.get(stream_id)
+            if box is None:
+                return sent
+            boxes = [(stream_id, box)]
         out = self._out
-        chunks = box.chunks
-        while chunks:
-            room = min(stream.send_window, self._send_window, self.remote_max_frame)
-            if room <= 0:
-                return sent
-            chunk = chunks[0]
-            n = len(chunk)
-            if n <= room:
-                chunks.popleft()
-            else:
-                chunks[0] = chunk[room:]
-                chunk = chunk[:room]
-                n = room
-            last = box.end and not chunks and not box.trailers  # the end rides on the last data frame
-            out += bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF, DATA, END_STREAM if last else 0))
-            out += sid.to_bytes(4, "big")
-            out += chunk
-            stream.send_window -= n
-            self._send_window -= n
-            sent += n
-            box.size -= n
-            if last:
-                del self._outboxes[sid]
-                self._local_closed(stream)
-                return sent
-        if box.end:
-            del self._outboxes[sid]
-            if box.trailers:
-                self._header_frames(sid, self._encoder.encode(box.trailers), True)
-            else:
-                out += _frame(DATA, END_STREAM, sid, b"")
-            self._local_closed(stream)
+        for sid, box in boxes:
+            n = 0  # data bytes of ``sid`` sent
+            stream = self._streams.get(sid)
+            if stream is None or stream.local_closed or self.failed:
+                del outboxes[sid]  # reset or closed under us: nothing more goes out on it
+                sent[sid] = 0
+                continue
+            chunks = box.chunks
+            while chunks:
+                room = min(stream.send_window, self._send_window, self.remote_max_frame)
+                if room <= 0:
+                    break
+                chunk = chunks[0]
+                size = len(chunk)
+                if size <= room:
+                    chunks.popleft()
+                else:
+                    chunks[0] = chunk[room:]
+                    chunk = chunk[:room]
+                    size = room
+                last = box.end and not chunks and not box.trailers  # the end rides on the last data frame
+                out += _FRAME_HEAD.pack(size >> 8, size & 0xFF, DATA, END_STREAM if last else 0, sid)
+                out += chunk
+                stream.send_window -= size
+                self._send_window -= size
+                n += size
+                box.size -= size
+                if last:
+                    del outboxes[sid]
+                    self._local_closed(stream)
+                    break
+            else:  # all the data went: the end, if it is queued
+                if box.end:
+                    del outboxes[sid]
+                    if box.trailers:
+                        self._header_frames(sid, self._encoder.encode(box.trailers), True)
+                    else:
+                        out += _FRAME_HEAD.pack(0, 0, DATA, END_STREAM, sid)
+                    self._local_closed(stream)
+            if n or sid not in outboxes:  # data went, or the stream is through
+                sent[sid] = n
         return sent
 
     def reset(self, stream_id: int, error_code: int = ErrorCodes.CANCEL) -> int:
@@ -945,6 +964,14 @@ class H2Endpoint:
         self._out += _frame(GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
 
     def data_to_send(self) -> bytes:
+        processed = self._recv_processed
+        if processed and not self.failed and (processed >= self._recv_max // 2 or (
+                self._recv_window == 0 and processed > min(1024, self._recv_max // 4))):
+            increment = min(processed, self._recv_max - self._recv_window)  # the connection's window given back
+            self._recv_processed = 0
+            if increment:
+                self._recv_window += increment
+                self._out += _frame(WINDOW_UPDATE, 0, 0, increment.to_bytes(4, "big"))
         out = self._out
         if not out:
             return b""

@@ -112,6 +112,20 @@ def test_hpack_round_trips_with_the_hpack_library_both_ways(blocks: list[list[tu
         assert theirs_dec.decode(ours_enc.encode(block), raw=True) == block
 
 
+def test_the_encoder_cache_forgets_all_at_once_and_blocks_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block of known fields is joined from the cache; one with a new field fills the cache first (emptied
+    when it would grow past its size): either way the block is the fields', in order."""
+    from tether.proxy.codec import http2_hpack
+
+    monkeypatch.setattr(http2_hpack, "_ENCODE_CACHE_SIZE", 4)
+    ours, theirs = Encoder(), hpack.Decoder()
+    blocks = [GET, GET, [*GET[:2], (b"x-a", b"1")], GET, [(b"x-b", b"2"), (b"x-b", b"2")], GET]
+    for block in blocks:
+        assert theirs.decode(ours.encode(block), raw=True) == block
+        assert len(ours._cache) <= 4
+    assert ours.encode(GET) == b"".join(http2_hpack.encode_field(*f) for f in GET)
+
+
 def test_the_same_block_decodes_anew_once_the_table_changed() -> None:
     """The endpoint remembers blocks that left the table as it was: an index into the dynamic table means
     another field once an entry was added, and a block with a bad field stays bad while remembered."""

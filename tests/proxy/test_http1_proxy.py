@@ -487,7 +487,7 @@ def test_the_policy_and_tap_hooks_see_each_request() -> None:
                         b"l5d-proxy-error: service unavailable: too many requests in flight\r\n"
                         b"connection: close\r\n\r\n")
             << Close())
-    assert hooks.seen == [("check", b"/r"), ("request", b"/r"), ("response", 200), ("end", 200),
-                          ("check", b"/no"), ("end", 503)]
+    assert hooks.seen == [("begin", b"/r"), ("check", b"/r"), ("request", b"/r"), ("response", 200), ("end", 200),
+                          ("begin", b"/no"), ("check", b"/no"), ("end", 503)]
     assert hooks.ends == [(2, []), (0, [])]  # the relayed body's bytes ("ok"); the refusal relayed none
     assert [[(n.lower(), v) for n, v in h] for h in hooks.response_headers] == [[(b"content-length", b"2")]]

@@ -498,6 +498,10 @@ class Observed:
         self.seen.append(("check", request.target))
         return errors.load_shed() if request.target == self.refuse else None
 
+    def begin(self, stream: object, request: RequestHead, client: tuple[str, int] | None,
+              client_id: str | None) -> None:
+        self.seen.append(("begin", request.target))
+
     def request(self, stream: object, request: RequestHead, labels: str, client: tuple[str, int] | None) -> None:
         self.seen.append(("request", request.target))
         self.clients.append(client)
@@ -526,8 +530,11 @@ def test_the_policy_and_tap_hooks_see_each_stream() -> None:
     assert ("check", b"/ok") in hooks.seen and ("check", b"/no") in hooks.seen
     told = [e for e in hooks.seen if e[0] != "check"]
     assert ("end", 503) in told and ("request", b"/no") not in told  # refused: never routed, but it ended
+    assert told.index(("begin", b"/no")) < told.index(("end", 503))  # begun before anything was decided
+    assert hooks.seen.index(("begin", b"/no")) < hooks.seen.index(("check", b"/no"))
     told.remove(("end", 503))
-    assert told == [("request", b"/ok"), ("response", 200), ("end", 200)]
+    told.remove(("begin", b"/no"))
+    assert told == [("begin", b"/ok"), ("request", b"/ok"), ("response", 200), ("end", 200)]
     assert [h for h in hooks.response_headers[0] if h[0] == b":status"] == [(b":status", b"200")]  # as relayed
     assert (2, []) in hooks.ends and (0, []) in hooks.ends  # b"hi" relayed; the refusal relayed no body
     assert hooks.resets == [None, None]  # neither stream was reset

@@ -21,6 +21,7 @@ import random
 import resource
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,8 @@ from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.core.policy_metrics import DetectMetrics, PolicyMetrics
 from tether.proxy.core.profiles import canonical_name
 from tether.proxy.core.resolution import NOT_LOOKED_UP, ProfileSource
+from tether.proxy.core.access_log import AccessLog
+from tether.proxy.core.observers import combined
 from tether.proxy.io import sockopts
 from tether.proxy.io.tls import TlsState
 
@@ -229,7 +232,7 @@ class Proxy:
                               h2_keep_alive=_seconds(in_cfg.server_h2_keep_alive),
                               h2_server=in_cfg.server_h2.params, h2_client=config.http2_client,
                               h2_max_pending_resets=in_cfg.server_h2.max_pending_accept_reset_streams,
-                              observer=self.tap.inbound if self.tap else None),
+                              observer=combined(self.tap.inbound if self.tap else None, self._access_log())),
             policies=self.policies.policy,
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
@@ -297,6 +300,13 @@ class Proxy:
         except OSError as err:
             log.error("%s", err)
             self.stopping.set()
+
+    def _access_log(self) -> AccessLog | None:
+        """LINKERD2_PROXY_ACCESS_LOG: the inbound access log, on standard error as linkerd2-proxy writes it."""
+        fmt = self.config.access_log
+        if fmt is None:
+            return None
+        return AccessLog(fmt, lambda line: print(line, file=sys.stderr, flush=True), time.monotonic, time.time)
 
     def _named_profile(self, authority: str, port: int) -> ProfileSource:
         """Ingress mode's ``l5d-dst-override`` target: looked up only when its name is under

@@ -40,6 +40,7 @@ from tether.proxy.codec.addrs import (
     parse_socket_addr,
 )
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, MAX_FRAME_SIZE_LIMIT, Http2Params
+from tether.proxy.core.access_log import Format as AccessLogFormat
 from tether.proxy.core.config_unread import unread_warnings
 from tether.proxy.core.durations import parse_duration
 from tether.proxy.core.http import H2_MAX_PENDING_RESETS
@@ -287,7 +288,10 @@ class ProxyConfig:
     # LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT, default 500ms: how long an inbound request waits for
     # the first profile answer of the service it names (io.inbound_profiles).
     profile_initial_timeout: timedelta = timedelta(milliseconds=500)
-    # Proxy variables in the environment that nothing read (core.config_unread): each a warning naming it.
+    # LINKERD2_PROXY_ACCESS_LOG: apache or json, the inbound HTTP access log on standard error; None: none.
+    access_log: AccessLogFormat | None = None
+    # Proxy variables in the environment that nothing read (core.config_unread), and values refused without
+    # stopping the proxy (as linkerd2-proxy: a bad LINKERD2_PROXY_ACCESS_LOG): each a warning naming it.
     unread: tuple[str, ...] = ()
 
     @property
@@ -332,7 +336,8 @@ class ProxyConfig:
             profile_initial_timeout=e.get("LINKERD2_PROXY_DESTINATION_PROFILE_INITIAL_TIMEOUT", parse_duration,
                                           "500ms"),
         )
-        return replace(config, unread=unread_warnings(env, e.read))
+        access_log, refused = _access_log(e)
+        return replace(config, access_log=access_log, unread=refused + unread_warnings(env, e.read))
 
 
 class _Env:
@@ -428,6 +433,18 @@ def _outbound(e: _Env) -> OutboundConfig:
         connect=_tcp_options(e, "LINKERD2_PROXY_OUTBOUND_CONNECT"),
         listen_backlog=e.get("LINKERD2_PROXY_OUTBOUND_TCP_LISTEN_BACKLOG", _parse_positive_int, "1024"),
     )
+
+
+def _access_log(e: _Env) -> tuple[AccessLogFormat | None, tuple[str, ...]]:
+    """The format, and a warning for a value that names none: linkerd2-proxy then logs no access and goes on."""
+    var = "LINKERD2_PROXY_ACCESS_LOG"
+    raw = e.optional(var, str)
+    if raw is None:
+        return None, ()
+    try:
+        return AccessLogFormat.parse(raw), ()
+    except ValueError as exc:
+        return None, (f"invalid {var}={raw!r}: {exc}; no access log",)
 
 
 def _tcp_options(e: _Env, prefix: str) -> TcpOptions:

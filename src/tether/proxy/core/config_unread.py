@@ -20,7 +20,6 @@ _DNS = "control-plane names are resolved by the system resolver at each connect:
 
 # Read by linkerd2-proxy 2.20 (../shared/reference/proxy.md §2), not applied here: the reason, as the warning says it.
 NOT_APPLIED: dict[str, str] = {
-    "LINKERD2_PROXY_ACCESS_LOG": "this proxy writes no HTTP access log",
     "LINKERD2_PROXY_CORES": _CORES,
     "LINKERD2_PROXY_CORES_MIN": _CORES,
     "LINKERD2_PROXY_CORES_MAX": _CORES,

@@ -129,15 +129,19 @@ class RequestPolicy(Protocol):
 
 
 class StreamObserver(Protocol):
-    """Stream-scoped events for tap (issue #16): told, never asked; must not block or raise.
+    """Stream-scoped events for tap (issue #16) and the access log: told, never asked; must not block or raise.
 
-    ``request`` when a request head is routed (with the endpoint's labels and the connection's client
+    ``begin`` when a request head arrives, before anything is decided of it (with the connection's client
+    address and verified client identity, if any); ``request`` when a request head is routed (with the endpoint's labels and the connection's client
     address, None when the transport did not say), ``response`` at its response head (the headers the
     client gets), ``end`` when the exchange is over (status None: no response was sent; ``error``: the
     error kind the proxy answered, if it did; ``grpc_status``: a gRPC stream's, from its trailers or the
     proxy's own answer; ``response_bytes``: the relayed response body's bytes; ``trailers``: the relayed
     response's trailers; ``reset_code``: the HTTP/2 error code the client's stream was reset with, if it was).
     """
+
+    def begin(self, stream: object, request: RequestHead, client: ClientAddr | None,
+              client_id: str | None) -> None: ...
 
     def request(self, stream: object, request: RequestHead, labels: str, client: ClientAddr | None) -> None: ...
 

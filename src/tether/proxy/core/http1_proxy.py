@@ -326,6 +326,8 @@ class Http1Proxy:
     def _begin(self, request: RequestHead) -> None:
         settings = self.settings
         ex = self.ex = _Exchange(request, settings.clock())
+        if settings.observer is not None:
+            settings.observer.begin(ex, request, self.client, settings.client_id)
         ex.in_flight, refusal, edit = exchange.admit(settings, request)
         if refusal is not None:
             self._answer(ex, refusal, None)

@@ -584,6 +584,8 @@ class Http2Proxy:
         stream.req_end = event.stream_ended is not None
         self.streams[stream.sid] = stream
         head = stream.request_head()
+        if self.settings.observer is not None:
+            self.settings.observer.begin(stream, head, self.client, self.settings.client_id)
         stream.in_flight, refusal, edit = exchange.admit(self.settings, head)
         if refusal is not None:
             self._fail(stream, refusal)

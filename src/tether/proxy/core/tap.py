@@ -452,6 +452,10 @@ class TapObserver:
         self._streams: dict[int, TappedStream] = {}
         self._endpoints: dict[str, _Endpoint] = {}
 
+    def begin(self, stream: object, request: RequestHead, client: tuple[str, int] | None,
+              client_id: str | None) -> None:
+        """Tap reports requests once routed (``request``)."""
+
     def request(self, stream: object, request: RequestHead, labels: str, client: tuple[str, int] | None) -> None:
         if not self.taps.taps:
             return

@@ -445,12 +445,14 @@ class Channel:
         receive = _ReceiveDeadlines(self.limits, loop.time())
         conn: _Connection | None = None
         stream: _Stream | None = None
+        until = receive.earliest(deadline)  # what a TimeoutError means is read from which deadline this was
         try:
-            async with asyncio.timeout_at(receive.earliest(deadline)):
+            async with asyncio.timeout_at(until):
                 conn = await self._connection()
                 stream = await conn.open(headers, framed)
             while True:
-                async with asyncio.timeout_at(receive.earliest(deadline)):
+                until = receive.earliest(deadline)
+                async with asyncio.timeout_at(until):
                     raw = await conn.next(stream)
                 if raw is None:
                     return
@@ -461,9 +463,10 @@ class Channel:
                     raise RpcError(Code.INTERNAL, f"cannot decode the answer: {exc}") from None
                 yield message
         except TimeoutError:
-            if deadline is not None and loop.time() >= deadline:
+            # A timer may fire a little before its time: the deadline that ended the wait is the one waited for.
+            if until == deadline:
                 raise RpcError(Code.DEADLINE_EXCEEDED, f"no answer within {timeout}s (grpc-timeout)") from None
-            if receive.first and receive.next is not None and loop.time() >= receive.next:
+            if receive.first and until == receive.next:
                 raise RpcError(Code.DEADLINE_EXCEEDED, "initial item not received within timeout") from None
             return  # idle or past its lifetime: ended, as if by the server
         finally:

@@ -213,3 +213,34 @@ async def test_without_nodes_every_subscriber_sees_everything() -> None:
     recorder = Recorder()
     cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-a")
     assert recorder.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]
+
+
+class Keeper:
+    """Keeps the sets themselves, to see which subscribers were handed the same one (one encoding)."""
+
+    def __init__(self) -> None:
+        self.sets: list[AddressSet] = []
+
+    def add(self, addresses: AddressSet) -> None:
+        self.sets.append(addresses)
+
+    def remove(self, addresses: AddressSet) -> None:
+        self.sets.append(addresses)
+
+
+async def test_subscribers_in_one_zone_share_a_set_only_when_they_are_told_all_of_it() -> None:
+    unhinted = endpoint_slice(("web-a", "10.0.0.1", "east", ()), ("web-b", "10.0.0.2", "west", ()))
+    cluster = Cluster(*OBJECTS, node("node-c", "east"), unhinted)
+    a, c, b = Keeper(), Keeper(), Keeper()
+    for keeper, node_name in ((a, "node-a"), (c, "node-c"), (b, "node-b")):
+        cluster.watcher.subscribe(NS, "web", 80, keeper, node_name=node_name)
+    # No hints: everyone gets everything; node-a and node-c are both in the east, so one set (one encoding).
+    assert a.sets[0] is c.sets[0] and a.sets[0] is not b.sets[0]
+    assert a.sets[0].subscriber_zone == "east" and b.sets[0].subscriber_zone == "west"
+    assert [x.ip for x in a.sets[0].addresses] == [x.ip for x in b.sets[0].addresses] == ["10.0.0.1", "10.0.0.2"]
+
+    cluster.apply(SLICE, "MODIFIED")  # hints now: each east subscriber is told its part in a set of its own
+    assert a.sets[1] is not c.sets[1]
+    assert [[x.ip for x in s.addresses] for s in a.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]  # re-sent, removed
+    assert [[x.ip for x in s.addresses] for s in c.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]
+    assert [s.service_exists for s in a.sets[1:]] == [True, True]

@@ -60,7 +60,8 @@ class AddressSet:
     when a topology filter made the set for one subscriber ("" otherwise), for the
     endpoints' ``zone_locality`` label.  ``at`` is None for snapshots (no platform event caused them).
     ``memo`` lets translators encode a set once however many
-    listeners receive it (the watch side never reads it).
+    listeners receive it, and topology filters derive one set per subscriber zone
+    from it (``tether.destination.watcher.topology``).
     """
 
     addresses: tuple[Address, ...]

@@ -67,7 +67,7 @@ class TopologyFilter:
         for address in addresses.addresses:
             self._available[address.key] = address
         # A snapshot (no ``at``) is always forwarded, so an empty one still gets its first message.
-        self._publish(addresses.at, snapshot=addresses.at is None)
+        self._publish(addresses.at, snapshot=addresses.at is None, added_from=addresses)
 
     def remove(self, addresses: AddressSet) -> None:
         if not addresses.service_exists:
@@ -77,13 +77,15 @@ class TopologyFilter:
             return
         for address in addresses.addresses:
             self._available.pop(address.key, None)
-        self._publish(addresses.at)
+        self._publish(addresses.at, removed_from=addresses)
 
     def refilter(self, at: float) -> None:
         """The Service's traffic policy or the node's zone may have changed: tell the difference."""
         self._publish(at)
 
-    def _publish(self, at: float | None, *, snapshot: bool = False) -> None:
+    def _publish(self, at: float | None, *, snapshot: bool = False, added_from: AddressSet | None = None,
+                 removed_from: AddressSet | None = None) -> None:
+        """Tell the subscriber the difference; ``added_from``/``removed_from``: the publisher's set, if any."""
         service = self._index.services.get(self.service)
         local_only = service is not None and service.internal_traffic_policy == "Local"
         zone = self._index.node_zone(self.node_name)
@@ -95,6 +97,28 @@ class TopologyFilter:
         removed = [b for key, b in before.items() if key not in kept]
         self._sent = kept
         if added or snapshot:
-            self._downstream.add(AddressSet(tuple(added), self._labels, at, subscriber_zone=zone))
+            shared = _passed_on(added_from, added, zone)
+            self._downstream.add(shared or AddressSet(tuple(added), self._labels, at, subscriber_zone=zone))
         if removed:
-            self._downstream.remove(AddressSet(tuple(removed), self._labels, at, subscriber_zone=zone))
+            shared = _passed_on(removed_from, removed, zone)
+            self._downstream.remove(shared or AddressSet(tuple(removed), self._labels, at, subscriber_zone=zone))
+
+
+def _passed_on(source: AddressSet | None, addresses: list[Address], zone: str) -> AddressSet | None:
+    """The publisher's set as every subscriber in ``zone`` is told it, when this one is told all of it.
+
+    That is the usual case (no hints, no local policy, or nothing they leave out):
+    one set per zone in the source's memo then carries one encoding for every
+    stream in that zone, instead of one per stream.
+    """
+    if source is None or len(addresses) != len(source.addresses):
+        return None
+    ids = {id(a) for a in source.addresses}
+    if any(id(a) not in ids for a in addresses):
+        return None
+    shared = source.memo.get(("zone", zone))
+    if shared is None:
+        shared = source.memo[("zone", zone)] = AddressSet(
+            source.addresses, source.labels, source.at, subscriber_zone=zone)
+    assert isinstance(shared, AddressSet)
+    return shared

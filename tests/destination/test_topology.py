@@ -78,6 +78,10 @@ def test_the_encoder_writes_zone_locality_against_the_subscribers_zone() -> None
     assert [a.metric_labels["zone_locality"] for a in update.add.addrs] == ["local", "remote", "unknown"]
     shared = pb.Update.FromString(encoder.add(AddressSet(endpoints, {}, None)))
     assert {a.metric_labels["zone_locality"] for a in shared.add.addrs} == {"unknown"}
+    assert [a.weight for a in update.add.addrs] == [10000, 10000, 10000]
+    weighted = EndpointEncoder(DestinationConfig(ext_endpoint_zone_weights=True))
+    update = pb.Update.FromString(weighted.add(AddressSet(endpoints, {}, None, subscriber_zone="east")))
+    assert [a.weight for a in update.add.addrs] == [100000, 10000, 10000]  # only the zone-local one, 10x
 
 
 # -- one subscriber, as things change ---------------------------------------------------------------------

@@ -56,12 +56,14 @@ def destination() -> None:
 @click.option("--outbound-transport-mode", type=click.Choice(["transparent", "transport-header"]),
               default="transparent", show_default=True,
               help="transport-header gives every meshed endpoint opaque transport.")
+@click.option("--ext-endpoint-zone-weights", is_flag=True,
+              help="Experimental: weight endpoints in the subscriber's zone 10x (proxies do not read weights).")
 @serving_options
 @platform_options
 def serve(
     addr: str, admin_addr: str, store_path: Path | None, cluster_domain: str, trust_domain: str,
     control_plane_ns: str, default_opaque_ports: PortSet, stream_queue_capacity: int, enable_h2_upgrade: bool,
-    outbound_transport_mode: str, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
+    outbound_transport_mode: str, ext_endpoint_zone_weights: bool, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
     insecure: bool, log_level: str, platform: Platform,
 ) -> None:
     """Serve Get and GetProfile over TLS, fed by the store's resources."""
@@ -77,6 +79,7 @@ def serve(
         stream_queue_capacity=stream_queue_capacity,
         enable_h2_upgrade=enable_h2_upgrade,
         force_opaque_transport=outbound_transport_mode == "transport-header",
+        ext_endpoint_zone_weights=ext_endpoint_zone_weights,
     )
     try:
         store = None if platform.kubernetes else Store(store_path or home.store_path())

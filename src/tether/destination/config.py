@@ -3,7 +3,7 @@
 Mirrors the flags of Linkerd's destination controller that Tether implements
 (``-addr``, ``-metrics-addr``, ``-controller-namespace``, ``-cluster-domain``,
 ``-identity-trust-domain``, ``-default-opaque-ports``, ``-stream-queue-capacity``,
-``-enable-h2-upgrade``, ``-outbound-transport-mode``) plus the TLS files the
+``-enable-h2-upgrade``, ``-outbound-transport-mode``, ``-ext-endpoint-zone-weights``) plus the TLS files the
 gRPC port serves with.  Nothing here reads the environment.
 """
 
@@ -45,6 +45,9 @@ class DestinationConfig:
     enable_h2_upgrade: bool = True
     # Linkerd's ``-outbound-transport-mode=transport-header``: every meshed endpoint gets opaque transport.
     force_opaque_transport: bool = False
+    # Linkerd's experimental ``-ext-endpoint-zone-weights``: zone-local endpoints get 10x the weight in ``Get``
+    # streams (for balancers built on the API; linkerd2-proxy, like Tether's proxy, does not read weights).
+    ext_endpoint_zone_weights: bool = False
     http2: Http2ClientParams = field(default_factory=Http2ClientParams)
     # How long ``stop`` lets streams finish their last write before the gRPC server cancels them.
     shutdown_grace: float = 2.0

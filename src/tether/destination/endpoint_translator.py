@@ -145,7 +145,10 @@ class EndpointEncoder:
             for address in addresses.addresses:
                 weighted = self.weighted_addr(address)
                 if weighted is not None:
-                    weighted.metric_labels["zone_locality"] = zone_locality(addresses.subscriber_zone, address.zone)
+                    locality = zone_locality(addresses.subscriber_zone, address.zone)
+                    weighted.metric_labels["zone_locality"] = locality
+                    if locality == "local" and self._config.ext_endpoint_zone_weights:
+                        weighted.weight *= 10
                     addrs.append(weighted)
             message = pb.Update(add=pb.WeightedAddrSet(addrs=addrs, metric_labels=addresses.labels))
             encoded = addresses.memo[self] = message.SerializeToString()

@@ -649,3 +649,18 @@ def test_a_grpc_status_in_a_response_head_is_counted_and_so_is_one_a_route_adds(
             >> Up(0, Headers(1, head, end=True))
             << SendDown(Headers(1, [*head, (b"grpc-status", b"7")], end=True)))
     assert responses(settings) == {'status_code="200",classification="failure",grpc_status="7",error=""': 1}
+
+
+def test_response_data_goes_at_once_unless_its_own_end_is_next_in_the_read() -> None:
+    """Response data is flushed as it comes, except when its own stream's end (its trailers) is the next frame of
+    the read: then both go in one flush. Another stream's trailers next hold nothing back."""
+    trailers = [(b"grpc-status", b"0")]
+    assert (H2Playbook(Router(ADDRS[:1]), http_settings())
+            >> Down(Headers(1, GRPC, end=True), Headers(3, GRPC, end=True))
+            << Connect(ADDRS[0])
+            >> Connected()
+            << SendUp(0, Headers(1, GRPC, end=True), Headers(3, GRPC, end=True))
+            >> Up(0, Headers(1, OK), Headers(3, OK), Data(1, b"one"), Headers(3, trailers, end=True))
+            << SendDown(Headers(1, OK), Headers(3, OK), Data(1, b"one"), Headers(3, trailers, end=True))
+            >> Up(0, Data(1, b"last"), Headers(1, trailers, end=True))
+            << SendDown(Data(1, b"last"), Headers(1, trailers, end=True)))

@@ -862,7 +862,7 @@ class Http2Proxy:
         except H2ProtocolError:
             self._up_lost(up)
             return
-        for event in events:
+        for i, event in enumerate(events):
             if isinstance(event, h2e.ResponseReceived):
                 stream = up.streams.get(event.stream_id)
                 if stream is not None:
@@ -872,7 +872,11 @@ class Http2Proxy:
                 if stream is not None and stream.status is None:
                     self.down.send_headers(stream.sid, event.headers)
             elif isinstance(event, h2e.DataReceived):
-                self._response_data(up, event)
+                # The stream's end next (END_STREAM on this frame, or its trailers, which end it): its StreamEnded
+                # flushes this data with the end (a gRPC response's message and trailers: one flush, not two).
+                after = events[i + 1] if i + 1 < len(events) else None
+                self._response_data(up, event, event.stream_ended is not None or (
+                    isinstance(after, h2e.TrailersReceived) and after.stream_id == event.stream_id))
             elif isinstance(event, h2e.TrailersReceived):
                 stream = up.streams.get(event.stream_id)
                 if stream is not None:
@@ -972,7 +976,7 @@ class Http2Proxy:
                     stream.grpc_status = int(value)
                 return
 
-    def _response_data(self, up: _Up, event: h2e.DataReceived) -> None:
+    def _response_data(self, up: _Up, event: h2e.DataReceived, end_next: bool) -> None:
         stream = up.streams.get(event.stream_id)
         if stream is None or stream.phase is not Phase.RELAYING:
             up.ep.ack(event.stream_id, event.flow_controlled_length)
@@ -989,7 +993,7 @@ class Http2Proxy:
             if pick is not None and pick.frames is not None:
                 pick.frames(len(data))
             self.down.queue_data(stream.sid, data)
-            if event.stream_ended is None:  # else the StreamEnded event next flushes the data with the end
+            if not end_next:  # (else the end, next, flushes it)
                 self._flush_down(stream.sid)
 
     def _response_end(self, stream: _Stream, trailers: Headers | None = None) -> None:

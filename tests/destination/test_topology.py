@@ -8,7 +8,10 @@ Kubernetes platform (kmock) are in tests/k8s/test_topology.py.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from tether.api import destination_pb2 as pb
 from tether.destination.config import DestinationConfig
@@ -211,12 +214,17 @@ async def test_internal_traffic_policy_local_follows_the_service_and_the_service
     assert recorder.take() == [] and cluster.watcher.publishers == 0
 
 
-async def test_without_nodes_every_subscriber_sees_everything() -> None:
+async def test_without_nodes_every_subscriber_sees_everything(caplog: pytest.LogCaptureFixture) -> None:
     cluster = Cluster(service("Local"), pod("web-a", "10.0.0.1", "node-a"), pod("web-b", "10.0.0.2", "node-b"),
                       SLICE, nodes=False)
-    recorder = Recorder()
-    cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-a")
-    assert recorder.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]
+    recorder, other = Recorder(), Recorder()
+    with caplog.at_level(logging.WARNING, logger="tether.destination.watcher.endpoints"):
+        cluster.watcher.subscribe(NS, "web", 80, recorder, node_name="node-a")
+        cluster.watcher.subscribe(NS, "web", 80, other, node_name="node-b")
+    assert recorder.take() == other.take() == [("add", ["10.0.0.1", "10.0.0.2"], "")]
+    # The policy can't take effect without Nodes: said once per Service, by name.
+    assert [r.getMessage() for r in caplog.records] == [
+        "Service emojivoto/web: internalTrafficPolicy Local has no effect on a platform without Nodes"]
 
 
 class Keeper:

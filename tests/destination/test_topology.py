@@ -256,3 +256,27 @@ async def test_subscribers_in_one_zone_share_a_set_only_when_they_are_told_all_o
     assert [[x.ip for x in s.addresses] for s in a.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]  # re-sent, removed
     assert [[x.ip for x in s.addresses] for s in c.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]
     assert [s.service_exists for s in a.sets[1:]] == [True, True]
+
+
+async def test_subscribers_on_one_node_share_one_filter_and_are_counted_one_by_one() -> None:
+    cluster = Cluster(*OBJECTS, SLICE)
+    first, second = Keeper(), Keeper()
+    cluster.watcher.subscribe(NS, "web", 80, first, node_name="node-a")
+    cluster.apply(node("node-a", "west"), "MODIFIED")  # node-a's view changes before the second stream arrives
+    cluster.watcher.subscribe(NS, "web", 80, second, node_name="node-a")
+    assert [[x.ip for x in s.addresses] for s in second.sets] == [["10.0.0.2"]]  # the current view, at once
+    assert second.sets[0].subscriber_zone == "west"
+    gauge = cluster.watcher._metrics.endpoints_subscribers.labels(NS, "web", "80", "")
+    assert gauge._value.get() == 2
+
+    cluster.apply(node("node-a", "east"), "MODIFIED")
+    assert first.sets[-2:] == second.sets[-2:]  # one add and one remove, the same sets for both
+    assert [[x.ip for x in s.addresses] for s in second.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]
+
+    cluster.watcher.unsubscribe(NS, "web", 80, first)
+    assert gauge._value.get() == 1
+    heard = len(first.sets), len(second.sets)
+    cluster.apply(node("node-a", "west"), "MODIFIED")
+    assert (len(first.sets), len(second.sets)) == (heard[0], heard[1] + 2)  # only the one still subscribed hears it
+    cluster.watcher.unsubscribe(NS, "web", 80, second)
+    assert cluster.watcher.publishers == 0

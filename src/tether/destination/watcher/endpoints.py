@@ -71,7 +71,7 @@ class PortPublisher:
         self.published: dict[str, Address] = dict(self.addresses)
         self._snapshot: AddressSet | None = None
         self._dirty_since: float | None = None  # when the oldest unpublished change was seen
-        self._update_gauges()
+        self.update_gauges()
 
     # -- computing -------------------------------------------------------------
 
@@ -129,7 +129,7 @@ class PortPublisher:
 
     def subscribe(self, listener: EndpointListener) -> None:
         self.listeners.append(listener)
-        self._update_gauges()
+        self.update_gauges()
         listener.add(self.snapshot())
 
     def unsubscribe(self, listener: EndpointListener) -> None:
@@ -137,7 +137,7 @@ class PortPublisher:
             self.listeners.remove(listener)
         except ValueError:
             return
-        self._update_gauges()
+        self.update_gauges()
 
     # -- changes -----------------------------------------------------------------
 
@@ -155,7 +155,7 @@ class PortPublisher:
         """Tell everyone at once (no coalescing): the Service itself is gone."""
         gone = tuple(self.published.values())
         self.addresses, self.published, self._snapshot, self._dirty_since = {}, {}, None, None
-        self._update_gauges()
+        self.update_gauges()
         removed = AddressSet(gone, self._labels, at, service_exists=False)
         for listener in tuple(self.listeners):
             listener.remove(removed)
@@ -164,7 +164,7 @@ class PortPublisher:
         """The Service exists again: everyone gets a fresh snapshot (maybe empty)."""
         self.addresses = self._compute()
         self.published, self._snapshot, self._dirty_since = dict(self.addresses), None, None
-        self._update_gauges()
+        self.update_gauges()
         snapshot = self.snapshot()
         for listener in tuple(self.listeners):
             listener.add(snapshot)
@@ -186,7 +186,7 @@ class PortPublisher:
             return
         self._snapshot = None
         self._service.metrics.endpoints_updates.labels(*self._metric_labels).inc()
-        self._update_gauges()
+        self.update_gauges()
         listeners = tuple(self.listeners)
         if added:
             added_set = AddressSet(tuple(added), self._labels, at)
@@ -197,9 +197,11 @@ class PortPublisher:
             for listener in listeners:
                 listener.remove(removed_set)
 
-    def _update_gauges(self) -> None:
+    def update_gauges(self) -> None:
         metrics = self._service.metrics
-        metrics.endpoints_subscribers.labels(*self._metric_labels).set(len(self.listeners))
+        # A topology filter stands for every stream on its node: count the streams.
+        subscribers = sum(len(x.listeners) if isinstance(x, TopologyFilter) else 1 for x in self.listeners)
+        metrics.endpoints_subscribers.labels(*self._metric_labels).set(subscribers)
         metrics.endpoints_pods.labels(*self._metric_labels).set(len(self.published))
         metrics.endpoints_exists.labels(*self._metric_labels).set(1 if self._service.service is not None else 0)
 
@@ -285,7 +287,8 @@ class EndpointsWatcher:
         self._dirty: dict[PortPublisher, None] = {}
         self._flush_scheduled = False
         self._reported: dict[Key, tuple[str, ...]] = {}  # slice -> the problems already reported
-        # Subscribers' topology filters (platforms with Nodes), by the listener they feed.
+        # Topology filters (platforms with Nodes): one per Service port, hostname and node; and each listener's.
+        self._groups: dict[tuple[Key, int, str | None, str], TopologyFilter] = {}
         self._filters: dict[EndpointListener, TopologyFilter] = {}
         self._filters_of_service: dict[Key, set[TopologyFilter]] = {}
         self._filters_on_node: dict[str, set[TopologyFilter]] = {}
@@ -320,7 +323,14 @@ class EndpointsWatcher:
             )
             self._by_namespace.setdefault(namespace, set()).add(key)
         if self._index.has_nodes:
-            filter_ = self._filters[listener] = TopologyFilter(listener, self._index, key, node_name)
+            group = self._groups.get((key, port, hostname, node_name))
+            if group is not None:  # streams on one node share one filter (and its sets)
+                self._filters[listener] = group
+                group.join(listener)
+                publisher.ports[(port, hostname)].update_gauges()
+                return
+            filter_ = self._filters[listener] = self._groups[(key, port, hostname, node_name)] = TopologyFilter(
+                listener, self._index, key, port, hostname, node_name)
             self._filters_of_service.setdefault(key, set()).add(filter_)
             self._filters_on_node.setdefault(node_name, set()).add(filter_)
             listener = filter_
@@ -334,12 +344,18 @@ class EndpointsWatcher:
         self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None
     ) -> None:
         key = (namespace, service)
+        publisher = self._publishers.get(key)
         filter_ = self._filters.pop(listener, None)
         if filter_ is not None:
+            filter_.listeners.remove(listener)
+            if filter_.listeners:  # others on its node still listen
+                if publisher is not None and (port, hostname) in publisher.ports:
+                    publisher.ports[(port, hostname)].update_gauges()
+                return
+            del self._groups[(key, port, hostname, filter_.node_name)]
             discard_member(self._filters_of_service, key, filter_)
             discard_member(self._filters_on_node, filter_.node_name, filter_)
             listener = filter_
-        publisher = self._publishers.get(key)
         if publisher is not None and publisher.unsubscribe(port, hostname, listener):
             del self._publishers[key]
             members = self._by_namespace[namespace]

@@ -11,10 +11,12 @@ subscriber runs (the ``nodeName`` of its context token), in this order
    of the subscriber's node (its ``topology.kubernetes.io/zone`` label) are
    kept; if that leaves none, all of them are.
 
-``TopologyFilter`` applies this per subscriber: it sits between a
-``PortPublisher`` and the subscriber's translator, keeps every endpoint the
-publisher announced, and tells the translator only the difference of the
-filtered view.  The ``EndpointsWatcher`` asks it to filter again when the
+``TopologyFilter`` applies this for the subscribers of one Service port (and
+hostname) on one node, as Linkerd's ``filteredListenerGroup`` does: it sits
+between a ``PortPublisher`` and those subscribers' translators, keeps every
+endpoint the publisher announced, and tells the translators only the
+difference of the filtered view, one set for all of them (filtering once per
+node, not once per stream).  The ``EndpointsWatcher`` asks it to filter again when the
 Service (its traffic policy) or the subscriber's Node (its zone) changes; a new
 zone re-sends every kept endpoint, because their ``zone_locality`` labels
 (``local``/``remote`` against the subscriber's zone) change with it.  Only
@@ -48,19 +50,31 @@ def zone_locality(subscriber_zone: str, endpoint_zone: str) -> str:
 
 
 class TopologyFilter:
-    """The ``EndpointListener`` of one subscriber on a platform with Nodes; forwards its filtered view."""
+    """The ``EndpointListener`` of the subscribers on one node (platforms with Nodes); forwards their view."""
 
-    __slots__ = ("_downstream", "_index", "service", "node_name", "_available", "_sent", "_zone", "_labels")
+    __slots__ = ("listeners", "_index", "service", "port", "hostname", "node_name", "_available", "_sent", "_zone",
+                 "_labels", "_snapshot")
 
-    def __init__(self, downstream: EndpointListener, index: ClusterIndex, service: Key, node_name: str) -> None:
-        self._downstream = downstream
+    def __init__(self, first: EndpointListener, index: ClusterIndex, service: Key, port: int, hostname: str | None,
+                 node_name: str) -> None:
+        self.listeners = [first]
         self._index = index
         self.service = service
+        self.port = port
+        self.hostname = hostname
         self.node_name = node_name
         self._available: dict[tuple[str, int], Address] = {}  # every endpoint the publisher announced
         self._sent: dict[tuple[str, int], Address] = {}  # what the subscriber was told
         self._zone = ""  # the subscriber's zone when it was last told
         self._labels: dict[str, str] = {}
+        self._snapshot: AddressSet | None = None  # what a joining subscriber is told; until the next change
+
+    def join(self, listener: EndpointListener) -> None:
+        """Another subscriber on this node: it hears what the others were told, at once."""
+        self.listeners.append(listener)
+        if self._snapshot is None:
+            self._snapshot = AddressSet(tuple(self._sent.values()), self._labels, None, subscriber_zone=self._zone)
+        listener.add(self._snapshot)
 
     def add(self, addresses: AddressSet) -> None:
         self._labels = dict(addresses.labels)
@@ -71,9 +85,10 @@ class TopologyFilter:
 
     def remove(self, addresses: AddressSet) -> None:
         if not addresses.service_exists:
-            gone = tuple(self._sent.values())
-            self._available, self._sent = {}, {}
-            self._downstream.remove(AddressSet(gone, addresses.labels, addresses.at, service_exists=False))
+            gone = AddressSet(tuple(self._sent.values()), addresses.labels, addresses.at, service_exists=False)
+            self._available, self._sent, self._snapshot = {}, {}, None
+            for listener in tuple(self.listeners):
+                listener.remove(gone)
             return
         for address in addresses.addresses:
             self._available.pop(address.key, None)
@@ -95,13 +110,18 @@ class TopologyFilter:
         before = self._sent
         added = [a for key, a in kept.items() if rezoned or (b := before.get(key)) is None or a.changed_from(b)]
         removed = [b for key, b in before.items() if key not in kept]
-        self._sent = kept
+        self._sent, self._snapshot = kept, None
+        listeners = tuple(self.listeners)
         if added or snapshot:
             shared = _passed_on(added_from, added, zone)
-            self._downstream.add(shared or AddressSet(tuple(added), self._labels, at, subscriber_zone=zone))
+            added_set = shared or AddressSet(tuple(added), self._labels, at, subscriber_zone=zone)
+            for listener in listeners:
+                listener.add(added_set)
         if removed:
             shared = _passed_on(removed_from, removed, zone)
-            self._downstream.remove(shared or AddressSet(tuple(removed), self._labels, at, subscriber_zone=zone))
+            removed_set = shared or AddressSet(tuple(removed), self._labels, at, subscriber_zone=zone)
+            for listener in listeners:
+                listener.remove(removed_set)
 
 
 def _passed_on(source: AddressSet | None, addresses: list[Address], zone: str) -> AddressSet | None:

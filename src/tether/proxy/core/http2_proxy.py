@@ -355,7 +355,7 @@ class _Stream:
         self.head_ended = False  # the response's end was carried by its headers
         self.resp_trailers: Headers | None = None
         self.sent = 0  # response body bytes relayed to the client (tap's response_end)
-        self.sampled = False  # the endpoint's latency sample was taken
+        self.sampled = False  # the endpoint's latency sample was taken (or there is none to take: see _sample)
         self.reset_after: int | None = None  # reset the client's stream with this code once the response is out
         # A ServiceProfile route (proxy.md §7.5, §7.6): see Http2Proxy._routed.
         self.route: Route | None = None  # the route of the first pick: its timeout, retries and route_* series
@@ -711,6 +711,7 @@ class Http2Proxy:
             self._fail(stream, result)
             return
         stream.pick = result
+        stream.sampled = result.observe is no_sample  # no balancer to feed (inbound): nothing to sample
         if stream.frames is None and result.request_frames is not None:
             frames = stream.frames = result.request_frames
             for chunk in stream.req_buf:  # the body that came before the pick
@@ -905,7 +906,8 @@ class Http2Proxy:
     def _response_head(self, stream: _Stream, headers: Headers, end: bool) -> None:
         if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
             stream.active = self.settings.clock()
-        self._sample(stream)
+        if not stream.sampled:
+            self._sample(stream)
         # One pass (a loop, not next() over a generator): the first :status, and whether a grpc-status came
         # (most heads have none: then no _note_grpc_status call, unless a modifier may have added one).
         status: bytes | None = None
@@ -963,10 +965,11 @@ class Http2Proxy:
         self._after()
 
     def _sample(self, stream: _Stream) -> None:
-        if not stream.sampled and stream.pick is not None:
-            stream.sampled = True
-            if stream.pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
-                stream.pick.observe(self.settings.clock() - stream.start)
+        """The endpoint's latency sample for the balancer, once per pick: callers call it only while
+        ``stream.sampled`` is False, which a pick without a balancer (inbound) starts True (no call, no clock)."""
+        stream.sampled = True
+        if stream.pick is not None:
+            stream.pick.observe(self.settings.clock() - stream.start)
 
     @staticmethod
     def _note_grpc_status(stream: _Stream, headers: Headers) -> None:
@@ -1583,7 +1586,8 @@ class Http2Proxy:
             self.sink.read_up(h1.io, False)
 
     def _downgraded_response(self, stream: _Stream, head: ResponseHead) -> None:
-        self._sample(stream)
+        if not stream.sampled:
+            self._sample(stream)
         headers: Headers = [(b":status", str(head.status).encode())]
         listed: list[bytes] = []  # the headers Connection names, hop-by-hop too
         for name, value in head.headers:

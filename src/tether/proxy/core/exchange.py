@@ -38,6 +38,7 @@ from tether.proxy.core.policy_routes import PolicyRoute
 from tether.proxy.core.retries import Settled, settle
 
 if TYPE_CHECKING:
+    from tether.proxy.core.http_metrics import _Series
     from tether.proxy.core.profiles import Route
 
 
@@ -126,12 +127,13 @@ def retry_delay(route: Route) -> float:
 
 
 def record(settings: HttpSettings, labels: str, status: int, success: bool, start: float, error: str = "",
-           grpc_status: int | None = None) -> None:
-    """``response_total`` and ``response_latency_ms`` under ``labels`` (an endpoint's, or the error labels)."""
+           grpc_status: int | None = None, series: _Series | None = None) -> None:
+    """``response_total`` and ``response_latency_ms`` under ``labels`` (an endpoint's, or the error labels);
+    ``series``: what ``HttpMetrics.request`` returned for them, if the caller kept it."""
     metrics = settings.metrics
     if metrics is not None and labels:
         metrics.response(labels, status, success, int((settings.clock() - start) * 1000), error,
-                         grpc_status=grpc_status)
+                         grpc_status=grpc_status, series=series)
 
 
 # The legacy route error labels as Linkerd 2.20's route metrics name them (proxy.md §9.5).

@@ -152,6 +152,10 @@ def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bo
     elif request.version == b"1.0":
         extra += ((b"connection", b"keep-alive"),)
         framing[b"connection"] = [b"keep-alive"]
+    if plain and not extra and head.version == b"1.1" and head.found is not None:
+        # As it came (nothing hop-by-hop, so its framing is its Content-Length or nothing, as ``framing`` says):
+        # the same head, not a copy.
+        return head
     raw = head.raw if plain and head.version == b"1.1" else None
     if raw is not None and extra:
         raw += serialise_lines(extra)

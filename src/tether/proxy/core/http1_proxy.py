@@ -157,34 +157,15 @@ class Phase(enum.Enum):
     OVER = "over"
 
 
-class _Replay:
-    """The request body as read so far, kept for another attempt while it stays within ``limit`` bytes."""
-
-    __slots__ = ("events", "size", "limit", "overflow")
-
-    def __init__(self, limit: int) -> None:
-        self.events: list[Body | EndOfMessage] = []
-        self.size = 0
-        self.limit = limit
-        self.overflow = False  # it was too large to keep: the request cannot be sent again
-
-    def keep(self, event: Body | EndOfMessage) -> None:
-        if isinstance(event, Body):
-            self.size += len(event.data)
-            if self.size > self.limit:
-                self.overflow = True
-                self.events.clear()
-        if not self.overflow:
-            self.events.append(event)
-
-
 class _Exchange:
-    """One request and its response, across its attempts."""
+    """One request and its response, across its attempts; with the request body as read so far (``kept``), for
+    another attempt while it stays within ``keep_limit`` bytes (in this object rather than one of its own:
+    one object less per request)."""
 
-    __slots__ = ("request", "received", "start", "phase", "route", "route_labels", "timer", "attempt", "idle", "active", "replay",
-                 "unsent", "held",
+    __slots__ = ("request", "received", "start", "phase", "route", "route_labels", "timer", "attempt", "idle",
+                 "active", "kept", "kept_size", "keep_limit", "overflow", "unsent", "held",
                  "pick", "up", "client", "connects", "begun", "sampled", "resent", "counted", "head", "success",
-                 "chunked", "in_flight", "sent", "trailers", "frames")
+                 "chunked", "in_flight", "sent", "trailers", "frames", "series")
 
     def __init__(self, request: RequestHead, start: float) -> None:
         self.request = request  # as it goes on (a route's header modifier may have edited it)
@@ -197,7 +178,10 @@ class _Exchange:
         self.attempt: Timer | None = None  # a client policy rule's per-attempt timeout, or its retry backoff
         self.idle: Timer | None = None  # a client policy rule's idle timeout
         self.active = 0.0  # when a byte last moved (the idle timeout's reference)
-        self.replay = _Replay(0)
+        self.kept: list[Body | EndOfMessage] = []
+        self.kept_size = 0
+        self.keep_limit = 0  # without a route that retries: kept only while there is no body (a stale connection)
+        self.overflow = False  # the body was too large to keep: the request cannot be sent again
         self.unsent: list[Body | EndOfMessage] = []  # body events not yet written to the upstream in hand
         self.held = 0  # bytes in ``unsent``
         self.pick: Pick | None = None
@@ -215,6 +199,17 @@ class _Exchange:
         self.trailers: Headers = ()  # the relayed response's trailers, kept only for an observer (tap)
         self.in_flight = False
         self.frames: Callable[[float], None] | None = None  # the policy route's request frame sizes
+        self.series: Any = None  # the attempt's request_total series (core.http_metrics), for its response
+
+    def keep(self, event: Body | EndOfMessage) -> None:
+        """``event`` of the request body kept for another attempt, unless the body outgrew ``keep_limit``."""
+        if isinstance(event, Body):
+            self.kept_size += len(event.data)
+            if self.kept_size > self.keep_limit:
+                self.overflow = True
+                self.kept.clear()
+        if not self.overflow:
+            self.kept.append(event)
 
 
 class Http1Proxy:
@@ -339,7 +334,7 @@ class Http1Proxy:
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
         if ex.idle is not None:
             ex.active = self.settings.clock()
-        ex.replay.keep(event)
+        ex.keep(event)
         if ex.frames is not None and isinstance(event, Body):
             ex.frames(len(event.data))
         up = ex.up
@@ -398,8 +393,8 @@ class Http1Proxy:
                     frames(len(event.data))
         ex.phase = Phase.CONNECTING
         up = self.sink.checkout(pick.connect, pick.header, lambda reply: self._checked_out(ex, pick, reply))
-        if up is not None:
-            self._checked_out(ex, pick, up)
+        if up is not None:  # a pooled connection at once: nothing ended meanwhile (_checked_out's checks hold)
+            self._send(ex, pick, up)
 
     def _on_route(self, ex: _Exchange, route: Any) -> None:
         ex.route = route
@@ -410,9 +405,9 @@ class Http1Proxy:
                 if isinstance(event, Body):
                     frames(len(event.data))
         if route.budget is not None:
-            ex.replay = _Replay(MAX_REPLAY)
+            ex.kept, ex.kept_size, ex.keep_limit, ex.overflow = [], 0, MAX_REPLAY, False
             for event in ex.unsent:  # what came before the route was known
-                ex.replay.keep(event)
+                ex.keep(event)
         if route.timeout is not None:
             left = ex.start + route.timeout - self.settings.clock()
             ex.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(ex))
@@ -452,7 +447,7 @@ class Http1Proxy:
             ex.begun = settings.clock()
             ex.sampled = False
             if settings.metrics is not None:
-                settings.metrics.request(pick.labels)
+                ex.series = settings.metrics.request(pick.labels)
             if settings.observer is not None:
                 settings.observer.request(ex, ex.request, pick.labels, self.client)
         out = client.send_head(upstream_request(ex.request, pick, settings))
@@ -522,10 +517,10 @@ class Http1Proxy:
             self._end(ex)
             self._close()
             return
-        if not ex.resent and up.reused and not ex.replay.overflow:
+        if not ex.resent and up.reused and not ex.overflow:
             # An idle pooled connection the server had closed: what was kept is safe to send again.
             ex.resent = True
-            ex.unsent = list(ex.replay.events)
+            ex.unsent = list(ex.kept)
             ex.phase = Phase.CONNECTING
             fresh = self.sink.checkout(pick.connect, pick.header, lambda reply: self._resent(ex, pick, reply))
             if fresh is not None:
@@ -579,7 +574,7 @@ class Http1Proxy:
         status = head.status if head is not None else error.status if error is not None else 0
         failure = route.is_failure(status)
         settled = exchange.settle_attempt(self.settings, route, ex.route_labels, ex.start, status, None, error,
-                                          not ex.replay.overflow)
+                                          not ex.overflow)
         if settled is not Settled.FINAL:
             if pick is not None:
                 self._record(pick.labels, status, status < 500, ex.start)
@@ -591,7 +586,7 @@ class Http1Proxy:
             if settled is Settled.RETRY:
                 ex.counted = False
                 ex.connects = 0
-                ex.unsent = list(ex.replay.events)
+                ex.unsent = list(ex.kept)
                 ex.held = 0
                 delay = exchange.retry_delay(route)
                 if delay > 0:  # a client policy rule's backoff
@@ -722,7 +717,7 @@ class Http1Proxy:
             self.sink.send_down(end)
         if ex.chunked and self.settings.observer is not None:
             ex.trailers = trailers
-        exchange.record(self.settings, pick.labels, head.status, head.status < 500, ex.start)
+        exchange.record(self.settings, pick.labels, head.status, head.status < 500, ex.start, series=ex.series)
         if ex.route is not None:
             self._route_response(ex, head.status, ex.success)
         ex.up = None
@@ -737,7 +732,9 @@ class Http1Proxy:
             client.start_next_cycle()
         self.sink.checkin(up, reuse=reuse)
         self._end(ex)
-        self._next()
+        events = self._cycle()  # the next request (as _next, without its call)
+        if events:
+            self._down_events(events)
 
     def _next(self) -> None:
         """The exchange is over and both sides allow it: the next request (maybe already read)."""

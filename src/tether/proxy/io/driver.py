@@ -479,6 +479,10 @@ class Driver:
     def pool_put(self, direction: str, up: http_cmd.Upstream) -> None:
         self._pools[direction].put(up)
 
+    def pool(self, direction: str) -> Pool:
+        """The direction's pool (``io.http1_io`` asks it directly for every request)."""
+        return self._pools[direction]
+
     def pool_wait(self, direction: str, connect: cmd.Connect, header: bytes | None,
                   done: Callable[[http_cmd.Upstream | cmd.Failed], None]) -> Waiter:
         """Wait for a connection for ``connect`` (``io.pool.Pool.wait``): the next one checked in, or a new one."""

@@ -1,6 +1,6 @@
 """A proxied connection's side as the event loop sees it: ``Stream``, and ``link`` to join two of them.
 
-A ``Stream`` (an ``asyncio.BufferedProtocol``) buffers what it reads until
+A ``Stream`` buffers what it reads until
 something takes it: the driver's commands before a connection is settled
 (detection, the transport header), ``link`` (every read written straight to
 the peer, with backpressure), or a push-driven ``handler``
@@ -44,17 +44,26 @@ def errno_name(exc: BaseException | None) -> str:
     return ""
 
 
-# Every read lands here first (asyncio.BufferedProtocol): the loop reads into it and calls buffer_updated at once,
-# before any other callback, so one buffer serves every connection. uvloop's TLS transport otherwise allocates
-# a fresh 256 KiB bytes object per read (mmap, mremap, munmap each time: measured in the HTTP benchmark).
+# Every read of a TLS connection lands here first (asyncio.BufferedProtocol): the loop reads into it and calls
+# buffer_updated at once, before any other callback, so one buffer serves every connection. uvloop's TLS
+# transport otherwise allocates a fresh 256 KiB bytes object per read (mmap, mremap, munmap each time: measured in
+# the HTTP benchmark). A plaintext connection is a plain asyncio.Protocol: uvloop reads it into a buffer of its own
+# and hands over a bytes object of the read's size, with one Python call per read (data_received) where a
+# BufferedProtocol takes two (get_buffer, buffer_updated).
 READ_BUFFER = memoryview(bytearray(256 * 1024))
 
 
-class Stream(asyncio.BufferedProtocol):
-    """One side of a proxied connection: buffers until linked, then writes every read to its peer."""
+class Stream(asyncio.Protocol):
+    """One side of a proxied connection: buffers until linked, then writes every read to its peer.
+
+    ``Stream(loop, tls=True)`` makes a ``_TlsStream``: the same, read as an ``asyncio.BufferedProtocol`` (see
+    ``READ_BUFFER``). The TLS setting is known whenever a stream is made (before its transport exists)."""
 
     __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
                  "source", "paused", "_drain", "_loop", "reading_paused", "handler")
+
+    def __new__(cls, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> Stream:
+        return object.__new__(_TlsStream if tls else cls)
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
@@ -80,18 +89,6 @@ class Stream(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return READ_BUFFER
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = READ_BUFFER[:nbytes].tobytes()
-        handler = self.handler
-        if handler is not None:  # data_received's first case, here: one call less per read of an HTTP connection
-            self.rx += nbytes
-            handler.on_data(self, data)
-            return
-        self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         n = len(data)
@@ -214,6 +211,24 @@ class Stream(asyncio.BufferedProtocol):
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+
+
+class _TlsStream(Stream, asyncio.BufferedProtocol):
+    """A ``Stream`` over TLS: every read lands in ``READ_BUFFER`` first."""
+
+    __slots__ = ()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return READ_BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = READ_BUFFER[:nbytes].tobytes()
+        handler = self.handler
+        if handler is not None:  # data_received's first case, here: one call less per read of an HTTP connection
+            self.rx += nbytes
+            handler.on_data(self, data)
+            return
+        self.data_received(data)
 
 
 def client_addr(stream: Stream) -> tuple[str, int] | None:

@@ -21,7 +21,7 @@ Callers: ``core.http1_proxy``; the header names and the ``l5d-*`` rules every ve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from tether.proxy.codec.http1 import (
     HOP_BY_HOP,
@@ -45,22 +45,18 @@ _UPGRADE = frozenset({b"upgrade"})
 _NONE: frozenset[bytes] = frozenset()
 
 
-def _connection_tokens(headers: Headers) -> set[bytes]:
-    tokens: set[bytes] = set()
-    for name, value in headers:
-        if name.lower() == b"connection":
-            tokens.update([t.strip().lower() for t in value.split(b",")])
-    return tokens
-
-
 def end_to_end(headers: Headers, keep: frozenset[bytes] = _NONE,
                found: dict[bytes, list[bytes]] | None = None) -> Headers:
     """``headers`` without the hop-by-hop ones (those of RFC 9110 and those ``Connection`` lists), but ``keep``.
     ``found``: the head's framing values as the codec found them, whose ``connection`` entry holds the listed
     names already (lowercased, split, stripped), so they are not looked for again."""
-    listed = (_connection_tokens(headers) if found is None else set(found.get(b"connection", ()))) - keep
-    return tuple([(n, v) for n, v in headers
-                  if (low := n.lower()) in keep or (low not in HOP_BY_HOP and low not in listed)])
+    listed: Collection[bytes] = (scan_framing(headers) if found is None else found).get(b"connection", ())
+    kept: list[tuple[bytes, bytes]] = []
+    for header in headers:  # a loop, not a list comprehension: a call less per head
+        low = header[0].lower()
+        if low in keep or (low not in HOP_BY_HOP and low not in listed):
+            kept.append(header)
+    return tuple(kept)
 
 
 _CONNECTION_OWNED = HOP_BY_HOP | {b"content-length"}
@@ -134,7 +130,7 @@ def downstream_response(head: ResponseHead, request: RequestHead, keep_alive: bo
     plain = not head.rewrite
     headers: Headers = head.headers
     if not plain:
-        headers = end_to_end(headers, _NONE, head.found)
+        headers = end_to_end(headers, _NONE, up_found)
         if settings.strip_proxy_errors:
             headers = _strip_proxy_errors(headers, settings)
     framing: dict[bytes, list[bytes]] = {}

@@ -239,6 +239,7 @@ def scan_framing(headers: Headers) -> dict[bytes, list[bytes]]:
 
 
 _NO_BODY = (_Framing.NONE, 0)
+_INFORMATIONAL = (_Framing.NONE, -1)  # what reading a 1xx head gives: no body, and the real response follows
 
 
 def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exception]) -> tuple[_Framing, int]:
@@ -288,7 +289,7 @@ class Http1Connection:
         self.keep_alive = True
         self._buf = bytearray()
         self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
-        # llhttp: made at the first head, or after it refused something or was left behind (_begin_read).
+        # llhttp: made at the first head, or after it refused something or was left behind (receive_data).
         self._parser: _Llhttp | None = None
         self._eof = False
         # The message being read.
@@ -398,14 +399,31 @@ class Http1Connection:
                 if end + 4 > self.max_head_size:
                     raise HeadTooLarge("head too large")
                 head = bytes(buf[: end + 2])  # the start line and each header line, CRLF-terminated
-                if self.role is Role.SERVER:
-                    go_on = self._got_request(head, events)
-                else:
-                    go_on = self._got_response(head, events)
+                server = self.role is Role.SERVER
+                read = self._got_request(head, events) if server else self._got_response(head, events)
                 del buf[: end + 4]  # only now: after an error the buffer still holds everything the peer sent
                 self._searched = 0
-                if not go_on:
-                    break
+                if read is None:
+                    break  # a protocol switch: what follows is not HTTP/1
+                if read is _INFORMATIONAL:
+                    continue  # a 1xx head: the real response follows
+                # The message's body begins (here, not in a method of its own: a call less per message).
+                framing, length = read
+                if framing is not _Framing.LENGTH and (framing is not _Framing.NONE or not server):
+                    # llhttp is fed what is read of Content-Length bodies only (so it stays in step at no Python
+                    # call); after another body, or a response without one (llhttp cannot know a HEAD's), a new
+                    # parser.
+                    self._parser = None
+                if framing is _Framing.NONE or (framing is _Framing.LENGTH and length == 0):
+                    self.their_state = (_next((self.their_state, Input.HEAD_NO_BODY))
+                                        or _stuck(self.their_state, Input.HEAD_NO_BODY, False))
+                    events.append(_END)
+                    continue
+                sent = RequestHead if server else ResponseHead
+                self.their_state = _next((self.their_state, sent)) or _stuck(self.their_state, sent, False)
+                self._rframing = framing
+                self._rleft = length
+                self._chunk_phase = 0
         except RemoteProtocolError:
             self.their_state = State.ERROR
             raise
@@ -416,7 +434,8 @@ class Http1Connection:
         pipelined request already read (or the EOF that followed it)."""
         return self.receive_data(None)
 
-    def _got_request(self, head: bytes, events: list[Event]) -> bool:
+    def _got_request(self, head: bytes, events: list[Event]) -> tuple[_Framing, int]:
+        """A request head: its event appended; returns how its body is framed."""
         line = head[: head.find(b"\r\n")]
         parts = line.split(b" ")
         if len(parts) != 3:
@@ -440,10 +459,11 @@ class Http1Connection:
         if (b"connection" in found or version != b"1.1") and _wants_close(found, version):
             self.keep_alive = False
         events.append(RequestHead(method, target, headers, version, rewrite, found, head))
-        self._begin_read(framing, length, events)
-        return True
+        return framing, length
 
-    def _got_response(self, head: bytes, events: list[Event]) -> bool:
+    def _got_response(self, head: bytes, events: list[Event]) -> tuple[_Framing, int] | None:
+        """A response head: its event appended; returns how its body is framed, ``_INFORMATIONAL`` for a 1xx
+        head, None after a protocol switch."""
         parts = head[: head.find(b"\r\n")].split(b" ", 2)
         if len(parts) < 2:
             raise BadMessage("malformed status line")
@@ -466,12 +486,12 @@ class Http1Connection:
             self.their_state = (_next((self.their_state, Input.SWITCH))
                                 or _stuck(self.their_state, Input.SWITCH, False))
             self.our_state = _next((self.our_state, Input.SWITCH)) or _stuck(self.our_state, Input.SWITCH, False)
-            return False
+            return None
         if status < 200:
             events.append(head_event)
             self.their_state = (_next((self.their_state, Input.INFORMATIONAL))
                                 or _stuck(self.their_state, Input.INFORMATIONAL, False))
-            return True
+            return _INFORMATIONAL
         if self._method == b"HEAD" or status in (204, 304):
             framing, length = _Framing.NONE, 0
         else:
@@ -480,24 +500,7 @@ class Http1Connection:
                 found, version):
             self.keep_alive = False
         events.append(head_event)
-        self._begin_read(framing, length, events)
-        return True
-
-    def _begin_read(self, framing: _Framing, length: int, events: list[Event]) -> None:
-        if framing is not _Framing.LENGTH and (framing is not _Framing.NONE or self.role is Role.CLIENT):
-            # llhttp is fed what is read of Content-Length bodies only (so it stays in step at no Python call);
-            # after another body, or a response without one (llhttp cannot know a HEAD's), a new parser.
-            self._parser = None
-        if framing is _Framing.NONE or (framing is _Framing.LENGTH and length == 0):
-            self.their_state = (_next((self.their_state, Input.HEAD_NO_BODY))
-                                or _stuck(self.their_state, Input.HEAD_NO_BODY, False))
-            events.append(_END)
-            return
-        read = RequestHead if self.role is Role.SERVER else ResponseHead
-        self.their_state = _next((self.their_state, read)) or _stuck(self.their_state, read, False)
-        self._rframing = framing
-        self._rleft = length
-        self._chunk_phase = 0
+        return framing, length
 
     def _end_read(self, events: list[Event], trailers: Headers = ()) -> None:
         self.their_state = _next((self.their_state, EndOfMessage)) or _stuck(self.their_state, EndOfMessage, False)

@@ -284,16 +284,25 @@ class Http1Proxy:
             for event in events:
                 if self.over:
                     return
-                if isinstance(event, RequestHead):
+                if isinstance(event, RequestHead):  # a request begins (here: a call less per request)
                     self.first = False
                     self.reading = True
-                    self._begin(event)
+                    settings = self.settings
+                    ex = self.ex = _Exchange(event, settings.clock())
+                    if settings.observer is not None:
+                        settings.observer.begin(ex, event, self.client, settings.client_id)
+                    ex.in_flight, refusal, edit = exchange.admit(settings, event)
+                    if refusal is not None:
+                        self._answer(ex, refusal, None)
+                        continue
+                    if edit is not None:
+                        ex.request = edited(event, edit)
+                    self._route(ex)
                 elif isinstance(event, (Body, EndOfMessage)):
                     if isinstance(event, EndOfMessage):
                         self.reading = False
-                    ex = self.ex
-                    if ex is not None:
-                        self._request_event(ex, event)
+                    if self.ex is not None:
+                        self._request_event(self.ex, event)
                     elif self.drained is not None:
                         self._drain(event)
                 elif isinstance(event, ConnectionClosed):
@@ -317,19 +326,6 @@ class Http1Proxy:
             self.sink.resume_down()
 
     # -- a request ----------------------------------------------------------------------------------------------
-
-    def _begin(self, request: RequestHead) -> None:
-        settings = self.settings
-        ex = self.ex = _Exchange(request, settings.clock())
-        if settings.observer is not None:
-            settings.observer.begin(ex, request, self.client, settings.client_id)
-        ex.in_flight, refusal, edit = exchange.admit(settings, request)
-        if refusal is not None:
-            self._answer(ex, refusal, None)
-            return
-        if edit is not None:
-            ex.request = edited(request, edit)
-        self._route(ex)
 
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
         if ex.idle is not None:
@@ -485,8 +481,18 @@ class Http1Proxy:
         for event in events:
             if self.ex is not ex or ex.up is not up:
                 return
-            if isinstance(event, ResponseHead):
-                self._response_head(ex, event)
+            if isinstance(event, ResponseHead):  # (here, not in a method of its own: a call less per response)
+                pick = ex.pick
+                assert pick is not None
+                if not ex.sampled:
+                    ex.sampled = True
+                    if pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
+                        pick.observe(self.settings.clock() - ex.begun)
+                if event.status < 200 and client.our_state is not State.SWITCHED:
+                    if self.server.our_state is State.IDLE:
+                        self.sink.send_down(self.server.send_head(informational(event)))
+                    continue
+                self._outcome(ex, event, None)
             elif isinstance(event, Body):
                 if ex.phase is Phase.RELAYING:
                     ex.sent += len(event.data)
@@ -537,20 +543,6 @@ class Http1Proxy:
             self._outcome(ex, None, errors.io_error(pick.connect.addr))
             return
         self._send(ex, pick, reply)
-
-    def _response_head(self, ex: _Exchange, head: ResponseHead) -> None:
-        pick = ex.pick
-        client = ex.client
-        assert pick is not None and client is not None
-        if not ex.sampled:
-            ex.sampled = True
-            if pick.observe is not no_sample:  # no balancer (inbound): no clock read, no call
-                pick.observe(self.settings.clock() - ex.begun)
-        if head.status < 200 and client.our_state is not State.SWITCHED:
-            if self.server.our_state is State.IDLE:
-                self.sink.send_down(self.server.send_head(informational(head)))
-            return
-        self._outcome(ex, head, None)
 
     # -- what an attempt came to ------------------------------------------------------------------------------
 

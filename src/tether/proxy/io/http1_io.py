@@ -2,7 +2,7 @@
 
 ``Http1Io`` is the core's ``Http1Sink``. It becomes the ``handler`` of the
 accepted connection's ``Stream`` and of each upstream connection the core
-checks out, so every read goes straight from ``buffer_updated`` into the core,
+checks out, so every read goes straight from ``data_received`` (``buffer_updated`` over TLS) into the core,
 and the core's writes go straight to the transports -- as ``link()`` does for
 opaque bytes. Backpressure both ways: while the client's write buffer is over
 its high-water mark the upstream in hand is not read, and while that

@@ -45,7 +45,7 @@ class Http1Io:
 
     __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
                  "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on",
-                 "waiting", "pool", "__weakref__")
+                 "waiting", "pool", "send_down", "__weakref__")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  idle: IdleClients) -> None:
@@ -65,6 +65,9 @@ class Http1Io:
         # What the core wrote during the callback in hand, written once when it returns: one syscall (and one
         # TLS record, for a small message) per side per read, however many events that read completed.
         self.to_down: list[bytes] = []
+        # Http1Sink.send_down: the list's own append (a call in C, not a Python method: two per request). An
+        # empty write the core hands over is written as nothing.
+        self.send_down = self.to_down.append
         self.to_up: list[bytes] = []
         self.to_up_on: Upstream | None = None
         self.waiting: set[Waiter] = set()  # the pool's waits for the core's checkouts
@@ -131,10 +134,10 @@ class Http1Io:
                 stream.transport.write(data)
         to_down = self.to_down
         if to_down:
-            self.to_down = []
+            data = to_down[0] if len(to_down) == 1 else b"".join(to_down)
+            to_down.clear()  # the same list: send_down appends to it
             stream = self.down
-            if not stream.lost:
-                data = to_down[0] if len(to_down) == 1 else b"".join(to_down)
+            if not stream.lost and data:
                 stream.tx += len(data)
                 stream.transport.write(data)
 
@@ -176,10 +179,6 @@ class Http1Io:
                 up.io.transport.resume_reading()
 
     # -- Http1Sink ------------------------------------------------------------------------------------------------
-
-    def send_down(self, data: bytes) -> None:
-        if data:
-            self.to_down.append(data)
 
     def pause_down(self) -> None:
         self.core_paused = True

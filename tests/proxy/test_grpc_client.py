@@ -132,14 +132,18 @@ class DestinationServer(destination_pb2_grpc.DestinationServicer):
                   context: grpc.aio.ServicerContext) -> AsyncIterator[dpb.Update]:
         if request.path == "missing":
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such service")
-        if request.path == "ticking":  # an answer every 20 ms until cancelled
+        if request.path == "ticking":  # an answer every 20 ms until the client leaves
+            finished = False
             try:
                 for i in range(1000):
                     yield dpb.Update(add=dpb.WeightedAddrSet(metric_labels={"i": str(i)}))
                     await asyncio.sleep(0.02)
-            except asyncio.CancelledError:
-                self.b.cancelled.set()
-                raise
+                finished = True
+            finally:
+                # Left early: grpcio cancels the handler (CancelledError at the sleep) or closes it at the
+                # yield (GeneratorExit), depending on where the client's reset finds it.
+                if not finished:
+                    self.b.cancelled.set()
         count = 0 if request.path == "silent" else 3 if request.path == "three" else 1
         for i in range(count):
             yield dpb.Update(add=dpb.WeightedAddrSet(metric_labels={"i": str(i)}))

@@ -31,7 +31,7 @@ TYPE_KEYS = {"Namespace": "Namespace", "Service": "Service", "Pod": "Pod", "Node
 
 
 def pod_facts(name: str, node: str | None) -> PodFacts:
-    return PodFacts(NS, name, "1", {}, "10.0.0.1", "Running", True, False, "web", "pod", name, None, None, None,
+    return PodFacts(NS, name, "1", {}, ("10.0.0.1",), "Running", True, False, "web", "pod", name, None, None, None,
                     PortSet(), node_name=node)
 
 
@@ -142,9 +142,9 @@ class Recorder:
 
 
 class Cluster:
-    def __init__(self, *objects: dict[str, Any], nodes: bool = True) -> None:
+    def __init__(self, *objects: dict[str, Any], nodes: bool = True, enable_ipv6: bool = True) -> None:
         self.index = ClusterIndex(PortSet(), WATCHED_WITH_NODES if nodes else WATCHED)
-        self.watcher = EndpointsWatcher(self.index, DestinationMetrics())
+        self.watcher = EndpointsWatcher(self.index, DestinationMetrics(), enable_ipv6=enable_ipv6)
         for o in objects:
             self.apply(o)
 

@@ -64,12 +64,17 @@ def localities(update: dict[str, Any]) -> dict[str, str]:
     return {a["addr"]: a["metric_labels"]["zone_locality"] for a in update["add"]["addrs"]}
 
 
+def serve_destination_kinds(api: Any) -> None:
+    """Let kmock serve every kind the destination watches: the mesh CRDs' (empty) collections, and ``NS``."""
+    for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
+                                 "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+        api.resources[group_version_plural] = {}
+    api.namespaces.append(namespace(NS))  # kmock cannot serve Namespaces: a recorded answer
+
+
 async def test_get_streams_filter_by_the_subscribers_node_and_zone(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
-        for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
-                                     "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
-            api.resources[group_version_plural] = {}
-        api.namespaces.append(namespace(NS))  # kmock cannot serve Namespaces: a recorded answer
+        serve_destination_kinds(api)
         await api.post("/api/v1/nodes", json=node("node-a", "east"))
         await api.post("/api/v1/nodes", json=node("node-b", "west"))
         await api.post(f"/api/v1/namespaces/{NS}/services", json=service("web", "Cluster"))

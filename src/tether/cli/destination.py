@@ -53,6 +53,9 @@ def destination() -> None:
               show_default=True, help="Updates queued per stream before a slow client's stream is ended.")
 @click.option("--enable-h2-upgrade/--disable-h2-upgrade", default=True, show_default=True,
               help="Hint meshed endpoints as HTTP/2-capable.")
+@click.option("--enable-ipv6/--disable-ipv6", default=True, show_default=True,
+              help="Send pods' IPv6 endpoints, preferring them to the same pod's IPv4 one (dual stack); "
+                   "disabled, only IPv4 pod endpoints are sent.")
 @click.option("--outbound-transport-mode", type=click.Choice(["transparent", "transport-header"]),
               default="transparent", show_default=True,
               help="transport-header gives every meshed endpoint opaque transport.")
@@ -63,8 +66,8 @@ def destination() -> None:
 def serve(
     addr: str, admin_addr: str, store_path: Path | None, cluster_domain: str, trust_domain: str,
     control_plane_ns: str, default_opaque_ports: PortSet, stream_queue_capacity: int, enable_h2_upgrade: bool,
-    outbound_transport_mode: str, ext_endpoint_zone_weights: bool, tls_cert: Path | None, tls_key: Path | None, trust_anchors: Path | None,
-    insecure: bool, log_level: str, platform: Platform,
+    enable_ipv6: bool, outbound_transport_mode: str, ext_endpoint_zone_weights: bool, tls_cert: Path | None,
+    tls_key: Path | None, trust_anchors: Path | None, insecure: bool, log_level: str, platform: Platform,
 ) -> None:
     """Serve Get and GetProfile over TLS, fed by the store's resources."""
     tls = serving_tls(tls_cert, tls_key, trust_anchors, insecure, log_level)
@@ -78,6 +81,7 @@ def serve(
         default_opaque_ports=default_opaque_ports,
         stream_queue_capacity=stream_queue_capacity,
         enable_h2_upgrade=enable_h2_upgrade,
+        enable_ipv6=enable_ipv6,
         force_opaque_transport=outbound_transport_mode == "transport-header",
         ext_endpoint_zone_weights=ext_endpoint_zone_weights,
     )

@@ -579,6 +579,7 @@ class Renderer:
             f"--default-opaque-ports={_text(self.values, 'proxy', 'opaquePorts')}",
             f"--stream-queue-capacity={_int(self.values, 'destinationController', 'streamQueueCapacity', minimum=1)}",
             "--enable-h2-upgrade" if _get(self.values, "enableH2Upgrade", default=True) else "--disable-h2-upgrade",
+            "--disable-ipv6" if _get(self.values, "disableIPv6", default=True) else "--enable-ipv6",
             f"--outbound-transport-mode={_text(self.values, 'proxy', 'outboundTransportMode')}",
             f"--log-level={self._log_level()}",
         ]

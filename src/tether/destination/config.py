@@ -3,7 +3,7 @@
 Mirrors the flags of Linkerd's destination controller that Tether implements
 (``-addr``, ``-metrics-addr``, ``-controller-namespace``, ``-cluster-domain``,
 ``-identity-trust-domain``, ``-default-opaque-ports``, ``-stream-queue-capacity``,
-``-enable-h2-upgrade``, ``-outbound-transport-mode``, ``-ext-endpoint-zone-weights``) plus the TLS files the
+``-enable-h2-upgrade``, ``-enable-ipv6``, ``-outbound-transport-mode``, ``-ext-endpoint-zone-weights``) plus the TLS files the
 gRPC port serves with.  Nothing here reads the environment.
 """
 
@@ -43,6 +43,9 @@ class DestinationConfig:
     stream_queue_capacity: int = DEFAULT_STREAM_QUEUE_CAPACITY
     stream_queue_bytes: int = DEFAULT_MAX_BYTES
     enable_h2_upgrade: bool = True
+    # Linkerd's ``-enable-ipv6`` (true, as its binary's default; its chart passes false unless ``disableIPv6: false``):
+    # IPv6 pod endpoints are sent, and preferred to the same pod's IPv4 one.
+    enable_ipv6: bool = True
     # Linkerd's ``-outbound-transport-mode=transport-header``: every meshed endpoint gets opaque transport.
     force_opaque_transport: bool = False
     # Linkerd's experimental ``-ext-endpoint-zone-weights``: zone-local endpoints get 10x the weight in ``Get``

@@ -33,7 +33,7 @@ class DestinationService(ProcessFacade):
         has_nodes = getattr(watcher, "has_nodes", False) is True
         self.index = ClusterIndex(config.default_opaque_ports, WATCHED_WITH_NODES if has_nodes else WATCHED)
         self.metrics.watch_index(self.index.sizes)
-        self.endpoints = EndpointsWatcher(self.index, self.metrics)
+        self.endpoints = EndpointsWatcher(self.index, self.metrics, enable_ipv6=config.enable_ipv6)
         self.profiles = ProfileWatcher(self.index, self.metrics)
         self.opaque_ports = OpaquePortsWatcher(self.index, self.metrics)
         self.workloads = WorkloadWatcher(self.index, self.metrics)

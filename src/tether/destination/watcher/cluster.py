@@ -188,12 +188,13 @@ class ClusterIndex:
         return old_namespace
 
     def _index_pod(self, pod: PodFacts) -> None:
-        if pod.ip is not None and not pod.host_network:
-            self._pods_by_ip.setdefault(pod.ip, set()).add((pod.namespace, pod.name))
+        # Every IP of the pod (both families on a dual-stack cluster), as Linkerd's pod IP index does.
+        for ip in pod.ips if not pod.host_network else ():
+            self._pods_by_ip.setdefault(ip, set()).add((pod.namespace, pod.name))
 
     def _unindex_pod(self, pod: PodFacts) -> None:
-        if pod.ip is not None and not pod.host_network:
-            discard_member(self._pods_by_ip, pod.ip, (pod.namespace, pod.name))
+        for ip in pod.ips if not pod.host_network else ():
+            discard_member(self._pods_by_ip, ip, (pod.namespace, pod.name))
 
     # -- lookups -------------------------------------------------------------
 

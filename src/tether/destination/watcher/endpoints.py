@@ -13,7 +13,9 @@ target port, and a port the Service does not define is used as is; the
 endpoint's ``targetRef`` names the Pod or ExternalWorkload behind it (identity,
 protocol hints), and an endpoint without one is a bare address.  A
 subscription for ``<hostname>.<svc>...`` (a StatefulSet pod) sees only the
-endpoints with that hostname.  FQDN slices are not used, and entries a slice
+endpoints with that hostname.  Of a pod listed in an IPv4 and an IPv6 slice
+(dual stack) only the IPv6 endpoint is sent, and with IPv6 disabled
+(``--disable-ipv6``) no pod's IPv6 endpoint is (``topology.select_family``).  FQDN slices are not used, and entries a slice
 could not give (bad addresses or ports) are reported once per slice version
 (a warning and ``endpointslice_invalid_entries_total``) and skipped.
 
@@ -46,7 +48,7 @@ from tether.destination.watcher.cluster import Change, ClusterIndex, Key, discar
 from tether.destination.watcher.errors import InvalidService, ServiceNotFound
 from tether.destination.watcher.facts import NodeFacts, ServiceFacts, SliceFacts
 from tether.destination.watcher.listeners import Address, AddressSet, EndpointListener
-from tether.destination.watcher.topology import TopologyFilter
+from tether.destination.watcher.topology import TopologyFilter, select_family
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,10 @@ class PortPublisher:
                 name = f"{ip}:{port}" if ref is None else f"{ref.kind}/{ref.name}/{ip}:{port}"
                 addresses[name] = Address(ip, port, pod, opaque, endpoint.zone or "", external, endpoint.hostname,
                                           endpoint.for_zones)
-        return addresses
+        if index.has_nodes:
+            return addresses  # each node's TopologyFilter chooses the family after filtering, as Linkerd does
+        kept = {id(a) for a in select_family(addresses.values(), enable_ipv6=self._service.enable_ipv6)}
+        return {name: a for name, a in addresses.items() if id(a) in kept}
 
     # -- subscribing -----------------------------------------------------------
 
@@ -220,9 +225,11 @@ class ServicePublisher:
 
     def __init__(
         self, key: Key, service: ServiceFacts, index: ClusterIndex, metrics: DestinationMetrics,
-        mark_dirty: Callable[[PortPublisher], None], discard_dirty: Callable[[PortPublisher], None],
+        mark_dirty: Callable[[PortPublisher], None], discard_dirty: Callable[[PortPublisher], None], *,
+        enable_ipv6: bool,
     ) -> None:
         self.key = key
+        self.enable_ipv6 = enable_ipv6
         self.service: ServiceFacts | None = service
         self.index = index
         self.metrics = metrics
@@ -275,11 +282,15 @@ class ServicePublisher:
 
 
 class EndpointsWatcher:
-    """Service -> (port, hostname) -> listeners, fed by the cluster index."""
+    """Service -> (port, hostname) -> listeners, fed by the cluster index.
 
-    def __init__(self, index: ClusterIndex, metrics: DestinationMetrics) -> None:
+    ``enable_ipv6`` is Linkerd's ``-enable-ipv6``: IPv6 pod endpoints are sent, and preferred.
+    """
+
+    def __init__(self, index: ClusterIndex, metrics: DestinationMetrics, *, enable_ipv6: bool = True) -> None:
         self._index = index
         self._metrics = metrics
+        self._enable_ipv6 = enable_ipv6
         self._publishers: dict[Key, ServicePublisher] = {}
         self._by_namespace: dict[str, set[Key]] = {}
         # Port publishers with unpublished changes; flushed once per event-loop turn, so a burst of
@@ -292,7 +303,7 @@ class EndpointsWatcher:
         self._filters: dict[EndpointListener, TopologyFilter] = {}
         self._filters_of_service: dict[Key, set[TopologyFilter]] = {}
         self._filters_on_node: dict[str, set[TopologyFilter]] = {}
-        self._warned_local: set[Key] = set()  # Services with internalTrafficPolicy Local on a platform without Nodes
+        self._warned_local: set[Key] = set()  # Services warned about settings a platform without Nodes cannot honour
         index.observe(self._on_change)
 
     @property
@@ -319,8 +330,8 @@ class EndpointsWatcher:
         publisher = self._publishers.get(key)
         if publisher is None:
             publisher = self._publishers[key] = ServicePublisher(
-                key, facts, self._index, self._metrics, self._mark_dirty, self._discard_dirty
-            )
+                key, facts, self._index, self._metrics, self._mark_dirty, self._discard_dirty,
+                enable_ipv6=self._enable_ipv6)
             self._by_namespace.setdefault(namespace, set()).add(key)
         if self._index.has_nodes:
             group = self._groups.get((key, port, hostname, node_name))
@@ -330,15 +341,26 @@ class EndpointsWatcher:
                 publisher.ports[(port, hostname)].update_gauges()
                 return
             filter_ = self._filters[listener] = self._groups[(key, port, hostname, node_name)] = TopologyFilter(
-                listener, self._index, key, port, hostname, node_name)
+                listener, self._index, key, port, hostname, node_name, enable_ipv6=self._enable_ipv6)
             self._filters_of_service.setdefault(key, set()).add(filter_)
             self._filters_on_node.setdefault(node_name, set()).add(filter_)
             listener = filter_
-        elif facts.internal_traffic_policy == "Local" and key not in self._warned_local:
-            self._warned_local.add(key)
-            log.warning("Service %s/%s: internalTrafficPolicy Local has no effect on a platform without Nodes",
-                        namespace, service)
+        else:
+            self._warn_local_platform(facts)
         publisher.subscribe(port, hostname, listener)
+
+    def _warn_local_platform(self, service: ServiceFacts) -> None:
+        """Say once per Service which of its settings the local platform cannot honour."""
+        key = (service.namespace, service.name)
+        if key in self._warned_local:
+            return
+        if service.internal_traffic_policy == "Local":
+            self._warned_local.add(key)
+            log.warning("Service %s/%s: internalTrafficPolicy Local has no effect on a platform without Nodes", *key)
+        if service.wants_ipv6 and not service.selector.selects_nothing:  # hand-written slices may carry IPv6
+            self._warned_local.add(key)
+            log.warning("Service %s/%s: ipFamilies/ipFamilyPolicy ask for IPv6, which the local platform does not "
+                        "give pods: only their IPv4 endpoints exist", *key)
 
     def unsubscribe(
         self, namespace: str, service: str, port: int, listener: EndpointListener, hostname: str | None = None

@@ -61,7 +61,7 @@ class PodFacts:
     name: str
     resource_version: str
     labels: Mapping[str, str]
-    ip: str | None
+    ips: tuple[str, ...]  # status.podIPs (one per address family on a dual-stack cluster), podIP first
     phase: str | None
     ready: bool
     terminating: bool
@@ -77,6 +77,11 @@ class PodFacts:
     container_ports: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     host_network: bool = False
     node_name: str | None = None
+
+    @property
+    def ip(self) -> str | None:
+        """The pod's primary IP (``status.podIP``)."""
+        return self.ips[0] if self.ips else None
 
     @property
     def pod_template_hash(self) -> str | None:
@@ -112,6 +117,9 @@ class ServiceFacts:
     opaque_ports: PortSet | None  # the Service's own annotation (names resolved to service ports); None if absent
     labels: Mapping[str, str] = field(default_factory=dict)
     internal_traffic_policy: str = "Cluster"
+    # Asks for IPv6 endpoints (``ipFamilies`` names IPv6, or ``ipFamilyPolicy: RequireDualStack``): only a
+    # cluster's EndpointSlice controller can give them (the local platform's pods have IPv4 addresses only).
+    wants_ipv6: bool = False
 
     @property
     def is_external_name(self) -> bool:
@@ -308,7 +316,7 @@ def _pod(resource: Resource) -> PodFacts:
         name=resource.name,
         resource_version=resource.metadata.resource_version or "",
         labels=_interned(resource.labels),
-        ip=status.pod_ip or (status.pod_ips[0] if status.pod_ips else None),
+        ips=tuple(sys.intern(ip) for ip in dict.fromkeys((status.pod_ip, *status.pod_ips)) if ip),
         phase=status.phase,
         ready=status.ready,
         terminating=resource.metadata.deletion_timestamp is not None,
@@ -399,7 +407,17 @@ def _service(resource: Resource) -> ServiceFacts:
         ),
         labels=resource.labels,
         internal_traffic_policy=spec.internal_traffic_policy,
+        wants_ipv6=_wants_ipv6(resource.raw.get("spec")),
     )
+
+
+def _wants_ipv6(spec: object) -> bool:
+    # Read here, not by the resource model: only the destination's warning on the local platform uses them.
+    if not isinstance(spec, Mapping):
+        return False
+    families = spec.get("ipFamilies")
+    return spec.get("ipFamilyPolicy") == "RequireDualStack" or (
+        isinstance(families, list) and "IPv6" in families)
 
 
 def _server(resource: Resource) -> ServerFacts:

@@ -9,7 +9,11 @@ subscriber runs (the ``nodeName`` of its context token), in this order
 2. otherwise, when *every* candidate endpoint carries zone hints
    (``hints.forZones`` of its EndpointSlice), those whose hints include the zone
    of the subscriber's node (its ``topology.kubernetes.io/zone`` label) are
-   kept; if that leaves none, all of them are.
+   kept; if that leaves none, all of them are;
+3. then the address family (``select_family``, which the local platform applies
+   too): a pod endpoint of an IPv6 slice is left out when IPv6 is disabled;
+   when it is enabled, a pod's IPv4 endpoint is left out if the same pod has an
+   IPv6 one among those kept (IPv6 preferred on a dual-stack cluster).
 
 ``TopologyFilter`` applies this for the subscribers of one Service port (and
 hostname) on one node, as Linkerd's ``filteredListenerGroup`` does: it sits
@@ -42,6 +46,26 @@ def select(candidates: Iterable[Address], *, local_only: bool, node_name: str, z
     return in_zone or candidates
 
 
+def select_family(addresses: Iterable[Address], *, enable_ipv6: bool) -> list[Address]:
+    """Linkerd's address family choice (``selectAddressFamily``); only pod endpoints have a family there.
+
+    Linkerd keys a pod endpoint by (namespace, pod, the slice's address type); bare
+    addresses and ExternalWorkloads are keyed without a family and always pass.
+    """
+    addresses = list(addresses)
+    if not enable_ipv6:
+        return [a for a in addresses if a.pod is None or not is_ipv6(a.ip)]
+    dual = {(a.pod.namespace, a.pod.name) for a in addresses if a.pod is not None and is_ipv6(a.ip)}
+    if not dual:
+        return addresses
+    return [a for a in addresses if a.pod is None or is_ipv6(a.ip) or (a.pod.namespace, a.pod.name) not in dual]
+
+
+def is_ipv6(ip: str) -> bool:
+    """Whether an endpoint address (validated against its slice's ``addressType``) is an IPv6 one."""
+    return ":" in ip
+
+
 def zone_locality(subscriber_zone: str, endpoint_zone: str) -> str:
     """The ``zone_locality`` metric label of an endpoint: ``local``/``remote`` when both zones are known."""
     if not subscriber_zone or not endpoint_zone:
@@ -52,17 +76,18 @@ def zone_locality(subscriber_zone: str, endpoint_zone: str) -> str:
 class TopologyFilter:
     """The ``EndpointListener`` of the subscribers on one node (platforms with Nodes); forwards their view."""
 
-    __slots__ = ("listeners", "_index", "service", "port", "hostname", "node_name", "_available", "_sent", "_zone",
-                 "_labels", "_snapshot")
+    __slots__ = ("listeners", "_index", "service", "port", "hostname", "node_name", "_enable_ipv6", "_available",
+                 "_sent", "_zone", "_labels", "_snapshot")
 
     def __init__(self, first: EndpointListener, index: ClusterIndex, service: Key, port: int, hostname: str | None,
-                 node_name: str) -> None:
+                 node_name: str, *, enable_ipv6: bool) -> None:
         self.listeners = [first]
         self._index = index
         self.service = service
         self.port = port
         self.hostname = hostname
         self.node_name = node_name
+        self._enable_ipv6 = enable_ipv6
         self._available: dict[tuple[str, int], Address] = {}  # every endpoint the publisher announced
         self._sent: dict[tuple[str, int], Address] = {}  # what the subscriber was told
         self._zone = ""  # the subscriber's zone when it was last told
@@ -104,8 +129,8 @@ class TopologyFilter:
         service = self._index.services.get(self.service)
         local_only = service is not None and service.internal_traffic_policy == "Local"
         zone = self._index.node_zone(self.node_name)
-        kept = {a.key: a for a in select(self._available.values(), local_only=local_only,
-                                          node_name=self.node_name, zone=zone)}
+        topology = select(self._available.values(), local_only=local_only, node_name=self.node_name, zone=zone)
+        kept = {a.key: a for a in select_family(topology, enable_ipv6=self._enable_ipv6)}
         rezoned, self._zone = zone != self._zone, zone
         before = self._sent
         added = [a for key, a in kept.items() if rezoned or (b := before.get(key)) is None or a.changed_from(b)]

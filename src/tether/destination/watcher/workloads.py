@@ -85,7 +85,7 @@ class WorkloadWatcher:
         if not self._publishers:
             return
         if change.kind == "pod":
-            ips = {p.ip for p in (change.old, change.new) if isinstance(p, PodFacts) and p.ip is not None}
+            ips = {ip for p in (change.old, change.new) if isinstance(p, PodFacts) for ip in p.ips}
             keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]
         elif change.kind == "external_workload":
             ips = {ip for w in (change.old, change.new) if isinstance(w, ExternalWorkloadFacts) for ip in w.ips}

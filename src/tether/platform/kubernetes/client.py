@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 
+JSON_TYPE = "application/json"
+# What client-go's metadata client asks for (Linkerd's metadata informers use it), less the protobuf
+# alternatives: objects as ``meta.k8s.io/v1`` PartialObjectMetadata, their metadata only, else whole
+# (a server that cannot convert answers with the plain JSON the last choice allows).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
@@ -152,8 +159,9 @@ class KubeClient:
     def host(self) -> str | None:
         return self._api.configuration.host if self._api is not None else None
 
-    async def get(self, path: str, params: Mapping[str, Any] | None = None) -> JSON:
-        return await self._json("GET", path, params, None)
+    async def get(self, path: str, params: Mapping[str, Any] | None = None, *, accept: str = JSON_TYPE) -> JSON:
+        """A GET answered with JSON; ``accept`` may ask for another representation (``METADATA_LIST``)."""
+        return await self._json("GET", path, params, None, accept=accept)
 
     async def get_text(self, path: str, params: Mapping[str, Any] | None = None) -> str:
         """A GET answered with text, e.g. a pod's ``/metrics`` through the ``pods/proxy`` subresource."""
@@ -181,9 +189,9 @@ class KubeClient:
         return await self._json("DELETE", path, None, None)
 
     async def stream(
-        self, path: str, params: Mapping[str, Any], *, read_timeout: float
+        self, path: str, params: Mapping[str, Any], *, read_timeout: float, accept: str = JSON_TYPE
     ) -> AsyncIterator[JSON]:
-        """The JSON lines of a streaming GET (a watch); ends when the server ends the response.
+        """The JSON lines of a streaming GET (a watch, its objects as ``accept`` asks); ends when the server ends it.
 
         ``read_timeout`` bounds the silence between two lines (bookmarks keep a healthy
         watch talking).  A broken connection raises ``ApiUnreachable``, an error status
@@ -193,7 +201,7 @@ class KubeClient:
             total=None, connect=self.settings.connect_timeout, sock_connect=self.settings.connect_timeout,
             sock_read=read_timeout,
         )
-        response = await self._request("GET", path, params, None, timeout)
+        response = await self._request("GET", path, params, None, timeout, accept=accept)
         try:
             await _raise_for_status(response)
             while True:
@@ -242,10 +250,10 @@ class KubeClient:
 
     async def _json(
         self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, *,
-        content_type: str = "application/json",
+        content_type: str = JSON_TYPE, accept: str = JSON_TYPE,
     ) -> JSON:
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout, sock_connect=self.settings.connect_timeout)
-        response = await self._request(method, path, params, body, timeout, content_type=content_type)
+        response = await self._request(method, path, params, body, timeout, accept=accept, content_type=content_type)
         try:
             await _raise_for_status(response)
             try:
@@ -262,7 +270,7 @@ class KubeClient:
 
     async def _request(
         self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, timeout: aiohttp.ClientTimeout,
-        accept: str = "application/json", content_type: str = "application/json",
+        accept: str = JSON_TYPE, content_type: str = JSON_TYPE,
     ) -> aiohttp.ClientResponse:
         await self.open()
         assert self._api is not None

@@ -5,7 +5,7 @@ and watch paths of a type key (``ResourceType.key`` from ``tether.resources.kind
 e.g. ``"Pod"`` or ``"Server.policy.linkerd.io"``).  Every type of the resource model
 is served at its preferred version; the few types the model does not parse but
 controllers still read or write on Kubernetes (Endpoints, Nodes, Events, the owner kinds of
-pods) are added here.
+pods) are added here; Nodes are watched as metadata only (``ApiResource.metadata_only``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class ApiResource:
     # A CRD that may be missing (Gateway API's): its 404 lists as an empty collection, as Linkerd watches
     # these routes only where their CRDs are installed.
     optional: bool = False
+    # Watched as metadata only (PartialObjectMetadata), as Linkerd's metadata informers watch it: the
+    # objects handed on carry ``metadata`` and no ``spec`` or ``status``.
+    metadata_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -46,7 +49,8 @@ class ApiResource:
 
 
 ENDPOINTS = ApiResource("", "v1", "endpoints", "Endpoints")
-NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False)
+# The destination needs only a Node's labels (its zone): metadata only, as Linkerd watches Nodes.
+NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False, metadata_only=True)
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 # The kinds a pod's owner reference may name (the injector looks them up for its labels and Events).
 OWNER_KINDS = (

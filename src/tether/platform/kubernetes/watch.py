@@ -19,6 +19,12 @@ with ``--platform kubernetes``.  It keeps the contract of ``tether.platform.watc
   ``404`` is an empty collection: ``SYNCED`` (after ``DELETED`` for what was
   seen), logged once, and listed again every ``retry_max`` until it is served.
 
+A type watched as metadata only (``ApiResource.metadata_only``: Nodes) is listed and
+watched with client-go's metadata ``Accept`` header, so the server sends each
+object as a ``PartialObjectMetadata``; every object is handed on as its own kind
+(``v1`` ``Node``) with its ``metadata`` alone, also from a server that fell back
+to whole objects.
+
 Duplicates are dropped: an event whose object has the resource version already
 passed on (or, when a server gives no versions, the same content) is not repeated,
 and ``ADDED``/``MODIFIED`` are named by what the caller has seen, not by the
@@ -39,6 +45,9 @@ from datetime import datetime
 from typing import Any
 
 from tether.platform.kubernetes.client import (
+    JSON_TYPE,
+    METADATA_LIST,
+    METADATA_WATCH,
     ApiError,
     ApiUnreachable,
     ClientSettings,
@@ -96,7 +105,13 @@ def _same(before: _Seen, now: _Seen) -> bool:
 
 
 def _with_kind(obj: dict[str, Any], resource: ApiResource) -> dict[str, Any]:
-    """List items carry no ``apiVersion``/``kind``; the seam promises them, so fill them in."""
+    """List items carry no ``apiVersion``/``kind``; the seam promises them, so fill them in.
+
+    A metadata-only type's objects (``PartialObjectMetadata``, or whole ones from a server that
+    did not convert them) become their own kind with their metadata alone.
+    """
+    if resource.metadata_only:
+        return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": obj.get("metadata") or {}}
     if "kind" not in obj or "apiVersion" not in obj:
         obj = {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
     return obj
@@ -220,6 +235,7 @@ class KubernetesResourceWatcher:
                     async for raw in self._client.stream(
                         resource.collection_path(namespace), self._watch_params(version),
                         read_timeout=self._watch_timeout * 2 + self._read_margin,
+                        accept=METADATA_WATCH if resource.metadata_only else JSON_TYPE,
                     ):
                         received += 1
                         failures = 0
@@ -252,7 +268,8 @@ class KubernetesResourceWatcher:
         token: str | None = None
         while True:
             page = await self._client.get(
-                resource.collection_path(namespace), {"limit": self._page_size, "continue": token}
+                resource.collection_path(namespace), {"limit": self._page_size, "continue": token},
+                accept=METADATA_LIST if resource.metadata_only else JSON_TYPE,
             )
             metadata = page.get("metadata") or {}
             items.extend(_with_kind(item, resource) for item in page.get("items") or () if isinstance(item, dict))

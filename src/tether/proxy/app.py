@@ -208,7 +208,8 @@ class Proxy:
             log_filter=self.log_filter,
             shutdown_enabled=config.shutdown_endpoint_enabled,
             on_shutdown=self.stopping.set,
-            policy=AdminPolicy(self.policies.policy, self.metrics, self.tls, local_name, time.monotonic),
+            policy=AdminPolicy(self.policies.policy, self.metrics, self.http_metrics, self.tls, local_name,
+                               time.monotonic),
         )
         self._spawn(self._listeners["admin"][0].serve(admin.accept), "accept admin")
         self._admin = admin

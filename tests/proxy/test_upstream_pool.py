@@ -178,3 +178,23 @@ def test_close_idle_closes_what_is_idle_and_the_pool_keeps_serving() -> None:
         pool.close()
 
     run(scenario)
+
+
+def test_an_endpoint_keeps_at_most_max_idle_connections_and_a_bound_of_zero_keeps_none() -> None:
+    async def scenario() -> None:
+        pool = Pool(max_idle=1)  # LINKERD2_PROXY_*MAX_IDLE_CONNS_PER_ENDPOINT=1
+        first, second, elsewhere = conn(), conn(), conn("other")
+        pool.put(first)
+        pool.put(elsewhere)  # another endpoint's bound is its own
+        pool.put(second)  # a second idle connection to the same endpoint: the one idle longest is closed
+        assert first.io.transport.closed and not second.io.transport.closed
+        assert not elsewhere.io.transport.closed
+        assert pool.take("k") is second and pool.take("k") is None
+        pool.close()
+        none = Pool(max_idle=0)
+        idle = conn()
+        none.put(idle)
+        assert idle.io.transport.closed and none.take("k") is None
+        none.close()
+
+    run(scenario)

@@ -5,8 +5,9 @@ keep-alive; ``take`` hands out the most recently used one still open with
 nothing unread (a server that closed or spoke out of turn is dropped). An
 idle connection is closed after ``idle_timeout`` (the driver keeps one pool
 per direction, each with its configured timeout) and each key keeps at most
-``max_idle``. The key is the ``Connect`` command's address and TLS, so two
-endpoints, or one reached with and without mTLS, never share a connection.
+``max_idle`` (the oldest closed to make room; 0 keeps none). The key is the
+``Connect`` command's address and TLS, so two endpoints, or one reached with
+and without mTLS, never share a connection.
 
 A request that finds no idle connection **waits** (``wait``): for the next
 connection of its key checked in by another request, or for a new one,
@@ -36,7 +37,7 @@ from tether.proxy.core.commands import Failed
 from tether.proxy.core.http_commands import Upstream
 
 IDLE_TIMEOUT = 3.0  # seconds: Linkerd's default (LINKERD2_PROXY_*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT)
-MAX_IDLE = 100  # per key
+MAX_IDLE = 10_000  # per key: Linkerd's default (LINKERD2_PROXY_OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT and inbound's)
 # New connections being opened at once per key. More than one, so a burst towards a slow upstream grows the
 # pool faster than one handshake at a time; few, so a burst on a busy CPU does not turn into a handshake storm.
 MAX_CONNECTING = 2
@@ -176,7 +177,10 @@ class Pool:
             waiter.answer(up)
             return
         entries = state.idle
-        if len(entries) >= self._max_idle:
+        if len(entries) >= self._max_idle:  # the endpoint's bound: the connection idle longest makes room
+            if not entries:  # a bound of 0: no connection is kept idle
+                stream.transport.close()
+                return
             old, _ = entries.pop(0)
             old.io.transport.close()
         loop = self._loop

@@ -15,10 +15,11 @@ from tether.platform.kubernetes.lease import LeaseElector
 from tether.platform.kubernetes.watch import KubernetesResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
 from tether.policy.kubernetes_status import LEASE_NAME, KubeStatusWriter
+from tether.policy.model import InboundServer
 from tether.policy.status import CONTROLLER_NAME, Key
 
 from .kube_helpers import emulated_api, watching
-from .test_controllers import namespace
+from .test_controllers import namespace, pod
 from .test_platform_cli import running
 
 NS = "emojivoto"
@@ -43,11 +44,11 @@ SERVER = {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server", "metadata
           "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "port": 8080}}
 
 
-async def _seed(api: Any) -> None:
+async def _seed(api: Any, route: dict[str, Any] = ROUTE) -> None:
     for group_version_plural in WATCHED_CRDS:
         api.resources[group_version_plural] = {}
     api.namespaces.append(namespace(NS))
-    await api.post(ROUTES, json=ROUTE)
+    await api.post(ROUTES, json=route)
 
 
 def ours(route: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -73,15 +74,21 @@ class Counted:
         self.inner.close()
 
 
+async def _started(settings: Any) -> tuple[KubernetesResourceWatcher, asyncio.Event, Counted, PolicyService]:
+    """A policy controller on kmock with a counted status writer, writing only once ``leading`` is set."""
+    watcher = KubernetesResourceWatcher(settings)
+    leading = asyncio.Event()
+    writer = Counted(KubeStatusWriter(watcher.client))
+    service = PolicyService(PolicyConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0"), watcher, writer,
+                            leading=leading)
+    await asyncio.wait_for(service.start(), 20)
+    return watcher, leading, writer, service
+
+
 async def test_only_the_leader_patches_the_status_subresource(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         await _seed(api)
-        watcher = KubernetesResourceWatcher(settings)
-        leading = asyncio.Event()
-        writer = Counted(KubeStatusWriter(watcher.client))
-        service = PolicyService(PolicyConfig(addr="127.0.0.1:0", admin_addr="127.0.0.1:0"), watcher, writer,
-                                leading=leading)
-        await asyncio.wait_for(service.start(), 20)
+        watcher, leading, writer, service = await _started(settings)
         try:
             assert service.status is not None
             await asyncio.wait_for(service.status.idle.wait(), 10)  # synced, and waiting to lead
@@ -125,3 +132,38 @@ async def test_policy_serve_on_kubernetes_takes_the_lease_and_writes_status(tmp_
         # A second replica, started while the first's Lease is fresh, would wait: the Lease is held.
         elector = LeaseElector(KubernetesResourceWatcher(settings).client, "linkerd", LEASE_NAME, "other")
         assert await elector.try_once() is False
+
+
+async def test_a_route_applies_once_the_leader_has_written_its_status(tmp_path: Path) -> None:
+    # As Linkerd's index, the controller reads acceptance back from status.parents: a replica that does not
+    # lead serves the Server without the route (though the Server exists), until the leader's patch lands
+    # and its watch delivers it.
+    async with emulated_api(tmp_path) as (api, _, settings):
+        # kmock keeps a patched object's resourceVersion, which the watcher would take for a repeat: without
+        # one, it compares content (an API server moves the version on; this emulator does not).
+        await _seed(api, {**ROUTE, "metadata": {"name": "r", "namespace": NS}})
+        await api.post(SERVERS, json=SERVER)
+        await api.post(f"/api/v1/namespaces/{NS}/pods", json=pod("web-0", NS, "web", "10.1.0.5"))
+        watcher, leading, writer, service = await _started(settings)
+        try:
+            assert service.status is not None
+            await asyncio.wait_for(service.status.idle.wait(), 10)
+            routed = asyncio.Event()
+            seen: list[list[str]] = []
+
+            def listener(server: InboundServer | None, _at: float | None) -> None:
+                names = [] if server is None else [r.ref.name for r in server.http_routes]
+                seen.append(names)
+                if names == ["r"]:
+                    routed.set()
+
+            service.index.subscribe(NS, "web-0", 8080, listener)
+            assert seen == [["default"]]
+            await watching(api, 13)  # the patch must reach the route's watch as an event
+            leading.set()
+            await asyncio.wait_for(routed.wait(), 10)
+            route = (await (await api.get(f"{ROUTES}/r")).json())
+            assert ours(route)["Accepted"] == ("True", "Accepted")
+        finally:
+            await service.stop()
+            await watcher.client.close()

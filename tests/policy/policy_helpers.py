@@ -28,7 +28,7 @@ from tether.naming import WorkloadIdentity, control_plane_identity
 from tether.platform.local.watch import LocalResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
 from tether.policy.client import server_dict
-from tether.policy.status import StatusWriter
+from tether.policy.status import LocalStatusWriter, StatusWriter, desired_statuses
 from tether.serving.channel import ClientTls, open_channel
 from tether.serving.grpc_server import TlsFiles
 from tether.resources import kinds
@@ -202,8 +202,9 @@ class Harness:
     """A store in ``directory``, the policy controller over it (mTLS), and a client channel with a certificate."""
 
     def __init__(self, directory: Path, pki: Pki, *objects: dict[str, Any],
-                 status_writer: Callable[[Path], StatusWriter] | None = None, **config: Any) -> None:
-        """``status_writer``: makes the status writer from the store's path (the status loop runs), or None."""
+                 status_writer: Callable[[Path], StatusWriter] | None = LocalStatusWriter, **config: Any) -> None:
+        """``status_writer``: makes the status writer from the store's path (the status loop runs, as in
+        ``tether policy serve``: routes and rate limits count once their status is written), or None."""
         self.directory = directory
         self._objects = list(objects)
         self.pki = pki
@@ -224,7 +225,35 @@ class Harness:
         self.service = PolicyService(config, LocalResourceWatcher(self.store), writer)
         await self.service.start()
         self.channel = open_channel(self.address, self.client_tls())
+        if self._status_writer is LocalStatusWriter:  # the status tests' writers stall or fail on purpose
+            await self.settled()
         return self
+
+    async def settled(self) -> None:
+        """Once the status loop runs: wait until the index has read back every route's and rate limit's
+        acceptance the status controller decides (they count only then, as in Linkerd)."""
+        if self.service.status is None:
+            return
+        index, outbound = self.service.index, self.service.outbound_index
+
+        def read_back() -> bool:
+            desired = desired_statuses(index, outbound.services, outbound.egress_networks)
+            for (type_key, ns, name), status in desired.items():
+                facts = index.objects.get(type_key, {}).get(ns, {}).get(name)
+                if facts is None:
+                    continue  # an EgressNetwork: the inbound index keeps none
+                if "parents" in status:
+                    want = {p["parentRef"]["name"] for p in status["parents"] if p["parentRef"]["kind"] == "Server"
+                            and p["conditions"][0]["status"] == "True"}
+                else:
+                    accepted = status["conditions"][0]["status"] == "True"
+                    want = {facts.spec.target_ref.name} if accepted else set()
+                if facts.accepted_by != want:
+                    return False
+            return True
+
+        await eventually(read_back)
+        await asyncio.sleep(0)  # the index's flush of what it read back runs in the next loop turn
 
     def client_tls(self, with_cert: bool = True) -> ClientTls:
         return ClientTls(self.pki.ca, SERVER_NAME, self.pki.client_cert if with_cert else None,

@@ -180,6 +180,9 @@ async def test_rate_limits_on_a_server_the_oldest_wins(workdir: Path, pki: Pki) 
         watch = h.watch(8080)
         await watch.next()
         h.delete("httplocalratelimitpolicies", "rl")
+        # As in Linkerd, the second counts once the status controller has written it Accepted (it was
+        # RateLimitReasonAlreadyExists), not at once: first no rate limit, then the second's.
+        assert "ratelimit" not in await watch.next()
         assert (await watch.next())["ratelimit"]["ref"] == "HTTPLocalRateLimitPolicy/second"
 
 
@@ -192,6 +195,10 @@ async def test_an_update_is_streamed_on_every_kind_of_change(workdir: Path, pki:
             (server_authz("saz", {"unauthenticated": True}, server_name="web"),
              lambda s: [a["ref"] for a in s["authorizations"]] == ["serverauthorization/saz"]),
             (network_authn("n", [{"cidr": "10.0.0.0/8"}]), None),  # unreferenced: nothing to send
+            # Another app's Server and a route on it: not re-decided, nothing sent (the next message is the next
+            # check's).
+            (server("api", app="api"), None),
+            (http_route("api-r", "api"), None),
             (policy("ap", (P, "Server", "web"), [(P, "NetworkAuthentication", "n")]),
              lambda s: "authorizationpolicy/ap" in [a["ref"] for a in s["authorizations"]]),
             (network_authn("n", [{"cidr": "192.168.0.0/16"}]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from policy_helpers import NS, mesh_tls, namespace, pod, policy, sa_id, server
+from policy_helpers import NS, http_route, mesh_tls, namespace, pod, policy, sa_id, server
 
 from tether.platform.watch import ResourceEvent
 from tether.policy import PolicyConfig
@@ -74,3 +74,47 @@ async def test_an_authentication_change_re_decides_only_the_namespaces_whose_pol
     feed(index, mesh_tls("unused", identities=[sa_id("c")], ns="other"))  # named by no policy
     index.flush()
     assert decided == []
+
+
+async def test_a_change_re_decides_only_the_ports_whose_answer_it_can_change() -> None:
+    index = InboundIndex(PolicyConfig())
+    feed(index, namespace(), pod("web-0"), pod("api-0", app="api", ip="10.1.0.12"),
+         server("web", port=8080), server("admin", port=9090),
+         mesh_tls("clients", identities=[sa_id("a")]))
+    index.flush()
+    got: dict[int, list[InboundServer | None]] = {8080: [], 9090: [], 7070: []}
+    for port in got:  # 8080 and 9090 have a Server each; 7070 the default server
+        index.subscribe(NS, "web-0", port, lambda s, at, port=port: got[port].append(s))
+    decided: list[int] = []
+    compute = index.compute
+    index.compute = lambda facts, port: decided.append(port) or compute(facts, port)  # type: ignore[method-assign]
+
+    def change(*objs: dict[str, Any]) -> list[int]:
+        decided.clear()
+        feed(index, *objs)
+        index.flush()
+        return sorted(decided)
+
+    # Another app's Server, a policy and a route on it: no port of web-0 is re-decided.
+    assert change(server("api", port=8080, app="api")) == []
+    assert change(policy("api-p", (P, "Server", "api"), [(P, "MeshTLSAuthentication", "clients")])) == []
+    assert change(http_route("api-r", "api")) == []
+    # A policy on one Server re-decides that Server's port only; a Namespace-wide one every Server's port.
+    assert change(policy("web-p", (P, "Server", "web"), [(P, "MeshTLSAuthentication", "clients")])) == [8080]
+    assert change(policy("ns-p", ("", "Namespace", NS), [(P, "MeshTLSAuthentication", "clients")])) == [8080, 9090]
+    # The authentication both name: what they target.
+    assert change(mesh_tls("clients", identities=[sa_id("b")])) == [8080, 9090]
+    # A new Server taking the default server's port; moved away, the port is re-decided again.
+    assert change(server("late", port=7070)) == [7070]
+    assert got[7070][-1] is not None and got[7070][-1].ref.name == "late"
+    assert change(server("late", port=7071)) == [7070]
+    assert got[7070][-1] is not None and got[7070][-1].ref.name == "all-unauthenticated"
+    # A route re-decides its parent Server's ports, before and after it moves.
+    assert change(http_route("r", "web")) == [8080]
+    assert change(http_route("r", "admin")) == [8080, 9090]
+    # A policy targeting that route: its parent's port.
+    assert change(policy("r-p", (P, "HTTPRoute", "r"), [(P, "MeshTLSAuthentication", "clients")])) == [9090]
+    # The pod itself: every port of it; the namespace: every port.
+    assert change(pod("web-0", ip="10.1.0.13")) == [7070, 8080, 9090]
+    assert change(namespace(annotations={"config.linkerd.io/default-inbound-policy": "deny"})) == [7070, 8080, 9090]
+    assert got[7070][-1] is not None and got[7070][-1].ref.name == "deny"

@@ -20,9 +20,9 @@ object, the status this controller owns:
   its networks, exceptions taken out, reach into the cluster networks); other
   types of condition on it are kept.
 
-The inbound index decides route acceptance with the same rule (the Server
-exists) rather than reading this status back, so policy never waits on a
-status write.  ``StatusController`` keeps each object's status as the watch
+The inbound index reads route and rate-limit acceptance back from the status
+this writes (``tether.policy.inbound.facts.accepted_by``), as Linkerd's does:
+the rule above decides it once, here.  ``StatusController`` keeps each object's status as the watch
 delivers it (``observe``), reconciles after changes (coalesced) and every
 ``period`` seconds, and writes only what differs, guarded by the
 resourceVersion it saw (a concurrent change wins; the next round retries),
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.platform.watch import ResourceEvent
+from tether.policy.inbound.facts import CONTROLLER_NAME
 from tether.policy.inbound.index import InboundIndex, Named
 from tether.policy.metrics import PolicyMetrics
 from tether.resources import kinds
@@ -60,7 +61,6 @@ from tether.store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "linkerd.io/policy-controller"
 RECONCILE_PERIOD_S = 10.0  # Linkerd's status reconciliation period
 ROUTE_KINDS = (kinds.POLICY_HTTP_ROUTE, kinds.GATEWAY_HTTP_ROUTE, kinds.GRPC_ROUTE, kinds.TLS_ROUTE, kinds.TCP_ROUTE)
 # A route kind -> the kinds that win a Service or EgressNetwork port over it (Linkerd's conflict rule).

@@ -17,6 +17,7 @@ from typing import Any
 from tether.policy.model import IdentityMatch
 from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
+from tether.resources.meta import ConditionsStatus
 from tether.resources.model import Resource
 from tether.resources.policy import (
     AuthorizationPolicySpec,
@@ -27,7 +28,7 @@ from tether.resources.policy import (
     ServerAuthorizationSpec,
     ServerSpec,
 )
-from tether.resources.routes import GRPCRouteSpec, HTTPRouteSpec
+from tether.resources.routes import GRPCRouteSpec, HTTPRouteSpec, RouteStatus
 from tether.resources.workloads import ExternalWorkloadSpec, PodSpec, Probe
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ REQUIRE_IDENTITY_PORTS = "config.linkerd.io/proxy-require-identity-inbound-ports
 # Annotations a pod inherits from its namespace when it does not set them (the injector copies them
 # on Kubernetes; the local platform has no webhook to, so the index reads the namespace).
 INHERITED = (DEFAULT_INBOUND_POLICY, OPAQUE_PORTS, REQUIRE_IDENTITY_PORTS)
+# The name this controller writes status under (``tether.policy.status``) and reads it back by.
+CONTROLLER_NAME = "linkerd.io/policy-controller"
 _EPOCH = datetime.min
 
 
@@ -67,6 +70,8 @@ class Named:
     created: datetime
     labels: Mapping[str, str] = field(default_factory=dict)
     spec: Any = None
+    # The Servers whose acceptance of this route or rate limit the object's status records (see ``accepted_by``).
+    accepted_by: frozenset[str] = frozenset()
 
     @property
     def order(self) -> tuple[datetime, str]:
@@ -144,7 +149,24 @@ def external_workload_facts(resource: Resource) -> PodFacts:
 def named(resource: Resource) -> Named:
     meta = resource.metadata
     return Named(resource.namespace or "default", resource.name, meta.creation_timestamp or _EPOCH,
-                 dict(meta.labels), resource.spec)
+                 dict(meta.labels), resource.spec, accepted_by(resource))
+
+
+def accepted_by(resource: Resource) -> frozenset[str]:
+    """The Servers the object's status says accept it, read back as Linkerd's inbound index reads it: a
+    route's ``status.parents`` entry of kind ``Server`` written by this controller with ``Accepted: True``; an
+    HTTPLocalRateLimitPolicy's ``Accepted: True`` condition (its target Server).  A route or rate limit counts
+    only once the status controller's write has landed, never on its own spec."""
+    status = resource.status
+    if isinstance(status, RouteStatus):
+        return frozenset(parent.parent_ref.name for parent in status.parents
+                         if parent.controller_name == CONTROLLER_NAME and parent.parent_ref.kind == kinds.SERVER.kind
+                         and parent.accepted)
+    if isinstance(status, ConditionsStatus) and isinstance(resource.spec, HTTPLocalRateLimitPolicySpec):
+        condition = status.condition("Accepted")
+        if condition is not None and condition.is_true:
+            return frozenset((resource.spec.target_ref.name,))
+    return frozenset()
 
 
 def port_set(text: str | None, names: Mapping[str, tuple[int, ...]], where: str) -> PortSet:
@@ -181,4 +203,5 @@ SPEC_TYPES: dict[str, type] = {
     kinds.GRPC_ROUTE.key: GRPCRouteSpec,
 }
 
-__all__ = ["Network", "PodFacts", "Named", "pod_facts", "external_workload_facts", "named", "port_set", "identity_matches", "SPEC_TYPES"]
+__all__ = ["Network", "PodFacts", "Named", "pod_facts", "external_workload_facts", "named", "accepted_by", "port_set",
+           "identity_matches", "SPEC_TYPES", "CONTROLLER_NAME"]

@@ -17,18 +17,24 @@ Linkerd's semantics (control-plane.md §5.4), computed from facts on demand:
   ``config.linkerd.io/default-inbound-policy`` (else its namespace's, else the
   cluster default), made authenticated on the pod's require-identity ports;
   opaque when the port is in the pod's opaque ports, else detect.
-* HTTP routes: those whose parent is the Server (accepted: the Server exists)
-  with the AuthorizationPolicies that target them; without any, the default
+* HTTP routes: those whose parent is the Server and whose status says this
+  controller accepted them there (the status controller's rule, the Server
+  exists, decides that status; the index reads it back, as Linkerd's does, so
+  a route counts once its status is written), with the AuthorizationPolicies
+  that target them; without any, the default
   catch-all route plus, when the probe networks are not empty and the port has
   HTTP probes, the ``probe`` route authorizing GET on the probe paths.
+* Rate limit: the oldest HTTPLocalRateLimitPolicy on the Server whose status
+  says ``Accepted`` (read back as routes are).
 * An AuthorizationPolicy referring to an authentication that does not exist is
   skipped (it grants nothing) and reported by ``problems``.
 
-Changes are coalesced: ``apply`` only records facts and marks namespaces dirty
-(a MeshTLSAuthentication or NetworkAuthentication marks the namespaces of the
-AuthorizationPolicies naming it, wherever it lives); one flush per event-loop
-turn recomputes each watched port of those namespaces and tells its listeners
-only when its policy changed.
+Changes are coalesced: ``apply`` only records facts and marks what a change
+can reach (``_mark``: a pod's ports, the ports of the Servers an object names,
+before and after the change; a MeshTLSAuthentication or NetworkAuthentication
+reaches what the AuthorizationPolicies naming it target, wherever they live);
+one flush per event-loop turn recomputes those watched ports and tells their
+listeners only when the policy changed.
 """
 
 from __future__ import annotations
@@ -141,6 +147,22 @@ class _PortWatch:
     listeners: list[Listener] = field(default_factory=list)
     current: InboundServer | None = None
 
+    @property
+    def server(self) -> str | None:
+        """The Server that decided the current policy; None for a default server (or none)."""
+        ref = None if self.current is None else self.current.ref
+        return ref.name if ref is not None and ref.kind == "server" and ref.group == POLICY_GROUP else None
+
+
+@dataclass(slots=True)
+class _Reach:
+    """Which watched ports of one namespace the changes of a flush can reach (the others keep their answer)."""
+
+    everything: bool = False  # a Namespace's annotations: every port
+    explicit: bool = False  # a Namespace-wide AuthorizationPolicy: every port a Server decides
+    servers: set[str] = field(default_factory=set)  # the ports these Servers decide, or may come to decide
+    workloads: set[tuple[str, bool]] = field(default_factory=set)  # every port of these (name, external)
+
 
 def _type(type_key: str) -> kinds.ResourceType:
     return next(t for t in kinds.REGISTRY if t.key == type_key)
@@ -155,7 +177,7 @@ class InboundIndex:
         # type key -> namespace -> name -> facts
         self.objects: dict[str, dict[str, dict[str, Named]]] = {key: {} for key in _POLICY_KINDS}
         self._watches: dict[tuple[str, str, int, bool], _PortWatch] = {}  # (ns, name, port, external)
-        self._dirty: set[str] = set()
+        self._dirty: dict[str, _Reach] = {}  # namespace -> what its changes reach
         self._latest: float | None = None
         self._flush_scheduled = False
         self._synced: set[str] = set()
@@ -177,6 +199,7 @@ class InboundIndex:
         assert event.object is not None
         ns, name = event.key
         ns = ns or "default"
+        before = self.objects[type_key].get(ns, {}).get(name) if type_key in self.objects else None
         if type_key == kinds.NAMESPACE.key:
             ns = name
             if event.type == "DELETED":
@@ -208,20 +231,82 @@ class InboundIndex:
                 self.objects[type_key].setdefault(ns, {})[name] = named(resource)
         if type_key in _STATUS_ONLY_KINDS:
             return  # no port's policy depends on them
-        if type_key in _AUTHN_KINDS:
-            # Only AuthorizationPolicies name an authentication, from any namespace: re-decide the ports of
-            # their namespaces, not every watched port.
-            for referring in self._referring(type_key, ns, name):
-                self._mark(referring, event.received_at)
-            return
-        self._mark(ns, event.received_at)
+        self._mark(type_key, ns, name, before, event.received_at)
+        self._schedule()
 
-    def _referring(self, type_key: str, namespace: str, name: str) -> set[str]:
-        """The namespaces of the AuthorizationPolicies that name the authentication ``namespace/name``."""
+    def _mark(self, type_key: str, ns: str, name: str, before: Named | None, at: float) -> None:
+        """Mark for the next flush the watched ports whose answer this change can alter (``_Reach``), rather
+        than every port of the namespace: a Server's change re-decides the ports it decided or now selects, a
+        policy's or route's those of the Servers it names (before and after the change), a pod's only its
+        own.  That is the only rule for what a flush skips; the decision itself stays ``compute``."""
+        if type_key == kinds.NAMESPACE.key:
+            self._reach(ns, at).everything = True
+        elif type_key in (kinds.POD.key, kinds.EXTERNAL_WORKLOAD.key):
+            self._reach(ns, at).workloads.add((name, type_key == kinds.EXTERNAL_WORKLOAD.key))
+        elif type_key in _AUTHN_KINDS:
+            # Only AuthorizationPolicies name an authentication, from any namespace: re-decide what they
+            # target, not every watched port.
+            for policy in self._referring(type_key, ns, name):
+                self._reach_target(policy.namespace, policy.spec.target_ref, at)
+        else:
+            # What the object decided before the change and what it decides now.
+            after = self.objects[type_key].get(ns, {}).get(name)
+            for version in (before, after):
+                if version is not None:
+                    self._reach_object(type_key, version, at)
+
+    def _referring(self, type_key: str, namespace: str, name: str) -> list[Named]:
+        """The AuthorizationPolicies (of any namespace) that name the authentication ``namespace/name``."""
         rtype = _type(type_key)
-        return {policy_ns for policy_ns, policies in self.objects[kinds.AUTHORIZATION_POLICY.key].items()
+        return [policy for policy_ns, policies in self.objects[kinds.AUTHORIZATION_POLICY.key].items()
                 for policy in policies.values() for ref in policy.spec.required_authentication_refs
-                if ref.targets(rtype) and ref.name == name and (ref.namespace or policy_ns) == namespace}
+                if ref.targets(rtype) and ref.name == name and (ref.namespace or policy_ns) == namespace]
+
+    def _reach_object(self, type_key: str, obj: Named, at: float) -> None:
+        """Mark the ports whose policy one version of a namespaced policy object takes part in deciding."""
+        spec = obj.spec
+        if type_key == kinds.SERVER.key:
+            self._reach(obj.namespace, at).servers.add(obj.name)
+        elif type_key == kinds.SERVER_AUTHORIZATION.key:
+            selection = spec.server
+            servers = self.objects[kinds.SERVER.key].get(obj.namespace, {}).values()
+            self._reach(obj.namespace, at).servers.update(
+                [selection.name] if selection.name is not None else
+                [s.name for s in servers if selection.selector is not None and selection.selector.matches(s.labels)])
+        elif type_key == kinds.AUTHORIZATION_POLICY.key:
+            self._reach_target(obj.namespace, spec.target_ref, at)
+        elif type_key == kinds.HTTP_LOCAL_RATE_LIMIT_POLICY.key:
+            self._reach(obj.namespace, at).servers.add(spec.target_ref.name)
+        elif type_key in _ROUTE_KINDS:
+            self._reach(obj.namespace, at).servers.update(self.route_server_names(obj))
+
+    def _reach_target(self, namespace: str, target: Any, at: float) -> None:
+        """Mark the ports an AuthorizationPolicy's target takes it to: a Server's, every explicit server's of a
+        Namespace, or those of the Servers a targeted route names as parents."""
+        if target.targets(kinds.SERVER):
+            self._reach(namespace, at).servers.add(target.name)
+        elif target.targets(kinds.NAMESPACE):
+            self._reach(namespace, at).explicit = True
+        else:
+            for type_key in _ROUTE_KINDS:
+                rtype = _type(type_key)
+                route = self.objects[type_key].get(namespace, {}).get(target.name)
+                if route is not None and (target.group, target.kind.lower()) == (rtype.group, rtype.kind.lower()):
+                    self._reach(namespace, at).servers.update(self.route_server_names(route))
+
+    def _reaches(self, reach: _Reach, namespace: str, pod: str, port: int, external: bool,
+                 watch: _PortWatch) -> bool:
+        """Whether a watched port's answer can change with what ``reach`` marked (see ``_Reach``)."""
+        if reach.everything or (pod, external) in reach.workloads:
+            return True
+        server = watch.server
+        if server is not None and (reach.explicit or server in reach.servers):
+            return True
+        # A marked Server may now take this port from the default server or from a younger Server.
+        facts = self.workload(namespace, pod, external)
+        servers = self.objects[kinds.SERVER.key].get(namespace, {})
+        return facts is not None and any(
+            port in self.server_ports(facts, servers[name]) for name in reach.servers if name in servers)
 
     @staticmethod
     def _parse(obj: Any) -> Any:
@@ -233,10 +318,16 @@ class InboundIndex:
             log.warning("ignoring an object that does not parse: %s", exc)
             return None
 
-    def _mark(self, namespace: str, at: float) -> None:
-        self._dirty.add(namespace)
+    def _reach(self, namespace: str, at: float) -> _Reach:
+        """The namespace's marks for the next flush."""
+        reach = self._dirty.get(namespace)
+        if reach is None:
+            reach = self._dirty[namespace] = _Reach()
         self._latest = at if self._latest is None else min(self._latest, at)
-        if self._flush_scheduled:
+        return reach
+
+    def _schedule(self) -> None:
+        if self._flush_scheduled or not self._dirty:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -247,16 +338,17 @@ class InboundIndex:
         loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Recompute every watched port of the dirty namespaces; tell listeners what changed."""
+        """Recompute the watched ports the marked changes reach; tell listeners what changed."""
         self._flush_scheduled = False
-        dirty, self._dirty = self._dirty, set()
+        dirty, self._dirty = self._dirty, {}
         at, self._latest = self._latest, None
         if not dirty:
             return
         self._flush_memo = {}
         try:
             for (ns, pod, port, external), watch in list(self._watches.items()):
-                if ns not in dirty:
+                reach = dirty.get(ns)
+                if reach is None or not self._reaches(reach, ns, pod, port, external, watch):
                     continue
                 facts = self.workload(ns, pod, external)
                 server = None if facts is None else self.compute(facts, port)
@@ -503,14 +595,17 @@ class InboundIndex:
 
     # -- routes -----------------------------------------------------------------------------------------
 
-    def route_parents(self, type_key: str, route: Named) -> list[tuple[str, bool]]:
-        """Each Server parent of an inbound route: (server name, accepted = the Server exists)."""
-        out = []
+    @staticmethod
+    def route_server_names(route: Named) -> list[str]:
+        """The Servers an inbound route names as parents (in its own namespace: no other can be one)."""
+        return [parent.name for parent in route.spec.parent_refs
+                if parent.targets(kinds.SERVER) and parent.namespace in (None, route.namespace)]
+
+    def route_parents(self, route: Named) -> list[tuple[str, bool]]:
+        """Each Server parent of an inbound route: (server name, the status controller accepts it = the Server
+        exists).  Policy does not use this rule: it reads back the status written from it (``Named.accepted_by``)."""
         servers = self.objects[kinds.SERVER.key].get(route.namespace, {})
-        for parent in route.spec.parent_refs:
-            if parent.targets(kinds.SERVER) and (parent.namespace in (None, route.namespace)):
-                out.append((parent.name, parent.name in servers))
-        return out
+        return [(name, name in servers) for name in self.route_server_names(route)]
 
     def unsupported_filters(self, route: Named) -> list[str]:
         rules = route.spec.rules
@@ -521,7 +616,8 @@ class InboundIndex:
         found: list[tuple[tuple[Any, ...], InboundRoute]] = []
         for type_key in type_keys:
             for route in self._in(type_key, namespace):
-                if (server_name, True) not in self.route_parents(type_key, route):
+                # Linkerd's index: a route the Server's status accepts, not one this controller would accept.
+                if server_name not in route.accepted_by or server_name not in self.route_server_names(route):
                     continue
                 if self.unsupported_filters(route):
                     continue  # reported by problems(); an inbound proxy could not apply it
@@ -554,7 +650,8 @@ class InboundIndex:
     # -- rate limits ------------------------------------------------------------------------------------
 
     def ratelimit_winner(self, namespace: str, server_name: str) -> Named | None:
-        """The oldest HTTPLocalRateLimitPolicy on a Server (a second one is refused in status)."""
+        """The oldest HTTPLocalRateLimitPolicy on a Server (the status controller's rule: a second one is
+        refused in status)."""
         for policy in self._in(kinds.HTTP_LOCAL_RATE_LIMIT_POLICY.key, namespace):
             spec: HTTPLocalRateLimitPolicySpec = policy.spec
             if spec.target_ref.name == server_name:
@@ -562,8 +659,10 @@ class InboundIndex:
         return None
 
     def _ratelimit(self, namespace: str, server_name: str) -> RateLimit | None:
-        policy = self.ratelimit_winner(namespace, server_name)
-        if policy is None or server_name not in self.objects[kinds.SERVER.key].get(namespace, {}):
+        # As Linkerd's index: the (oldest) one whose status says the Server accepted it, not the status rule's.
+        policy = next((p for p in self._in(kinds.HTTP_LOCAL_RATE_LIMIT_POLICY.key, namespace)
+                       if p.spec.target_ref.name == server_name and server_name in p.accepted_by), None)
+        if policy is None:
             return None
         spec: HTTPLocalRateLimitPolicySpec = policy.spec
         overrides = tuple(
@@ -596,7 +695,7 @@ class InboundIndex:
                     if unsupported:
                         out.append(Problem(namespace, _type(type_key).kind, route.name, "UnsupportedValue",
                                            f"filters an inbound proxy cannot apply: {', '.join(unsupported)}"))
-                    for server_name, accepted in self.route_parents(type_key, route):
+                    for server_name, accepted in self.route_parents(route):
                         if not accepted:
                             out.append(Problem(namespace, _type(type_key).kind, route.name, "NoMatchingParent",
                                                f"Server {namespace}/{server_name} does not exist"))

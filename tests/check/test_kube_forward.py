@@ -83,7 +83,7 @@ async def test_endpoints_and_profile_through_a_forward_to_the_ready_destination_
     async with emulated_api(tmp_path) as (api, _, settings):
         for resource in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
                          "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads",
-                         "v1/configmaps", "v1/nodes"):
+                         "v1/configmaps", "v1/nodes", "apps/v1/replicasets", "batch/v1/jobs"):
             api.resources[resource] = {}
         api.namespaces.append(namespace("emojivoto"))
         await api.post("/api/v1/namespaces/emojivoto/services", json=service("web", "emojivoto", "10.96.0.10"))

@@ -173,7 +173,8 @@ SLICES = "/apis/discovery.k8s.io/v1/namespaces/emojivoto/endpointslices"
 async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
-                                     "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+                                     "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads",
+                                     "apps/v1/replicasets", "batch/v1/jobs"):
             api.resources[group_version_plural] = {}
         api.namespaces.append(namespace("emojivoto"))  # kmock cannot serve Namespaces: a recorded answer
         await api.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})
@@ -192,7 +193,7 @@ async def test_destination_serves_endpoints_of_pods_and_services_from_the_api(tm
                 assert [a["addr"] for a in first["add"]["addrs"]] == ["10.1.0.1:8080"]
                 assert first["add"]["addrs"][0]["tls_identity"] == WEB_ID
 
-                await watching(api, 7)  # every watched kind is being watched, so the next change streams
+                await watching(api, 9)  # every watched kind is being watched, so the next change streams
                 await api.post("/api/v1/namespaces/emojivoto/pods", json=pod("web-2", "emojivoto", "web", "10.1.0.2"))
                 await api.patch(f"{SLICES}/web-abcde", json=endpoint_slice(
                     "web", "emojivoto", ("web-1", "10.1.0.1"), ("web-2", "10.1.0.2")))

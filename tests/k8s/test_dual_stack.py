@@ -79,7 +79,7 @@ async def test_get_sends_each_pods_ipv6_endpoint_on_a_dual_stack_cluster(tmp_pat
                 profile = profile_dict(await anext(stream_profile(channel, "[fd00:10:1::2]:8080", token("node-a"), 10)))
                 assert profile["endpoint"]["metric_labels"]["pod"] == "web-b"
 
-                await watching(api, 7)
+                await watching(api, 9)
                 # web-b leaves the IPv6 slice: its IPv4 endpoint takes over.
                 await api.patch(f"{SLICES}/web-ipv6", json=family_slice("IPv6", ("web-a", "fd00:10:1::1")))
                 assert addrs(update_dict(await anext(stream))) == ["10.1.0.2:8080"]

@@ -81,7 +81,7 @@ async def test_destination_serve_on_kubernetes(tmp_path: Path) -> None:
     async with emulated_api(tmp_path) as (api, _, settings):
         for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
                                      "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads",
-                                     "v1/nodes"):
+                                     "v1/nodes", "apps/v1/replicasets", "batch/v1/jobs"):
             api.resources[group_version_plural] = {}
         api.namespaces.append(namespace("emojivoto"))
         await api.post("/api/v1/namespaces/emojivoto/services", json=service("web", "emojivoto", "10.96.0.10"))

@@ -67,7 +67,8 @@ def localities(update: dict[str, Any]) -> dict[str, str]:
 def serve_destination_kinds(api: Any) -> None:
     """Let kmock serve every kind the destination watches: the mesh CRDs' (empty) collections, and ``NS``."""
     for group_version_plural in ("policy.linkerd.io/v1beta3/servers", "linkerd.io/v1alpha2/serviceprofiles",
-                                 "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads"):
+                                 "discovery.k8s.io/v1/endpointslices", "workload.linkerd.io/v1beta1/externalworkloads",
+                                 "apps/v1/replicasets", "batch/v1/jobs", "v1/nodes"):
         api.resources[group_version_plural] = {}
     api.namespaces.append(namespace(NS))  # kmock cannot serve Namespaces: a recorded answer
 
@@ -110,7 +111,7 @@ async def test_get_streams_filter_by_the_subscribers_node_and_zone(tmp_path: Pat
                 assert localities(update_dict(await anext(cache_from_a))) == {"10.1.1.1:8080": "local"}
                 await cache_from_a.aclose()
 
-                await watching(api, 7)  # every watched kind (Nodes too) is being watched: the next change streams
+                await watching(api, 9)  # every watched kind (Nodes too) is being watched: the next change streams
                 # node-a moves to the west: its subscriber now gets the west endpoint, and loses the east one.
                 await api.patch("/api/v1/nodes/node-a", json=node("node-a", "west"))
                 assert localities(update_dict(await anext(web_from_a))) == {"10.1.0.2:8080": "local"}

@@ -180,6 +180,13 @@ async def allowed_scenario(mesh: Mesh, controller: FakeController, port: int) ->
     assert count == 2.0 and labels["route_name"] == "proxy-metrics"  # the first scrape, and this one
     assert (labels["authz_name"], labels["tls"], labels["client_id"]) == ("prometheus-scrape", "true", PROMETHEUS)
     assert sum(metrics["inbound_http_route_not_found_total"].values()) == 1.0
+    # Admitted requests are recorded with inbound labels and the permit's (this one's response comes after).
+    scraped = {"direction": "inbound", "target_port": str(ADMIN), "tls": "true", "client_id": PROMETHEUS,
+               "srv_name": "proxy-admin", "route_name": "proxy-metrics", "authz_name": "prometheus-scrape"}
+    assert [value for _, value in counts(metrics["request_total"], **scraped)] == [2.0]
+    assert [value for _, value in counts(metrics["response_total"], **scraped, status_code="200",
+                                         classification="success")] == [1.0]
+    assert not counts(metrics["request_total"], srv_name="proxy-admin", tls="no_identity")  # refused: not here
 
 
 def test_tls_for_another_name_and_non_http_bytes_are_closed(tmp_path: Path) -> None:

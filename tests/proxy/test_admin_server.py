@@ -16,6 +16,7 @@ from proxy_harness import Mesh, connection, parse_metrics, read_all, run
 from tether.proxy.io.admin import AdminPolicy, AdminServer, Request
 from tether.proxy.io.identity_client import TlsMaterial
 from tether.proxy.io.tls import TlsState
+from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.server_policy import INVALID
 from tether.proxy.app import Proxy
 from tether.proxy.core.logs import LogFilter, parse, unmatched
@@ -94,7 +95,8 @@ def _server(shutdown_enabled: bool = False) -> tuple[AdminServer, list[bool]]:
     server = AdminServer(registry=Registry(retain_idle=600), ready=lambda: True, env={"A": "1"},
                          log_filter=LogFilter("warn", apply=False), shutdown_enabled=shutdown_enabled,
                          on_shutdown=lambda: stopped.append(True),
-                         policy=AdminPolicy(lambda port: INVALID, Registry(retain_idle=600), TlsState(_no_contexts),
+                         policy=AdminPolicy(lambda port: INVALID, Registry(retain_idle=600),
+                                            HttpMetrics(lambda: 0.0, 600), TlsState(_no_contexts),
                                             "web.emojivoto.serviceaccount.identity.linkerd.cluster.local",
                                             lambda: 0.0))
     return server, stopped

@@ -1,7 +1,7 @@
 """The HTTP/1 path's shortcuts (fewer Python calls per request): each against the general branch it skips.
 
 A shortcut must give what the general code gives: a plain response head goes down as the same object, only
-when nothing in it is to change; ``request_total``'s series kept for the response counts where a lookup would;
+when nothing in it is to change (nginx's ``Connection: keep-alive`` only where it says nothing); ``request_total``'s series kept for the response counts where a lookup would;
 a plaintext stream is read without ``READ_BUFFER``, a TLS one with it.
 """
 
@@ -46,10 +46,42 @@ def test_a_plain_response_head_goes_down_as_the_same_object() -> None:
     assert downstream_response(head, request, True, SETTINGS) is head
 
 
+def test_nginxs_connection_keep_alive_goes_down_as_it_came_only_where_it_says_nothing() -> None:
+    """To an HTTP/1.1 client whose connection stays open, ``Connection: keep-alive`` is the proxy's own option
+    too (RFC 9110 §7.6.1): the head's bytes go on. Otherwise, and for any other Connection value, it is dropped."""
+    nginx = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
+    request, head = _response(nginx)
+    assert not head.rewrite and head.found == {b"content-length": [b"2"], b"connection": [b"keep-alive"]}
+    assert downstream_response(head, request, True, SETTINGS) is head
+    server = Http1Connection(Role.SERVER)
+    server.receive_data(GET)
+    assert server.send_head(head) == nginx[:-2] and server.keep_alive  # its bytes, and the connection stays
+    # The client's connection closes after this response: keep-alive would contradict the close added.
+    down = downstream_response(head, request, False, SETTINGS)
+    assert down.headers == ((b"Server", b"nginx"), (b"Content-Length", b"2"), (b"connection", b"close"))
+    # An HTTP/1.0 client: the proxy's own keep-alive line, once.
+    request, head = _response(nginx, b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+    down = downstream_response(head, request, True, SETTINGS)
+    assert down.headers == ((b"Server", b"nginx"), (b"Content-Length", b"2"), (b"connection", b"keep-alive"))
+    # An HTTP/1.0 response: filtered (and sent as HTTP/1.1).
+    request, head = _response(nginx.replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+    down = downstream_response(head, request, True, SETTINGS)
+    assert down.headers == ((b"Server", b"nginx"), (b"Content-Length", b"2")) and down.version == b"1.1"
+    # Anything else in Connection, or another hop-by-hop header beside it, is to be rewritten: dropped.
+    for other in (b"Connection: keep-alive, x-a\r\nx-a: 1", b"Connection: Upgrade",
+                  b"Connection: keep-alive\r\nKeep-Alive: timeout=5"):
+        request, head = _response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n%s\r\n\r\nok" % other)
+        assert head.rewrite
+        assert downstream_response(head, request, True, SETTINGS).headers == ((b"Content-Length", b"2"),)
+    # A request's Connection: keep-alive is to be rewritten (upstream, over HTTP/2 too, it has no place).
+    request, _ = _response(nginx, b"GET / HTTP/1.1\r\nhost: web\r\nconnection: keep-alive\r\n\r\n")
+    assert request.rewrite
+
+
 def test_a_response_head_with_something_to_change_is_a_new_one() -> None:
     """Each condition of the shortcut, failed once: the general branch answers, and what it answers differs."""
-    # Hop-by-hop (nginx's keep-alive): the line dropped.
-    request, head = _response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok")
+    # Hop-by-hop: the line dropped (nginx's keep-alive, where it says something: the test above).
+    request, head = _response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nte: trailers\r\n\r\nok")
     down = downstream_response(head, request, True, SETTINGS)
     assert down is not head and down.headers == ((b"content-length", b"2"),)
     # The client's connection closes after it: connection: close added.

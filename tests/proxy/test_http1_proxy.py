@@ -113,8 +113,9 @@ def test_a_plain_request_goes_up_as_it_came_and_its_connection_is_pooled() -> No
             >> DownData(GET)  # the next request takes the pooled connection, within the callback
             << Checkout(ADDR, pooled=True)
             << SendUp(0, GET)
-            >> UpData(0, b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
-            << SendDown(OK)  # hop-by-hop dropped
+            >> UpData(0, b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+                      b"Content-Length: 2\r\n\r\nok")
+            << SendDown(OK)  # hop-by-hop dropped (Connection: keep-alive alone would pass: test_http1_fast_paths.py)
             << Checkin(0, reuse=True)
             >> DownEof()
             << Close())

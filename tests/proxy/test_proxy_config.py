@@ -73,6 +73,7 @@ def test_defaults(minimal_env: dict[str, str]) -> None:
     assert (c.inbound.discovery_idle_timeout, c.outbound.discovery_idle_timeout) == (s(90), s(5))
     assert (c.inbound.max_in_flight, c.outbound.max_in_flight) == (100_000, 100_000)
     assert (c.inbound.http1_pool_idle_timeout, c.outbound.http1_pool_idle_timeout) == (s(3), s(3))
+    assert (c.inbound.max_idle_conns_per_endpoint, c.outbound.max_idle_conns_per_endpoint) == (10_000, 10_000)
     assert c.destination == ControlAddr(NameAddr("linkerd-dst-headless.linkerd.svc.cluster.local.", 8086), DST_ID)
     assert c.destination_context == ""
     assert c.profile_suffixes == ("svc.cluster.local.",)
@@ -155,6 +156,8 @@ VALID: list[tuple[str, str, Getter, object]] = [
     ("OUTBOUND_MAX_IN_FLIGHT", "250000", lambda c: c.outbound.max_in_flight, 250_000),
     ("INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "10s", lambda c: c.inbound.http1_pool_idle_timeout, s(10)),
     ("OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "500ms", lambda c: c.outbound.http1_pool_idle_timeout, ms(500)),
+    ("MAX_IDLE_CONNS_PER_ENDPOINT", "1", lambda c: c.inbound.max_idle_conns_per_endpoint, 1),
+    ("OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT", "0", lambda c: c.outbound.max_idle_conns_per_endpoint, 0),
 ]
 
 
@@ -215,6 +218,8 @@ INVALID: list[tuple[str, str, str]] = [
     ("INBOUND_MAX_IN_FLIGHT", "0", "not a positive integer"),
     ("OUTBOUND_MAX_IN_FLIGHT", "-5", "not a positive integer"),
     ("OUTBOUND_MAX_IN_FLIGHT", "1_000", "not a positive integer"),
+    ("MAX_IDLE_CONNS_PER_ENDPOINT", "-1", "not a whole number"),
+    ("OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT", "ten", "not a whole number"),
     ("INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "3", "has no unit"),
 ]
 

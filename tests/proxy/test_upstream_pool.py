@@ -178,3 +178,111 @@ def test_close_idle_closes_what_is_idle_and_the_pool_keeps_serving() -> None:
         pool.close()
 
     run(scenario)
+
+
+def test_an_endpoint_keeps_at_most_max_idle_connections_and_a_bound_of_zero_keeps_none() -> None:
+    async def scenario() -> None:
+        pool = Pool(max_idle=1)  # LINKERD2_PROXY_*MAX_IDLE_CONNS_PER_ENDPOINT=1
+        first, second, elsewhere = conn(), conn(), conn("other")
+        pool.put(first)
+        pool.put(elsewhere)  # another endpoint's bound is its own
+        pool.put(second)  # a second idle connection to the same endpoint: the one idle longest is closed
+        assert first.io.transport.closed and not second.io.transport.closed
+        assert not elsewhere.io.transport.closed
+        assert pool.take("k") is second and pool.take("k") is None
+        pool.close()
+        none = Pool(max_idle=0)
+        idle = conn()
+        none.put(idle)
+        assert idle.io.transport.closed and none.take("k") is None
+        none.close()
+
+    run(scenario)
+
+
+class Keeper:
+    """A client connection keeping an upstream connection (as io.http1_io.Http1Io does): ``up`` is in use."""
+
+    def __init__(self) -> None:
+        self.kept: Upstream | None = None
+        self.kept_since = 0.0
+        self.up: Upstream | None = None
+
+    def keep(self, pool: Pool, up: Upstream) -> bool:
+        if not pool.keep(self, up):
+            return False
+        self.kept, self.kept_since = up, asyncio.get_running_loop().time()
+        return True
+
+
+def test_a_kept_connection_is_taken_by_another_request_only_while_idle() -> None:
+    async def scenario() -> None:
+        pool = Pool()
+        keeper, a = Keeper(), conn()
+        assert keeper.keep(pool, a)
+        keeper.up = a  # its own next request has it in hand: nobody else's
+        assert pool.take("k") is None and keeper.kept is a
+        keeper.up = None  # idle again: another client connection's request takes it rather than a new one
+        assert pool.take("k") is a and a.reused and keeper.kept is None
+        b = conn()
+        assert keeper.keep(pool, b)
+        b.io.eof = True  # the server closed it while kept: dropped, not handed out
+        assert pool.take("k") is None and b.io.transport.closed and keeper.kept is None
+        pool.close()
+
+    run(scenario)
+
+
+def test_no_connection_is_kept_while_requests_wait_for_its_endpoint() -> None:
+    async def scenario() -> None:
+        pool = Pool()
+        opener = Opener(asyncio.get_running_loop())
+        got: list[Upstream | Failed] = []
+        pool.wait("k", opener, got.append)
+        keeper, freed = Keeper(), conn()
+        assert not keeper.keep(pool, freed) and "k" in pool.wanted
+        pool.put(freed)  # what the keeper does instead: the waiting request gets it
+        assert got == [freed] and "k" not in pool.wanted
+        assert keeper.keep(pool, conn())  # nobody waits any more
+        await opener.finish(conn())  # the connection opened for the wait: idle in the pool
+        pool.close()
+
+    run(scenario)
+
+
+def test_kept_connections_count_against_the_endpoints_idle_bound() -> None:
+    async def scenario() -> None:
+        pool = Pool(max_idle=1)
+        first, second = Keeper(), Keeper()
+        a, b = conn(), conn()
+        assert first.keep(pool, a)
+        assert not second.keep(pool, b)  # the bound is reached by the kept one
+        pool.put(b)  # a second idle connection to the same endpoint: closed
+        assert b.io.transport.closed and not a.io.transport.closed
+        first.kept = None
+        pool.unkeep(first, a)  # its client connection ended: back to the pool, within the bound
+        pool.put(a)
+        assert pool.take("k") is a
+        pool.close()
+
+    run(scenario)
+
+
+def test_kept_connections_idle_for_the_timeout_are_closed_and_those_in_use_are_not() -> None:
+    async def scenario() -> None:
+        pool = Pool(idle_timeout=0.0)  # due at the sweeper's first run
+        idle, busy = Keeper(), Keeper()
+        a, b = conn(), conn("other")
+        assert idle.keep(pool, a) and busy.keep(pool, b)
+        busy.up = b
+        while not a.io.transport.closed:  # the sweeper runs on a coming loop iteration
+            await asyncio.sleep(0)
+        assert idle.kept is None and busy.kept is b and not b.io.transport.closed
+        pool.close_idle()  # a test settling its metrics: what is in use stays
+        assert busy.kept is b and not b.io.transport.closed
+        pool.close()  # the shutdown: taken away from its keeper, closed at its check-in
+        assert busy.kept is None and not b.io.transport.closed
+        pool.put(b)
+        assert b.io.transport.closed
+
+    run(scenario)

@@ -77,7 +77,8 @@ class EndpointEncoder:
             return weighted
         labels = weighted.metric_labels
         labels["pod"] = pod.name
-        labels[pod.owner_kind] = pod.owner_name
+        owner_key, owner_name = address.owner or (pod.owner_kind, pod.owner_name)
+        labels[owner_key] = owner_name
         labels["serviceaccount"] = pod.service_account
         labels["zone"] = address.zone
         if pod.pod_template_hash:

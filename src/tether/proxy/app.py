@@ -104,6 +104,9 @@ class Proxy:
         self.driver = Driver(self.metrics, self.tls, source_ip=source, pool_idle_timeouts={
             "inbound": config.inbound.http1_pool_idle_timeout.total_seconds(),
             "outbound": config.outbound.http1_pool_idle_timeout.total_seconds(),
+        }, pool_max_idle={
+            "inbound": config.inbound.max_idle_conns_per_endpoint,
+            "outbound": config.outbound.max_idle_conns_per_endpoint,
         }, client_idle_timeout=client_idle_timeout, connect_options={
             "inbound": config.inbound.connect, "outbound": config.outbound.connect})
         self.driver.upgrades.params = config.http2_client  # the l5d-orig-proto upgrade's HTTP/2 connections
@@ -208,7 +211,8 @@ class Proxy:
             log_filter=self.log_filter,
             shutdown_enabled=config.shutdown_endpoint_enabled,
             on_shutdown=self.stopping.set,
-            policy=AdminPolicy(self.policies.policy, self.metrics, self.tls, local_name, time.monotonic),
+            policy=AdminPolicy(self.policies.policy, self.metrics, self.http_metrics, self.tls, local_name,
+                               time.monotonic),
         )
         self._spawn(self._listeners["admin"][0].serve(admin.accept), "accept admin")
         self._admin = admin

@@ -19,18 +19,21 @@ from tether.destination.watcher.facts import (
     ExternalWorkloadFacts,
     NamespaceFacts,
     NodeFacts,
+    OwnerFacts,
     PodFacts,
     ProfileFacts,
     ServerFacts,
     ServiceFacts,
     SliceFacts,
     facts_of,
+    owner_label,
 )
 from tether.platform.watch import ResourceEvent
 from tether.ports import PortSet, parse_port_set
 from tether.resources import kinds
 
-ChangeKind = Literal["pod", "service", "server", "profile", "namespace", "slice", "external_workload", "node"]
+ChangeKind = Literal["pod", "service", "server", "profile", "namespace", "slice", "external_workload", "node",
+                     "owner"]
 
 # The resource types the destination watches, by ``ResourceType.key``, and what each is called in a Change.
 WATCHED: dict[str, ChangeKind] = {
@@ -43,8 +46,10 @@ WATCHED: dict[str, ChangeKind] = {
     kinds.EXTERNAL_WORKLOAD.key: "external_workload",
 }
 
-# On a platform with Nodes (Kubernetes) the destination also watches them, for the zone of a subscriber's node.
-WATCHED_WITH_NODES: dict[str, ChangeKind] = {**WATCHED, "Node": "node"}
+# On a platform with Nodes (Kubernetes) the destination also watches them, for the zone of a subscriber's node,
+# and the Jobs and ReplicaSets that own pods, for the owner in their labels (all three as metadata only, as Linkerd).
+WATCHED_WITH_NODES: dict[str, ChangeKind] = {**WATCHED, "Node": "node", "ReplicaSet.apps": "owner",
+                                             "Job.batch": "owner"}
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for Namespaces and Nodes
 
@@ -84,6 +89,8 @@ class ClusterIndex:
         self.watched = dict(watched)
         self.has_nodes = "node" in self.watched.values()
         self.nodes: dict[str, NodeFacts] = {}
+        self.has_owners = "owner" in self.watched.values()
+        self.owners: dict[tuple[str, str, str], OwnerFacts] = {}  # by (kind, namespace, name)
         self.pods: dict[Key, PodFacts] = {}
         self.services: dict[Key, ServiceFacts] = {}
         self.profiles: dict[Key, ProfileFacts] = {}
@@ -111,7 +118,7 @@ class ClusterIndex:
         kind = self.watched[type_key]
         key = event.key
         new = None if event.type == "DELETED" or event.object is None else facts_of(event.object)
-        old = self._store(kind, key, new)
+        old = self._store_owner(type_key, key, new) if kind == "owner" else self._store(kind, key, new)
         if old is None and new is None:
             return
         change = Change(kind, key, old, new, event.received_at)
@@ -187,6 +194,13 @@ class ClusterIndex:
             self.namespaces[name] = new
         return old_namespace
 
+    def _store_owner(self, type_key: str, key: Key, new: object | None) -> object | None:
+        owner_key = (type_key.partition(".")[0], *key)  # a Job and a ReplicaSet may share a name
+        old = self.owners.pop(owner_key, None)
+        if isinstance(new, OwnerFacts):
+            self.owners[owner_key] = new
+        return old
+
     def _index_pod(self, pod: PodFacts) -> None:
         # Every IP of the pod (both families on a dual-stack cluster), as Linkerd's pod IP index does.
         for ip in pod.ips if not pod.host_network else ():
@@ -225,6 +239,28 @@ class ClusterIndex:
         """Services with this cluster IP; more than one means a conflict."""
         return sorted((self.services[k] for k in self._services_by_ip.get(ip, ()) if k in self.services),
                       key=lambda s: (s.namespace, s.name))
+
+    def owner_of(self, pod: PodFacts) -> tuple[str, str]:
+        """The pod's owner as its metric label key and name.
+
+        Where Jobs and ReplicaSets are watched (Kubernetes), Linkerd's reading: a pod
+        with one owner reference is labelled by that owner, or, for a Job or
+        ReplicaSet, by the owner that stands for it (``OwnerFacts.stands_for_it``:
+        ``cronjob``, ``deployment``...); a pod with none or several by itself.
+        Elsewhere, the pod's own reading (``PodFacts.owner_kind``).  Read when an
+        endpoint is built, as Linkerd does: an owner object changing later changes
+        no endpoint already sent.
+        """
+        if not self.has_owners:
+            return pod.owner_kind, pod.owner_name
+        if len(pod.owner_refs) != 1:
+            return "pod", pod.name
+        kind, name = pod.owner_refs[0]
+        owner = self.owners.get((kind, pod.namespace, name)) if kind in ("Job", "ReplicaSet") else None
+        parent = owner.stands_for_it() if owner is not None else None
+        if parent is not None:
+            kind, name = parent
+        return owner_label(kind), name
 
     def node_zone(self, node_name: str) -> str:
         """The zone of a Node ("" when unknown: no such Node, or no zone label)."""

@@ -118,7 +118,7 @@ class PortPublisher:
                 # A pod may sit in two slices for a moment (its ports changed): one address per slice entry.
                 name = f"{ip}:{port}" if ref is None else f"{ref.kind}/{ref.name}/{ip}:{port}"
                 addresses[name] = Address(ip, port, pod, opaque, endpoint.zone or "", external, endpoint.hostname,
-                                          endpoint.for_zones)
+                                          endpoint.for_zones, index.owner_of(pod) if pod is not None else None)
         if index.has_nodes:
             return addresses  # each node's TopologyFilter chooses the family after filtering, as Linkerd does
         kept = {id(a) for a in select_family(addresses.values(), enable_ipv6=self._service.enable_ipv6)}

@@ -45,6 +45,15 @@ META_ADDR_ENVS = ("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "LINKERD2_PROXY_CONTROL_LI
 
 # An owner kind as a metric label key (Linkerd's proxy labels: ``deployment``, ``k8s_job``...).
 _OWNER_LABEL = {"Job": "k8s_job"}
+# The kinds of a pod's owner whose own owner stands for it in the labels (Linkerd reads them as metadata, on
+# Kubernetes): a Job's CronJob, a ReplicaSet's Deployment (or StatefulSet, DaemonSet, Job).
+OWNER_OBJECT_KINDS = {("batch/v1", "Job"), ("apps/v1", "ReplicaSet")}
+_RS_PARENT_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
+
+
+def owner_label(kind: str) -> str:
+    """The metric label key for an owner of ``kind`` (``Deployment`` -> ``deployment``, ``Job`` -> ``k8s_job``)."""
+    return _OWNER_LABEL.get(kind, kind.lower())
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,7 @@ class PodFacts:
     container_ports: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     host_network: bool = False
     node_name: str | None = None
+    owner_refs: tuple[tuple[str, str], ...] = ()  # (kind, name) of each owner reference
 
     @property
     def ip(self) -> str | None:
@@ -186,6 +196,23 @@ class NodeFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerFacts:
+    """A Job or ReplicaSet that owns pods (watched as metadata, on Kubernetes): its owner, when it has exactly one."""
+
+    namespace: str
+    name: str
+    kind: str
+    parent: tuple[str, str] | None  # (kind, name)
+
+    def stands_for_it(self) -> tuple[str, str] | None:
+        """The owner that names this object's pods in their labels, as Linkerd's ``GetOwnerKindAndName`` picks it:
+        a Job's single owner (a CronJob); a ReplicaSet's single owner of a kind that rolls ReplicaSets out."""
+        if self.parent is None or (self.kind == "ReplicaSet" and self.parent[0] not in _RS_PARENT_KINDS):
+            return None
+        return self.parent
+
+
+@dataclass(frozen=True, slots=True)
 class ExternalWorkloadFacts:
     """A workload outside the cluster (a VM) that joined the mesh: its SPIFFE identity and ports."""
 
@@ -208,13 +235,15 @@ class ExternalWorkloadFacts:
 
 
 Facts = (PodFacts | ServiceFacts | ServerFacts | ProfileFacts | NamespaceFacts | SliceFacts | ExternalWorkloadFacts
-         | NodeFacts)
+         | NodeFacts | OwnerFacts)
 
 
 def facts_of(obj: Mapping[str, Any]) -> Facts | None:
     """The facts of one watched object, or None when it can't be read (logged) or is of another kind."""
     if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1":
         return _node(obj)  # not in the resource model (only the Kubernetes platform has Nodes): read its label here
+    if (obj.get("apiVersion"), obj.get("kind")) in OWNER_OBJECT_KINDS:
+        return _owner_object(obj)  # metadata only, on Kubernetes, as for Nodes
     try:
         resource = parse(obj)
     except ValidationError as exc:
@@ -251,6 +280,18 @@ def _node(obj: Mapping[str, Any]) -> NodeFacts | None:
     return NodeFacts(name, zone if isinstance(zone, str) else "")
 
 
+def _owner_object(obj: Mapping[str, Any]) -> OwnerFacts | None:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        log.warning("ignoring a %s without a name", obj.get("kind"))
+        return None
+    refs = [r for r in metadata.get("ownerReferences") or () if isinstance(r, Mapping)]
+    parent = None
+    if len(refs) == 1 and isinstance(refs[0].get("kind"), str) and isinstance(refs[0].get("name"), str):
+        parent = (refs[0]["kind"], refs[0]["name"])
+    return OwnerFacts(str(metadata.get("namespace") or ""), metadata["name"], str(obj["kind"]), parent)
+
+
 def _slice(resource: Resource) -> SliceFacts:
     spec = resource.spec
     assert isinstance(spec, EndpointSliceSpec)
@@ -271,7 +312,7 @@ def _external_workload(resource: Resource) -> ExternalWorkloadFacts:
     refs = resource.metadata.owner_references
     owner_kind, owner_name = ("", "")
     if len(refs) == 1:
-        owner_kind, owner_name = _OWNER_LABEL.get(refs[0].kind, refs[0].kind.lower()), refs[0].name
+        owner_kind, owner_name = owner_label(refs[0].kind), refs[0].name
     return ExternalWorkloadFacts(
         namespace=resource.namespace or "",
         name=resource.name,
@@ -331,6 +372,7 @@ def _pod(resource: Resource) -> PodFacts:
         container_ports=container_ports,
         host_network=spec.host_network,
         node_name=spec.node_name,
+        owner_refs=tuple((ref.kind, ref.name) for ref in resource.metadata.owner_references),
     )
 
 
@@ -375,7 +417,8 @@ def _interned(labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def _owner(resource: Resource) -> tuple[str, str]:
-    """The pod's owner as Linkerd labels it, collapsing ReplicaSet -> Deployment by the pod-template-hash."""
+    """The pod's owner as the pod alone tells it, collapsing ReplicaSet -> Deployment by the pod-template-hash
+    (the local platform's reading; on Kubernetes ``ClusterIndex.owner_of`` reads the owner objects, as Linkerd)."""
     refs = resource.metadata.owner_references
     owner = resource.metadata.controller or (refs[0] if refs else None)
     if owner is None:
@@ -386,7 +429,7 @@ def _owner(resource: Resource) -> tuple[str, str]:
         if template_hash and owner.name.endswith(f"-{template_hash}"):
             return "deployment", owner.name[: -len(template_hash) - 1]
         return "replicaset", owner.name
-    return _OWNER_LABEL.get(owner.kind, owner.kind.lower()), owner.name
+    return owner_label(owner.kind), owner.name
 
 
 def _service(resource: Resource) -> ServiceFacts:

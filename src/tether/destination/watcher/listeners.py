@@ -21,7 +21,8 @@ from tether.ports import PortSet
 class Address:
     """One endpoint: an IP and port, the pod or external workload behind it (None when none is
     known), whether the port is opaque, and the endpoint's zone, hostname and zone hints
-    (``hints.forZones``) from its EndpointSlice."""
+    (``hints.forZones``) from its EndpointSlice; ``owner`` is the pod's owner label (key, name)
+    as the index read it when the endpoint was built (``ClusterIndex.owner_of``)."""
 
     ip: str
     port: int
@@ -31,6 +32,7 @@ class Address:
     external: ExternalWorkloadFacts | None = None
     hostname: str | None = None
     for_zones: tuple[str, ...] = ()
+    owner: tuple[str, str] | None = None
 
     @property
     def key(self) -> tuple[str, int]:

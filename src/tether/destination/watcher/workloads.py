@@ -40,7 +40,7 @@ class WorkloadWatcher:
         pods = self._index.running_pods_at(ip)
         if pods:
             pod = pods[0]
-            return Address(ip, port, pod, self._index.is_opaque(pod, port))
+            return Address(ip, port, pod, self._index.is_opaque(pod, port), owner=self._index.owner_of(pod))
         opaque = port in self._index.default_opaque_ports
         workloads = self._index.external_workloads_at(ip, port)
         return Address(ip, port, None, opaque, external=workloads[0] if workloads else None)

@@ -5,7 +5,7 @@ and watch paths of a type key (``ResourceType.key`` from ``tether.resources.kind
 e.g. ``"Pod"`` or ``"Server.policy.linkerd.io"``).  Every type of the resource model
 is served at its preferred version; the few types the model does not parse but
 controllers still read or write on Kubernetes (Endpoints, Nodes, Events, the owner kinds of
-pods) are added here; Nodes are watched as metadata only (``ApiResource.metadata_only``).
+pods) are added here; Nodes, ReplicaSets and Jobs are watched as metadata only (``ApiResource.metadata_only``).
 """
 
 from __future__ import annotations
@@ -52,12 +52,13 @@ ENDPOINTS = ApiResource("", "v1", "endpoints", "Endpoints")
 # The destination needs only a Node's labels (its zone): metadata only, as Linkerd watches Nodes.
 NODE = ApiResource("", "v1", "nodes", "Node", namespaced=False, metadata_only=True)
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
-# The kinds a pod's owner reference may name (the injector looks them up for its labels and Events).
+# The kinds a pod's owner reference may name (the injector looks them up for its labels and Events).  The
+# destination watches ReplicaSets and Jobs for their own owner (a pod's Deployment or CronJob): metadata only.
 OWNER_KINDS = (
-    ApiResource("apps", "v1", "replicasets", "ReplicaSet"),
+    ApiResource("apps", "v1", "replicasets", "ReplicaSet", metadata_only=True),
     ApiResource("apps", "v1", "statefulsets", "StatefulSet"),
     ApiResource("apps", "v1", "daemonsets", "DaemonSet"),
-    ApiResource("batch", "v1", "jobs", "Job"),
+    ApiResource("batch", "v1", "jobs", "Job", metadata_only=True),
     ApiResource("batch", "v1", "cronjobs", "CronJob"),
     ApiResource("", "v1", "replicationcontrollers", "ReplicationController"),
 )

@@ -90,7 +90,9 @@ class Event:
 
 # Two facts the parser learns for free and a proxy needs for every message (``compare=False``: they are
 # derived from ``headers``). ``rewrite``: the head may hold headers a proxy rewrites -- hop-by-hop ones or
-# ``l5d-*`` (True unless the parser saw none, so a head built by hand is always filtered). ``found``: the
+# ``l5d-*`` (True unless the parser saw none, so a head built by hand is always filtered) -- but a response's
+# ``Connection: keep-alive`` lines, which only ``found`` tells (the proxy decides whether they may pass: nginx
+# sends one with every response, and to an HTTP/1.1 client that stays it says nothing). ``found``: the
 # lowercased values of the framing headers, as ``scan_framing`` gives them (None: not known; ``send_head`` scans).
 # ``raw``: the head as received, start line and header lines each ending in CRLF (without the empty line):
 # ``send_head`` writes it as it is, so a head a proxy forwards unchanged (or with lines appended to ``raw``
@@ -222,6 +224,7 @@ _FRAMING_HEADERS = frozenset({b"transfer-encoding", b"content-length", b"connect
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"transfer-encoding",
                         b"upgrade", b"trailer"})
 _NONE: list[bytes] = []
+_KEEP_ALIVE = [b"keep-alive"]  # a head's found["connection"] that cannot close (see _wants_close)
 _LINE_ENDS = (10, 13)  # LF, CR as bytes items
 
 
@@ -267,8 +270,9 @@ def _framing(found: dict[bytes, list[bytes]], is_request: bool, error: type[Exce
 
 def _wants_close(found: dict[bytes, list[bytes]], version: bytes) -> bool:
     """Whether a head ends its connection after its message: ``Connection: close``, or HTTP/1.0 without
-    ``keep-alive``. Callers test ``b"connection" in found or version != b"1.1"`` first (the usual head has
-    neither), so a head that cannot close costs no call."""
+    ``keep-alive``. Callers test first that the head is not HTTP/1.1 or has a ``Connection`` other than
+    ``keep-alive`` (the usual head has neither: nginx says keep-alive on every response), so a head that cannot
+    close costs no call."""
     conn = found.get(b"connection", _NONE)
     if b"close" in conn:
         return True
@@ -456,7 +460,8 @@ class Http1Connection:
             framing, length = _Framing.NONE, 0
         self._method = method
         self._switch_asked = method == b"CONNECT" or b"upgrade" in found
-        if (b"connection" in found or version != b"1.1") and _wants_close(found, version):
+        if (b"connection" in found and found[b"connection"] != _KEEP_ALIVE or version != b"1.1") \
+                and _wants_close(found, version):
             self.keep_alive = False
         events.append(RequestHead(method, target, headers, version, rewrite, found, head))
         return framing, length
@@ -496,8 +501,8 @@ class Http1Connection:
             framing, length = _Framing.NONE, 0
         else:
             framing, length = _framing(found, False, BadMessage)
-        if framing is _Framing.UNTIL_CLOSE or (b"connection" in found or version != b"1.1") and _wants_close(
-                found, version):
+        if framing is _Framing.UNTIL_CLOSE or (b"connection" in found and found[b"connection"] != _KEEP_ALIVE
+                                               or version != b"1.1") and _wants_close(found, version):
             self.keep_alive = False
         events.append(head_event)
         return framing, length
@@ -612,7 +617,8 @@ class Http1Connection:
                 framing, length = _Framing.NONE, 0
             self._method = head.method
             self._switch_asked = head.method == b"CONNECT" or b"upgrade" in found
-            if (b"connection" in found or head.version != b"1.1") and _wants_close(found, head.version):
+            if (b"connection" in found and found[b"connection"] != _KEEP_ALIVE or head.version != b"1.1") \
+                    and _wants_close(found, head.version):
                 self.keep_alive = False
             line = b"" if head.raw is not None else b"%s %s HTTP/%s\r\n" % (head.method, head.target, head.version)
         else:
@@ -635,8 +641,8 @@ class Http1Connection:
                 framing, length = _Framing.NONE, 0
             else:
                 framing, length = _framing(found, False, LocalProtocolError)
-            if framing is _Framing.UNTIL_CLOSE or (b"connection" in found or head.version != b"1.1") and _wants_close(
-                    found, head.version):
+            if framing is _Framing.UNTIL_CLOSE or (b"connection" in found and found[b"connection"] != _KEEP_ALIVE
+                                                   or head.version != b"1.1") and _wants_close(found, head.version):
                 self.keep_alive = False
         raw = head.raw
         out = raw + b"\r\n" if raw is not None else line + _serialise(head.headers)
@@ -689,7 +695,7 @@ class _Llhttp:
     __slots__ = ("parser", "head")
 
     def __init__(self, is_request: bool) -> None:
-        self.head = _HeadCollector()
+        self.head = _HeadCollector(is_request)
         self.parser = (httptools.HttpRequestParser if is_request else httptools.HttpResponseParser)(self.head)
 
 
@@ -697,13 +703,14 @@ class _HeadCollector:
     """What llhttp's callbacks collect of the head in hand: its headers, the framing-relevant values, the Host
     count and whether anything in it is to be rewritten."""
 
-    __slots__ = ("headers", "found", "hosts", "rewrite")
+    __slots__ = ("headers", "found", "hosts", "rewrite", "request")
 
-    def __init__(self) -> None:
+    def __init__(self, request: bool) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.found: dict[bytes, list[bytes]] = {}
         self.hosts = 0
         self.rewrite = False
+        self.request = request
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Called by llhttp for every header line: one call, the notable headers looked at in it (not in another).
@@ -716,7 +723,7 @@ class _HeadCollector:
         if low == b"host":
             self.hosts += 1
             return
-        if low in HOP_BY_HOP:
+        if low in HOP_BY_HOP and (self.request or (low, value.strip().lower()) != _HARMLESS):
             self.rewrite = True
         if low in _FRAMING_HEADERS:
             if b"," in value:
@@ -728,6 +735,8 @@ class _HeadCollector:
 
 
 _NOTABLE = HOP_BY_HOP | _FRAMING_HEADERS | {b"host"}  # the headers the collector looks at further
+# The hop-by-hop line (lowercased, stripped) that does not make a response's ``rewrite`` (see ``ResponseHead``).
+_HARMLESS = (b"connection", b"keep-alive")
 _END = EndOfMessage()  # the end of a message without trailers (events are never changed)
 
 
@@ -756,7 +765,9 @@ def _parse_head(head: bytes, llhttp: _Llhttp) -> tuple[Headers, dict[bytes, list
     except httptools.HttpParserError:
         headers = _parse_headers(head.split(b"\r\n")[1:-1])
         names = [k.lower() for k, _ in headers]
-        rewrite = not HOP_BY_HOP.isdisjoint(names) or any(n[:4] == b"l5d-" for n in names)
+        request = collected.request
+        rewrite = any(n[:4] == b"l5d-" or (n in HOP_BY_HOP and (request or (n, v.lower()) != _HARMLESS))
+                      for n, (_, v) in zip(names, headers))
         found = {name: values for name, values in scan_framing(headers).items() if values}
         return headers, found, names.count(b"host"), rewrite, False
     return tuple(collected.headers), collected.found, collected.hosts, collected.rewrite, going

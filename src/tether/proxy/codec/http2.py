@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tether.proxy.codec.common import RemoteProtocolError
@@ -148,16 +148,14 @@ class _StreamError(Exception):
         self.code = code
 
 
-class _Outbox:
-    """What is waiting to be sent on one stream: data, then the end (with trailers or not)."""
+class _Outbox(deque[bytes]):
+    """What is waiting to be sent on one stream: its data (the chunks, in the deque itself), then the end (with
+    trailers or not). A deque with class defaults rather than an ``__init__``: one is made per stream that sends
+    a body, and making it so is a C call, not a Python one (a Python call less per stream and direction)."""
 
-    __slots__ = ("chunks", "size", "end", "trailers")
-
-    def __init__(self) -> None:
-        self.chunks: deque[bytes] = deque()
-        self.size = 0
-        self.end = False
-        self.trailers: Headers | None = None
+    size = 0  # bytes of the chunks
+    end = False  # the stream's end is queued after them
+    trailers: Headers | None = None
 
 
 class _Stream:
@@ -294,7 +292,7 @@ class H2Endpoint:
         self.client = client
         self.params = params
         self.failed = False
-        self._out = bytearray()
+        self.out = bytearray()  # the bytes for the peer, until ``data_to_send`` takes them
         self._buf = bytearray()  # a frame not yet whole
         self._need = 0  # bytes _buf must hold before it is worth parsing again
         self._preface = b"" if client else PREFACE  # the client preface still to come (a server's first bytes)
@@ -309,7 +307,7 @@ class H2Endpoint:
         self._max_frame = params.max_frame_size
         self._recv_window = DEFAULT_WINDOW  # the connection's, left to the peer
         self._recv_max = DEFAULT_WINDOW
-        self._recv_processed = 0
+        self.recv_processed = 0  # bytes received and dealt with (``ack``), not yet given back to the connection
         # The peer's settings, and the connection window it gives.
         self.remote_max_frame = DEFAULT_MAX_FRAME
         self.remote_initial_window = DEFAULT_WINDOW
@@ -317,7 +315,11 @@ class H2Endpoint:
         self._send_window = DEFAULT_WINDOW
         # Streams.
         self._streams: dict[int, _Stream] = {}
-        self._outboxes: dict[int, _Outbox] = {}
+        self._outboxes: dict[int, _Outbox] = {}  # (cleared, never replaced: ``pending`` is bound to it)
+        # ``pending(stream_id)``: whether anything (data or the end) is still waiting to go out on the stream. The
+        # dict's own membership test, bound here: a C call where a method would be a Python one (the core asks
+        # twice per stream).
+        self.pending: Callable[[int], bool] = self._outboxes.__contains__
         self._next_sid = 1 if client else 2  # the next stream we open
         self._last_peer = 0  # the highest stream the peer opened
         self._local_open = 0  # streams we opened, not closed
@@ -339,14 +341,14 @@ class H2Endpoint:
             settings.append((MAX_FRAME_SIZE, params.max_frame_size))
         if self.client:
             settings.insert(0, (ENABLE_PUSH, 0))  # a proxy has nowhere to deliver a pushed stream
-            self._out += PREFACE
+            self.out += PREFACE
         payload = b"".join(code.to_bytes(2, "big") + value.to_bytes(4, "big") for code, value in settings)
-        self._out += _frame(SETTINGS, 0, 0, payload)
+        self.out += _frame(SETTINGS, 0, 0, payload)
         extra = params.connection_window - self._recv_window
         if extra > 0:
             self._recv_window += extra
             self._recv_max = self._recv_window
-            self._out += _frame(WINDOW_UPDATE, 0, 0, extra.to_bytes(4, "big"))
+            self.out += _frame(WINDOW_UPDATE, 0, 0, extra.to_bytes(4, "big"))
 
     # -- receiving -----------------------------------------------------------------------------------------------
 
@@ -462,14 +464,14 @@ class H2Endpoint:
         self._recv_window -= length
         stream = self._streams.get(sid)
         if stream is None or stream.remote_closed:
-            self._recv_processed += length  # the connection window still counts it
+            self.recv_processed += length  # the connection window still counts it
             if stream is None:
                 self._closed_frame(sid, "DATA")
             else:
                 self._stream_error(sid, ErrorCodes.STREAM_CLOSED, events)
             return
         if length > stream.recv_window:
-            self._recv_processed += length
+            self.recv_processed += length
             self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, events)
             return
         stream.recv_window -= length
@@ -479,13 +481,15 @@ class H2Endpoint:
             ended = StreamEnded(sid)
         if stream.expected is not None and (stream.received > stream.expected
                                             or (ended is not None and stream.received != stream.expected)):
-            self._recv_processed += length
+            self.recv_processed += length
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, events)
             return
         events.append(DataReceived(sid, body, length, ended))
         if ended is not None:
             events.append(ended)
-            self._remote_closed(stream)
+            stream.remote_closed = True
+            if stream.local_closed:
+                self._close(stream)
 
     def _on_headers(self, data: bytes, start: int, end: int, flags: int, sid: int, events: list[Event]) -> None:
         if sid == 0:
@@ -611,7 +615,9 @@ class H2Endpoint:
             return
         if end is not None:
             events.append(end)
-            self._remote_closed(stream)
+            stream.remote_closed = True
+            if stream.local_closed:
+                self._close(stream)
 
     def _open_peer_stream(self, sid: int, ended: bool, decoded: _Block, events: list[Event],
                           self_dependent: bool) -> None:
@@ -643,7 +649,7 @@ class H2Endpoint:
         events.append(RequestReceived(sid, headers, end))
         if end is not None:
             events.append(end)
-            self._remote_closed(stream)
+            stream.remote_closed = True  # (a new stream: our side is open)
 
     def _on_rst(self, payload: bytes, sid: int, events: list[Event]) -> None:
         if sid == 0:
@@ -719,7 +725,7 @@ class H2Endpoint:
             elif code == HEADER_TABLE_SIZE:
                 self._encoder.table_size_changed()
             changed[code] = value
-        self._out += b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"  # SETTINGS ACK
+        self.out += b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"  # SETTINGS ACK
         events.append(RemoteSettingsChanged(changed))
 
     def _on_ping(self, payload: bytes, flags: int, sid: int, events: list[Event]) -> None:
@@ -730,7 +736,7 @@ class H2Endpoint:
         if flags & ACK:
             events.append(PingAckReceived(payload))
         else:
-            self._out += _frame(PING, ACK, 0, payload)
+            self.out += _frame(PING, ACK, 0, payload)
 
     def _on_goaway(self, payload: bytes, sid: int, events: list[Event]) -> None:
         if sid != 0:
@@ -743,15 +749,9 @@ class H2Endpoint:
 
     # -- stream states --------------------------------------------------------------------------------------------
 
-    def _remote_closed(self, stream: _Stream) -> None:
-        stream.remote_closed = True
-        if stream.local_closed:
-            self._close(stream)
-
-    def _local_closed(self, stream: _Stream) -> None:
-        stream.local_closed = True
-        if stream.remote_closed:
-            self._close(stream)
+    # A side ends its stream by setting its flag (``local_closed``: we sent END_STREAM; ``remote_closed``: the
+    # peer did); the stream is closed once both are set. The flag is set where the END_STREAM is sent or read,
+    # not in a method: every stream ends both ways (four Python calls per stream saved).
 
     def _close(self, stream: _Stream) -> None:
         if self._streams.pop(stream.sid, None) is None:
@@ -770,7 +770,7 @@ class H2Endpoint:
             events.append(StreamReset(sid, code, False))
 
     def _send_rst(self, sid: int, code: int) -> None:
-        self._out += _frame(RST_STREAM, 0, sid, code.to_bytes(4, "big"))
+        self.out += _frame(RST_STREAM, 0, sid, code.to_bytes(4, "big"))
         reset = self._reset
         reset[sid] = None
         if len(reset) > RESET_MEMORY:
@@ -787,7 +787,7 @@ class H2Endpoint:
         """``n`` bytes received on ``stream_id`` have been dealt with: give the peer its window back."""
         if n <= 0 or self.failed:
             return
-        self._recv_processed += n
+        self.recv_processed += n
         stream = self._streams.get(stream_id)
         if stream is None:
             return  # no point in reopening a closed stream's window
@@ -799,7 +799,7 @@ class H2Endpoint:
             stream.processed = 0
             if increment:
                 stream.recv_window += increment
-                self._out += _FRAME_HEAD.pack(0, 4, WINDOW_UPDATE, 0, stream_id) + increment.to_bytes(4, "big")
+                self.out += _FRAME_HEAD.pack(0, 4, WINDOW_UPDATE, 0, stream_id) + increment.to_bytes(4, "big")
 
     # -- sending ----------------------------------------------------------------------------------------------------
 
@@ -834,12 +834,14 @@ class H2Endpoint:
         block = self._encoder.encode(headers if isinstance(headers, (list, tuple)) else list(headers))
         n = len(block)
         if n <= self.remote_max_frame:  # one frame (nearly always): packed here, a call less per message
-            self._out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, END_STREAM | END_HEADERS if end_stream
+            self.out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, END_STREAM | END_HEADERS if end_stream
                                           else END_HEADERS, stream_id) + block
         else:
             self._header_frames(stream_id, block, end_stream)
         if end_stream:
-            self._local_closed(stream)
+            stream.local_closed = True
+            if stream.remote_closed:
+                self._close(stream)
         return True
 
     def _header_frames(self, sid: int, block: bytes, end_stream: bool) -> None:
@@ -847,19 +849,19 @@ class H2Endpoint:
         flags = END_STREAM if end_stream else 0
         n = len(block)
         if n <= limit:
-            self._out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, flags | END_HEADERS, sid) + block
+            self.out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, flags | END_HEADERS, sid) + block
             return
-        self._out += _frame(HEADERS, flags, sid, block[:limit])
+        self.out += _frame(HEADERS, flags, sid, block[:limit])
         for i in range(limit, len(block), limit):
             last = i + limit >= len(block)
-            self._out += _frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i:i + limit])
+            self.out += _frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i:i + limit])
 
     def queue_data(self, stream_id: int, data: bytes) -> None:
         box = self._outboxes.get(stream_id)
         if box is None:
             box = self._outboxes[stream_id] = _Outbox()
         if data:
-            box.chunks.append(data)
+            box.append(data)
             box.size += len(data)
 
     def queue_end(self, stream_id: int, trailers: Headers | None = None) -> None:
@@ -873,10 +875,6 @@ class H2Endpoint:
         box = self._outboxes.get(stream_id)
         return box.size if box is not None else 0
 
-    def pending(self, stream_id: int) -> bool:
-        """Whether anything (data or the end) is still waiting to go out on ``stream_id``."""
-        return stream_id in self._outboxes
-
     def flush(self, stream_id: int | None = None) -> dict[int, int]:
         """Send what the windows allow (one stream or all); returns the data bytes sent per stream, and 0 for
         a stream left with nothing to send without data going (its end went, or it was reset meanwhile)."""
@@ -889,7 +887,7 @@ class H2Endpoint:
             if box is None:
                 return sent
             boxes = [(stream_id, box)]
-        out = self._out
+        out = self.out
         for sid, box in boxes:
             n = 0  # data bytes of ``sid`` sent
             stream = self._streams.get(sid)
@@ -897,20 +895,19 @@ class H2Endpoint:
                 del outboxes[sid]  # reset or closed under us: nothing more goes out on it
                 sent[sid] = 0
                 continue
-            chunks = box.chunks
-            while chunks:
+            while box:
                 room = min(stream.send_window, self._send_window, self.remote_max_frame)
                 if room <= 0:
                     break
-                chunk = chunks[0]
+                chunk = box[0]
                 size = len(chunk)
                 if size <= room:
-                    chunks.popleft()
+                    box.popleft()
                 else:
-                    chunks[0] = chunk[room:]
+                    box[0] = chunk[room:]
                     chunk = chunk[:room]
                     size = room
-                last = box.end and not chunks and not box.trailers  # the end rides on the last data frame
+                last = box.end and not box and not box.trailers  # the end rides on the last data frame
                 out += _FRAME_HEAD.pack(size >> 8, size & 0xFF, DATA, END_STREAM if last else 0, sid)
                 out += chunk
                 stream.send_window -= size
@@ -919,7 +916,9 @@ class H2Endpoint:
                 box.size -= size
                 if last:
                     del outboxes[sid]
-                    self._local_closed(stream)
+                    stream.local_closed = True
+                    if stream.remote_closed:
+                        self._close(stream)
                     break
             else:  # all the data went: the end, if it is queued
                 if box.end:
@@ -928,7 +927,9 @@ class H2Endpoint:
                         self._header_frames(sid, self._encoder.encode(box.trailers), True)
                     else:
                         out += _FRAME_HEAD.pack(0, 0, DATA, END_STREAM, sid)
-                    self._local_closed(stream)
+                    stream.local_closed = True
+                    if stream.remote_closed:
+                        self._close(stream)
             if n or sid not in outboxes:  # data went, or the stream is through
                 sent[sid] = n
         return sent
@@ -950,7 +951,7 @@ class H2Endpoint:
     def ping(self, data: bytes = b"tether\x00\x00") -> None:
         """A PING for the peer to answer (keep-alive)."""
         if not self.failed:
-            self._out += _frame(PING, 0, 0, data)
+            self.out += _frame(PING, 0, 0, data)
 
     def goaway(self, error_code: int = ErrorCodes.NO_ERROR, last_stream_id: int | None = None) -> None:
         """GOAWAY: no stream above ``last_stream_id`` (default: the last the peer opened) will be processed."""
@@ -961,18 +962,21 @@ class H2Endpoint:
         if self._goaway_last is not None:
             last = min(last, self._goaway_last)  # a later GOAWAY never raises the last stream ID (§6.8)
         self._goaway_last = last
-        self._out += _frame(GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
+        self.out += _frame(GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
 
     def data_to_send(self) -> bytes:
-        processed = self._recv_processed
+        """What to write to the peer (the connection's window given back first, when due). It has nothing to do
+        while ``out`` is empty and ``recv_processed`` is 0: a caller with many connections tests those (two
+        attribute reads) rather than make the call for a connection that had no part in a callback."""
+        processed = self.recv_processed
         if processed and not self.failed and (processed >= self._recv_max // 2 or (
                 self._recv_window == 0 and processed > min(1024, self._recv_max // 4))):
             increment = min(processed, self._recv_max - self._recv_window)  # the connection's window given back
-            self._recv_processed = 0
+            self.recv_processed = 0
             if increment:
                 self._recv_window += increment
-                self._out += _frame(WINDOW_UPDATE, 0, 0, increment.to_bytes(4, "big"))
-        out = self._out
+                self.out += _frame(WINDOW_UPDATE, 0, 0, increment.to_bytes(4, "big"))
+        out = self.out
         if not out:
             return b""
         data = bytes(out)

@@ -199,6 +199,9 @@ class InboundConfig:
     max_in_flight: int = 100_000
     # LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to the app.
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_MAX_IDLE_CONNS_PER_ENDPOINT (no INBOUND_ in its name), default 10000: idle HTTP/1 connections
+    # kept per endpoint (0: none, each closed after its request).
+    max_idle_conns_per_endpoint: int = 10_000
     # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
     server_h2_keep_alive: KeepAlive | None = None
     server_h2: Http2Server = Http2Server()  # LINKERD2_PROXY_INBOUND_SERVER_HTTP2_*
@@ -223,6 +226,8 @@ class OutboundConfig:
     max_in_flight: int = 100_000
     # LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to endpoints.
     http1_pool_idle_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT, default 10000: idle HTTP/1 connections kept per endpoint.
+    max_idle_conns_per_endpoint: int = 10_000
     # LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE_INTERVAL and _TIMEOUT (both, or neither: none).
     server_h2_keep_alive: KeepAlive | None = None
     server_h2: Http2Server = Http2Server()  # LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_*
@@ -397,6 +402,7 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         max_in_flight=e.get("LINKERD2_PROXY_INBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
+        max_idle_conns_per_endpoint=e.get("LINKERD2_PROXY_MAX_IDLE_CONNS_PER_ENDPOINT", _parse_count, "10000"),
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_KEEP_ALIVE"),
         server_h2=_http2_server(e, "LINKERD2_PROXY_INBOUND_SERVER_HTTP2"),
         accept=_tcp_options(e, "LINKERD2_PROXY_INBOUND_ACCEPT"),
@@ -422,6 +428,8 @@ def _outbound(e: _Env) -> OutboundConfig:
         max_in_flight=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
+        max_idle_conns_per_endpoint=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT", _parse_count,
+                                          "10000"),
         server_h2_keep_alive=_keep_alive(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2_KEEP_ALIVE"),
         server_h2=_http2_server(e, "LINKERD2_PROXY_OUTBOUND_SERVER_HTTP2"),
         extra_listen_addrs=e.get("TETHER_PROXY_OUTBOUND_EXTRA_LISTEN_ADDRS", _list(parse_socket_addr), ""),
@@ -673,11 +681,15 @@ def _parse_bool(text: str) -> bool:
     return text == "true"
 
 
-def _parse_positive_int(text: str) -> int:
+def _parse_count(text: str, least: int = 0) -> int:
     # As Rust's usize parsing: digits only, no sign, no underscores, no spaces.
-    if not text.isascii() or not text.isdigit() or int(text) == 0:
-        raise ValueError(f"{text!r} is not a positive integer")
+    if not text.isascii() or not text.isdigit() or int(text) < least:
+        raise ValueError(f"{text!r} is not {'a positive integer' if least else 'a whole number'}")
     return int(text)
+
+
+def _parse_positive_int(text: str) -> int:
+    return _parse_count(text, least=1)
 
 
 def _parse_positive_duration(text: str) -> timedelta:

@@ -30,9 +30,6 @@ NOT_APPLIED: dict[str, str] = {
     "LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY": "inbound requests are not queued per target",
     "LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT": "inbound requests are not queued per target",
     "LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS": "inbound metrics carry no authority label",
-    "LINKERD2_PROXY_MAX_IDLE_CONNS_PER_ENDPOINT": "idle HTTP/1 connections are bounded by their idle timeout only",
-    "LINKERD2_PROXY_OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT":
-        "idle HTTP/1 connections are bounded by their idle timeout only",
     "LINKERD2_PROXY_OUTBOUND_HTTP_QUEUE_CAPACITY": "a balancer's waiting requests are bounded by the failfast only",
     "LINKERD2_PROXY_OUTBOUND_TCP_QUEUE_CAPACITY": "a balancer's waiting connections are bounded by the failfast only",
     "LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT":

@@ -485,17 +485,23 @@ class Http2Proxy:
             if not self.goaway_final:
                 self.down.goaway(ErrorCodes.NO_ERROR)
             self.ended = True
+        # Each connection's bytes, asked of its endpoint only when it may have some (see
+        # ``H2Endpoint.data_to_send``): a callback moves one or two of them, not every one (a call less for each).
         sink = self.sink
-        data = self.down.data_to_send()
-        if data:
-            sink.send_down(data)
+        down = self.down
+        if down.out or down.recv_processed:
+            data = down.data_to_send()
+            if data:
+                sink.send_down(data)
         if self.ended:
             self._end()
             return
         for io, up in self.live.items():
-            data = up.ep.data_to_send()
-            if data:
-                sink.send_up(io, data)
+            ep = up.ep
+            if ep.out or ep.recv_processed:
+                data = ep.data_to_send()
+                if data:
+                    sink.send_up(io, data)
         for io, stream in self.h1s.items():
             h1 = stream.h1
             if h1 is not None and h1.out:

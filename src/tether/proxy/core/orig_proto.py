@@ -413,7 +413,8 @@ class UpgradeConnection:
         if self.unsent:
             self._flush()
         self.woken = False
-        return self.h2.data_to_send()
+        h2 = self.h2
+        return h2.data_to_send() if h2.out or h2.recv_processed else b""  # (see H2Endpoint.data_to_send)
 
     def _flush(self) -> None:
         """Send what the windows allow of what the legs queued; the legs whose bytes went are touched."""

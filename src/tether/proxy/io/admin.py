@@ -24,7 +24,9 @@ policy controller's ``WatchPort`` answer for this port, watched from startup,
 else the default policy) by ``core.inbound_authz``, exactly as inbound HTTP
 is: no route 404, no authorization 403, counted in
 ``inbound_http_route_not_found_total`` / ``inbound_http_authz_deny_total`` and
-``inbound_http_authz_allow_total`` with the admin port's ``srv_*`` labels. The
+``inbound_http_authz_allow_total`` with the admin port's ``srv_*`` labels; an
+admitted request is recorded in ``request_total``, ``response_total`` and
+``response_latency_ms`` with inbound labels and its permit's, as Linkerd's. The
 kubelet's probes pass under a locked-down policy through the policy
 controller's ``probe`` route (GET on the pod's HTTP probe paths, from the probe
 networks), as in Linkerd; localhost passes through every discovered policy's
@@ -56,6 +58,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import labels
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
+from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.server_policy import ServerPolicy
@@ -77,6 +80,7 @@ class AdminPolicy:
 
     policy: Callable[[int], ServerPolicy]  # a port's current policy (io.policy_client), looked up per request
     registry: Registry  # where inbound_http_authz_* go
+    http_metrics: HttpMetrics  # request_total, response_total, response_latency_ms of the requests admitted
     tls: TlsState  # the current certificate's contexts (None before the first: TLS is then refused)
     local_name: str  # the SNI the proxy terminates
     clock: Callable[[], float]
@@ -242,9 +246,18 @@ class AdminServer:
                 facts: ConnectionFacts) -> tuple[Response, bool]:
         """The port's policy on ``request`` (core.inbound_authz), then the endpoint's answer; and whether the
         connection closes after it (a refusal that says so)."""
+        start = self._policy.clock()
         refused = authorization.check(_head(request))
         if not isinstance(refused, ProxyError):
-            return self.handle(request), False
+            # Recorded with inbound labels and the permit's, as linkerd2-proxy's admin stack records them (its
+            # endpoint metrics sit under the policy: refused requests are counted by the authz metrics only).
+            endpoint = labels.join('direction="inbound"', facts.target_labels, facts.tls_labels, authorization.permit)
+            metrics = self._policy.http_metrics
+            metrics.request(endpoint)
+            response = self.handle(request)
+            metrics.response(endpoint, response.status, response.status < 500,
+                             int((self._policy.clock() - start) * 1000))
+            return response, False
         # linkerd2-proxy tells only meshed clients why it refused (l5d-proxy-error).
         informational = facts.mesh_tls and facts.client_id is not None
         headers = (("l5d-proxy-error", refused.message),) if informational else ()

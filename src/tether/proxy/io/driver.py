@@ -58,7 +58,7 @@ from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
 from tether.proxy.io.peek import detect_on, set_once
 from tether.proxy.io.streams import Stream, abort, errno_name, link
-from tether.proxy.io.pool import Pool, Waiter
+from tether.proxy.io.pool import IDLE_TIMEOUT, MAX_IDLE, Pool, Waiter
 from tether.proxy.io.upgrade_io import Upgrades
 from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.codec import detect
@@ -131,6 +131,7 @@ class Driver:
 
     def __init__(self, metrics: Registry, tls: TlsState, *, source_ip: str | None = None,
                  pool_idle_timeouts: dict[str, float] | None = None,
+                 pool_max_idle: dict[str, int] | None = None,
                  client_idle_timeout: float = HTTP1_CLIENT_IDLE_TIMEOUT,
                  connect_options: dict[str, TcpOptions] | None = None) -> None:
         self._metrics = metrics
@@ -160,9 +161,11 @@ class Driver:
             cmd.Send: self._send,
             cmd.Refuse: self._refuse,
         }
-        # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT).
-        timeouts = pool_idle_timeouts or {}
-        self._pools = {d: Pool(timeouts[d]) if d in timeouts else Pool() for d in ("inbound", "outbound")}
+        # Idle HTTP/1 connections, per direction: each has its own idle timeout (*_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT)
+        # and bound per endpoint (*MAX_IDLE_CONNS_PER_ENDPOINT).
+        timeouts, bounds = pool_idle_timeouts or {}, pool_max_idle or {}
+        self._pools = {d: Pool(timeouts.get(d, IDLE_TIMEOUT), bounds.get(d, MAX_IDLE))
+                       for d in ("inbound", "outbound")}
         self._idle_clients = {d: IdleClients(client_idle_timeout) for d in ("inbound", "outbound")}
         # The l5d-orig-proto upgrade's HTTP/2 connections (app.py sets their HTTP/2 client settings).
         self.upgrades = Upgrades(self.open_connection)

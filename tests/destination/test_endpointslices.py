@@ -120,8 +120,8 @@ async def test_hostname_lookup_returns_that_one_pod(workdir: Path, pki: Pki) -> 
         h.delete("Pod", "web-1")
         assert await one.next() == {"remove": ["10.1.0.2:8080"]}
         assert await everyone.next() == {"remove": ["10.1.0.2:8080"]}
-        assert h.metric("endpoints_subscribers", {"namespace": NS, "service": "web", "port": "80",
-                                                  "hostname": "web-1"}) == 1
+        assert h.metric("endpoints_subscribers", {"cluster": "local", "namespace": NS, "service": "web", "port": "80",
+                                                  "hostname": "web-1", "nodename": ""}) == 1
 
 
 async def test_get_profile_of_a_hostname_is_that_pods_endpoint_profile(workdir: Path, pki: Pki) -> None:

@@ -200,7 +200,7 @@ async def test_streams_for_one_target_share_a_subscription(workdir: Path, pki: P
         for stream in streams:
             assert addrs(await stream.next()) == ["10.1.0.1:8080"]
         assert h.service.endpoints.publishers == 1
-        labels = {"namespace": NS, "service": "web", "port": "80", "hostname": ""}
+        labels = {"cluster": "local", "namespace": NS, "service": "web", "port": "80", "hostname": "", "nodename": ""}
         assert h.metric("endpoints_subscribers", labels) == 5
         h.apply(pod("web-2", "10.1.0.2"))
         for stream in streams:

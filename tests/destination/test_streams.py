@@ -115,7 +115,7 @@ async def test_a_client_that_never_reads_is_cut_off_and_others_keep_going(workdi
         else:
             raise AssertionError("the stalled stream never overflowed")
         await eventually(lambda: h.service.server.open_streams == 1)
-        labels = {"namespace": NS, "service": "web", "port": "80", "hostname": ""}
+        labels = {"cluster": "local", "namespace": NS, "service": "web", "port": "80", "hostname": "", "nodename": ""}
         assert h.metric("endpoints_subscribers", labels) == 1
 
         # The healthy stream goes on.
@@ -184,7 +184,8 @@ async def test_admin_port_serves_health_and_metrics(workdir: Path, pki: Pki) -> 
         status, metrics = await _http_get(port, "/metrics")
         assert status == 200
         for line in (
-            'endpoints_subscribers{hostname="",namespace="emojivoto",port="80",service="web"} 1.0',
+            'endpoints_subscribers{cluster="local",hostname="",namespace="emojivoto",nodename="",port="80",'
+            'service="web"} 1.0',
             'pod_cache_size{cluster="local"} 1.0',
             'service_cache_size{cluster="local"} 1.0',
             'destination_updates_sent_total{kind="endpoints"} 1.0',

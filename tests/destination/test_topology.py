@@ -266,17 +266,36 @@ async def test_subscribers_on_one_node_share_one_filter_and_are_counted_one_by_o
     cluster.watcher.subscribe(NS, "web", 80, second, node_name="node-a")
     assert [[x.ip for x in s.addresses] for s in second.sets] == [["10.0.0.2"]]  # the current view, at once
     assert second.sets[0].subscriber_zone == "west"
-    gauge = cluster.watcher._metrics.endpoints_subscribers.labels(NS, "web", "80", "")
-    assert gauge._value.get() == 2
+    assert series(cluster, "endpoints_subscribers", "node-a") == 2
+    assert series(cluster, "endpoints_pods", "node-a") == 1  # what node-a's streams were sent: web-b
 
     cluster.apply(node("node-a", "east"), "MODIFIED")
     assert first.sets[-2:] == second.sets[-2:]  # one add and one remove, the same sets for both
     assert [[x.ip for x in s.addresses] for s in second.sets[1:]] == [["10.0.0.1"], ["10.0.0.2"]]
 
+    assert series(cluster, "endpoints_updates_total", "node-a") == 2  # two changes sent to node-a's streams
+
     cluster.watcher.unsubscribe(NS, "web", 80, first)
-    assert gauge._value.get() == 1
+    assert series(cluster, "endpoints_subscribers", "node-a") == 1
     heard = len(first.sets), len(second.sets)
     cluster.apply(node("node-a", "west"), "MODIFIED")
     assert (len(first.sets), len(second.sets)) == (heard[0], heard[1] + 2)  # only the one still subscribed hears it
+
+    # Each node's streams have their own series (Linkerd's nodename label), gone with their last stream.
+    elsewhere = Keeper()
+    cluster.watcher.subscribe(NS, "web", 80, elsewhere, node_name="node-b")
+    assert series(cluster, "endpoints_subscribers", "node-b") == 1
+    assert series(cluster, "endpoints_pods", "node-b") == 1 and series(cluster, "endpoints_exists", "node-b") == 1
     cluster.watcher.unsubscribe(NS, "web", 80, second)
+    assert series(cluster, "endpoints_subscribers", "node-a") is None
+    assert series(cluster, "endpoints_updates_total", "node-a") is None
+    assert series(cluster, "endpoints_subscribers", "node-b") == 1
+    cluster.watcher.unsubscribe(NS, "web", 80, elsewhere)
     assert cluster.watcher.publishers == 0
+    assert series(cluster, "endpoints_subscribers", "node-b") is None
+
+
+def series(cluster: Cluster, name: str, node_name: str) -> float | None:
+    labels = {"cluster": "local", "namespace": NS, "service": "web", "port": "80", "hostname": "",
+              "nodename": node_name}
+    return cluster.watcher._metrics.registry.get_sample_value(name, labels)

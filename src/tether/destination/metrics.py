@@ -33,21 +33,53 @@ class _CacheSizes(Collector):
             yield family
 
 
+class EndpointGauges:
+    """The ``endpoints_*`` series of one group of ``Get`` streams: those of one Service port and hostname on one
+    node, as Linkerd labels them per ``filteredListenerGroup`` (``cluster`` is always ``local``: this cluster)."""
+
+    __slots__ = ("_metrics", "_labels")
+
+    def __init__(self, metrics: DestinationMetrics, namespace: str, service: str, port: int, hostname: str | None,
+                 nodename: str) -> None:
+        self._metrics = metrics
+        self._labels = ("local", namespace, service, str(port), hostname or "", nodename)
+
+    def set(self, *, subscribers: int, pods: int, exists: bool) -> None:
+        metrics = self._metrics
+        metrics.endpoints_subscribers.labels(*self._labels).set(subscribers)
+        metrics.endpoints_pods.labels(*self._labels).set(pods)
+        metrics.endpoints_exists.labels(*self._labels).set(1 if exists else 0)
+
+    def updated(self) -> None:
+        """The group was sent a change."""
+        self._metrics.endpoints_updates.labels(*self._labels).inc()
+
+    def forget(self) -> None:
+        """The group's last stream left: its series go, as in Linkerd."""
+        metrics = self._metrics
+        for series in (metrics.endpoints_subscribers, metrics.endpoints_pods, metrics.endpoints_exists,
+                       metrics.endpoints_updates):
+            try:
+                series.remove(*self._labels)
+            except KeyError:
+                pass
+
+
 class DestinationMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        port_labels = ["namespace", "service", "port", "hostname"]
+        group_labels = ["cluster", "namespace", "service", "port", "hostname", "nodename"]
         self.endpoints_subscribers = Gauge(
-            "endpoints_subscribers", "Get streams subscribed to a service port", port_labels, registry=r
+            "endpoints_subscribers", "Get streams subscribed to a service port", group_labels, registry=r
         )
         self.endpoints_updates = Counter(
-            "endpoints_updates", "Endpoint changes published for a service port", port_labels, registry=r
+            "endpoints_updates", "Endpoint changes published for a service port", group_labels, registry=r
         )
-        self.endpoints_pods = Gauge("endpoints_pods", "Ready endpoints of a subscribed service port", port_labels,
-                                    registry=r)
+        self.endpoints_pods = Gauge("endpoints_pods", "Ready endpoints sent for a subscribed service port",
+                                    group_labels, registry=r)
         self.endpoints_exists = Gauge("endpoints_exists", "Whether a subscribed service exists (1) or not (0)",
-                                      port_labels, registry=r)
+                                      group_labels, registry=r)
         self.endpointslice_invalid_entries = Counter(
             "endpointslice_invalid_entries", "EndpointSlice entries skipped: bad addresses or ports",
             ["namespace"], registry=r)

@@ -43,7 +43,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tether.destination.metrics import DestinationMetrics
+from tether.destination.metrics import DestinationMetrics, EndpointGauges
 from tether.destination.watcher.cluster import Change, ClusterIndex, Key, discard_member
 from tether.destination.watcher.errors import InvalidService, ServiceNotFound
 from tether.destination.watcher.facts import NodeFacts, ServiceFacts, SliceFacts
@@ -67,7 +67,9 @@ class PortPublisher:
         self.hostname = hostname
         self.listeners: list[EndpointListener] = []
         self._labels = {"namespace": service.key[0], "service": service.key[1]}
-        self._metric_labels = (service.key[0], service.key[1], str(port), hostname or "")
+        # Its streams' series; on a platform with Nodes each node's TopologyFilter keeps its own instead.
+        self._gauges = None if service.index.has_nodes else EndpointGauges(
+            service.metrics, service.key[0], service.key[1], port, hostname, "")
         self.missing: set[Key] = set()  # pods and external workloads its endpoints name that the index lacks
         self.addresses: dict[str, Address] = self._compute()  # by backing object and ip:port
         self.published: dict[str, Address] = dict(self.addresses)
@@ -190,7 +192,8 @@ class PortPublisher:
         if not added and not removed:
             return
         self._snapshot = None
-        self._service.metrics.endpoints_updates.labels(*self._metric_labels).inc()
+        if self._gauges is not None:
+            self._gauges.updated()
         self.update_gauges()
         listeners = tuple(self.listeners)
         if added:
@@ -203,21 +206,13 @@ class PortPublisher:
                 listener.remove(removed_set)
 
     def update_gauges(self) -> None:
-        metrics = self._service.metrics
-        # A topology filter stands for every stream on its node: count the streams.
-        subscribers = sum(len(x.listeners) if isinstance(x, TopologyFilter) else 1 for x in self.listeners)
-        metrics.endpoints_subscribers.labels(*self._metric_labels).set(subscribers)
-        metrics.endpoints_pods.labels(*self._metric_labels).set(len(self.published))
-        metrics.endpoints_exists.labels(*self._metric_labels).set(1 if self._service.service is not None else 0)
+        if self._gauges is not None:
+            self._gauges.set(subscribers=len(self.listeners), pods=len(self.published),
+                             exists=self._service.service is not None)
 
     def forget_metrics(self) -> None:
-        metrics = self._service.metrics
-        for series in (metrics.endpoints_subscribers, metrics.endpoints_pods, metrics.endpoints_exists,
-                       metrics.endpoints_updates):
-            try:
-                series.remove(*self._metric_labels)
-            except KeyError:
-                pass
+        if self._gauges is not None:
+            self._gauges.forget()
 
 
 class ServicePublisher:
@@ -338,10 +333,10 @@ class EndpointsWatcher:
             if group is not None:  # streams on one node share one filter (and its sets)
                 self._filters[listener] = group
                 group.join(listener)
-                publisher.ports[(port, hostname)].update_gauges()
                 return
+            gauges = EndpointGauges(self._metrics, namespace, service, port, hostname, node_name)
             filter_ = self._filters[listener] = self._groups[(key, port, hostname, node_name)] = TopologyFilter(
-                listener, self._index, key, port, hostname, node_name, enable_ipv6=self._enable_ipv6)
+                listener, self._index, key, port, hostname, node_name, gauges, enable_ipv6=self._enable_ipv6)
             self._filters_of_service.setdefault(key, set()).add(filter_)
             self._filters_on_node.setdefault(node_name, set()).add(filter_)
             listener = filter_
@@ -371,9 +366,9 @@ class EndpointsWatcher:
         if filter_ is not None:
             filter_.listeners.remove(listener)
             if filter_.listeners:  # others on its node still listen
-                if publisher is not None and (port, hostname) in publisher.ports:
-                    publisher.ports[(port, hostname)].update_gauges()
+                filter_.update_gauges()
                 return
+            filter_.forget_metrics()
             del self._groups[(key, port, hostname, filter_.node_name)]
             discard_member(self._filters_of_service, key, filter_)
             discard_member(self._filters_on_node, filter_.node_name, filter_)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tether.destination.metrics import EndpointGauges
 from tether.destination.watcher.cluster import ClusterIndex, Key
 from tether.destination.watcher.listeners import Address, AddressSet, EndpointListener
 
@@ -76,17 +77,18 @@ def zone_locality(subscriber_zone: str, endpoint_zone: str) -> str:
 class TopologyFilter:
     """The ``EndpointListener`` of the subscribers on one node (platforms with Nodes); forwards their view."""
 
-    __slots__ = ("listeners", "_index", "service", "port", "hostname", "node_name", "_enable_ipv6", "_available",
-                 "_sent", "_zone", "_labels", "_snapshot")
+    __slots__ = ("listeners", "_index", "service", "port", "hostname", "node_name", "_gauges", "_enable_ipv6",
+                 "_available", "_sent", "_zone", "_labels", "_snapshot")
 
     def __init__(self, first: EndpointListener, index: ClusterIndex, service: Key, port: int, hostname: str | None,
-                 node_name: str, *, enable_ipv6: bool) -> None:
+                 node_name: str, gauges: EndpointGauges, *, enable_ipv6: bool) -> None:
         self.listeners = [first]
         self._index = index
         self.service = service
         self.port = port
         self.hostname = hostname
         self.node_name = node_name
+        self._gauges = gauges  # the endpoints_* series of the streams on this node
         self._enable_ipv6 = enable_ipv6
         self._available: dict[tuple[str, int], Address] = {}  # every endpoint the publisher announced
         self._sent: dict[tuple[str, int], Address] = {}  # what the subscriber was told
@@ -97,9 +99,17 @@ class TopologyFilter:
     def join(self, listener: EndpointListener) -> None:
         """Another subscriber on this node: it hears what the others were told, at once."""
         self.listeners.append(listener)
+        self.update_gauges()
         if self._snapshot is None:
             self._snapshot = AddressSet(tuple(self._sent.values()), self._labels, None, subscriber_zone=self._zone)
         listener.add(self._snapshot)
+
+    def update_gauges(self) -> None:
+        self._gauges.set(subscribers=len(self.listeners), pods=len(self._sent),
+                         exists=self.service in self._index.services)
+
+    def forget_metrics(self) -> None:
+        self._gauges.forget()
 
     def add(self, addresses: AddressSet) -> None:
         self._labels = dict(addresses.labels)
@@ -112,6 +122,7 @@ class TopologyFilter:
         if not addresses.service_exists:
             gone = AddressSet(tuple(self._sent.values()), addresses.labels, addresses.at, service_exists=False)
             self._available, self._sent, self._snapshot = {}, {}, None
+            self.update_gauges()
             for listener in tuple(self.listeners):
                 listener.remove(gone)
             return
@@ -136,6 +147,9 @@ class TopologyFilter:
         added = [a for key, a in kept.items() if rezoned or (b := before.get(key)) is None or a.changed_from(b)]
         removed = [b for key, b in before.items() if key not in kept]
         self._sent, self._snapshot = kept, None
+        self.update_gauges()
+        if (added or removed) and not snapshot:
+            self._gauges.updated()
         listeners = tuple(self.listeners)
         if added or snapshot:
             shared = _passed_on(added_from, added, zone)

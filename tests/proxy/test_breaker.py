@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core.balancer import Balancer
 from tether.proxy.core.breaker import Breaker, State
 from tether.proxy.core.client_policy import Accrual
@@ -233,7 +234,7 @@ def test_the_routers_picks_report_their_outcomes_to_the_breaker() -> None:
     balancer.reset([endpoint(1)])
     balancer.configure_accrual(Accrual(max_failures=2, min_backoff=1.0, max_backoff=1.0))
     route = outbound_router(SocketAddr(parse_ip("10.96.0.1"), 80), Resolution(balancer=balancer, authority="web:80"),
-                            local_ips=frozenset(), connect_timeout=1.0, failfast=3.0, loop_addrs=frozenset())
+                            local_ips=frozenset(), connect_timeout=1.0, queue=Queue(), loop_addrs=frozenset())
     for _ in range(2):  # two failed attempts in a row shut the only endpoint
         routing = route(RequestHead(b"GET", b"/"))
         try:

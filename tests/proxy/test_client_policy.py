@@ -19,6 +19,7 @@ from tether.policy.outbound import OutboundIndex  # noqa: E402
 from tether.policy.outbound.translator import encode  # noqa: E402
 from tether.proxy.codec.addrs import SocketAddr, parse_ip  # noqa: E402
 from tether.proxy.codec.http1 import RequestHead  # noqa: E402
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core import commands as cmd  # noqa: E402
 from tether.proxy.core.balancer import Balancer  # noqa: E402
 from tether.proxy.core.client_policy import ClientPolicy  # noqa: E402
@@ -412,7 +413,7 @@ def ask(route: Any, request: RequestHead) -> Pick | ProxyError:
 
 
 def router(resolution: Resolution, watch: PolicyWatch, draw: float = 0.0) -> Any:
-    return outbound_router(ORIG, resolution, local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
+    return outbound_router(ORIG, resolution, local_ips=frozenset(), connect_timeout=1.0, queue=Queue(),
                            loop_addrs=frozenset(), draw=lambda: draw, policies=watch)
 
 
@@ -467,7 +468,7 @@ def playbook(policy_objs: list[dict[str, Any]], metrics: PolicyMetrics | None = 
 
     balancers = Balancers({WEB: "10.0.0.7", API: "10.0.0.7", API_V2: "10.0.0.7"})
     policy = policy_of(*policy_objs, balancers=balancers)
-    r = outbound_router(ORIG, Resolution(authority=WEB), local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
+    r = outbound_router(ORIG, Resolution(authority=WEB), local_ips=frozenset(), connect_timeout=1.0, queue=Queue(),
                         loop_addrs=frozenset(), draw=lambda: 0.0, policies=PolicyWatch(policy),
                         policy_metrics=metrics)
     return Playbook(r, HttpSettings("outbound", clock, None, strip_proxy_errors=True))

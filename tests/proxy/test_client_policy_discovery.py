@@ -22,6 +22,7 @@ from layer_helpers import drive, replies
 
 from tether.api import outbound_pb2 as outbound_pb
 from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.config import Backoff
 from tether.proxy.core.outbound import OutboundSettings, outbound
@@ -69,7 +70,7 @@ def discovery_for(port: int) -> Discovery:
 
 
 def settings(discovery: Discovery) -> OutboundSettings:
-    return OutboundSettings(detect_timeout=10.0, connect_timeout=1.0, failfast=0.3, profile_networks=(),
+    return OutboundSettings(detect_timeout=10.0, connect_timeout=1.0, failfast=0.3, http_queue=Queue(failfast=0.3), profile_networks=(),
                             local_ips=frozenset(), own_addrs=frozenset(), refuse_loopback=True,
                             client_policies=discovery.client_policy)
 

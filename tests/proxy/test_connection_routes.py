@@ -47,7 +47,7 @@ class Proxy:
 
     def connect(self, **table: Any) -> list[cmd.Command]:
         """One connection to ``ORIG``; balancer waits answered by the balancer waited on."""
-        answers = {cmd.Wait: lambda c: c.source.pick(), cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}
+        answers = {cmd.Wait: lambda c: c.source.balancer.pick(), cmd.Connect: cmd.Connected(None, 0.001), cmd.Forward: None}
         answers.update({getattr(cmd, k, None) or getattr(detect, k): v for k, v in table.items()})
         return drive(outbound(ORIG, self.settings, None), replies(answers))
 

@@ -212,7 +212,7 @@ def test_synthesized_errors(tmp_path: Path) -> None:
             empty = mesh.service("nobody", [(80, 8080)])
             b = await mesh.start_proxy(server)
             a = await mesh.start_proxy(client, outbound_to=[f"{svc}:80", f"{empty}:80"],
-                                       LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+                                       LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT="200ms")
             # No app listening: the inbound proxy answers 502 with l5d-proxy-error, which the outbound strips.
             async with connection(svc, 80) as (reader, writer):
                 head, _ = await request(reader, writer, "GET", "/")

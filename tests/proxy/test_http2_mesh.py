@@ -433,7 +433,7 @@ def test_plain_http2_client_and_goaway(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT="200ms")
             reader, writer = await asyncio.open_connection(empty, 80)
             try:
                 conn = h2_client(writer)
@@ -476,7 +476,7 @@ def test_rapid_reset_ends_with_enhance_your_calm_and_others_are_served(tmp_path:
 
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
-            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms")
+            empty, a = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT="200ms")
             request = [(":method", "GET"), (":scheme", "http"), (":authority", "nobody"), (":path", "/")]
             reader, writer = await asyncio.open_connection(empty, 80)
             attacker = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
@@ -511,7 +511,7 @@ def test_the_proxys_own_answers_to_the_app_can_leave_out_the_informational_heade
     grpc-message on the outbound proxy's own answers; the status and grpc-status stay."""
 
     async def answers(mesh: Mesh, **env: str) -> tuple[dict[str, str], dict[str, str]]:
-        empty, _ = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT="200ms", **env)
+        empty, _ = await mesh.proxy_to_nowhere(LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT="200ms", **env)
         reader, writer = await asyncio.open_connection(empty, 80)
         try:
             conn = h2_client(writer)

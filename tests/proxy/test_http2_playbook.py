@@ -44,6 +44,7 @@ from h2_playbook import (
 from test_http2_proxy import ADDRS, GET, GRPC, LABELS, Router, http_settings
 
 from tether.proxy.codec.http2 import Http2Params
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core import errors
 from tether.proxy.core.http import HttpSettings
 from tether.proxy.core.http_metrics import HttpMetrics
@@ -260,7 +261,7 @@ def policy_playbook(annotations: dict[str, str], clock: FakeClock, metrics: Any 
     policy = cp.policy_of(cp.http_route("r", "web", [{}], annotations=annotations),
                           balancers=cp.Balancers({cp.WEB: "10.0.0.7"}))
     router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
-                             failfast=3.0, loop_addrs=frozenset(), draw=lambda: 0.0,
+                             queue=Queue(), loop_addrs=frozenset(), draw=lambda: 0.0,
                              policies=cp.PolicyWatch(policy), policy_metrics=metrics)
     return H2Playbook(router, HttpSettings("outbound", clock, None, strip_proxy_errors=True))
 

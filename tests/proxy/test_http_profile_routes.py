@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core import commands as cmd
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core.errors import ProxyError
@@ -40,7 +41,7 @@ class Watch:
 
 
 def router(resolution: Resolution, draw: float = 0.0, **kwargs: Any) -> Any:
-    return outbound_router(ORIG, resolution, local_ips=frozenset(), connect_timeout=1.0, failfast=3.0,
+    return outbound_router(ORIG, resolution, local_ips=frozenset(), connect_timeout=1.0, queue=Queue(),
                            loop_addrs=frozenset(), draw=lambda: draw, **kwargs)
 
 

@@ -20,7 +20,7 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.commands import Connect, Wait
 from tether.proxy.core.config import Backoff
 from tether.proxy.core.http import Pick
-from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes, Logical
+from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
 from tether.proxy.core.inbound_route_metrics import routed
 from tether.proxy.core.profiles import Profile
 from tether.proxy.core.routes import inbound_router
@@ -35,7 +35,7 @@ class Asked:
     """A source that has no profile, and keeps the names it was asked about."""
 
     def __init__(self) -> None:
-        self.asked: list[Logical] = []
+        self.asked: list[tuple[str, int]] = []
 
     def profile(self, key: str, port: int, *, waited: bool) -> Profile | None | Wait:
         self.asked.append((key, port))
@@ -65,11 +65,26 @@ def head(*headers: tuple[bytes, bytes], target: bytes = b"/x") -> RequestHead:
     (head((b"host", b"web.svc.cluster.local:http")), None),  # not a port
     (head(), None),
 ])
-def test_the_logical_service_of_a_request(request_: RequestHead, want: Logical | None) -> None:
+def test_the_logical_service_of_a_request(request_: RequestHead, want: tuple[str, int] | None) -> None:
     source = Asked()
     routes = InboundProfileRoutes(source, SUFFIXES)
     assert routes.route(request_) is None and routes.route(request_) is None  # the second from the kept parse
     assert source.asked == ([want, want] if want is not None else [])
+
+
+@pytest.mark.parametrize(("request_", "authority"), [
+    (head((b"l5d-dst-canonical", f"{WEB}:8080".encode()), (b"host", b"x.svc.cluster.local")), f"{WEB}:8080"),
+    (head((b"host", f"{WEB}.".encode())), WEB),  # port 80 left out, as linkerd2-proxy's NameAddr::as_http_authority
+    (head((b"host", b"web:8080")), "web:8080"),  # outside the profile suffixes: labelled all the same
+    (head((b"l5d-dst-canonical", b"web.example.com:80"), (b"host", WEB.encode())), "web.example.com"),
+    (head((b"host", b"10.0.0.1:8080")), ""),  # an address is no logical name: no label
+    (head(), ""),
+])
+def test_the_authority_label_of_a_request_is_its_logical_name(request_: RequestHead, authority: str) -> None:
+    routes = InboundProfileRoutes(Asked(), SUFFIXES)
+    routes.route(head((b"host", b"before.svc.cluster.local:9")))
+    routes.route(request_)
+    assert routes.logical_authority == authority  # the last request's, never an earlier one's
 
 
 def test_every_name_under_the_root_suffix() -> None:

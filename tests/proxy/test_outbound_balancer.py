@@ -11,6 +11,7 @@ import pytest
 from tether.api import destination_pb2 as pb
 from tether.api.addresses import to_tcp_address
 from tether.proxy.codec.addrs import parse_socket_addr
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core.balancer import DEFAULT_RTT, Balancer, Slot
 from tether.proxy.io.discovery import WaitingBalancer
 from tether.proxy.core.endpoint import Endpoint
@@ -98,7 +99,7 @@ def test_failfast_after_the_set_has_been_empty_for_the_timeout() -> None:
         assert not balancer.in_failfast()
         clock.now += 3.0
         assert balancer.in_failfast()
-        assert await balancer.wait(timeout=10.0) is None  # at once: no waiting in failfast
+        assert await balancer.wait(timeout=3.0) is None  # at once: no waiting in failfast
         balancer.add([endpoint(1)])
         assert balancer.in_failfast() is False  # recovered as soon as an endpoint is there
         slot = await balancer.wait(timeout=10.0)
@@ -224,7 +225,7 @@ def test_a_request_picked_by_the_router_feeds_its_slot_and_is_counted_in_flight_
     balancer = Balancer(failfast=3.0, clock=clock)
     balancer.add([endpoint(1)])
     route = outbound_router(endpoint(9).addr, Resolution(balancer=balancer, authority="web:80"),
-                            local_ips=frozenset(), connect_timeout=1.0, failfast=3.0, loop_addrs=frozenset())
+                            local_ips=frozenset(), connect_timeout=1.0, queue=Queue(), loop_addrs=frozenset())
     routing = route(RequestHead(b"GET", b"/"))
     with pytest.raises(StopIteration) as answered:  # answered at once: no wait for discovery
         routing.send(None)

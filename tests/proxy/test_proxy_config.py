@@ -72,6 +72,9 @@ def test_defaults(minimal_env: dict[str, str]) -> None:
     assert c.outbound.connect_backoff == Backoff(ms(100), s(60), 0.1)
     assert (c.inbound.discovery_idle_timeout, c.outbound.discovery_idle_timeout) == (s(90), s(5))
     assert (c.inbound.max_in_flight, c.outbound.max_in_flight) == (100_000, 100_000)
+    assert (c.outbound.tcp_queue_capacity, c.outbound.tcp_failfast_timeout) == (10_000, s(3))
+    assert (c.outbound.http_queue_capacity, c.outbound.http_failfast_timeout) == (10_000, s(3))
+    assert c.inbound.metrics_authority_labels is False
     assert (c.inbound.http1_pool_idle_timeout, c.outbound.http1_pool_idle_timeout) == (s(3), s(3))
     assert (c.inbound.max_idle_conns_per_endpoint, c.outbound.max_idle_conns_per_endpoint) == (10_000, 10_000)
     assert c.destination == ControlAddr(NameAddr("linkerd-dst-headless.linkerd.svc.cluster.local.", 8086), DST_ID)
@@ -158,6 +161,13 @@ VALID: list[tuple[str, str, Getter, object]] = [
     ("OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "500ms", lambda c: c.outbound.http1_pool_idle_timeout, ms(500)),
     ("MAX_IDLE_CONNS_PER_ENDPOINT", "1", lambda c: c.inbound.max_idle_conns_per_endpoint, 1),
     ("OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT", "0", lambda c: c.outbound.max_idle_conns_per_endpoint, 0),
+    ("OUTBOUND_TCP_QUEUE_CAPACITY", "7", lambda c: c.outbound.tcp_queue_capacity, 7),
+    ("OUTBOUND_HTTP_QUEUE_CAPACITY", "20000", lambda c: c.outbound.http_queue_capacity, 20_000),
+    ("OUTBOUND_HTTP_FAILFAST_TIMEOUT", "750ms", lambda c: c.outbound.http_failfast_timeout, ms(750)),
+    ("OUTBOUND_TCP_FAILFAST_TIMEOUT", "750ms", lambda c: c.outbound.http_failfast_timeout, s(3)),  # not HTTP's
+    ("INBOUND_METRICS_AUTHORITY_LABELS", "unsafe", lambda c: c.inbound.metrics_authority_labels, True),
+    ("INBOUND_METRICS_AUTHORITY_LABELS", "UNSAFE", lambda c: c.inbound.metrics_authority_labels, True),
+    ("INBOUND_METRICS_AUTHORITY_LABELS", "", lambda c: c.inbound.metrics_authority_labels, False),
 ]
 
 
@@ -221,6 +231,11 @@ INVALID: list[tuple[str, str, str]] = [
     ("MAX_IDLE_CONNS_PER_ENDPOINT", "-1", "not a whole number"),
     ("OUTBOUND_MAX_IDLE_CONNS_PER_ENDPOINT", "ten", "not a whole number"),
     ("INBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", "3", "has no unit"),
+    ("OUTBOUND_HTTP_QUEUE_CAPACITY", "0", "not a positive integer"),
+    ("OUTBOUND_TCP_QUEUE_CAPACITY", "lots", "not a positive integer"),
+    ("OUTBOUND_HTTP_FAILFAST_TIMEOUT", "3", "has no unit"),
+    ("INBOUND_METRICS_AUTHORITY_LABELS", "true", "not an authority labels setting"),
+    ("INBOUND_METRICS_AUTHORITY_LABELS", "safe", "not an authority labels setting"),
 ]
 
 

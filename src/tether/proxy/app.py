@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tether.proxy.core.certified import RefreshPolicy
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core.config import ControlAddr, KeepAlive, OrigDstFallback, ProxyConfig, SpireIdentityConfig
 from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
@@ -125,6 +126,7 @@ class Proxy:
             failfast=out.tcp_failfast_timeout.total_seconds(),
             clock=time.monotonic,
             rng=rng,
+            http_failfast=out.http_failfast_timeout.total_seconds(),
         )
         in_cfg = config.inbound
         self.inbound_profiles = InboundProfiles(self.discovery, in_cfg.discovery_idle_timeout.total_seconds(),
@@ -243,11 +245,14 @@ class Proxy:
             detect_metrics=DetectMetrics(self.metrics, "inbound"),
             profiles=InboundProfileRoutes(self.inbound_profiles, config.profile_suffixes),
             route_metrics=InboundRouteMetrics(self.metrics),
+            authority_labels=in_cfg.metrics_authority_labels,
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
             connect_timeout=out_cfg.connect_timeout.total_seconds(),
             failfast=out_cfg.tcp_failfast_timeout.total_seconds(),
+            tcp_queue_capacity=out_cfg.tcp_queue_capacity,
+            http_queue=Queue(out_cfg.http_queue_capacity, out_cfg.http_failfast_timeout.total_seconds()),
             profile_networks=config.profile_networks,
             local_ips=in_cfg.ips,
             own_addrs=own,

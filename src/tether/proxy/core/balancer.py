@@ -131,6 +131,15 @@ class QueueStats:
         return hist
 
 
+class Full:
+    """``Balancer.wait``'s answer when its queue is full (``FULL``, the one instance)."""
+
+    __slots__ = ()
+
+
+FULL = Full()
+
+
 class Balancer:
     """The endpoints of one service and the P2C choice among them."""
 
@@ -198,29 +207,28 @@ class Balancer:
             self._empty_since = self._clock()
         self.notify()
 
-    def gate(self) -> QueueStats:
+    def gate(self, failfast: float | None = None) -> QueueStats:
         """The queue's figures, the failfast gate brought up to date: shut at the moment the balancer had been
-        empty for the failfast timeout."""
+        empty for the failfast timeout (``failfast``: that of the family reporting it, else the balancer's)."""
         queue = self.queue
         empty_since = self._empty_since
-        if empty_since is not None and not queue.shut and self._clock() - empty_since >= self._failfast:
+        if failfast is None:
+            failfast = self._failfast
+        if empty_since is not None and not queue.shut and self._clock() - empty_since >= failfast:
             queue.shut = True
             queue.shuts += 1
-            queue.shut_at = empty_since + self._failfast
+            queue.shut_at = empty_since + failfast
         return queue
-
-    @property
-    def failfast(self) -> float:
-        return self._failfast
 
     def notify(self) -> None:
         """Called after every update from discovery; ``io.discovery.WaitingBalancer`` wakes its waiters."""
 
-    def failfast_left(self) -> float | None:
-        """Seconds until an empty set goes into failfast (0 or less: it is); None while there are endpoints."""
+    def failfast_left(self, failfast: float) -> float | None:
+        """Seconds until an empty set goes into failfast after ``failfast`` seconds (0 or less: it is); None while
+        there are endpoints."""
         if self._empty_since is None:
             return None
-        return self._empty_since + self._failfast - self._clock()
+        return self._empty_since + failfast - self._clock()
 
     # -- choice ---------------------------------------------------------------------------------------------
 
@@ -263,9 +271,10 @@ class Balancer:
             chosen.breaker.admitted()
         return chosen
 
-    async def wait(self, timeout: float) -> Slot | None:
-        """An endpoint, waiting up to ``timeout`` for one (``commands.Wait``). Waiting is I/O: the balancers
-        discovery makes are ``io.discovery.WaitingBalancer``s, which implement it."""
+    async def wait(self, timeout: float, capacity: int | None = None) -> Slot | Full | None:
+        """An endpoint, waiting for one until the set has been empty for ``timeout`` (the waiter's failfast);
+        ``FULL`` at once when ``capacity`` others wait already (``core.balancer_queue``). Waiting is I/O: the
+        balancers discovery makes are ``io.discovery.WaitingBalancer``s, which implement it."""
         raise NotImplementedError("waiting for endpoints needs io.discovery.WaitingBalancer")
 
     def in_failfast(self) -> bool:

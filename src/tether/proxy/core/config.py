@@ -208,6 +208,9 @@ class InboundConfig:
     accept: TcpOptions = TcpOptions()  # LINKERD2_PROXY_INBOUND_ACCEPT_{KEEPALIVE,USER_TIMEOUT}: accepted sockets
     connect: TcpOptions = TcpOptions()  # LINKERD2_PROXY_INBOUND_CONNECT_{KEEPALIVE,USER_TIMEOUT}: to the app
     listen_backlog: int = 1024  # LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG (tokio's default, as Linkerd's)
+    # LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS: "unsafe" (any case) labels inbound request_total,
+    # response_total and response_latency_ms with the request's logical authority; empty (the default): not.
+    metrics_authority_labels: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,14 @@ class OutboundConfig:
     discovery_idle_timeout: timedelta  # LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT, default 5s
     # LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT, default 3s: how long a connection waits for an endpoint.
     tcp_failfast_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_TCP_QUEUE_CAPACITY, default 10000: connections waiting for an endpoint of one
+    # balancer at once; one more is refused (core.balancer_queue).
+    tcp_queue_capacity: int = 10_000
+    # LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT, default 3s: how long an HTTP request waits for an endpoint.
+    http_failfast_timeout: timedelta = timedelta(seconds=3)
+    # LINKERD2_PROXY_OUTBOUND_HTTP_QUEUE_CAPACITY, default 10000: HTTP requests waiting for an endpoint of one
+    # balancer at once; one more is answered 503 (core.balancer_queue).
+    http_queue_capacity: int = 10_000
     # LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT, default 100000: requests awaiting their response head; more are shed.
     max_in_flight: int = 100_000
     # LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT, default 3s: idle HTTP/1 connections to endpoints.
@@ -408,6 +419,8 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         accept=_tcp_options(e, "LINKERD2_PROXY_INBOUND_ACCEPT"),
         connect=_tcp_options(e, "LINKERD2_PROXY_INBOUND_CONNECT"),
         listen_backlog=e.get("LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG", _parse_positive_int, "1024"),
+        metrics_authority_labels=e.get("LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS", _parse_authority_labels,
+                                       ""),
     )
 
 
@@ -425,6 +438,9 @@ def _outbound(e: _Env) -> OutboundConfig:
         connect_backoff=_backoff(e, "LINKERD2_PROXY_OUTBOUND_CONNECT_EXP_BACKOFF", ("100ms", "60s", 0.1)),
         discovery_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_DISCOVERY_IDLE_TIMEOUT", parse_duration, "5s"),
         tcp_failfast_timeout=e.get("LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT", parse_duration, "3s"),
+        tcp_queue_capacity=e.get("LINKERD2_PROXY_OUTBOUND_TCP_QUEUE_CAPACITY", _parse_positive_int, "10000"),
+        http_failfast_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP_FAILFAST_TIMEOUT", parse_duration, "3s"),
+        http_queue_capacity=e.get("LINKERD2_PROXY_OUTBOUND_HTTP_QUEUE_CAPACITY", _parse_positive_int, "10000"),
         max_in_flight=e.get("LINKERD2_PROXY_OUTBOUND_MAX_IN_FLIGHT", _parse_positive_int, "100000"),
         http1_pool_idle_timeout=e.get("LINKERD2_PROXY_OUTBOUND_HTTP1_CONNECTION_POOL_IDLE_TIMEOUT", parse_duration,
                                       "3s"),
@@ -679,6 +695,15 @@ def _parse_bool(text: str) -> bool:
     if text not in ("true", "false"):
         raise ValueError(f"{text!r} is not a boolean (true or false)")
     return text == "true"
+
+
+def _parse_authority_labels(text: str) -> bool:
+    # As linkerd2-proxy: empty is off, "unsafe" in any case is on, and anything else stops the proxy.
+    if not text:
+        return False
+    if text.lower() != "unsafe":
+        raise ValueError(f"{text!r} is not an authority labels setting (unsafe, or empty)")
+    return True
 
 
 def _parse_count(text: str, least: int = 0) -> int:

@@ -118,6 +118,12 @@ def failfast(service: str) -> ProxyError:
     return ProxyError(ErrorKind.FAILFAST, f"logical service {service}: service in fail-fast")
 
 
+def queue_full(service: str) -> ProxyError:
+    """The balancer's queue already holds its capacity of waiters (``core.balancer_queue``): the route sheds
+    the request, 503, as linkerd2-proxy's does."""
+    return ProxyError(ErrorKind.LOAD_SHED, f"logical service {service}: service unavailable")
+
+
 def connect_failed(addr: object, timed_out: bool, error: str, errno: str) -> ProxyError:
     if timed_out:
         return ProxyError(ErrorKind.CONNECT_TIMEOUT, f"endpoint {addr}: connect timed out")

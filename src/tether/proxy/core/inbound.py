@@ -98,6 +98,9 @@ class InboundSettings:
     # Each request's ServiceProfile route (core.inbound_profile_routes over io.inbound_profiles); None: none.
     profiles: InboundProfileRoutes | None = None
     route_metrics: InboundRouteMetrics | None = None  # inbound_{http,grpc}_requests_total ... of routed requests
+    # LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS=unsafe: request_total... carry the request's logical name
+    # as ``authority`` (named by ``profiles``).
+    authority_labels: bool = False
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -329,7 +332,8 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
         router, authorized = inbound_router(target, settings.connect_timeout, metric_labels), None
     if settings.profiles is None and settings.route_metrics is None:
         return router, http
-    return routed(router, authorized=authorized, profiles=settings.profiles, metrics=settings.route_metrics), http
+    return routed(router, authorized=authorized, profiles=settings.profiles, metrics=settings.route_metrics,
+                  authority_labels=settings.authority_labels), http
 
 
 # The seam between detection and the request-level proxy: the layer that carries each detected protocol.

@@ -30,9 +30,11 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.commands import Wait
 from tether.proxy.core.profiles import Profile, Route, discoverable, name_addr
 
-Logical = tuple[str, int]  # "name:port" (the profile's lookup key) and the port
+# "name:port" (the profile's lookup key; "" outside the suffixes), the port, and the name as linkerd2-proxy's
+# inbound metrics label it (``authority``: without the port when it is 80).
+Logical = tuple[str, int, str]
 MAX_VALUES = 1024  # header values whose parse is kept (a client chooses them: bounded)
-_UNPARSED: Logical = ("", -1)  # not in a parse cache yet
+_UNPARSED: Logical = ("", -1, "")  # not in a parse cache yet
 
 
 class ProfileSource(Protocol):
@@ -46,7 +48,7 @@ class ProfileSource(Protocol):
 class InboundProfileRoutes:
     """Per request: its logical service, then that service's profile route."""
 
-    __slots__ = ("_source", "_suffixes", "_canonical", "_authority")
+    __slots__ = ("_source", "_suffixes", "_canonical", "_authority", "logical_authority")
 
     def __init__(self, source: ProfileSource, suffixes: Sequence[str]) -> None:
         self._source = source
@@ -54,6 +56,11 @@ class InboundProfileRoutes:
         # Parses by header value: a connection's requests repeat a few values, so each is parsed once.
         self._canonical: dict[bytes, Logical | None] = {}
         self._authority: dict[bytes, Logical | None] = {}
+        # The logical name of the request ``route`` last named ("" when none), for the ``authority`` label of
+        # inbound request metrics (LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS=unsafe; read by
+        # ``core.inbound_route_metrics.routed`` right after ``route``): kept here, not found again, so the name
+        # is parsed in one place and the request's usual path makes no call for it.
+        self.logical_authority = ""
 
     def route(self, request: RequestHead, *, waited: bool = False) -> Route | None | Wait:
         """``request``'s profile route, None when it takes none, or the ``Wait`` to yield before asking again
@@ -84,7 +91,11 @@ class InboundProfileRoutes:
                         logical = self._parsed(self._authority, given, 80)
                     if logical is not None:
                         break
-        if logical is None or not logical[0]:  # none, or a name outside the suffixes (no fallback then)
+        if logical is None:
+            self.logical_authority = ""
+            return None
+        self.logical_authority = logical[2]
+        if not logical[0]:  # a name outside the suffixes (no fallback then)
             return None
         found = self._source.profile(logical[0], logical[1], waited=waited)
         if found is None or isinstance(found, Wait):
@@ -92,13 +103,15 @@ class InboundProfileRoutes:
         return found.route_for(request.method, request.target)
 
     def _parsed(self, cache: dict[bytes, Logical | None], value: bytes, default_port: int | None) -> Logical | None:
-        """``value``'s logical name: None when it names none (the next header is asked), ``("", port)`` when it
-        names one outside the suffixes (no profile; linkerd2-proxy does not fall back then)."""
+        """``value``'s logical name: None when it names none (the next header is asked), ``("", port, ...)`` when
+        it names one outside the suffixes (no profile; linkerd2-proxy does not fall back then)."""
         parsed = name_addr(value, default_port)
         found: Logical | None = None
         if parsed is not None:
             name, port = parsed
-            found = (f"{name}:{port}", port) if discoverable(name, self._suffixes) else ("", port)
+            key = f"{name}:{port}"
+            # Label as linkerd2-proxy's NameAddr::as_http_authority: the port left out when it is 80.
+            found = (key if discoverable(name, self._suffixes) else "", port, name if port == 80 else key)
         if len(cache) >= MAX_VALUES:
             cache.clear()
         cache[value] = found

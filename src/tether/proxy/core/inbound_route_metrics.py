@@ -53,6 +53,7 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import Pick, Router
 from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
+from tether.proxy.core.labels import with_authority
 from tether.proxy.core.metrics import MAX_SERIES, Registry, stale_series
 from tether.proxy.core.policy_metrics import DURATION_BUCKETS, FRAME_BUCKETS
 
@@ -169,13 +170,24 @@ class InboundRouteMetrics:
 
 
 def routed(router: Router, *, authorized: Authorized | None, profiles: InboundProfileRoutes | None,
-           metrics: InboundRouteMetrics | None) -> Router:
+           metrics: InboundRouteMetrics | None, authority_labels: bool = False) -> Router:
     """``router`` (the app's, ``core.routes.inbound_router``) giving each request its profile route
     (``profiles``; waiting for it once when ``InboundProfileRoutes.route`` says so) and, when ``authorized``
-    (the connection's policy check) let it through on a route, counting it on that route (``metrics``)."""
+    (the connection's policy check) let it through on a route, counting it on that route (``metrics``).
+    ``authority_labels``: the request metrics' labels get the ``authority`` the profile lookup named."""
     if metrics is None:
         authorized = None
     clock = metrics.clock if metrics is not None else _no_clock
+    labelled: dict[tuple[str, str], str] = {}  # (request labels, authority) -> both: rendered once each
+
+    def authority_labelled(picked: Pick, authority: str) -> Pick:
+        key = (picked.labels, authority)
+        both = labelled.get(key)
+        if both is None:
+            if len(labelled) >= MAX_AUTHORITIES:  # a client chooses its names: bounded
+                labelled.clear()
+            both = labelled[key] = with_authority(picked.labels, authority)
+        return replace(picked, labels=both)
 
     def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
         began = clock()
@@ -190,6 +202,8 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
                 found = profiles.route(request, waited=True)
             assert not isinstance(found, Wait)
             profile_route = found
+            if authority_labels and profiles.logical_authority:  # opt-in: the usual path makes no call here
+                picked = authority_labelled(picked, profiles.logical_authority)
         if authorized is None or not authorized.route:
             return picked if profile_route is None else replace(picked, route=profile_route)
         assert metrics is not None
@@ -238,6 +252,9 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
                     request_frames=request_frame)
 
     return route
+
+
+MAX_AUTHORITIES = 1024  # label sets with an authority kept per connection
 
 
 def _no_clock() -> float:

@@ -92,5 +92,12 @@ def connect_outbound(endpoint: SocketAddr, tls: str, dst: str = "", authority: s
                 target(endpoint), tls, dst)
 
 
+def with_authority(request_labels: str, authority: str) -> str:
+    """Inbound request labels with ``authority`` right after ``direction``, where linkerd2-proxy prints it
+    (LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS=unsafe)."""
+    direction, _, rest = request_labels.partition(",")
+    return join(direction, render(("authority", authority)), rest)
+
+
 def connect_inbound(app: SocketAddr) -> str:
     return join('direction="inbound",peer="dst"', target(app), no_tls(LOOPBACK))

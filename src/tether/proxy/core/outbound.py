@@ -35,6 +35,8 @@ from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.routes import outbound_router
+from tether.proxy.core.balancer_queue import DEFAULT_CAPACITY, Queue, queued
+from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.connection_routes import RouteContext, opaque_connection, tls_connection
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.resolution import FORWARD, DiscoverySource, PolicySource, ProfileSource, Resolution
@@ -53,7 +55,7 @@ class OutboundSettings:
 
     detect_timeout: float
     connect_timeout: float
-    failfast: float
+    failfast: float  # LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT: discovery's first answer, and tcp_queue's
     profile_networks: tuple[IpNetwork, ...]
     local_ips: frozenset[IpAddress]  # LINKERD2_PROXY_INBOUND_IPS: our own pod
     own_addrs: frozenset[SocketAddr]  # the proxy's own listeners: a connection to one is a loop
@@ -68,6 +70,10 @@ class OutboundSettings:
     policy_metrics: PolicyMetrics | None = None  # outbound_{http,grpc}_route_* (proxy.md §9.5)
     draw: Callable[[], float] = random.random  # uniform in [0, 1): a connection route's weighted backend
     clock: Callable[[], float] = time.monotonic  # seconds: how long protocol detection took
+    # Waiting for an endpoint (core.balancer_queue): connections (_OUTBOUND_TCP_QUEUE_CAPACITY, with ``failfast``)
+    # and HTTP requests (_OUTBOUND_HTTP_QUEUE_CAPACITY, _OUTBOUND_HTTP_FAILFAST_TIMEOUT).
+    tcp_queue_capacity: int = DEFAULT_CAPACITY
+    http_queue: Queue = Queue()
 
 
 def outbound(orig_dst: SocketAddr, settings: OutboundSettings, discovery: DiscoverySource | None) -> Layer:
@@ -154,10 +160,11 @@ def tcp_forward(session: SessionProtocol | None) -> Callable[[SocketAddr, Resolu
                 yield Refuse(failed.error)
             return
         failed = None
+        queue = Queue(settings.tcp_queue_capacity, settings.failfast)
         for _ in range(CONNECT_ATTEMPTS):
-            slot = yield Wait(balancer, settings.failfast)
-            if slot is None:
-                yield Refuse("failfast")
+            slot = yield from queued(balancer, queue, resolution.authority)
+            if isinstance(slot, ProxyError):
+                yield Refuse(slot.metric)  # failfast, loadshed
                 return
             slot.in_flight += 1
             try:
@@ -238,7 +245,7 @@ def _per_request(layer: Callable[[Router, HttpSettings], Layer], orig_dst: Socke
         return watch
 
     router = outbound_router(orig_dst, resolution, local_ips=settings.local_ips,
-                             connect_timeout=settings.connect_timeout, failfast=settings.failfast,
+                             connect_timeout=settings.connect_timeout, queue=settings.http_queue,
                              loop_addrs=settings.own_addrs | settings.direct_addrs, protocol=protocol,
                              named=lease if named is not None else None, policies=resolution.policy,
                              policy_metrics=settings.policy_metrics)

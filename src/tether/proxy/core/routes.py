@@ -5,7 +5,8 @@
   balancer (a service), every request draws its endpoint by P2C on peak-EWMA
   latency x (requests in flight + 1): the endpoint set as it is *now*, so a new
   endpoint takes traffic from the next request and a removed one gets no more.
-  No endpoint for the failfast timeout is a 504. Without one, the profile's
+  None to pick: the request waits in the balancer's bounded queue
+  (``core.balancer_queue``: a 503 when it is full, a 504 at the failfast timeout). Without one, the profile's
   single endpoint or the original destination. When the service has profile
   routes or a traffic split (``core.profiles``), the request's route is
   matched first (``Pick.route``, also on a ``ProxyError``: the layer applies
@@ -40,6 +41,7 @@ from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router, no_outcome
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
+from tether.proxy.core.balancer_queue import Queue, queued
 from tether.proxy.core.client_policy import ClientPolicy
 from tether.proxy.core.policy_metrics import PolicyMetrics
 from tether.proxy.core.policy_routes import decide
@@ -62,12 +64,13 @@ def request_labels(connect_labels: str) -> str:
 
 
 def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: frozenset[IpAddress],
-                    connect_timeout: float, failfast: float, loop_addrs: frozenset[SocketAddr],
+                    connect_timeout: float, queue: Queue, loop_addrs: frozenset[SocketAddr],
                     draw: Callable[[], float] = random.random,
                     protocol: SessionProtocol = SessionProtocol.HTTP1,
                     named: Callable[[str, int], ProfileSource] | None = None,
                     policies: PolicySource | None = None, policy_metrics: PolicyMetrics | None = None) -> Router:
-    """``draw``: uniform in [0, 1), for the traffic split's weighted choice; ``protocol``: the session protocol
+    """``queue``: how requests wait for an endpoint when their balancer has none (``core.balancer_queue``);
+    ``draw``: uniform in [0, 1), for the traffic split's weighted choice; ``protocol``: the session protocol
     new connections announce in the transport header (``HTTP2`` for the HTTP/2 layer's connections);
     ``named``: ingress mode, a lease on the profile watch of a ``name:port`` (the caller releases its leases
     when the connection ends); ``policies``: the target's client policy watch (``core.policy_routes``
@@ -139,10 +142,12 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
             balancer, authority = backend.balancer, backend.authority
         assert balancer is not None  # a profile comes with its service
         slot = balancer.pick()
-        if slot is None:
-            slot = yield Wait(balancer, failfast)
-        picked = errors.failfast(authority) if slot is None else \
-            pick_endpoint(slot.endpoint, authority, host, balancer, slot)
+        if slot is None:  # none to pick: the request waits (checked only here, no call on the usual path)
+            waited = yield from queued(balancer, queue, authority)
+            if isinstance(waited, ProxyError):
+                return replace(waited, route=route)
+            slot = waited
+        picked = pick_endpoint(slot.endpoint, authority, host, balancer, slot)
         if isinstance(picked, ProxyError):
             return replace(picked, route=route)
         picked.route = route
@@ -160,10 +165,12 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         else:
             balancer = backend.balancer
             slot = balancer.pick()
-            if slot is None:
-                slot = yield Wait(balancer, failfast)
-            picked = errors.failfast(backend.authority) if slot is None else \
-                pick_endpoint(slot.endpoint, backend.authority, host, balancer, slot)
+            if slot is None:  # none to pick: the request waits (checked only here, no call on the usual path)
+                waited = yield from queued(balancer, queue, backend.authority)
+                if isinstance(waited, ProxyError):
+                    return replace(waited, route=route)
+                slot = waited
+            picked = pick_endpoint(slot.endpoint, backend.authority, host, balancer, slot)
         if isinstance(picked, ProxyError):
             return replace(picked, route=route)
         picked.route = route
@@ -191,7 +198,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         authority, port = target
         watch = named(authority, port)
         if not watch.ready:
-            answer = yield Wait(watch, failfast)
+            answer = yield Wait(watch, queue.failfast)
             if isinstance(answer, Failed):
                 return errors.failfast(authority)
         current = watch.resolution
@@ -202,9 +209,11 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         elif current.balancer is not None:
             slot = current.balancer.pick()
             if slot is None:
-                slot = yield Wait(current.balancer, failfast)
-            picked = errors.failfast(authority) if slot is None else \
-                pick_endpoint(slot.endpoint, authority, host, current.balancer, slot)
+                waited = yield from queued(current.balancer, queue, authority)
+                if isinstance(waited, ProxyError):
+                    return waited
+                slot = waited
+            picked = pick_endpoint(slot.endpoint, authority, host, current.balancer, slot)
         elif current.endpoint is not None:
             picked = pick_endpoint(current.endpoint, authority, host)
         else:
@@ -240,9 +249,10 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
             return pick_endpoint(current.endpoint or Endpoint.forward(orig_dst), current.authority, host)
         slot = balancer.pick()  # pure: no driver round trip when there are endpoints
         if slot is None:
-            slot = yield Wait(balancer, failfast)
-            if slot is None:
-                return errors.failfast(current.authority or str(orig_dst))
+            waited = yield from queued(balancer, queue, current.authority or str(orig_dst))
+            if isinstance(waited, ProxyError):
+                return waited
+            slot = waited
         return pick_endpoint(slot.endpoint, current.authority, host, balancer, slot)
 
     return route

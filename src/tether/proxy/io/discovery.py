@@ -42,7 +42,7 @@ from tether.proxy.core.commands import Failed
 from tether.proxy.core.config import Backoff
 from tether.proxy.core.metrics import samples
 from tether.proxy.core.profiles import Profile
-from tether.proxy.core.balancer import QUEUE_BUCKETS, Balancer, Slot
+from tether.proxy.core.balancer import FULL, QUEUE_BUCKETS, Balancer, Full, Slot
 from tether.proxy.core.http_metrics import render_histogram
 from tether.proxy.core.endpoint import Endpoint
 from tether.proxy.core.client_policy import ClientPolicy
@@ -89,10 +89,17 @@ class WaitingBalancer(Balancer):
         self._watchers.append(waiter)
         return waiter
 
-    async def wait(self, timeout: float) -> Slot | None:
-        """An endpoint, waiting for one up to ``timeout`` (or less, when failfast comes first): the request's
-        time in the queue (counted in it once: by the caller's ``pick`` that found nothing, else here)."""
+    async def wait(self, timeout: float, capacity: int | None = None) -> Slot | Full | None:
+        """An endpoint, waiting for one while the set has been empty for less than ``timeout`` (the waiter's
+        failfast), and for ``timeout`` at most; ``FULL`` at once, not waiting, when ``capacity`` others wait
+        already. The request's time in the queue is counted in it once: by the caller's ``pick`` that found
+        nothing, else here; a refused one is not counted (it never entered the queue)."""
         queue = self.queue
+        if capacity is not None and queue.waiting >= capacity:
+            if queue.missed:  # its pick counted it
+                queue.missed -= 1
+                queue.requests -= 1
+            return FULL
         began = self._clock()
         deadline = began + timeout
         if queue.missed:
@@ -105,7 +112,7 @@ class WaitingBalancer(Balancer):
                 slot = self.pick(count=False)
                 if slot is not None:
                     return slot
-                failfast = self.failfast_left()
+                failfast = self.failfast_left(timeout)
                 if failfast is None:  # pragma: no cover - pick() answers whenever there are endpoints
                     return None
                 left = min(deadline - self._clock(), failfast)
@@ -497,11 +504,17 @@ class Discovery:
         failfast: float,
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        http_failfast: float | None = None,
     ) -> None:
+        """``failfast``: connections' (LINKERD2_PROXY_OUTBOUND_TCP_FAILFAST_TIMEOUT), the balancers' own;
+        ``http_failfast``: HTTP requests' (_OUTBOUND_HTTP_FAILFAST_TIMEOUT; None: the same), for the gate of the
+        ``http`` family's queue metrics (the requests themselves wait under ``core.balancer_queue.Queue``)."""
         self.context_token = context_token
         self.idle_timeout = idle_timeout
         self._backoff = backoff
         self._failfast = failfast
+        self._family_failfast = {"http": failfast if http_failfast is None else http_failfast,
+                                 "tcp": failfast, "tls": failfast}
         self._clock = clock
         self._rng = rng or random.Random()
         self.profiles: dict[str, ProfileWatch] = {}
@@ -605,7 +618,8 @@ class Discovery:
 
         for family in FAMILIES:
             prefix = f"outbound_{family}_balancer_queue"
-            queues = {key: balancer.gate() for key, balancer in balancers[family].items()}
+            failfast = self._family_failfast[family]
+            queues = {key: balancer.gate(failfast) for key, balancer in balancers[family].items()}
             samples(out, f"{prefix}_length", "gauge", "The number of requests in the queue.",
                     ((k, q.waiting) for k, q in queues.items()))
             samples(out, f"{prefix}_requests_total", "counter", "The total number of requests enqueued.",
@@ -623,7 +637,7 @@ class Discovery:
             samples(out, f"{prefix}_gate_shut_time_seconds", "gauge", "When the gate last shut (Unix time).",
                     ((k, stamp(q.shut_at)) for k, q in queues.items()))
             samples(out, f"{prefix}_gate_timeout_seconds", "gauge", "The failfast timeout of the gate.",
-                    ((k, balancers[family][k].failfast) for k in queues))
+                    ((k, failfast) for k in queues))
 
     def service(self, authority: str) -> ServiceWatch:
         watch = self.services.get(authority)

@@ -116,6 +116,18 @@ async def test_the_local_platform_says_once_that_a_service_asking_for_ipv6_gets_
         "only their IPv4 endpoints exist" for name in ("dual", "six")]
 
 
+async def test_a_dual_stack_pods_hostname_means_its_primary_ip() -> None:
+    named = family_slice("IPv6", ("web-a", "fd00::1"))
+    named["metadata"]["name"] = "web-0-first"  # listed before the IPv4 slice
+    named["endpoints"][0]["hostname"] = "web-a"
+    cluster = Cluster(WEB, *PODS, V4, named, nodes=False)
+    assert cluster.index.address_of_hostname(NS, "web", "web-a") == "10.0.0.1"  # status.podIP, as Linkerd
+    bare = family_slice("IPv6", (None, "fd00::9"))
+    bare["endpoints"][0]["hostname"] = "web-z"
+    cluster.apply(bare)
+    assert cluster.index.address_of_hostname(NS, "web", "web-z") == "fd00::9"  # no pod: the entry's own address
+
+
 # -- real gRPC over the local store ------------------------------------------------------------------------
 
 

@@ -218,11 +218,16 @@ class ClusterIndex:
         return [self.slices[(namespace, n)] for n in names if (namespace, n) in self.slices]
 
     def address_of_hostname(self, namespace: str, service: str, hostname: str) -> str | None:
-        """The address of the Service's endpoint called ``hostname`` (a StatefulSet pod's), if a slice lists one."""
+        """The address of the Service's endpoint called ``hostname`` (a StatefulSet pod's), if a slice lists one.
+
+        A pod's is its primary IP (``status.podIP``), whichever family's slice names it, as Linkerd answers.
+        """
         for slice_ in self.slices_of(namespace, service):
             for endpoint in slice_.endpoints:
                 if endpoint.hostname == hostname and slice_.address_type != "FQDN":
-                    return endpoint.addresses[0]
+                    ref = endpoint.target_ref
+                    pod = self.pods.get((ref.namespace or namespace, ref.name)) if ref and ref.kind == "Pod" else None
+                    return pod.ip if pod is not None and pod.ip is not None else endpoint.addresses[0]
         return None
 
     def running_pods_at(self, ip: str) -> list[PodFacts]:

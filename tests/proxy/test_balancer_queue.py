@@ -99,3 +99,31 @@ def test_queued_maps_the_three_answers() -> None:
     waiting.send(None)
     slot = balancer.pick()
     assert answer(waiting, slot) is slot
+
+
+def test_a_connection_waits_under_the_tcp_queue_and_is_closed_as_loadshed_when_it_is_full() -> None:
+    import ipaddress
+
+    from tether.proxy.codec import detect
+    from tether.proxy.core import commands as cmd
+    from tether.proxy.core.outbound import OutboundSettings, outbound
+
+    balancer = Balancer(failfast=3.0, clock=lambda: 0.0)
+
+    class Discovery:
+        def profile(self, addr: SocketAddr) -> Discovery:
+            return self
+
+        def release(self) -> None:
+            pass
+
+    settings = OutboundSettings(detect_timeout=10.0, connect_timeout=1.0, failfast=0.4, tcp_queue_capacity=7,
+                                profile_networks=(ipaddress.ip_network("10.0.0.0/8"),), local_ips=frozenset(),
+                                own_addrs=frozenset(), refuse_loopback=True)
+    layer = outbound(SocketAddr(parse_ip("10.96.0.1"), 7000), settings, Discovery())  # type: ignore[arg-type]
+    assert isinstance(next(layer), cmd.SetLabels)
+    assert isinstance(layer.send(None), cmd.Wait)  # the profile
+    assert isinstance(layer.send(Resolution(balancer=balancer, authority=WEB)), cmd.Detect)
+    waiting = layer.send(detect.Opaque())
+    assert waiting == Wait(Enqueued(balancer, Queue(7, 0.4)), 0.4)  # TCP's capacity and failfast
+    assert layer.send(FULL) == cmd.Refuse("loadshed")  # outbound_tcp_errors_total{error="loadshed"}

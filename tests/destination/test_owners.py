@@ -1,4 +1,4 @@
-"""The owner in an endpoint's metric labels: Linkerd's reading on Kubernetes (Jobs and ReplicaSets looked up), the pod's own elsewhere.
+"""The owner in an endpoint's metric labels: Linkerd's reading on Kubernetes, the pod's own elsewhere.
 
 On Kubernetes the destination watches ReplicaSets and Jobs (metadata only) and
 labels a pod by the owner that stands for its own: a Job's CronJob (``cronjob``),
@@ -70,8 +70,8 @@ SERVICE = obj("Service", "web", spec={"selector": {"app": "web"}, "ports": [{"na
                                                                             "targetPort": 8080}]})
 SLICE = obj("EndpointSlice", "web-abc", metadata={"labels": {"kubernetes.io/service-name": "web"}},
             addressType="IPv4", ports=[{"name": "http", "port": 8080}],
-            endpoints=[{"addresses": [p["status"]["podIP"]], "targetRef": {"kind": "Pod", "name": p["metadata"]["name"]}}
-                       for p, _, _ in PODS])
+            endpoints=[{"addresses": [p["status"]["podIP"]],
+                        "targetRef": {"kind": "Pod", "name": p["metadata"]["name"]}} for p, _, _ in PODS])
 
 
 class Targets:

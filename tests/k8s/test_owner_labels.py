@@ -1,4 +1,4 @@
-"""The owner label of endpoints on the Kubernetes platform: real ``Get`` streams over real gRPC; the API server is kmock.
+"""The owner label of endpoints on Kubernetes: real ``Get`` streams over real gRPC; the API server is kmock.
 
 The destination watches Jobs and ReplicaSets as metadata only (as Linkerd's
 metadata informers do) and labels a pod of a CronJob's Job ``cronjob``, a pod of

@@ -3,8 +3,8 @@
 Mirrors the flags of Linkerd's destination controller that Tether implements
 (``-addr``, ``-metrics-addr``, ``-controller-namespace``, ``-cluster-domain``,
 ``-identity-trust-domain``, ``-default-opaque-ports``, ``-stream-queue-capacity``,
-``-enable-h2-upgrade``, ``-enable-ipv6``, ``-outbound-transport-mode``, ``-ext-endpoint-zone-weights``) plus the TLS files the
-gRPC port serves with.  Nothing here reads the environment.
+``-enable-h2-upgrade``, ``-enable-ipv6``, ``-outbound-transport-mode``,
+``-ext-endpoint-zone-weights``) plus the TLS files the gRPC port serves with.  Nothing here reads the environment.
 """
 
 from __future__ import annotations

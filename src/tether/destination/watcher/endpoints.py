@@ -15,9 +15,10 @@ protocol hints), and an endpoint without one is a bare address.  A
 subscription for ``<hostname>.<svc>...`` (a StatefulSet pod) sees only the
 endpoints with that hostname.  Of a pod listed in an IPv4 and an IPv6 slice
 (dual stack) only the IPv6 endpoint is sent, and with IPv6 disabled
-(``--disable-ipv6``) no pod's IPv6 endpoint is (``topology.select_family``).  FQDN slices are not used, and entries a slice
-could not give (bad addresses or ports) are reported once per slice version
-(a warning and ``endpointslice_invalid_entries_total``) and skipped.
+(``--disable-ipv6``) no pod's IPv6 endpoint is (``topology.select_family``).
+FQDN slices are not used, and entries a slice could not give (bad addresses or
+ports) are reported once per slice version (a warning and
+``endpointslice_invalid_entries_total``) and skipped.
 
 New listeners get the snapshot, then diffs: ``add`` for new or changed
 addresses, ``remove`` for gone ones; a deleted Service is one ``remove`` with

@@ -291,7 +291,9 @@ class Http1Connection:
         self.our_state = State.IDLE
         self.their_state = State.IDLE
         self.keep_alive = True
-        self._buf = bytearray()
+        # Bytes read and not parsed yet (a pipelined request, a body's next part): callers only read it -- its
+        # length is what the I/O side bounds (``len``, not a property: a Python call less per read).
+        self.unparsed = bytearray()
         self._searched = 0  # how far the head terminator has been looked for (keeps scanning O(n))
         # llhttp: made at the first head, or after it refused something or was left behind (receive_data).
         self._parser: _Llhttp | None = None
@@ -316,17 +318,12 @@ class Http1Connection:
     @property
     def trailing_data(self) -> bytes:
         """Bytes read but not parsed: after a switch, the next protocol's first bytes."""
-        return bytes(self._buf)
+        return bytes(self.unparsed)
 
     @property
     def received(self) -> bytes:
         """Bytes held unparsed; after an error in a first head, all the peer sent (for an opaque fallback)."""
-        return bytes(self._buf)
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held unparsed (a pipelined request): the I/O side stops reading above a bound."""
-        return len(self._buf)
+        return bytes(self.unparsed)
 
     def start_next_cycle(self) -> bool:
         """After both messages of a cycle ended (and keep-alive holds), get ready for the next request. True when
@@ -338,14 +335,14 @@ class Http1Connection:
         self.our_state = self.their_state = State.IDLE
         self._method = b""
         self._switch_asked = False
-        return bool(self._buf) or self._eof
+        return bool(self.unparsed) or self._eof
 
     # -- receiving --------------------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes | None) -> list[Event]:
         """Bytes from the peer (``b""``: EOF) in; the events they complete out. None: nothing new
         (``parse_buffered``)."""
-        buf = self._buf
+        buf = self.unparsed
         if data is not None:
             if self.their_state is State.ERROR:
                 raise BadMessage("connection already failed")
@@ -362,9 +359,31 @@ class Http1Connection:
             while True:
                 state = self.their_state
                 if state is State.BODY:
-                    if not self._read_body(events):
-                        break
-                    continue
+                    if self._rframing is not _Framing.LENGTH:
+                        if not self._read_body(events):
+                            break
+                        continue
+                    # A Content-Length body (most are), here rather than in _read_body: a call less per message.
+                    if buf:
+                        n = min(self._rleft, len(buf))
+                        data = bytes(buf[:n])
+                        events.append(Body(data))
+                        del buf[:n]
+                        self._rleft -= n
+                        llhttp = self._parser
+                        if llhttp is not None:
+                            try:
+                                llhttp.parser.feed_data(data)
+                            except httptools.HttpParserError:  # not reached (a length-framed body is opaque to it)
+                                self._parser = None
+                    if self._rleft == 0:  # _end_read, inline (every Content-Length body ends here)
+                        self.their_state = (_next((self.their_state, EndOfMessage))
+                                            or _stuck(self.their_state, EndOfMessage, False))
+                        events.append(_END)
+                        continue
+                    if self._eof:
+                        raise BadMessage("connection closed inside a body")
+                    break
                 if state is not State.IDLE:
                     break  # DONE: what follows waits for start_next_cycle() (or is the next protocol's)
                 if self.role is Role.CLIENT and self.our_state is State.IDLE:
@@ -512,30 +531,10 @@ class Http1Connection:
         events.append(EndOfMessage(trailers) if trailers else _END)
 
     def _read_body(self, events: list[Event]) -> bool:
-        framing = self._rframing
-        buf = self._buf
-        if framing is _Framing.LENGTH:
-            if buf:
-                n = min(self._rleft, len(buf))
-                data = bytes(buf[:n])
-                events.append(Body(data))
-                del buf[:n]
-                self._rleft -= n
-                llhttp = self._parser
-                if llhttp is not None:
-                    try:
-                        llhttp.parser.feed_data(data)
-                    except httptools.HttpParserError:  # not reached (a length-framed body is opaque to llhttp)
-                        self._parser = None
-            if self._rleft == 0:  # _end_read, inline (every Content-Length body ends here)
-                self.their_state = _next((self.their_state, EndOfMessage)) or _stuck(self.their_state, EndOfMessage,
-                                                                                    False)
-                events.append(_END)
-                return True
-            if self._eof:
-                raise BadMessage("connection closed inside a body")
-            return False
-        if framing is _Framing.UNTIL_CLOSE:
+        """What the buffer holds of a body read until the close, or chunked (a Content-Length body is read in
+        ``receive_data``); True when the message ended."""
+        buf = self.unparsed
+        if self._rframing is _Framing.UNTIL_CLOSE:
             if buf:
                 events.append(Body(bytes(buf)))
                 buf.clear()
@@ -547,7 +546,7 @@ class Http1Connection:
         return self._read_chunked(events)
 
     def _read_chunked(self, events: list[Event]) -> bool:
-        buf = self._buf
+        buf = self.unparsed
         while True:
             phase = self._chunk_phase
             if phase == 1:  # chunk data

@@ -246,7 +246,7 @@ class Http1Proxy:
             self._refused(exc)
             return
         self._down_events(events)
-        if not self.over and not self.paused and self.server.buffered > HOLD_LIMIT:
+        if not self.over and not self.paused and len(self.server.unparsed) > HOLD_LIMIT:
             self._pause()
 
     def down_eof(self) -> None:
@@ -330,7 +330,10 @@ class Http1Proxy:
     def _request_event(self, ex: _Exchange, event: Body | EndOfMessage) -> None:
         if ex.idle is not None:
             ex.active = self.settings.clock()
-        ex.keep(event)
+        if isinstance(event, Body):
+            ex.keep(event)
+        elif not ex.overflow:  # the end, kept as ``keep`` keeps it (nothing to count: a call less per request)
+            ex.kept.append(event)
         if ex.frames is not None and isinstance(event, Body):
             ex.frames(len(event.data))
         up = ex.up
@@ -457,7 +460,7 @@ class Http1Proxy:
         if attempt is not None:
             self._cancel_attempt(ex)
             ex.attempt = self.sink.call_later(attempt, lambda: self._attempt_timed_out(ex, up, attempt))
-        if self.paused and self.server.buffered <= HOLD_LIMIT:
+        if self.paused and len(self.server.unparsed) <= HOLD_LIMIT:
             self._resume()
 
     # -- the upstream connection --------------------------------------------------------------------------------
@@ -750,7 +753,7 @@ class Http1Proxy:
         except BadMessage as exc:
             self._refused(exc)
             return None
-        if self.paused and server.buffered <= HOLD_LIMIT:
+        if self.paused and len(server.unparsed) <= HOLD_LIMIT:
             self._resume()
         return events
 

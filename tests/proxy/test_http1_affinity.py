@@ -127,3 +127,21 @@ def test_kept_connections_count_against_the_idle_bound_per_endpoint(tmp_path: Pa
                 assert len(web.peers) == 2 and web.ended == 1  # the one left serves both client connections
 
     run(scenario())
+
+
+def test_a_drain_finishes_the_request_on_a_kept_connection_then_closes_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            server, _, svc, server_proxy, _ = await mesh.two_proxies("web", 8080, 80)
+            async with Counted(server.ip, 8080, "web-0") as web, connection(svc, 80) as (reader, writer):
+                await ok(reader, writer)  # the server proxy's connection to the app: kept
+                held = asyncio.ensure_future(ok(reader, writer, "/hold"))  # on it again
+                await until(lambda: web.holding == 1, web.changed)
+                stopping = asyncio.ensure_future(server_proxy.stop(grace=60))
+                web.release.set()
+                assert await held == b"web-0 /hold"  # the request in hand finishes
+                await stopping  # drained: the client connection closed, what it kept closed with the pool
+                await until(lambda: web.ended == 1, web.changed)
+                assert len(web.peers) == 1
+
+    run(scenario())

@@ -347,6 +347,13 @@ def test_headers_the_proxies_add_and_remove() -> None:
     assert (b"l5d-client-id", b"me.ns.serviceaccount") in upstream.requests[1]
     assert (b"l5d-client-id", b"forged") not in upstream.requests[1]
     assert dict(client.responses[sid]) == {b":status": b"200", b"x-app": b"1"}
+    # Without strip_proxy_errors (inbound: a remote proxy's errors are for the client's proxy) they go on as they
+    # came: the core looks for them in its one pass over the head, and strips only when it found one.
+    client = Client()
+    sid = client.request(GET)
+    upstream = H2Server(respond(headers=((b"x-app", b"1"), (b"l5d-proxy-error", b"far away"))))
+    Harness(client, {ADDRS[0]: lambda: upstream}).run(http2(Router(ADDRS), http_settings("inbound")))
+    assert dict(client.responses[sid]) == {b":status": b"200", b"x-app": b"1", b"l5d-proxy-error": b"far away"}
 
 
 def test_orig_proto_requests_are_downgraded_to_http1() -> None:

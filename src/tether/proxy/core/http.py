@@ -36,7 +36,7 @@ L5D_PROXY_CONNECTION = b"l5d-proxy-connection"
 L5D_CLIENT_ID = b"l5d-client-id"
 L5D_DST_OVERRIDE = b"l5d-dst-override"
 L5D_DST_CANONICAL = b"l5d-dst-canonical"
-_PROXY_ERRORS = (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)
+PROXY_ERRORS = (L5D_PROXY_ERROR, L5D_PROXY_CONNECTION)  # a remote proxy's, not for the app (outbound)
 
 ClientAddr = tuple[str, int]  # the accepted connection's peer (ip, port), as tap reports it
 
@@ -223,6 +223,6 @@ def strip_proxy_errors(headers: HeaderList, settings: HttpSettings) -> HeaderLis
     (outbound: they are for this proxy, not for the app)."""
     if settings.strip_proxy_errors:
         for name, _ in headers:  # a copy only when there is one (a call less per response without)
-            if name.lower() in _PROXY_ERRORS:
-                return [(n, v) for n, v in headers if n.lower() not in _PROXY_ERRORS]
+            if name.lower() in PROXY_ERRORS:
+                return [(n, v) for n, v in headers if n.lower() not in PROXY_ERRORS]
     return headers

@@ -98,6 +98,7 @@ from tether.proxy.core.commands import Command, Connect, Failed, Layer
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http import (
     MAX_REPLAY,
+    PROXY_ERRORS,
     ClientAddr,
     HttpSettings,
     Pick,
@@ -357,7 +358,7 @@ class _Stream:
         self.sent = 0  # response body bytes relayed to the client (tap's response_end)
         self.sampled = False  # the endpoint's latency sample was taken (or there is none to take: see _sample)
         self.reset_after: int | None = None  # reset the client's stream with this code once the response is out
-        # A ServiceProfile route (proxy.md §7.5, §7.6): see Http2Proxy._routed.
+        # A ServiceProfile route (proxy.md §7.5, §7.6): see Http2Proxy._route_step.
         self.route: Route | None = None  # the route of the first pick: its timeout, retries and route_* series
         self.route_labels = ""
         self.timer: Timer | None = None  # the route's timeout, until the response head
@@ -701,16 +702,12 @@ class Http2Proxy:
             command = gen.send(reply)
         except StopIteration as stop:
             stream.routing = None
-            self._routed(stream, stop.value)
+            result: Pick | ProxyError = stop.value
+        else:
+            stream.routing = gen
+            self.sink.wait(command, lambda answer: self._waited(stream, gen, answer))
             return
-        stream.routing = gen
-        self.sink.wait(command, lambda answer: self._waited(stream, gen, answer))
-
-    def _waited(self, stream: _Stream, gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
-        self._route_step(stream, gen, reply)
-        self._after()
-
-    def _routed(self, stream: _Stream, result: Pick | ProxyError) -> None:
+        # Routed (here, not in a method of its own: a call less per stream).
         if result.route is not None and stream.route is None:
             self._route_begun(stream, result.route)
         if isinstance(result, ProxyError):
@@ -733,6 +730,10 @@ class Http2Proxy:
             self._checkout_h1(stream, result)
             return
         self._attach(stream, result)
+
+    def _waited(self, stream: _Stream, gen: Generator[Command, Any, Pick | ProxyError], reply: Any) -> None:
+        self._route_step(stream, gen, reply)
+        self._after()
 
     def _attach(self, stream: _Stream, pick: Pick) -> None:
         """Queue ``stream`` on the endpoint's connection (opened if there is none)."""
@@ -789,24 +790,8 @@ class Http2Proxy:
                 self._open_stream(up, stream)
 
     def _open_stream(self, up: _Up, stream: _Stream) -> None:
-        usid = up.ep.next_stream_id()
-        end = stream.req_end and not stream.req_buf and not stream.req_trailers
-        if not up.ep.send_headers(usid, self._upstream_headers(stream), end_stream=end):
-            self._fail(stream, errors.io_error(up.addr))
-            return
-        stream.up = up
-        stream.usid = usid
-        up.streams[usid] = stream
-        stream.phase = TRANSITIONS.get((stream.phase, Step.OPENED)) or _illegal(stream, Step.OPENED)
-        timeout = exchange.attempt_timeout(stream.route) if stream.route is not None else None
-        if timeout is not None:
-            stream.attempt = self.sink.call_later(timeout, lambda: self._attempt_timed_out(stream, usid, timeout))
-        if end:
-            stream.req_sent = True
-        elif stream.req_buf or stream.req_end:  # else nothing to hand on yet (three calls less per such stream)
-            self._forward_request(stream)
-
-    def _upstream_headers(self, stream: _Stream) -> Headers:
+        # The request's head as it goes up: its pseudo-headers, then the regular ones under the l5d-* rules. (Built
+        # here, not in a method of its own: a call less per stream.)
         pick = stream.pick
         assert pick is not None
         headers: Headers = [(b":method", stream.method)]
@@ -823,7 +808,22 @@ class Http2Proxy:
         if pick.rewrite is not None:  # a client policy's names, as HTTP/2 wants them (the codec sends them as given)
             regular = [(n.lower(), v) for n, v in regular]
         headers.extend(regular)
-        return headers
+        usid = up.ep.next_stream_id()
+        end = stream.req_end and not stream.req_buf and not stream.req_trailers
+        if not up.ep.send_headers(usid, headers, end_stream=end):
+            self._fail(stream, errors.io_error(up.addr))
+            return
+        stream.up = up
+        stream.usid = usid
+        up.streams[usid] = stream
+        stream.phase = TRANSITIONS.get((stream.phase, Step.OPENED)) or _illegal(stream, Step.OPENED)
+        timeout = exchange.attempt_timeout(stream.route) if stream.route is not None else None
+        if timeout is not None:
+            stream.attempt = self.sink.call_later(timeout, lambda: self._attempt_timed_out(stream, usid, timeout))
+        if end:
+            stream.req_sent = True
+        elif stream.req_buf or stream.req_end:  # else nothing to hand on yet (three calls less per such stream)
+            self._forward_request(stream)
 
     def _flush_up(self, up: _Up, usid: int | None = None) -> None:
         """Send an upstream what its windows allow (not while its write buffer is full); acknowledge what went."""
@@ -914,19 +914,25 @@ class Http2Proxy:
             stream.active = self.settings.clock()
         if not stream.sampled:
             self._sample(stream)
-        # One pass (a loop, not next() over a generator): the first :status, and whether a grpc-status came
-        # (most heads have none: then no _note_grpc_status call, unless a modifier may have added one).
+        # One pass (a loop, not next() over a generator): the first :status, whether a grpc-status came (most
+        # heads have none: then no _note_grpc_status call, unless a modifier may have added one), and whether a
+        # remote proxy's error header came (names are lowercase in HTTP/2: the codec checked; most heads have
+        # none: then no strip_proxy_errors call).
         status: bytes | None = None
         grpc_status = False
+        proxy_error = False
         for name, value in headers:
             if name == b":status":
                 if status is None:
                     status = value
             elif name == GRPC_STATUS:
                 grpc_status = True
+            elif name in PROXY_ERRORS:
+                proxy_error = True
         stream.status = int(status) if status is not None and status.isdigit() else 502
         self.resets = max(self.resets - 1, 0)  # a stream answered: a client that resets some is not abusive
-        headers = strip_proxy_errors(headers, self.settings)  # (it keeps grpc-status)
+        if proxy_error:
+            headers = strip_proxy_errors(headers, self.settings)  # (it keeps grpc-status)
         pick = stream.pick
         if pick is not None and pick.respond is not None:  # a client policy route's ResponseHeaderModifier
             headers = [h for h in headers if h[0][:1] == b":"] + [
@@ -1348,7 +1354,8 @@ class Http2Proxy:
             up.streams.pop(stream.usid, None)
             if stream.owed_up:  # (the call only when something is owed)
                 self._ack_up(stream)
-            up.ep.drop(stream.usid)
+            if up.ep.pending(stream.usid):  # (the call only when something is queued: pending is a C call)
+                up.ep.drop(stream.usid)
             if up.draining and not up.streams:
                 self._close_up(up)
             elif up.waiting:  # (the call only when a stream waits for this one's slot)

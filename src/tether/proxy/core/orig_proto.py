@@ -221,8 +221,9 @@ class Leg:
             self.started()
         else:
             conn.queued.append(self)
-        if not conn.woken:
-            conn.wake()
+        if not conn.woken:  # (set and called here, not in a method: a call less per request)
+            conn.woken = True
+            conn.on_output()
         return b""
 
     def send_body(self, data: bytes) -> bytes:
@@ -263,7 +264,8 @@ class Leg:
         conn.unsent = True
         conn.touched.append(self)
         if not conn.woken:
-            conn.wake()
+            conn.woken = True
+            conn.on_output()
 
     # -- from the I/O side -----------------------------------------------------------------------------------------
 
@@ -395,10 +397,6 @@ class UpgradeConnection:
     def leg(self) -> Leg:
         self.legs += 1
         return Leg(self)
-
-    def wake(self) -> None:
-        self.woken = True
-        self.on_output()
 
     def take_touched(self) -> list[Leg]:
         """The legs that moved since the last call (what the windows allow of what the legs queued is sent

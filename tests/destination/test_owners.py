@@ -24,6 +24,7 @@ from tether.destination.endpoint_translator import EndpointEncoder
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.watcher.cluster import WATCHED, WATCHED_WITH_NODES, ClusterIndex
 from tether.destination.watcher.endpoints import EndpointsWatcher
+from tether.destination.watcher.facts import ExternalWorkloadFacts, facts_of
 from tether.destination.watcher.listeners import Address
 from tether.destination.watcher.workloads import WorkloadWatcher
 from tether.platform.watch import ResourceEvent
@@ -122,3 +123,15 @@ async def test_a_deleted_job_leaves_its_pods_labelled_by_the_job() -> None:
     assert index.owner_of(nightly) == ("cronjob", "nightly")
     index.apply("Job.batch", ResourceEvent("DELETED", job, "2", 2.0))
     assert index.owner_of(nightly) == ("k8s_job", "nightly-2901")
+
+
+def test_an_external_workloads_owner_is_its_kind_in_lower_case() -> None:
+    workload = {"apiVersion": "workload.linkerd.io/v1beta1", "kind": "ExternalWorkload",
+                "metadata": {"name": "vm-1", "namespace": NS,
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "setup",
+                                                  "uid": "u"}]},
+                "spec": {"meshTLS": {"identity": "spiffe://cluster.local/vm", "serverName": "vm.cluster.local"},
+                         "workloadIPs": [{"ip": "10.9.0.1"}]}}
+    facts = facts_of(workload)
+    assert isinstance(facts, ExternalWorkloadFacts)
+    assert (facts.owner_kind, facts.owner_name) == ("job", "setup")  # Linkerd's: no k8s_job here, unlike pods

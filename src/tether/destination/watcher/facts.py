@@ -311,8 +311,8 @@ def _external_workload(resource: Resource) -> ExternalWorkloadFacts:
     assert isinstance(spec, ExternalWorkloadSpec)
     refs = resource.metadata.owner_references
     owner_kind, owner_name = ("", "")
-    if len(refs) == 1:
-        owner_kind, owner_name = owner_label(refs[0].kind), refs[0].name
+    if len(refs) == 1:  # its kind in lower case, as Linkerd labels an ExternalWorkload's owner (no ``k8s_job``)
+        owner_kind, owner_name = refs[0].kind.lower(), refs[0].name
     return ExternalWorkloadFacts(
         namespace=resource.namespace or "",
         name=resource.name,

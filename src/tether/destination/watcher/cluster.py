@@ -261,7 +261,7 @@ class ClusterIndex:
         if len(pod.owner_refs) != 1:
             return "pod", pod.name
         kind, name = pod.owner_refs[0]
-        owner = self.owners.get((kind, pod.namespace, name)) if kind in ("Job", "ReplicaSet") else None
+        owner = self.owners.get((kind, pod.namespace, name))  # only Jobs and ReplicaSets are kept
         parent = owner.stands_for_it() if owner is not None else None
         if parent is not None:
             kind, name = parent

@@ -47,7 +47,7 @@ META_ADDR_ENVS = ("LINKERD2_PROXY_ADMIN_LISTEN_ADDR", "LINKERD2_PROXY_CONTROL_LI
 _OWNER_LABEL = {"Job": "k8s_job"}
 # The kinds of a pod's owner whose own owner stands for it in the labels (Linkerd reads them as metadata, on
 # Kubernetes): a Job's CronJob, a ReplicaSet's Deployment (or StatefulSet, DaemonSet, Job).
-OWNER_OBJECT_KINDS = {("batch/v1", "Job"), ("apps/v1", "ReplicaSet")}
+_OWNER_OBJECT_KINDS = {("batch/v1", "Job"), ("apps/v1", "ReplicaSet")}
 _RS_PARENT_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
 
 
@@ -242,7 +242,7 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
     """The facts of one watched object, or None when it can't be read (logged) or is of another kind."""
     if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1":
         return _node(obj)  # not in the resource model (only the Kubernetes platform has Nodes): read its label here
-    if (obj.get("apiVersion"), obj.get("kind")) in OWNER_OBJECT_KINDS:
+    if (obj.get("apiVersion"), obj.get("kind")) in _OWNER_OBJECT_KINDS:
         return _owner_object(obj)  # metadata only, on Kubernetes, as for Nodes
     try:
         resource = parse(obj)

@@ -19,11 +19,11 @@ with ``--platform kubernetes``.  It keeps the contract of ``tether.platform.watc
   ``404`` is an empty collection: ``SYNCED`` (after ``DELETED`` for what was
   seen), logged once, and listed again every ``retry_max`` until it is served.
 
-A type watched as metadata only (``ApiResource.metadata_only``: Nodes) is listed and
-watched with client-go's metadata ``Accept`` header, so the server sends each
-object as a ``PartialObjectMetadata``; every object is handed on as its own kind
-(``v1`` ``Node``) with its ``metadata`` alone, also from a server that fell back
-to whole objects.
+A type watched as metadata only (``ApiResource.metadata_only``: Nodes, ReplicaSets,
+Jobs) is listed and watched with client-go's metadata ``Accept`` header, so the
+server sends each object as a ``PartialObjectMetadata``; every object is handed on
+as its own kind (``v1`` ``Node``...) with its ``metadata`` alone, also from a
+server that fell back to whole objects.
 
 Duplicates are dropped: an event whose object has the resource version already
 passed on (or, when a server gives no versions, the same content) is not repeated,

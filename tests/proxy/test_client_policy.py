@@ -776,3 +776,119 @@ def test_the_balancer_families_count_each_backends_endpoints() -> None:
     # are not HTTP) goes to the Service itself, counted in the TCP family.
     tcp = [line for line in out if line.startswith(("outbound_tcp_balancer_", "outbound_tls_balancer_"))]
     assert tcp and all(line.startswith("outbound_tcp_balancer_") and 'backend_name="web"' in line for line in tcp)
+
+
+def test_each_route_and_each_backend_counts_on_series_of_its_own() -> None:
+    """The route metrics' series are bound once per route and backend and updated in place: two routes (and two
+    backends of one route) never share one."""
+    from playbook import DownData, exchange
+
+    registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
+    metrics = PolicyMetrics(registry)
+    prefix = lambda path: [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],  # noqa: E731
+                            "backendRefs": [backend("api" if path == "/a" else "web")]}]
+    get_a, get_b = (f"GET {p} HTTP/1.1\r\nHost: web\r\n\r\n".encode() for p in ("/a", "/b"))
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    failed = b"HTTP/1.1 503 Down\r\nContent-Length: 1\r\n\r\nx"
+    for request, response in ((get_a, ok), (get_a, ok), (get_b, failed)):
+        assert playbook([http_route("a", "web", prefix("/a")), http_route("b", "web", prefix("/b"))], metrics) \
+            >> DownData(request) >> exchange(UP, 0, request, response)
+    text = registry.render().splitlines()
+    route_ = {name: ROUTE.replace('route_name="r"', f'route_name="{name}"') for name in "ab"}
+    backend_ = {name: f'backend_group="core",backend_kind="Service",backend_namespace="emojivoto",backend_name="{name}",'
+                      'backend_port="80",backend_section_name=""' for name in ("api", "web")}
+    a, b = f'{PARENT},{route_["a"]},hostname=""', f'{PARENT},{route_["b"]},hostname=""'
+    a_api, b_web = f'{PARENT},{route_["a"]},{backend_["api"]}', f'{PARENT},{route_["b"]},{backend_["web"]}'
+    family = "outbound_http_route_"
+    assert sorted(line for line in text if line.startswith(f"{family}request_statuses_total{{")) == sorted([
+        f'{family}request_statuses_total{{{a},http_status="200",error=""}} 2',
+        f'{family}request_statuses_total{{{b},http_status="503",error=""}} 1'])
+    assert sorted(line for line in text if line.startswith(f"{family}request_duration_seconds_count{{")) == sorted([
+        f"{family}request_duration_seconds_count{{{a}}} 2", f"{family}request_duration_seconds_count{{{b}}} 1"])
+    assert sorted(line for line in text if line.startswith(f"{family}backend_requests_total{{")) == sorted([
+        f"{family}backend_requests_total{{{a_api}}} 2", f"{family}backend_requests_total{{{b_web}}} 1"])
+    assert sorted(line for line in text if line.startswith(f"{family}backend_response_statuses_total{{")) == sorted([
+        f'{family}backend_response_statuses_total{{{a_api},http_status="200",error=""}} 2',
+        f'{family}backend_response_statuses_total{{{b_web},http_status="503",error=""}} 1'])
+    assert sorted(line for line in text if line.startswith(f"{family}backend_response_frame_size_bytes_sum{{")) == \
+        sorted([f"{family}backend_response_frame_size_bytes_sum{{{a_api}}} 4",
+                f"{family}backend_response_frame_size_bytes_sum{{{b_web}}} 1"])
+    # Two backends of one route, drawn by weight: each counted under its own labels.
+    split = policy_of(http_route("r", "web", [{"backendRefs": [backend("api", weight=1), backend("web", weight=1)]}]))
+    for draw in (0.1, 0.9, 0.9):
+        assert isinstance(decide(split, get("/"), False, draws(draw), metrics), Decision)
+    requests = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in registry.render().splitlines()
+                if line.startswith(f"{family}backend_requests_total{{{PARENT},{ROUTE},")}
+    assert requests == {f"{family}backend_requests_total{{{PARENT},{ROUTE},{backend_['api']}}}": "1",
+                        f"{family}backend_requests_total{{{PARENT},{ROUTE},{backend_['web']}}}": "2"}
+
+
+def test_a_route_without_retries_or_attempt_timeouts_is_not_asked_about_them() -> None:
+    """``exchange.settle_attempt`` and ``exchange.attempt_timeout`` answer for a plain policy route (no retry
+    budget, no per-attempt timeout: most) without classifying its attempt or asking its retry state; a route
+    with retries and one with a per-attempt timeout are still asked (their retries and timeouts: the playbooks
+    above)."""
+    from tether.proxy.core import exchange
+    from tether.proxy.core.client_policy import Retry
+    from tether.proxy.core.http import HttpSettings
+    from tether.proxy.core.policy_routes import Attempts
+    from tether.proxy.core.profiles import MATCH_ALL
+
+    asked: list[str] = []
+
+    class Asked(PolicyRoute):
+        __slots__ = ()
+
+        def is_failure(self, status: int, grpc_status: int | None = None) -> bool:
+            asked.append("is_failure")
+            return PolicyRoute.is_failure(self, status, grpc_status)
+
+        def attempt_timeout(self) -> float | None:
+            asked.append("attempt_timeout")
+            return PolicyRoute.attempt_timeout(self)
+
+    settings = HttpSettings("outbound", lambda: 100.0, None)
+    retry = Retry(limit=1, max_request_bytes=64 * 1024, statuses=((500, 599),))
+    plain, with_retries = Asked(MATCH_ALL, timeout=5.0), Asked(MATCH_ALL, budget=Attempts(1), retry=retry)
+    timed = Asked(MATCH_ALL, budget=Attempts(1), retry=Retry(1, 64 * 1024, ((500, 599),), timeout=0.5))
+    assert exchange.settle_attempt(settings, plain, "", 100.0, 503, None, None, True) is Settled.FINAL
+    assert exchange.attempt_timeout(plain) is None and exchange.attempt_timeout(with_retries) is None
+    assert asked == []  # the short path: nothing asked
+    assert exchange.settle_attempt(settings, with_retries, "", 100.0, 503, None, None, True) is Settled.RETRY
+    assert exchange.attempt_timeout(timed) == 0.5
+    assert asked == ["is_failure", "attempt_timeout"]
+
+
+def test_a_routes_series_expire_together_once_no_request_begins_on_them() -> None:
+    from tether.proxy.core import exchange
+    from tether.proxy.core.http import HttpSettings
+    from tether.proxy.core.policy_routes import RouteReport
+    from tether.proxy.core.profiles import MATCH_ALL
+
+    clock = Clock()
+    registry = Registry(retain_idle=600.0, clock=clock)
+    report = RouteReport(PolicyMetrics(registry), False, f"{PARENT},{ROUTE}")
+    backend_ = report.of_backend(policy_of().only[False][1].backends[0])  # type: ignore[index]
+    route = PolicyRoute(MATCH_ALL, report=report)
+    settings = HttpSettings("outbound", clock, None)
+
+    def one_request() -> None:
+        frames = exchange.request_frames(route)
+        assert frames is not None
+        frames(100)
+        backend_.series().requests += 1
+        exchange.record_route(settings, "", 200, True, clock.now, route=route)
+
+    def lines() -> list[str]:
+        return [line for line in registry.render().splitlines() if line.startswith("outbound_http_route_")
+                and ("_count{" in line or "_total{" in line)]
+
+    one_request()
+    assert len(lines()) == 4  # the route's statuses, duration and request frames; the backend's requests
+    clock.now += 500
+    one_request()  # moved since the last scrape: touched now
+    clock.now += 500
+    assert len(lines()) == 4 and f'request_statuses_total{{{PARENT},{ROUTE},hostname="",http_status="200",error=""}} 2' \
+        in "\n".join(lines())
+    clock.now += 601
+    assert lines() == []  # nothing begun for retain_idle: the route's and its backend's series go together

@@ -34,6 +34,7 @@ from tether.proxy.core.client_policy_translation import translate  # noqa: E402
 from tether.proxy.core.config import ConfigError, ProxyConfig  # noqa: E402
 from tether.proxy.core.metrics import Registry  # noqa: E402
 from tether.proxy.core.policy_metrics import PolicyMetrics, request_host  # noqa: E402
+from tether.proxy.core.policy_routes import RouteReport  # noqa: E402
 
 VAR = "LINKERD2_PROXY_OUTBOUND_METRICS_HOSTNAME_LABELS"
 
@@ -126,7 +127,7 @@ def test_hosts_do_not_grow_the_series_past_the_bound() -> None:
     registry = Registry(retain_idle=600.0, clock=lambda: 100.0)
     metrics = PolicyMetrics(registry, hostname_labels=True)
     for i in range(MAX_SERIES + 50):
-        metrics.finished(False, f"{PARENT},{ROUTE}", 0.01, 200, None, "", f"h{i}.example.com")
+        RouteReport(metrics, False, f"{PARENT},{ROUTE}", f"h{i}.example.com").series().ended(200, None, 0.01, "")
     statuses = [line for line in registry.render().splitlines()
                 if line.startswith("outbound_http_route_request_statuses_total{")]
     durations = [line for line in registry.render().splitlines()

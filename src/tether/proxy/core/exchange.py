@@ -34,7 +34,8 @@ from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ErrorKind, ProxyError
 from tether.proxy.core.http import HeaderEdit, HttpSettings
-from tether.proxy.core.policy_routes import PolicyRoute
+from tether.proxy.core.policy_metrics import FRAME_BUCKETS, histogram
+from tether.proxy.core.policy_routes import Attempts, PolicyRoute
 from tether.proxy.core.retries import Settled, settle
 
 if TYPE_CHECKING:
@@ -80,10 +81,18 @@ def route_begun(settings: HttpSettings, route: Route) -> str:
 
 
 def request_frames(route: Route) -> Callable[[float], None] | None:
-    """Where the exchange's request body frames are counted, once each: a client policy route's
-    ``outbound_*_route_request_frame_size_bytes`` (None: not counted)."""
-    if isinstance(route, PolicyRoute) and route.report is not None:
-        return route.report.request_frames()
+    """The exchange begins on ``route``: on a client policy route, counted on its series (their expiry watches
+    that), and where its request body frames are counted, once each: the route's
+    ``outbound_*_route_request_frame_size_bytes`` (None: not counted). The series is found inline (a dict
+    lookup, no call, when it is known)."""
+    if isinstance(route, PolicyRoute):
+        report = route.report
+        if report is not None:
+            series = report.family.routes.get(report.key) or report.series()
+            series.requests += 1
+            if series.frames is None:
+                series.frames = histogram(FRAME_BUCKETS)
+            return series.frame
     return None
 
 
@@ -92,11 +101,13 @@ def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, star
     """An attempt on ``route`` ended with ``status`` (``grpc_status`` for gRPC; ``error`` if the proxy answers
     for the endpoint): RETRY it (a failure by the route's classes, the request ``replayable``, an endpoint
     error of a retryable kind, the budget allows), FINAL, or EXPIRED (the route's timeout passed meanwhile)."""
+    budget = route.budget
+    if budget is None:  # a route without retries (most): final (as ``settle`` says), without classifying the
+        return Settled.FINAL  # attempt or calling ``settle``: two calls fewer per request
     # A per-attempt timeout is retried whatever the conditions say (Linkerd's response-headers timeout).
     failure = route.is_failure(status, grpc_status) or error is not None and error.kind is ErrorKind.ATTEMPT_TIMEOUT
     retryable = failure and replayable and (error is None or error.kind.retryable)
-    budget = route.budget
-    expired = (retryable and budget is not None and route.timeout is not None
+    expired = (retryable and route.timeout is not None
                and settings.clock() >= start + route.timeout)
     metrics = settings.metrics
     routes = metrics.routes if metrics is not None and route_labels else None
@@ -104,8 +115,11 @@ def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, star
 
 
 def attempt_timeout(route: Route | None) -> float | None:
-    """The per-attempt timeout of the attempt about to go out on ``route`` (a client policy rule's), if any."""
-    return route.attempt_timeout() if isinstance(route, PolicyRoute) else None
+    """The per-attempt timeout of the attempt about to go out on ``route`` (a client policy rule's), if any. A
+    rule without one (most) is known by its retry, with no call to ask the route."""
+    if isinstance(route, PolicyRoute) and route.retry is not None and route.retry.timeout is not None:
+        return route.attempt_timeout()
+    return None
 
 
 def idle_timeout(route: Route) -> float | None:
@@ -145,8 +159,15 @@ def record_route(settings: HttpSettings, route_labels: str, status: int, success
     """``route_response_total`` and its latency for the exchange as the client saw it (a timeout is not an
     actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics."""
     if isinstance(route, PolicyRoute):
-        route.finished(settings.clock() - start, status, grpc_status, _POLICY_ERRORS.get(error, "UNKNOWN")
-                       if error else "")
+        report = route.report
+        if report is not None:  # the route's series, found inline (no call when known), and its retry's success
+            policy_error = _POLICY_ERRORS.get(error, "UNKNOWN") if error else ""
+            (report.family.routes.get(report.key) or report.series()).ended(
+                status, grpc_status, settings.clock() - start, policy_error)
+            budget = route.budget
+            if isinstance(budget, Attempts) and budget.retried and not policy_error \
+                    and not route.is_failure(status, grpc_status):
+                report.retry("successes")
     metrics = settings.metrics
     if metrics is not None and route_labels:
         metrics.routes.response(route_labels, status, success, int((settings.clock() - start) * 1000), error,

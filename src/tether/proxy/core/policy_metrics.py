@@ -10,9 +10,7 @@
   request body chunk (an HTTP/1 chunk or read, an HTTP/2 DATA frame) the client
   sent on the route, once (a retry's replay is not counted again), and
   ``..._backend_response_frame_size_bytes``: each response body chunk of the
-  backend relayed to the client. The cores observe them through series bound
-  once per request (``request_frames``, ``backend_frames``): no label rendering
-  per chunk;
+  backend relayed to the client;
 - ``outbound_{http,grpc}_route_retry_{requests,successes,limit_exceeded,overflow}_total`` (``overflow`` always
   0: a retry waits for its backend's readiness here, where Linkerd's gives up);
 - ``outbound_tcp_protocol_connections_total{protocol}``: connections by their
@@ -36,13 +34,23 @@ target's authority, else the ``Host`` or ``:authority`` header, without the port
 when that is a DNS name, in lower case (an IP literal or anything else: empty),
 on the request-level families (durations, statuses, retries, request frames; never the
 ``backend_*`` ones), and the SNI on the TLS route families. Hostnames are the
-client's to choose, so they are not bounded by the mesh's routes: every family
-keeps at most ``MAX_SERIES`` series and expires idle ones as the proxy's other
-families do (``core.metrics.Counter``).
+client's to choose, so they are not bounded by the mesh's routes.
 
-Pure: the callers pass durations. Callers: ``core.routes`` (backend requests),
-``core.policy_routes`` (``RouteReport``: statuses, durations, retries),
-``tether.proxy.app`` (rendering, through its registry).
+The per-request path renders no labels and calls no counter: the series of a
+route (and hostname) are one ``RouteSeries``, those of a route's backend one
+``BackendSeries``, which requests update in place; a request finds them by
+their rendered labels (one dict lookup), and the HTTP cores call their
+``request_frame``, ``response`` and ``frame`` methods as the pick's observers.
+As the proxy's other families, a series is touched at a scrape when its
+requests moved since the previous one, and dropped when untouched for
+``retain_idle`` (or, past ``MAX_SERIES`` routes or backends, the least recently
+touched tenth); a request holding a series that expires meanwhile loses the
+rest of its observations.
+
+Pure: the callers pass durations. Callers: ``core.policy_routes``
+(``RouteReport``, ``BackendReport``: which series a request updates),
+``core.exchange`` (a request's begin and end on its route), ``core.routes``
+(the pick's observers), ``tether.proxy.app`` (rendering, through its registry).
 """
 
 from __future__ import annotations
@@ -50,13 +58,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from functools import lru_cache
+from typing import ClassVar, TypeVar
 
 from tether.proxy.codec import detect
 from tether.proxy.codec.addrs import is_dns_name
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import labels
 from tether.proxy.core.http_metrics import render_histogram
-from tether.proxy.core.metrics import MAX_SERIES, Counter, Registry, stale_series
+from tether.proxy.core.metrics import MAX_SERIES, Registry, stale_series
 
 DURATION_BUCKETS = (0.05, 0.5, 1.0, 10.0)
 DETECT_BUCKETS = (0.001, 0.1)
@@ -86,30 +95,19 @@ class _Histogram:
         self._touched: dict[str, float] = {}
 
     def observe(self, labels_: str, seconds: float) -> None:
-        series = self._series(labels_)
-        series[bisect_left(self.buckets, seconds)] += 1
-        series[-2] += seconds
-        series[-1] += 1
-
-    def bind(self, labels_: str) -> Callable[[float], None]:
-        """An observer of ``labels_``'s series, for a request's many observations (a series expired while a
-        request holds it loses the rest of that request's)."""
-        return _Bound(self._series(labels_), self.buckets).observe
-
-    def _series(self, labels_: str) -> list[float]:
-        """``labels_``'s series, made if new, touched now."""
         series = self.series.get(labels_)
         if series is None:
             if len(self.series) >= MAX_SERIES:
                 self._expire(force=True)
-            series = self.series[labels_] = [0.0] * (len(self.buckets) + 3)
+            series = self.series[labels_] = histogram(self.buckets)
         self._touched[labels_] = self._clock()
-        return series
+        series[bisect_left(self.buckets, seconds)] += 1
+        series[-2] += seconds
+        series[-1] += 1
 
     def render(self, out: list[str]) -> None:
         self._expire(force=False)
-        out.append(f"# HELP {self.name} {self.help}")
-        out.append(f"# TYPE {self.name} histogram")
+        _header(out, self.name, "histogram", self.help)
         for key, series in self.series.items():
             render_histogram(out, self.name, key, series, self.buckets)
 
@@ -119,47 +117,175 @@ class _Histogram:
             self._touched.pop(key, None)
 
 
-class _Bound:
-    """One series of a histogram, held by a request (``_Histogram.bind``)."""
-
-    __slots__ = ("series", "buckets")
-
-    def __init__(self, series: list[float], buckets: tuple[float, ...]) -> None:
-        self.series = series
-        self.buckets = buckets
-
-    def observe(self, value: float) -> None:
-        series = self.series
-        series[bisect_left(self.buckets, value)] += 1
-        series[-2] += value
-        series[-1] += 1
+def histogram(buckets: tuple[float, ...]) -> list[float]:
+    """An empty histogram over ``buckets``: the count per bucket (+Inf last), then the sum and the count."""
+    return [0.0] * (len(buckets) + 3)
 
 
-class _Family:
-    """The metrics of one protocol (``http`` or ``grpc``)."""
+class _Series:
+    """What the series of a route and those of a route's backend have in common: counted ``requests`` (what
+    expiry watches, ``_expire``), statuses by their rendered ``http_status``/``grpc_status`` and ``error``
+    labels, a duration histogram (None until the first observation) and a frame size one (None until a
+    request binds ``frame``)."""
 
-    def __init__(self, registry: Registry, proto: str) -> None:
-        prefix = f"outbound_{proto}_route"
-        self.duration = _Histogram(f"{prefix}_request_duration_seconds",
-                                   f"The time between request initialization and response completion ({proto}).",
-                                   registry.clock, registry.retain_idle)
-        self.statuses = registry.counter(f"{prefix}_request_statuses_total", "Completed request-response streams.")
-        self.backend_duration = _Histogram(f"{prefix}_backend_response_duration_seconds",
-                                           f"The time from a backend request to its response's end ({proto}).",
-                                           registry.clock, registry.retain_idle, BACKEND_BUCKETS)
-        self.request_frames = _Histogram(f"{prefix}_request_frame_size_bytes",
-                                         f"The size of request body frames sent on the route ({proto}).",
-                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
-        self.backend_frames = _Histogram(f"{prefix}_backend_response_frame_size_bytes",
-                                         f"The size of response body frames of a backend ({proto}).",
-                                         registry.clock, registry.retain_idle, FRAME_BUCKETS)
-        self.backend_statuses = registry.counter(f"{prefix}_backend_response_statuses_total",
-                                                 "Completed responses of backends.")
-        self.backend_requests = registry.counter(f"{prefix}_backend_requests_total",
-                                                 "The total number of requests dispatched to a backend.")
-        self.retry: dict[str, Counter] = {
-            what: registry.counter(f"{prefix}_retry_{what}_total", f"Retry {what.replace('_', ' ')}.")
-            for what in _RETRY}
+    __slots__ = ("grpc", "requests", "seen", "touched", "statuses", "duration", "frames")
+    durations: ClassVar[tuple[float, ...]]  # the duration histogram's buckets
+
+    def __init__(self, grpc: bool, now: float) -> None:
+        self.grpc = grpc
+        self.requests = 0
+        self.seen = 0  # ``requests`` at the last scrape
+        self.touched = now
+        self.statuses: dict[str, int] = {}
+        self.duration: list[float] | None = None
+        self.frames: list[float] | None = None
+
+    def ended(self, status: int, grpc_status: int | None, seconds: float, error: str | None = None) -> None:
+        """A request (an attempt, at a backend) ended after ``seconds`` with ``status`` (0: none) and ``error``
+        (Linkerd's ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came; None: ``UNKNOWN`` without a
+        status, as for a backend's response). A backend's is its pick's ``outcome``, called by the cores."""
+        buckets = self.durations
+        duration = self.duration
+        if duration is None:
+            duration = self.duration = histogram(buckets)
+        duration[bisect_left(buckets, seconds)] += 1
+        duration[-2] += seconds
+        duration[-1] += 1
+        outcome = _outcome(self.grpc, status, grpc_status, ("" if status else "UNKNOWN") if error is None else error)
+        self.statuses[outcome] = self.statuses.get(outcome, 0) + 1
+
+    def frame(self, size: float) -> None:
+        """A body frame of ``size`` bytes."""
+        frames = self.frames
+        assert frames is not None
+        frames[bisect_left(FRAME_BUCKETS, size)] += 1
+        frames[-2] += size
+        frames[-1] += 1
+
+
+class RouteSeries(_Series):
+    """The request-level series of one route and ``hostname`` label in one protocol's families, updated in place
+    by its requests (``core.policy_routes.RouteReport`` finds it by its labels, a dict lookup per request: no
+    label rendering, no call into a counter): ``requests`` begun on it, their statuses and durations, the
+    frames of their bodies (``frame``: ``core.exchange.request_frames``) and ``retries``, None until the route's
+    first retry event (its four series come into being together, as Linkerd creates them)."""
+
+    __slots__ = ("retries",)
+    durations = DURATION_BUCKETS
+
+    def __init__(self, grpc: bool, now: float) -> None:
+        super().__init__(grpc, now)
+        self.retries: list[int] | None = None  # requests, successes, limit_exceeded, overflow (as ``_RETRY``)
+
+    def retry(self, what: str) -> None:
+        """One retry event (a name of ``_RETRY``; a retry here waits for its backend instead of overflowing:
+        ``overflow`` stays 0)."""
+        retries = self.retries
+        if retries is None:
+            retries = self.retries = [0] * len(_RETRY)
+        retries[_RETRY.index(what)] += 1
+
+
+class BackendSeries(_Series):
+    """The series of one route's backend in one protocol's families, updated in place per attempt:
+    ``requests`` (``..._backend_requests_total``), and from ``ended`` (a ``Pick.outcome``) and ``frame`` (a
+    ``Pick.frames``: the response body relayed) the response statuses, durations and body frame sizes. The
+    cores call those two bound methods directly: one call per response and per chunk, where binding labels
+    per request took four."""
+
+    __slots__ = ()
+    durations = BACKEND_BUCKETS
+
+
+_S = TypeVar("_S", RouteSeries, BackendSeries)
+
+
+class RouteFamily:
+    """The metrics of one protocol (``http`` or ``grpc``): the request-level series by route (parent, route and
+    ``hostname`` labels), the backend ones by route and backend (parent, route and backend labels)."""
+
+    def __init__(self, proto: str, clock: Callable[[], float], retain_idle: float) -> None:
+        self.prefix = f"outbound_{proto}_route"
+        self.proto = proto
+        self.grpc = proto == "grpc"
+        self.clock = clock
+        self.retain_idle = retain_idle
+        self.routes: dict[str, RouteSeries] = {}
+        self.backends: dict[str, BackendSeries] = {}
+
+    def route(self, key: str) -> RouteSeries:
+        """The series of the route ``key`` names, made if new (or expired)."""
+        series = self.routes.get(key)
+        if series is None:
+            series = self.routes[key] = RouteSeries(self.grpc, self._room(self.routes))
+        return series
+
+    def backend(self, key: str) -> BackendSeries:
+        """The series of the route's backend ``key`` names, made if new (or expired)."""
+        series = self.backends.get(key)
+        if series is None:
+            series = self.backends[key] = BackendSeries(self.grpc, self._room(self.backends))
+        return series
+
+    def _room(self, series: dict[str, _S]) -> float:
+        """Now, after room was made for one more series in ``series`` (past ``MAX_SERIES``: the least recently
+        touched go)."""
+        now = self.clock()
+        if len(series) >= MAX_SERIES:
+            _expire(series, now, self.retain_idle, force=True)
+        return now
+
+    def render(self, out: list[str]) -> None:
+        now = self.clock()
+        _expire(self.routes, now, self.retain_idle, force=False)
+        _expire(self.backends, now, self.retain_idle, force=False)
+        prefix, proto, routes, backends = self.prefix, self.proto, self.routes.items(), self.backends.items()
+        _header(out, f"{prefix}_request_statuses_total", "counter", "Completed request-response streams.")
+        out.extend(f"{prefix}_request_statuses_total{{{key},{outcome}}} {n}"
+                   for key, series in routes for outcome, n in series.statuses.items())
+        _header(out, f"{prefix}_backend_response_statuses_total", "counter", "Completed responses of backends.")
+        out.extend(f"{prefix}_backend_response_statuses_total{{{key},{outcome}}} {n}"
+                   for key, backend in backends for outcome, n in backend.statuses.items())
+        _header(out, f"{prefix}_backend_requests_total", "counter",
+                "The total number of requests dispatched to a backend.")
+        out.extend(f"{prefix}_backend_requests_total{{{key}}} {backend.requests}" for key, backend in backends)
+        for i, what in enumerate(_RETRY):
+            _header(out, f"{prefix}_retry_{what}_total", "counter", f"Retry {what.replace('_', ' ')}.")
+            out.extend(f"{prefix}_retry_{what}_total{{{key}}} {series.retries[i]}"
+                       for key, series in routes if series.retries is not None)
+        for name, help_, buckets, of in (
+                ("request_duration_seconds",
+                 f"The time between request initialization and response completion ({proto}).", DURATION_BUCKETS,
+                 [(key, series.duration) for key, series in routes]),
+                ("backend_response_duration_seconds",
+                 f"The time from a backend request to its response's end ({proto}).", BACKEND_BUCKETS,
+                 [(key, backend.duration) for key, backend in backends]),
+                ("request_frame_size_bytes", f"The size of request body frames sent on the route ({proto}).",
+                 FRAME_BUCKETS, [(key, series.frames) for key, series in routes]),
+                ("backend_response_frame_size_bytes", f"The size of response body frames of a backend ({proto}).",
+                 FRAME_BUCKETS, [(key, backend.frames) for key, backend in backends])):
+            _header(out, f"{prefix}_{name}", "histogram", help_)
+            for key, hist in of:
+                if hist is not None:
+                    render_histogram(out, f"{prefix}_{name}", key, hist, buckets)
+
+
+def _expire(series: dict[str, _S], now: float, retain_idle: float, *, force: bool) -> None:
+    """Drops the series whose requests have not moved for ``retain_idle`` (a series that moved since the last
+    look is touched now); with ``force``, room for one more (``stale_series``)."""
+    touched = {}
+    for key, one in series.items():
+        if one.requests != one.seen:
+            one.seen = one.requests
+            one.touched = now
+        touched[key] = one.touched
+    for key in stale_series(touched, now, retain_idle, force=force):
+        del series[key]
+
+
+def _header(out: list[str], name: str, kind: str, help_: str) -> None:
+    out.append(f"# HELP {name} {help_}")
+    out.append(f"# TYPE {name} {kind}")
 
 
 class PolicyMetrics:
@@ -168,8 +294,8 @@ class PolicyMetrics:
 
     def __init__(self, registry: Registry, *, hostname_labels: bool = False) -> None:
         self.hostname_labels = hostname_labels
-        self.http = _Family(registry, "http")
-        self.grpc = _Family(registry, "grpc")
+        self.http = RouteFamily("http", registry.clock, registry.retain_idle)
+        self.grpc = RouteFamily("grpc", registry.clock, registry.retain_idle)
         self.protocol_connections = registry.counter("outbound_tcp_protocol_connections_total",
                                                      "The number of connections, by the policy's protocol.")
         self.tcp_open = registry.counter("outbound_tcp_route_open_total", "The number of connections opened.")
@@ -177,10 +303,10 @@ class PolicyMetrics:
         self.tls_open = registry.counter("outbound_tls_route_open_total", "The number of connections opened.")
         self.tls_close = registry.counter("outbound_tls_route_close_total", "The number of connections closed.")
         self.detection = DetectMetrics(registry, "outbound")
-        registry.add_collector(self._render_histograms)
+        registry.add_collector(self._render_routes)
 
-    def backend_request(self, grpc: bool, route_labels: str, backend_labels: str) -> None:
-        (self.grpc if grpc else self.http).backend_requests.inc(f"{route_labels},{backend_labels}")
+    def family(self, grpc: bool) -> RouteFamily:
+        return self.grpc if grpc else self.http
 
     def hostname(self, request: RequestHead) -> str:
         """The ``hostname`` label's value for ``request`` (see the module docstring); "" when not exported."""
@@ -189,38 +315,6 @@ class PolicyMetrics:
     def sni_hostname(self, server_name: str) -> str:
         """The ``hostname`` label's value for a TLS route's connection: its SNI, when exported."""
         return server_name if self.hostname_labels else ""
-
-    def retry(self, grpc: bool, route_labels: str, what: str, hostname: str = "") -> None:
-        """One retry event of the route; its four series come into being together, as Linkerd creates them (a
-        retry here waits for its backend instead of overflowing: ``overflow`` stays 0)."""
-        key = f"{route_labels},{_hostname(hostname)}"
-        for name, counter in (self.grpc if grpc else self.http).retry.items():
-            counter.inc(key, 1 if name == what else 0)
-
-    def backend_response(self, grpc: bool, route_labels: str, backend_labels: str, status: int,
-                         grpc_status: int | None, seconds: float) -> None:
-        """An attempt at a backend ended: its status (0: no response: ``error="UNKNOWN"``)."""
-        family = self.grpc if grpc else self.http
-        key = f"{route_labels},{backend_labels}"
-        family.backend_duration.observe(key, seconds)
-        family.backend_statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, '' if status else 'UNKNOWN')}")
-
-    def request_frames(self, grpc: bool, route_labels: str, hostname: str = "") -> Callable[[float], None]:
-        """The observer of a request's body frame sizes on the route (``hostname`` as ``hostname()``)."""
-        return (self.grpc if grpc else self.http).request_frames.bind(f"{route_labels},{_hostname(hostname)}")
-
-    def backend_frames(self, grpc: bool, route_labels: str, backend_labels: str) -> Callable[[float], None]:
-        """The observer of the body frame sizes of a backend's response to one request."""
-        return (self.grpc if grpc else self.http).backend_frames.bind(f"{route_labels},{backend_labels}")
-
-    def finished(self, grpc: bool, route_labels: str, seconds: float, status: int, grpc_status: int | None,
-                 error: str, hostname: str = "") -> None:
-        """A request on the route is over: its status (0: none was sent) and ``error`` (Linkerd's
-        ``REQUEST_TIMEOUT``, ``UNKNOWN``...; empty when a status came); ``hostname`` as ``hostname()``."""
-        family = self.grpc if grpc else self.http
-        key = f"{route_labels},{_hostname(hostname)}"
-        family.duration.observe(key, seconds)
-        family.statuses.inc(f"{key},{_outcome(grpc, status, grpc_status, error)}")
 
     def connection(self, protocol: str, parent_labels: str) -> None:
         """A connection to a target whose policy says ``protocol`` (Linkerd's names: ``http/1``, ``http/2``,
@@ -237,12 +331,9 @@ class PolicyMetrics:
         values)."""
         (self.tls_close if tls else self.tcp_close).inc(f"{route_labels},{labels.render(('error', error))}")
 
-    def _render_histograms(self, out: list[str]) -> None:
-        for family in (self.http, self.grpc):
-            family.duration.render(out)
-            family.backend_duration.render(out)
-            family.request_frames.render(out)
-            family.backend_frames.render(out)
+    def _render_routes(self, out: list[str]) -> None:
+        self.http.render(out)
+        self.grpc.render(out)
 
 
 class DetectMetrics:
@@ -279,6 +370,11 @@ def request_host(request: RequestHead) -> str:
     if sep and port.isdigit():
         host = name
     return host.lower() if is_dns_name(host) else ""
+
+
+def route_key(route_labels: str, hostname: str) -> str:
+    """The labels of a route's request-level series: its parent and route labels, and ``hostname``'s."""
+    return f"{route_labels},{_hostname(hostname)}"
 
 
 # Label renderings asked for on every request, cached (a C call, where rendering is a dozen Python calls):

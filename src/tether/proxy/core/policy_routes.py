@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 from tether.proxy.codec.http1 import Headers, RequestHead
 from tether.proxy.core import errors, route_headers
@@ -39,7 +38,7 @@ from tether.proxy.core.route_filters import (
     RequestFilter,
     chain,
 )
-from tether.proxy.core.policy_metrics import PolicyMetrics
+from tether.proxy.core.policy_metrics import BackendSeries, PolicyMetrics, RouteFamily, RouteSeries, route_key
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.server_policy import select_route
 
@@ -96,33 +95,35 @@ class RouteReport:
     grpc: bool
     labels: str
     hostname: str = ""
-    # The observer of a request's body frame sizes (``core.exchange.request_frames``), bound once per report: a
-    # ``partial`` runs no Python frame of its own, where a method here would be one more call per request.
-    request_frames: Callable[[], Callable[[float], None]] = field(init=False, repr=False, compare=False)
+    # Where its series are: the protocol's families, and the key of the route's series there, rendered once per
+    # report. A request finds its series with ``family.routes.get(key)`` inline (no call; ``series`` makes it).
+    family: RouteFamily = field(init=False, repr=False, compare=False)
+    key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "request_frames",
-                           partial(self.metrics.request_frames, self.grpc, self.labels, self.hostname))
+        object.__setattr__(self, "family", self.metrics.family(self.grpc))
+        object.__setattr__(self, "key", route_key(self.labels, self.hostname))
+
+    def series(self) -> RouteSeries:
+        return self.family.route(self.key)
 
     def retry(self, what: str) -> None:
-        self.metrics.retry(self.grpc, self.labels, what, self.hostname)
+        self.series().retry(what)
 
     def of_backend(self, backend: RouteBackend) -> BackendReport:
-        return BackendReport(partial(self.metrics.backend_request, self.grpc, self.labels, backend.labels),
-                             partial(self.metrics.backend_response, self.grpc, self.labels, backend.labels),
-                             partial(self.metrics.backend_frames, self.grpc, self.labels, backend.labels))
+        return BackendReport(self.family, f"{self.labels},{backend.labels}")
 
 
 @dataclass(frozen=True, slots=True)
 class BackendReport:
-    """A route's metrics of the backend a request drew, bound to their labels (``functools.partial``s: made
-    once per rule and backend when nothing in them depends on the request, and calling one runs no Python
-    frame of its own)."""
+    """A route's metrics of one of its backends: made once per rule and backend (nothing in it depends on the
+    request); a request finds the series with ``family.backends.get(key)`` inline (``series`` makes it)."""
 
-    request: Callable[[], None]  # outbound_*_route_backend_requests_total: one per attempt
-    # ..._backend_response_duration_seconds and _statuses_total: (status, gRPC status, seconds) of an attempt.
-    response: Callable[[int, int | None, float], None]
-    frames: Callable[[], Callable[[float], None]]  # the observer of the response body frame sizes of one attempt
+    family: RouteFamily
+    key: str  # the parent, route and backend labels
+
+    def series(self) -> BackendSeries:
+        return self.family.backend(self.key)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -133,17 +134,6 @@ class PolicyRoute(Route):
     route: OutboundRoute | None = None
     report: RouteReport | None = None
     idle: float | None = None  # the rule's idle timeout: no byte either way for that long ends the request
-
-    def finished(self, seconds: float, status: int, grpc_status: int | None, error: str) -> None:
-        """The request is over (called by ``core.exchange.record_route``): its route metrics."""
-        report = self.report
-        if report is None:
-            return
-        report.metrics.finished(report.grpc, report.labels, seconds, status, grpc_status, error, report.hostname)
-        budget = self.budget
-        if isinstance(budget, Attempts) and budget.retried and not self.is_failure(status, grpc_status) \
-                and not error:
-            report.retry("successes")
 
     def attempt_timeout(self) -> float | None:
         """The per-attempt timeout of the attempt about to be sent: none on the last one Linkerd would send
@@ -217,8 +207,9 @@ def decide(policy: ClientPolicy, request: RequestHead, h2: bool, draw: Callable[
             return decision
         decided = decision
     backend = decided.backend
-    if decided.report is not None:
-        decided.report.request()
+    backend_report = decided.report
+    if backend_report is not None:  # outbound_*_route_backend_requests_total, one per attempt (no call when known)
+        (backend_report.family.backends.get(backend_report.key) or backend_report.series()).requests += 1
     if backend.balancer is None and backend.endpoint is None:
         return _with(errors.no_backend(backend.meta.name), decided.request_route)
     return decided

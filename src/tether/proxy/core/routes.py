@@ -43,7 +43,7 @@ from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.balancer_queue import Queue, queued
 from tether.proxy.core.client_policy import ClientPolicy
-from tether.proxy.core.policy_metrics import PolicyMetrics
+from tether.proxy.core.policy_metrics import FRAME_BUCKETS, PolicyMetrics, histogram
 from tether.proxy.core.policy_routes import decide
 from tether.proxy.core.resolution import PolicySource, ProfileSource, Resolution
 from tether.proxy.core.endpoint import Endpoint, Plan, plan, upgrade_plan
@@ -177,8 +177,9 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         picked.rewrite = decision.rewrite
         picked.respond = decision.respond
         report = decision.report
-        if report is not None:  # outbound_*_route_backend_response_*
-            inner, response = picked.outcome, report.response
+        if report is not None:  # outbound_*_route_backend_response_*: the backend's series observe the attempt
+            series = report.family.backends.get(report.key) or report.series()
+            inner, response = picked.outcome, series.ended
             if inner is no_outcome:  # no failure accrual: the metrics alone hear the outcome, with no call between
                 picked.outcome = response
             else:
@@ -187,7 +188,9 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
                     response(status, grpc, elapsed)
 
                 picked.outcome = outcome
-            picked.frames = report.frames()
+            if series.frames is None:  # the backend's first response to relay
+                series.frames = histogram(FRAME_BUCKETS)
+            picked.frames = series.frame
         return picked
 
     def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:

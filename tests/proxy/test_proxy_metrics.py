@@ -75,6 +75,14 @@ def test_many_targets_stay_bounded() -> None:
     assert len(errors.values) <= MAX_SERIES
 
 
+def test_a_counter_adds_to_its_series_and_starts_a_new_one_at_the_amount() -> None:
+    counter = Registry(retain_idle=600, clock=Clock()).counter("x_total", "x")
+    counter.inc('a="1"')
+    counter.inc('a="1"', 2)  # an existing series: added to in place
+    counter.inc('a="2"', 0)  # a new one, at its amount (a sibling shown at 0)
+    assert counter.values == {'a="1"': 3, 'a="2"': 0}
+
+
 def test_label_values_are_escaped() -> None:
     assert labels.render(("sni", 'a"b\\c\nd')) == 'sni="a\\"b\\\\c\\nd"'
     assert labels.dst_labels({"zone": "z", "pod": "p"}) == 'dst_pod="p",dst_zone="z"'

@@ -172,6 +172,7 @@ class FakeSink:
         self.waits: list[Callable[[Any], None]] = []
         self.timers: list[_Timer] = []
         self.tunnel_done: list[Callable[[], None]] = []
+        self.held: Upstream | None = None  # the connection in hand (what send_up writes to), as Http1Io's ``up``
 
     def new_up(self, reused: bool = False) -> Upstream:
         up = Upstream(len(self.ups), None, 0.001, reused)
@@ -196,16 +197,25 @@ class FakeSink:
             up = self.idle.pop()
             up.reused = True
             self.calls.append(Checkout(connect.addr, pooled=True))
+            self.held = up
             return up
         self.calls.append(Checkout(connect.addr))
-        self.checkouts.append(done)
+        self.checkouts.append(lambda reply: self._ready(reply, done))
         return None
 
-    def send_up(self, up: Upstream, data: bytes) -> None:
-        self.calls.append(SendUp(up.key, data))  # type: ignore[arg-type]
+    def _ready(self, reply: Upstream | Failed, done: Callable[[Upstream | Failed], None]) -> None:
+        if isinstance(reply, Upstream) and self.held is None:
+            self.held = reply
+        done(reply)
+
+    def send_up(self, data: bytes) -> None:
+        assert self.held is not None, "send_up with no connection in hand"
+        self.calls.append(SendUp(self.held.key, data))  # type: ignore[arg-type]
 
     def checkin(self, up: Upstream, reuse: bool) -> None:
         self.calls.append(Checkin(up.key, reuse))  # type: ignore[arg-type]
+        if self.held is up:
+            self.held = None
         if reuse and self.pooling:
             self.idle.append(up)
 
@@ -226,6 +236,8 @@ class FakeSink:
                authz: Revocable | None) -> None:
         self.calls.append(Tunnel(up.key, to_up, to_down, authz is not None))  # type: ignore[arg-type]
         self.tunnel_done.append(done)
+        if self.held is up:
+            self.held = None
 
 
 def _joined(calls: list[object]) -> list[object]:

@@ -124,8 +124,9 @@ class Http1Sink(Protocol):
         """An idle pooled connection at once (returned), else None and ``done`` called with a new one (or
         ``Failed``) later. A checked-out connection's bytes come to ``up_data``/``up_eof`` until checked in."""
 
-    def send_up(self, up: Upstream, data: bytes) -> None:
-        """Write upstream (the I/O side stops reading the client while the upstream's buffer is full)."""
+    def send_up(self, data: bytes) -> None:
+        """Write to the upstream connection in hand -- the one checked out last, not checked in since (the I/O
+        side stops reading the client while the upstream's buffer is full)."""
 
     def checkin(self, up: Upstream, reuse: bool) -> None:
         """Give a connection back: to the pool when ``reuse``, else closed."""
@@ -341,11 +342,11 @@ class Http1Proxy:
             client = ex.client
             assert client is not None
             if isinstance(event, Body):
-                self.sink.send_up(up, client.send_body(event.data))
+                self.sink.send_up(client.send_body(event.data))
             else:
                 end = client.send_end(event.trailers)
                 if end:  # nothing for a Content-Length body
-                    self.sink.send_up(up, end)
+                    self.sink.send_up(end)
             return
         if ex.phase is Phase.OVER:
             return
@@ -455,7 +456,7 @@ class Http1Proxy:
         ex.unsent.clear()
         ex.held = 0
         ex.phase = Phase.WAITING
-        self.sink.send_up(up, out)
+        self.sink.send_up(out)
         attempt = exchange.attempt_timeout(ex.route) if ex.route is not None else None
         if attempt is not None:
             self._cancel_attempt(ex)

@@ -46,8 +46,8 @@ class Http1Io:
     """One accepted connection served as HTTP/1 (see the module docstring)."""
 
     __slots__ = ("driver", "idle", "conn", "down", "core", "up", "finished", "loop", "core_paused", "up_full",
-                 "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up", "to_up_on",
-                 "waiting", "pool", "send_down", "kept", "kept_since", "__weakref__")
+                 "down_full", "down_reading", "up_reading_paused", "closed", "to_down", "to_up",
+                 "waiting", "pool", "send_down", "send_up", "kept", "kept_since", "__weakref__")
 
     def __init__(self, driver: Driver, conn: _Conn, down: Stream, router: Router, settings: HttpSettings,
                  idle: IdleClients) -> None:
@@ -70,8 +70,10 @@ class Http1Io:
         # Http1Sink.send_down: the list's own append (a call in C, not a Python method: two per request). An
         # empty write the core hands over is written as nothing.
         self.send_down = self.to_down.append
+        # For the upstream connection in hand (``up``): Http1Sink.send_up, the same way (a Python call less per
+        # request); written before that connection is checked in or joined.
         self.to_up: list[bytes] = []
-        self.to_up_on: Upstream | None = None
+        self.send_up = self.to_up.append
         self.waiting: set[Waiter] = set()  # the pool's waits for the core's checkouts
         # The direction's pool, asked directly at check-out and check-in (not through the driver: two calls per
         # request less).
@@ -129,13 +131,12 @@ class Http1Io:
         """Write what the core wrote since the last flush, one write per side."""
         to_up = self.to_up
         if to_up:
-            up = self.to_up_on
+            up = self.up
             assert up is not None
-            self.to_up = []
-            self.to_up_on = None
+            data = to_up[0] if len(to_up) == 1 else b"".join(to_up)
+            to_up.clear()  # the same list: send_up appends to it
             stream = up.io
-            if not stream.lost:
-                data = to_up[0] if len(to_up) == 1 else b"".join(to_up)
+            if not stream.lost and data:
                 stream.tx += len(data)
                 stream.transport.write(data)
         to_down = self.to_down
@@ -226,7 +227,8 @@ class Http1Io:
             if self.closed:  # not reached: a closed connection's waits are cancelled; kept safe all the same
                 self.pool.put(reply)
                 return
-            self._hold(reply)
+            if self.up is None:  # else a wait of a request that ended, answered while the next one has its own
+                self._hold(reply)  # connection: the core checks this one in at once, the one in hand stays ``up``
         done(reply)
         self.flush()
 
@@ -242,16 +244,8 @@ class Http1Io:
         if self.up_full or self.core_paused or not self.down_reading:
             self._down_reading()
 
-    def send_up(self, up: Upstream, data: bytes) -> None:
-        if data:
-            if self.to_up_on is not up:
-                if self.to_up:  # what is queued for another connection goes first (usually nothing: no call)
-                    self.flush()
-                self.to_up_on = up
-            self.to_up.append(data)
-
     def checkin(self, up: Upstream, reuse: bool) -> None:
-        if self.to_up_on is up:
+        if self.up is up and self.to_up:
             self.flush()
         stream = up.io
         stream.handler = None

@@ -9,9 +9,14 @@ Servers (ports 8000-8009, selecting that namespace's pods) and 10
 AuthorizationPolicies per Server (so ``pods`` x 10 Servers x 10 policies seen
 from the pods; 100 policies per namespace), each policy requiring one shared
 MeshTLSAuthentication of namespace ``bench-shared``.  One WatchPort stream per
-pod, on port 8000.  Each round rewrites the shared MeshTLSAuthentication's
-identities (alternately), which changes the policy of every watched port:
-the time from just before the store write to each stream's message is
+pod and port, on ports 8000 up (``--ports``, 1 by default).  With ``--change
+authn`` (the default) each round rewrites the shared MeshTLSAuthentication's
+identities (alternately), which changes the policy of every watched port; with
+``--change policy`` it rewrites one AuthorizationPolicy of ``srv-0`` in every
+namespace (naming, alternately, a second shared MeshTLSAuthentication), which
+changes port 8000's policy only: the other watched ports' answers cannot change,
+and the controller's CPU per round shows what deciding them would cost.  The
+time from just before the store write to each changed stream's message is
 recorded (``time.monotonic`` is system-wide).  Printed: p50/p99 per stream,
 p50/p99 until the last stream had it, the controller's CPU per round and its
 RSS after the streams opened (and peak).  Asserts nothing.
@@ -65,9 +70,11 @@ def _pki(directory: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-def _objects(pods: int) -> list[dict[str, Any]]:
+def _objects(pods: int, change: str) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SHARED}},
                                      _shared_authn(0)]
+    if change == "policy":
+        objects.append(_shared_authn(1, "clients-b"))
     for n in range(max(1, pods // 10)):
         ns = f"bench-{n}"
         objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -81,19 +88,30 @@ def _objects(pods: int) -> list[dict[str, Any]]:
             objects.append({"apiVersion": f"{P}/v1beta3", "kind": "Server", "metadata": {"name": f"srv-{s}",
                                                                                         "namespace": ns},
                             "spec": {"podSelector": {"matchLabels": {"app": "bench"}}, "port": 8000 + s}})
-            for a in range(10):
-                objects.append({"apiVersion": f"{P}/v1alpha1", "kind": "AuthorizationPolicy",
-                                "metadata": {"name": f"srv-{s}-authz-{a}", "namespace": ns},
-                                "spec": {"targetRef": {"group": P, "kind": "Server", "name": f"srv-{s}"},
-                                         "requiredAuthenticationRefs": [{"group": P, "kind": "MeshTLSAuthentication",
-                                                                         "name": "clients", "namespace": SHARED}]}})
+            objects += [_policy(ns, s, a, "clients") for a in range(10)]
     return objects
 
 
-def _shared_authn(round_: int) -> dict[str, Any]:
+def _policy(ns: str, server: int, n: int, authn: str) -> dict[str, Any]:
+    return {"apiVersion": f"{P}/v1alpha1", "kind": "AuthorizationPolicy",
+            "metadata": {"name": f"srv-{server}-authz-{n}", "namespace": ns},
+            "spec": {"targetRef": {"group": P, "kind": "Server", "name": f"srv-{server}"},
+                     "requiredAuthenticationRefs": [{"group": P, "kind": "MeshTLSAuthentication",
+                                                     "name": authn, "namespace": SHARED}]}}
+
+
+def _shared_authn(round_: int, name: str = "clients") -> dict[str, Any]:
     identities = [f"client-{round_ % 2}.{SHARED}.serviceaccount.identity.linkerd.cluster.local"]
     return {"apiVersion": f"{P}/v1alpha1", "kind": "MeshTLSAuthentication",
-            "metadata": {"name": "clients", "namespace": SHARED}, "spec": {"identities": identities}}
+            "metadata": {"name": name, "namespace": SHARED}, "spec": {"identities": identities}}
+
+
+def _round_change(change: str, round_: int, pods: int) -> list[dict[str, Any]]:
+    """What one round writes: the shared authentication, or srv-0's first policy in every namespace."""
+    if change == "authn":
+        return [_shared_authn(round_)]
+    authn = "clients-b" if round_ % 2 else "clients"
+    return [_policy(f"bench-{n}", 0, 0, authn) for n in range(max(1, pods // 10))]
 
 
 class Controller:
@@ -155,7 +173,7 @@ def _pct(values: Sequence[float], q: float) -> float:
 
 
 async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels: int, store: Store,
-                   controller: Controller) -> dict[str, Any]:
+                   controller: Controller, watched_ports: int, change: str) -> dict[str, Any]:
     credentials = grpc.ssl_channel_credentials(ca.read_bytes())
     options = [("grpc.ssl_target_name_override", SERVER_IDENTITY.dns_name)]
     port = await _grpc_port(ports, credentials, options)
@@ -171,24 +189,29 @@ async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels:
                 reached.set()
 
     tasks = []
-    streams = max(1, pods // 10) * 10
+    streams = max(1, pods // 10) * 10 * watched_ports
     for stream_id in range(streams):
-        n, i = divmod(stream_id, 10)
-        spec = inbound_pb2.PortSpec(workload=json.dumps({"ns": f"bench-{n}", "pod": f"pod-{i}"}), port=8000)
+        pod_id, port_offset = divmod(stream_id, watched_ports)
+        n, i = divmod(pod_id, 10)
+        spec = inbound_pb2.PortSpec(workload=json.dumps({"ns": f"bench-{n}", "pod": f"pod-{i}"}),
+                                    port=8000 + port_offset)
         call = chans[stream_id % channels].unary_stream(WATCH, request_serializer=None, response_deserializer=None)(
             spec.SerializeToString())
         tasks.append(asyncio.create_task(read(stream_id, call)))
     expected[0] = streams
     await asyncio.wait_for(reached.wait(), 300)
+    # The streams each round changes: every one for the shared authentication, port 8000's for srv-0's policy.
+    changing = streams if change == "authn" else streams // watched_ports
     rss_streams = controller.rss_mb()
     per_stream: list[float] = []
     per_round: list[float] = []
     cpu_before = controller.cpu_seconds()
+    expected[0] = changing
     for round_ in range(1, rounds + 1):
         received.clear()
         reached.clear()
         started = time.monotonic()
-        await asyncio.to_thread(store.apply, _shared_authn(round_))
+        await asyncio.to_thread(store.apply_many, _round_change(change, round_, pods))
         await asyncio.wait_for(reached.wait(), 120)
         delays = [t - started for t in received.values()]
         per_stream += delays
@@ -199,7 +222,7 @@ async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels:
     await asyncio.gather(*tasks, return_exceptions=True)
     for chan in chans:
         await chan.close()
-    return {"streams": streams, "rounds": rounds, "stream_p50_ms": _pct(per_stream, 0.5) * 1000,
+    return {"streams": streams, "changed_streams": changing, "rounds": rounds, "stream_p50_ms": _pct(per_stream, 0.5) * 1000,
             "stream_p99_ms": _pct(per_stream, 0.99) * 1000, "last_stream_p50_ms": _pct(per_round, 0.5) * 1000,
             "last_stream_p99_ms": _pct(per_round, 0.99) * 1000, "controller_cpu_ms_per_round": cpu * 1000,
             "rss_mib": rss_streams[0], "rss_peak_mib": controller.rss_mb()[1]}
@@ -222,12 +245,16 @@ def run(argv: list[str]) -> None:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--channels", type=int, default=20)
+    parser.add_argument("--ports", type=int, default=1, choices=range(1, 11), metavar="1-10",
+                        help="watched ports per pod (8000 up)")
+    parser.add_argument("--change", choices=("authn", "policy"), default="authn",
+                        help="each round: the shared authentication (every port), or srv-0's policy (port 8000)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp_text:
         tmp = Path(tmp_text)
         ca, cert, key = _pki(tmp)
         store_path = tmp / "store.db"
-        objects = _objects(args.pods)
+        objects = _objects(args.pods, args.change)
         with Store(store_path) as store:
             for start in range(0, len(objects), 2000):
                 store.apply_many(objects[start:start + 2000])
@@ -239,13 +266,16 @@ def run(argv: list[str]) -> None:
                 ports = _listening_ports(controller.proc.pid)
                 idle_rss = controller.rss_mb()[0]
                 startup = time.monotonic() - setup
-                result = asyncio.run(_measure(ca, ports, args.pods, args.rounds, args.channels, store, controller))
+                result = asyncio.run(_measure(ca, ports, args.pods, args.rounds, args.channels, store, controller,
+                                              args.ports, args.change))
             finally:
                 controller.stop()
     result.update(objects=len(objects), startup_s=startup, rss_idle_mib=idle_rss)
     print(f"objects {len(objects)} ({args.pods} pods x 10 Servers x 10 AuthorizationPolicies), "
           f"controller ready in {startup:.1f} s, RSS {idle_rss:.0f} MiB before streams")
-    print(f"{result['streams']} WatchPort streams, {result['rounds']} rounds of one shared MeshTLSAuthentication change:")
+    what = "one shared MeshTLSAuthentication change" if args.change == "authn" else "srv-0's policy changed"
+    print(f"{result['streams']} WatchPort streams ({result['changed_streams']} changed per round), "
+          f"{result['rounds']} rounds of {what}:")
     print(f"  per stream p50 {result['stream_p50_ms']:.0f} ms, p99 {result['stream_p99_ms']:.0f} ms; "
           f"last stream p50 {result['last_stream_p50_ms']:.0f} ms, p99 {result['last_stream_p99_ms']:.0f} ms")
     print(f"  controller CPU {result['controller_cpu_ms_per_round']:.0f} ms per round; "

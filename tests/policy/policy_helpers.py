@@ -243,8 +243,12 @@ class Harness:
                 if facts is None:
                     continue  # an EgressNetwork: the inbound index keeps none
                 if "parents" in status:
-                    want = {p["parentRef"]["name"] for p in status["parents"] if p["parentRef"]["kind"] == "Server"
-                            and p["conditions"][0]["status"] == "True"}
+                    accepted = [p["parentRef"] for p in status["parents"] if p["conditions"][0]["status"] == "True"]
+                    route = outbound.routes.get((type_key, ns, name))
+                    if route is not None and route.accepted != {
+                            (r["kind"], r["name"], r.get("port")) for r in accepted if r["kind"] != "Server"}:
+                        return False
+                    want = {r["name"] for r in accepted if r["kind"] == "Server"}
                 else:
                     accepted = status["conditions"][0]["status"] == "True"
                     want = {facts.spec.target_ref.name} if accepted else set()

@@ -20,9 +20,10 @@ object, the status this controller owns:
   its networks, exceptions taken out, reach into the cluster networks); other
   types of condition on it are kept.
 
-The inbound index reads route and rate-limit acceptance back from the status
-this writes (``tether.policy.inbound.facts.accepted_by``), as Linkerd's does:
-the rule above decides it once, here.  ``StatusController`` keeps each object's status as the watch
+The inbound and outbound indexes read route and rate-limit acceptance back
+from the status this writes (``tether.policy.inbound.facts.accepted_by``,
+``tether.policy.outbound.facts.RouteFacts.accepted_by``), as Linkerd's do: the
+rule above decides it once, here.  ``StatusController`` keeps each object's status as the watch
 delivers it (``observe``), reconciles after changes (coalesced) and every
 ``period`` seconds, and writes only what differs, guarded by the
 resourceVersion it saw (a concurrent change wins; the next round retries),

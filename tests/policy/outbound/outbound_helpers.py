@@ -35,9 +35,21 @@ def event(obj: dict[str, Any], kind: str = "ADDED") -> ResourceEvent:
     return ResourceEvent(kind, obj, "1", time.monotonic())  # type: ignore[arg-type]
 
 
+def accepted(obj: dict[str, Any]) -> dict[str, Any]:
+    """A route as the status controller leaves it, each Service or EgressNetwork parent ``Accepted`` (the index
+    reads acceptance back from ``status.parents``, as Linkerd's); another object, or one with a status, as given."""
+    if obj["kind"] not in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute") or "status" in obj:
+        return obj
+    parents = [{"parentRef": {"group": ref.get("group") or "core", **{k: v for k, v in ref.items() if k != "group"}},
+                "controllerName": "linkerd.io/policy-controller",
+                "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}
+               for ref in obj["spec"].get("parentRefs", []) if ref.get("kind") in ("Service", "EgressNetwork")]
+    return {**obj, "status": {"parents": parents}}
+
+
 def feed(index: OutboundIndex, *objs: dict[str, Any]) -> None:
     for obj in objs:
-        index.apply(type_key(obj), event(obj))
+        index.apply(type_key(obj), event(accepted(obj)))
 
 
 def remove(index: OutboundIndex, obj: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ from tether.resources.routes import (
     HTTPRouteSpec,
     HTTPRouteTimeouts,
     RouteFilter,
+    RouteStatus,
     TCPRouteSpec,
     TLSRouteSpec,
 )
@@ -154,6 +155,17 @@ class RouteFacts:
     retry: ann.Retry | None = None
     problem: Problem | None = None
     warnings: tuple[Problem, ...] = field(default=(), compare=False)
+    # (kind, name, port or None) of each Service or EgressNetwork parent the route's status says accepted it.
+    accepted: frozenset[tuple[str, str, int | None]] = frozenset()
+
+    def accepted_by(self, ref: ParentRef, kind: str, name: str, port: int) -> bool:
+        """Whether the status says the parent ``ref`` names accepted the route, as Linkerd's outbound index reads
+        it back (``outbound/index/http.rs``: ``route_accepted_by_resource_port``, ``route_accepted_by_service``):
+        with a port in ``ref``, an ``Accepted: True`` entry of that kind and name with that port or none; without
+        one, such an entry for a Service of that name.  Whoever wrote the entry (Linkerd does not check)."""
+        if ref.port is not None:
+            return any((k, n) == (kind, name) and p in (None, port) for k, n, p in self.accepted)
+        return any(k == kinds.SERVICE.kind and n == name for k, n, _ in self.accepted)
 
     @property
     def is_grpc(self) -> bool:
@@ -198,6 +210,15 @@ def facts_of(obj: Mapping[str, Any]) -> Facts | None:
 
 def _outbound_parent(ref: ParentRef) -> bool:
     return ref.targets(kinds.SERVICE) or ref.targets(kinds.EGRESS_NETWORK)
+
+
+def _accepted(resource: Resource) -> frozenset[tuple[str, str, int | None]]:
+    """The outbound parents a route's ``status.parents`` says accepted it (see ``RouteFacts.accepted_by``)."""
+    status = resource.status
+    if not isinstance(status, RouteStatus):
+        return frozenset()
+    return frozenset((p.parent_ref.kind, p.parent_ref.name, p.parent_ref.port) for p in status.parents
+                     if p.accepted and _outbound_parent(p.parent_ref))
 
 
 def _read(
@@ -344,6 +365,7 @@ def _route(resource: Resource) -> RouteFacts:
         retry=retry,
         problem=first,
         warnings=tuple(warnings),
+        accepted=_accepted(resource),
     )
 
 
@@ -361,4 +383,5 @@ def _stream_route(resource: Resource) -> RouteFacts:
         parents=spec.parent_refs,
         hostnames=spec.hostnames if isinstance(spec, TLSRouteSpec) else (),
         rules=tuple(RuleFacts(matches=(), filters=(), backends=rule.backend_refs) for rule in spec.rules),
+        accepted=_accepted(resource),
     )

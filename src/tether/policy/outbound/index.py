@@ -16,7 +16,8 @@ destination's cluster index), it answers two questions:
   EgressNetwork and port), the port's protocol (``appProtocol``, else opaque
   by ``config.linkerd.io/opaque-ports`` of the Service, else of its namespace,
   else the defaults), the parent's annotations (``Settings``), and its
-  HTTPRoutes (both groups), GRPCRoutes, TLSRoutes and TCPRoutes, each
+  HTTPRoutes (both groups), GRPCRoutes, TLSRoutes and TCPRoutes whose status
+  says that parent accepted them (read back, as Linkerd's index does), each
   resolved: backends checked against the Services and EgressNetworks that
   exist, rule timeouts and retries (HTTP and gRPC only) with the route's and
   then the parent's annotations filled in.  Which route kind the proxy gets is
@@ -535,7 +536,9 @@ class OutboundIndex:
             # Producer routes (the parent's namespace) apply to everyone; consumer routes to their namespace only.
             if route.namespace not in (parent.namespace, source_ns):
                 continue
-            if not any(_attaches(ref, route.namespace, parent) for ref in route.parents):
+            # Named as a parent, and accepted there by the status (read back, as Linkerd's index does).
+            if not any(_attaches(ref, route.namespace, parent)
+                       and route.accepted_by(ref, parent.kind, parent.name, parent.port) for ref in route.parents):
                 continue
             by_kind[route.kind].append(route)
         if not any(by_kind.values()):

@@ -195,6 +195,7 @@ def test_an_endpoint_keeps_at_most_max_idle_connections_and_a_bound_of_zero_keep
         idle = conn()
         none.put(idle)
         assert idle.io.transport.closed and none.take("k") is None
+        assert not none.keep(Keeper(), conn()) and not none._keys  # nothing kept, no key left behind
         none.close()
 
     run(scenario)

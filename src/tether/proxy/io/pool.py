@@ -169,10 +169,10 @@ class Pool:
         if self._closed or key in self.wanted:
             return False
         state = self._keys.get(key)
+        if (len(state.idle) + len(state.kept) if state is not None else 0) >= self._max_idle:
+            return False
         if state is None:
             state = self._keys[key] = _Key()
-        if len(state.idle) + len(state.kept) >= self._max_idle:
-            return False
         state.kept.add(keeper)
         if self._sweeper is None:
             loop = self._loop
@@ -248,6 +248,7 @@ class Pool:
         if len(entries) + len(state.kept) >= self._max_idle:  # the endpoint's bound: the one idle longest makes room
             if not entries:  # none idle here (a bound of 0, or all kept by client connections): this one goes
                 stream.transport.close()
+                self._forget(up.key, state)
                 return
             old, _ = entries.pop(0)
             old.io.transport.close()

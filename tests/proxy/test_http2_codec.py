@@ -449,6 +449,17 @@ def test_large_headers_go_out_in_continuations_that_h2_reads() -> None:
     assert 0x9 in [kind for kind, *_ in sent_frames(out)]
     events = peer.receive_data(out)
     assert [e.headers for e in events if isinstance(e, h2.events.RequestReceived)] == [big]
+    # Trailers too, flushed after a body: in one frame when they fit (packed in ``flush``), else continued.
+    for trailers in ([(b"x-t", b"1")], [(b"x-%d" % i, b"t" * 1000) for i in range(40)]):
+        sid = client.next_stream_id()
+        client.send_headers(sid, GET)
+        client.queue_data(sid, b"body", end=True, trailers=trailers)
+        assert client.flush() == {sid: 4}
+        out = client.data_to_send()
+        assert (0x9 in [kind for kind, *_ in sent_frames(out)]) is (len(trailers) > 1)
+        events = peer.receive_data(out)
+        assert [e.headers for e in events if isinstance(e, h2.events.TrailersReceived)] == [trailers]
+        assert any(isinstance(e, h2.events.StreamEnded) and e.stream_id == sid for e in events)
 
 
 # -- interop with h2 and fuzzing ---------------------------------------------------------------------------------

@@ -365,9 +365,14 @@ def test_orig_proto_requests_are_downgraded_to_http1() -> None:
     plain = client.request(GET)
     apps: list[H1App] = []
 
+    def answer(head: RequestHead, body: bytes) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
+        # Connection naming only what is hop-by-hop anyway (the core's fast path: /a), or an app's header too (/b).
+        hop: tuple[tuple[bytes, bytes], ...] = ((b"Connection", b"keep-alive"),) if head.target == b"/a" else (
+            (b"Connection", b"keep-alive, X-Hop"), (b"X-Hop", b"1"))
+        return 200, ((b"Content-Length", b"%d" % len(body)), *hop, (b"X-App", b"2")), body
+
     def app() -> H1App:
-        apps.append(H1App(lambda head, body: (200, ((b"Content-Length", b"%d" % len(body)),
-                                                    (b"Connection", b"keep-alive")), body)))
+        apps.append(H1App(answer))
         return apps[-1]
 
     upstream = H2Server(respond(body=b"h2"))
@@ -383,6 +388,8 @@ def test_orig_proto_requests_are_downgraded_to_http1() -> None:
         assert head.version == b"1.1" and (b"host", b"web") in head.headers
     assert client.bodies[post] == b"x" * 1000 and dict(client.responses[post])[b"l5d-orig-proto"] == b"HTTP/1.1"
     assert b"connection" not in dict(client.responses[get]) and client.status(get) == b"200"
+    assert [n for n, _ in client.responses[get]] == [b":status", b"content-length", b"x-app", b"l5d-orig-proto"]
+    assert [n for n, _ in client.responses[post]] == [b":status", b"content-length", b"x-app", b"l5d-orig-proto"]
     assert client.bodies[plain] == b"h2" and b"l5d-orig-proto" not in dict(client.responses[plain])
     assert sorted(k for k, _ in harness.opened) == ["h1", "h1", "h2"]
     assert sorted(reuse for _, reuse in harness.checkins) == [False, True, True]  # the h2 one closes at the end

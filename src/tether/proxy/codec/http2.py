@@ -856,20 +856,23 @@ class H2Endpoint:
             last = i + limit >= len(block)
             self.out += _frame(CONTINUATION, END_HEADERS if last else 0, sid, block[i:i + limit])
 
-    def queue_data(self, stream_id: int, data: bytes) -> None:
+    def queue_data(self, stream_id: int, data: bytes, *, end: bool = False, trailers: Headers | None = None) -> None:
+        """``data`` to send on the stream (sent by ``flush``), and with ``end`` the stream's end after it (with
+        ``trailers``, if any)."""
         box = self._outboxes.get(stream_id)
         if box is None:
             box = self._outboxes[stream_id] = _Outbox()
         if data:
             box.append(data)
             box.size += len(data)
+        if end:
+            box.end = True
+            box.trailers = trailers or None
 
     def queue_end(self, stream_id: int, trailers: Headers | None = None) -> None:
-        box = self._outboxes.get(stream_id)
-        if box is None:
-            box = self._outboxes[stream_id] = _Outbox()
-        box.end = True
-        box.trailers = trailers or None
+        """The stream's end (with ``trailers``, if any), after the data queued. (The proxy's hot paths call
+        ``queue_data`` with ``end`` themselves: a call less.)"""
+        self.queue_data(stream_id, b"", end=True, trailers=trailers)
 
     def buffered(self, stream_id: int) -> int:
         box = self._outboxes.get(stream_id)
@@ -924,7 +927,13 @@ class H2Endpoint:
                 if box.end:
                     del outboxes[sid]
                     if box.trailers:
-                        self._header_frames(sid, self._encoder.encode(box.trailers), True)
+                        block = self._encoder.encode(box.trailers)
+                        size = len(block)
+                        if size <= self.remote_max_frame:  # one frame (nearly always): packed here, a call less
+                            out += _FRAME_HEAD.pack(size >> 8, size & 0xFF, HEADERS, END_STREAM | END_HEADERS,
+                                                    sid) + block
+                        else:
+                            self._header_frames(sid, block, True)
                     else:
                         out += _FRAME_HEAD.pack(0, 0, DATA, END_STREAM, sid)
                     stream.local_closed = True

@@ -633,11 +633,17 @@ class Http2Proxy:
         elif stream.usid is not None:
             up = stream.up
             assert up is not None
-            while stream.req_buf:
-                up.ep.queue_data(stream.usid, stream.req_buf.popleft())
-            if stream.req_end and not stream.req_sent:
-                up.ep.queue_end(stream.usid, stream.req_trailers)
-                stream.req_sent = True
+            ep = up.ep
+            buf = stream.req_buf
+            while len(buf) > 1:
+                ep.queue_data(stream.usid, buf.popleft())
+            # The last chunk and the request's end in one call (a gRPC request's message and end: a call less).
+            ending = stream.req_end and not stream.req_sent
+            if buf or ending:
+                ep.queue_data(stream.usid, buf.popleft() if buf else b"", end=ending,
+                              trailers=stream.req_trailers if ending else None)
+                if ending:
+                    stream.req_sent = True
             self._flush_up(up, stream.usid)
         elif stream.h1 is not None:
             self._push_h1(stream)
@@ -1019,7 +1025,7 @@ class Http2Proxy:
         if trailers is not None:  # a downgraded (HTTP/1) response's
             stream.resp_trailers = trailers
         if not stream.head_ended:
-            self.down.queue_end(stream.sid, stream.resp_trailers)
+            self.down.queue_data(stream.sid, b"", end=True, trailers=stream.resp_trailers)  # (queue_end, a call less)
             self._flush_down(stream.sid)
         status = stream.status or 200
         success = stream.grpc_status == 0 if stream.grpc_status is not None else status < 500
@@ -1607,7 +1613,12 @@ class Http2Proxy:
             low = name.lower()
             if low in HOP_BY_HOP or low == L5D_ORIG_PROTO:
                 if low == b"connection":
-                    listed += [t.strip().lower() for t in value.split(b",")]
+                    # The names it lists but those dropped here anyway (a loop, not a comprehension): with the
+                    # usual ``keep-alive`` nothing is listed, and there is no second pass (two calls less).
+                    for token in value.split(b","):
+                        token = token.strip().lower()
+                        if token not in HOP_BY_HOP and token != L5D_ORIG_PROTO:
+                            listed.append(token)
                 continue
             headers.append((low, value))
         if listed:  # (rare: a second pass then, rather than a set built for every response)

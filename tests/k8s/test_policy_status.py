@@ -16,10 +16,12 @@ from tether.platform.kubernetes.watch import KubernetesResourceWatcher
 from tether.policy import PolicyConfig, PolicyService
 from tether.policy.kubernetes_status import LEASE_NAME, KubeStatusWriter
 from tether.policy.model import InboundServer
+from tether.policy.outbound.index import OutboundState, State
 from tether.policy.status import CONTROLLER_NAME, Key
 
 from .kube_helpers import emulated_api, watching
 from .test_controllers import namespace, pod
+from .test_controllers import service as service_doc
 from .test_platform_cli import running
 
 NS = "emojivoto"
@@ -40,6 +42,10 @@ ROUTE = {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "HTTPRoute",
                   "rules": [{"matches": [{"path": {"value": "/api"}}]}]},
          "status": {"parents": [{"parentRef": {"kind": "Gateway", "name": "gw"}, "controllerName": "example.com/gw",
                                  "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}]}}
+OUTBOUND_ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                  "metadata": {"name": "out", "namespace": NS},
+                  "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web", "port": 80}],
+                           "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}
 SERVER = {"apiVersion": "policy.linkerd.io/v1beta3", "kind": "Server", "metadata": {"name": "web", "namespace": NS},
           "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "port": 8080}}
 
@@ -135,20 +141,22 @@ async def test_policy_serve_on_kubernetes_takes_the_lease_and_writes_status(tmp_
 
 
 async def test_a_route_applies_once_the_leader_has_written_its_status(tmp_path: Path) -> None:
-    # As Linkerd's index, the controller reads acceptance back from status.parents: a replica that does not
-    # lead serves the Server without the route (though the Server exists), until the leader's patch lands
-    # and its watch delivers it.
+    # As Linkerd's indexes, the controller reads acceptance back from status.parents: a replica that does not
+    # lead serves the Server without its route (though the Server exists) and the Service without its route,
+    # until the leader's patches land and its watches deliver them.
     async with emulated_api(tmp_path) as (api, _, settings):
         # kmock keeps a patched object's resourceVersion, which the watcher would take for a repeat: without
         # one, it compares content (an API server moves the version on; this emulator does not).
         await _seed(api, {**ROUTE, "metadata": {"name": "r", "namespace": NS}})
         await api.post(SERVERS, json=SERVER)
         await api.post(f"/api/v1/namespaces/{NS}/pods", json=pod("web-0", NS, "web", "10.1.0.5"))
+        await api.post(f"/api/v1/namespaces/{NS}/services", json=service_doc("web", NS, "10.96.0.10"))
+        await api.post(f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes", json=OUTBOUND_ROUTE)
         watcher, leading, writer, service = await _started(settings)
         try:
             assert service.status is not None
             await asyncio.wait_for(service.status.idle.wait(), 10)
-            routed = asyncio.Event()
+            routed, routed_out = asyncio.Event(), asyncio.Event()
             seen: list[list[str]] = []
 
             def listener(server: InboundServer | None, _at: float | None) -> None:
@@ -157,11 +165,19 @@ async def test_a_route_applies_once_the_leader_has_written_its_status(tmp_path: 
                 if names == ["r"]:
                     routed.set()
 
+            def outbound_listener(state: State, _at: float | None) -> None:
+                if isinstance(state, OutboundState) and [r.name for r in state.http_routes] == ["out"]:
+                    routed_out.set()
+
             service.index.subscribe(NS, "web-0", 8080, listener)
+            target = service.outbound_index.service_target(f"web.{NS}.svc.cluster.local:80", NS)
+            before = service.outbound_index.subscribe(target, outbound_listener)
             assert seen == [["default"]]
-            await watching(api, 13)  # the patch must reach the route's watch as an event
+            assert isinstance(before, OutboundState) and before.http_routes == ()
+            await watching(api, 13)  # the patches must reach the routes' watches as events
             leading.set()
             await asyncio.wait_for(routed.wait(), 10)
+            await asyncio.wait_for(routed_out.wait(), 10)
             route = (await (await api.get(f"{ROUTES}/r")).json())
             assert ours(route)["Accepted"] == ("True", "Accepted")
         finally:

@@ -1,25 +1,29 @@
 """TCP keep-alive, user timeout and listen backlog from ``LINKERD2_PROXY_{INBOUND,OUTBOUND}_{ACCEPT,CONNECT}_*``
 and ``_TCP_LISTEN_BACKLOG`` (proxy.md §2.2, §2.5, §2.6; Linkerd's chart sets the keep-alives and user timeouts
-on every injected proxy).
+on every injected proxy). The admin and tap listeners take the inbound ones, as linkerd2-proxy's
+(``linkerd/app/src/env.rs`` builds their ``ServerConfig`` from the inbound server's).
 
 Both proxies run in this process, so the test reads the options the kernel holds for every TCP socket of the
 process (through a duplicate of each descriptor) and finds each of the four connections a request makes by
-its addresses.
+its addresses; a listening socket's backlog is ``TCP_INFO``'s ``tcpi_sacked`` (the kernel's
+``sk_max_ack_backlog`` for a socket in ``LISTEN``).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import struct
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from proxy_harness import EchoServer, Mesh, connection, run
+from proxy_harness import EchoServer, Mesh, connection, identity_of, run
 
 from tether.proxy.core.config import ConfigError, ProxyConfig, TcpOptions
 
 Addr = tuple[str, int]
+TCP_LISTEN = 10  # include/net/tcp_states.h
 
 
 def _tcp_sockets() -> dict[tuple[Addr, Addr], tuple[int | None, int]]:
@@ -43,6 +47,26 @@ def _tcp_sockets() -> dict[tuple[Addr, Addr], tuple[int | None, int]]:
         finally:
             sock.close()
     return found
+
+
+def _listen_backlog(addr: Addr) -> int:
+    """The backlog of this process' listening TCP socket on ``addr``."""
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+            if info[0] == TCP_LISTEN and sock.getsockname()[:2] == addr:
+                return int(struct.unpack_from("=I", info, 28)[0])  # tcpi_sacked, after 8 bytes and 5 u32
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    raise AssertionError(f"no listening socket on {addr}")
 
 
 def _one(sockets: dict[tuple[Addr, Addr], tuple[int | None, int]], *, local: Addr | None = None,
@@ -87,3 +111,31 @@ def test_the_options_and_the_backlog_are_parsed_as_linkerd_spells_them(minimal_e
         ProxyConfig.from_env(dict(minimal_env, LINKERD2_PROXY_OUTBOUND_CONNECT_KEEPALIVE="0s"))
     with pytest.raises(ConfigError, match="LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG"):
         ProxyConfig.from_env(dict(minimal_env, LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG="-1"))
+
+
+def test_the_admin_and_tap_listeners_take_the_inbound_accept_options_and_backlog(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            pod = mesh.pod("web-0", app="web")
+            proxy = await mesh.start_proxy(pod, LINKERD2_PROXY_INBOUND_ACCEPT_KEEPALIVE="7s",
+                                           LINKERD2_PROXY_INBOUND_ACCEPT_USER_TIMEOUT="3s",
+                                           LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG="77",
+                                           LINKERD2_PROXY_OUTBOUND_TCP_LISTEN_BACKLOG="66",
+                                           LINKERD2_PROXY_TAP_SVC_NAME=identity_of("tap", "linkerd-viz"),
+                                           LINKERD2_PROXY_CONTROL_LISTEN_ADDR=f"{pod.ip}:4190")
+            assert proxy.tap is not None
+            await proxy.tap.serving.wait()
+            backlogs = {port: _listen_backlog((pod.ip, port)) for port in (4143, 4191, 4190, 4140)}
+            assert backlogs == {4143: 77, 4191: 77, 4190: 77, 4140: 66}  # inbound, admin, tap; outbound
+            async with connection(pod.ip, 4191) as (reader, writer):
+                writer.write(b"GET /live HTTP/1.1\r\nhost: admin\r\n\r\n")
+                await reader.readuntil(b"live\n")  # answered: accepted, its options set
+                tap_client = mesh.ca.client_context(identity_of("tap", "linkerd-viz"), alpn=["h2"])
+                async with connection(pod.ip, 4190, ssl=tap_client, server_hostname=pod.identity):
+                    sockets = _tcp_sockets()  # the TLS handshake is over: the tap server accepted it
+                    assert _one(sockets, local=(pod.ip, 4191)) == (7, 3_000)
+                    assert _one(sockets, local=(pod.ip, 4190)) == (7, 3_000)
+                    assert _one(sockets, peer=(pod.ip, 4191)) == (None, 0)  # the test's own clients: untouched
+                    assert _one(sockets, peer=(pod.ip, 4190)) == (None, 0)
+
+    run(scenario())

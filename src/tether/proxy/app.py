@@ -54,7 +54,6 @@ from tether.proxy.core.profiles import canonical_name
 from tether.proxy.core.resolution import NOT_LOOKED_UP, ProfileSource
 from tether.proxy.core.access_log import AccessLog
 from tether.proxy.core.observers import combined
-from tether.proxy.io import sockopts
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
@@ -149,7 +148,8 @@ class Proxy:
         self._outbound_settings: OutboundSettings | None = None
         # Tap (LINKERD2_PROXY_TAP_SVC_NAME): observers for both HttpSettings, a server once certified.
         self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng,
-                            h2=config.inbound.server_h2.params) if config.tap_svc_name else None
+                            h2=config.inbound.server_h2.params, backlog=config.inbound.listen_backlog,
+                            accept=config.inbound.accept) if config.tap_svc_name else None
         self.metrics.add_collector(self._identity_collector)
         self.metrics.add_collector(process_collector)
         self.metrics.add_collector(_build_info)
@@ -194,12 +194,14 @@ class Proxy:
 
         config = self.config
         try:
-            self._listeners["admin"] = [Listener("admin", bind(config.admin_listen_addr))]
-            self._listeners["inbound"] = [
-                Listener("inbound", bind(config.inbound.listen_addr, config.inbound.listen_backlog))]
+            # The admin listener takes the inbound socket options and backlog, as linkerd2-proxy's (the tap too).
+            in_backlog, in_accept = config.inbound.listen_backlog, config.inbound.accept
+            self._listeners["admin"] = [Listener("admin", bind(config.admin_listen_addr, in_backlog), in_accept)]
+            self._listeners["inbound"] = [Listener("inbound", bind(config.inbound.listen_addr, in_backlog), in_accept)]
             outbound_addrs = (*config.outbound.listen_addrs, *config.outbound.extra_listen_addrs)
             self._listeners["outbound"] = [
-                Listener("outbound", bind(a, config.outbound.listen_backlog)) for a in outbound_addrs]
+                Listener("outbound", bind(a, config.outbound.listen_backlog), config.outbound.accept)
+                for a in outbound_addrs]
         except OSError:
             self._close_listeners()
             raise
@@ -394,7 +396,6 @@ class Proxy:
         assert settings is not None
         admitted = self._admit("inbound", sock)
         if admitted is not None:
-            sockopts.apply(sock, self.config.inbound.accept)
             target, client = admitted
             self._connection("inbound", sock, target, inbound(target, client, settings))
 
@@ -403,7 +404,6 @@ class Proxy:
         assert settings is not None
         admitted = self._admit("outbound", sock)
         if admitted is not None:
-            sockopts.apply(sock, self.config.outbound.accept)
             self._connection("outbound", sock, admitted[0], outbound(admitted[0], settings, self.discovery))
 
     def _admit(self, direction: str, sock: socket.socket) -> tuple[SocketAddr, SocketAddr] | None:

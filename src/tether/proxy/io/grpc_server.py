@@ -37,6 +37,7 @@ Callers: ``io.tap_server`` and its tests.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import ssl
@@ -47,7 +48,10 @@ from urllib.parse import quote
 from tether.proxy.codec.grpc_framing import MAX_MESSAGE, FramingError, MessageReader, frame
 from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, H2Endpoint, H2ProtocolError, Http2Params
+from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.core.config import TcpOptions
 from tether.proxy.io.grpc_client import Code
+from tether.proxy.io.listeners import BACKLOG, Listener, bind
 from tether.proxy.io.tls import client_identity
 
 log = logging.getLogger(__name__)
@@ -243,42 +247,26 @@ class GrpcServer:
         self.handlers = handlers
         self.h2 = h2  # the SETTINGS each connection advertises, and holds its client to
         self._context = context
-        self._listener: socket.socket | None = None
+        self._listener: Listener | None = None
         self._accepting: asyncio.Task[None] | None = None
         self.connections: set[_Connection] = set()
         self._handshakes: set[asyncio.Task[None]] = set()
         self.port = 0
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0: any free port); raises ``OSError`` when it cannot."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            # No SO_REUSEPORT: another process must not share, or take over, the port.
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((host, port))
-            listener.listen(128)
-            listener.setblocking(False)
-        except OSError:
-            listener.close()
-            raise
+    async def start(self, host: str, port: int, *, backlog: int = BACKLOG, accept: TcpOptions = TcpOptions()) -> int:
+        """Listen on ``host:port`` (0: any free port) with ``backlog``, each accepted connection with ``accept``'s
+        socket options (``io.listeners``: the proxy's listeners' one accept loop); raises ``OSError`` when it
+        cannot."""
+        listener = Listener("tap", bind(SocketAddr(ipaddress.ip_address(host), port), backlog), accept)
         self._listener = listener
-        self.port = listener.getsockname()[1]
-        self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
+        self.port = listener.addr.port
+        self._accepting = asyncio.get_running_loop().create_task(listener.serve(self._accepted))
         return self.port
 
-    async def _accept(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(listener)
-            except OSError as err:  # EMFILE and the like: the next accept may succeed
-                log.warning("tap server: accept failed: %s", err)
-                await asyncio.sleep(0.1)
-                continue
-            task = loop.create_task(self._handshake(sock))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
+    def _accepted(self, sock: socket.socket) -> None:
+        task = asyncio.get_running_loop().create_task(self._handshake(sock))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
 
     async def _handshake(self, sock: socket.socket) -> None:
         """TLS with the context of the moment (a rotated certificate from the next connection on)."""

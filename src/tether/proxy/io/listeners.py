@@ -9,9 +9,13 @@ the address the client connected to stands for the original destination
 (direct addressing, for running without iptables).
 
 ``Listener.serve`` accepts until cancelled, handing each socket (with
-``TCP_NODELAY`` set) to a callback that must not block.
+``TCP_NODELAY`` set, and the listener's accept options: keep-alive and user
+timeout, ``io.sockopts``) to a callback that must not block. As linkerd2-proxy's
+listeners (its ``ServerConfig``: keep-alive, user timeout, backlog), the
+inbound, admin and tap listeners take ``LINKERD2_PROXY_INBOUND_ACCEPT_*`` and
+``_INBOUND_TCP_LISTEN_BACKLOG``, the outbound ones the outbound variables.
 
-Caller: ``tether.proxy.app``.
+Callers: ``tether.proxy.app``, ``io.grpc_server`` (the tap server).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from tether.proxy.codec.addrs import SocketAddr
+from tether.proxy.core.config import TcpOptions
+from tether.proxy.io import sockopts
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +97,10 @@ def _unmapped(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IP
 class Listener:
     """A bound socket and the loop accepting on it."""
 
-    def __init__(self, name: str, sock: socket.socket) -> None:
+    def __init__(self, name: str, sock: socket.socket, accept: TcpOptions = TcpOptions()) -> None:
         self.name = name
         self.sock = sock
+        self.accept = accept  # set on every connection accepted (io.sockopts)
         self.addr = local_addr(sock)
         self.failing = False  # the last accept failed for want of descriptors or memory (readiness says so)
 
@@ -121,6 +128,7 @@ class Listener:
             except OSError:
                 conn.close()
                 continue
+            sockopts.apply(conn, self.accept)
             handle(conn)
 
     def close(self) -> None:

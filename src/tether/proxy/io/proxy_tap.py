@@ -31,8 +31,10 @@ from collections.abc import Callable
 
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
+from tether.proxy.core.config import TcpOptions
 from tether.proxy.core.tap import INBOUND, OUTBOUND, TapObserver, Taps
 from tether.proxy.io.identity_client import TlsMaterial
+from tether.proxy.io.listeners import BACKLOG
 from tether.proxy.io.tap_server import TapServer
 from tether.proxy.io.tls import ContextFactory
 
@@ -45,9 +47,13 @@ class TapBindError(OSError):
 
 class ProxyTap:
     def __init__(self, tap_identity: str, addr: SocketAddr, *, rng: random.Random | None = None,
-                 h2: Http2Params = DEFAULT_PARAMS) -> None:
+                 h2: Http2Params = DEFAULT_PARAMS, backlog: int = BACKLOG, accept: TcpOptions = TcpOptions()) -> None:
         self.tap_identity = tap_identity
-        self.h2 = h2  # the inbound server's HTTP/2 settings: the control listener follows them (proxy.md §2.2)
+        # The inbound server's HTTP/2 settings, listen backlog and accept socket options: the control listener
+        # follows them, as linkerd2-proxy's (proxy.md §2.2).
+        self.h2 = h2
+        self.backlog = backlog
+        self.accept = accept
         self.addr = addr
         self.taps = Taps(base=(rng or random.SystemRandom()).getrandbits(32))
         self.inbound = TapObserver(self.taps, INBOUND, time.monotonic)
@@ -69,7 +75,7 @@ class ProxyTap:
         self._material, self._contexts_for = material, contexts_for
         server = TapServer(self.taps, self.tap_identity, self._context, self.h2)
         try:
-            await server.start(str(self.addr.ip), self.addr.port)
+            await server.start(str(self.addr.ip), self.addr.port, backlog=self.backlog, accept=self.accept)
         except OSError as err:
             await server.stop()
             raise TapBindError(f"tap server: cannot listen on {self.addr} "

@@ -34,9 +34,11 @@ from google.protobuf.message import DecodeError
 
 from tether.api import tap_pb2
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
+from tether.proxy.core.config import TcpOptions
 from tether.proxy.core.tap import MatchError, Tap, Taps, new_tap
 from tether.proxy.io.grpc_client import Code, method_path
 from tether.proxy.io.grpc_server import Call, GrpcServer
+from tether.proxy.io.listeners import BACKLOG
 
 log = logging.getLogger(__name__)
 UNAUTHORIZED = "Unauthorized client"
@@ -55,8 +57,9 @@ class TapServer:
     def port(self) -> int:
         return self.grpc.port
 
-    async def start(self, host: str, port: int) -> int:
-        await self.grpc.start(host, port)
+    async def start(self, host: str, port: int, *, backlog: int = BACKLOG, accept: TcpOptions = TcpOptions()) -> int:
+        """Listen on ``host:port`` (``io.grpc_server.GrpcServer.start``)."""
+        await self.grpc.start(host, port, backlog=backlog, accept=accept)
         log.info("tap server on %s:%d, for %s only", host, self.port, self.tap_identity)
         return self.port
 

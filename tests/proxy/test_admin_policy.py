@@ -210,6 +210,74 @@ def test_tls_for_another_name_and_non_http_bytes_are_closed(tmp_path: Path) -> N
     run(scenario())
 
 
+async def exchange(proxy: Proxy, request: bytes, **kwargs: object) -> bytes:
+    """Send ``request`` on a new admin connection from ``REMOTE``; every byte of the answer, to its close."""
+    admin = proxy.admin_addr
+    async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0), **kwargs) as (reader, writer):
+        writer.write(request)
+        return await read_all(reader)
+
+
+def test_admin_connections_count_in_the_transport_metrics(tmp_path: Path) -> None:
+    """As linkerd2-proxy's admin stack (its transport metrics layer sits after TLS detection, with the inbound
+    server's labels): every connection whose TLS detection ended, under ``peer="src"``, its TLS and the admin
+    port's ``srv_*``, with the bytes the admin server read and wrote inside TLS; one that never told (the TLS
+    detection timeout) is not counted."""
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            proxy = await mesh.start_proxy(mesh.pod("web-0", app="web"))
+            admin = proxy.admin_addr
+            request = b"GET /live HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
+            plain = await exchange(proxy, request)
+            assert plain.startswith(b"HTTP/1.1 200") and plain.endswith(b"live\n")
+            meshed = await exchange(proxy, request, ssl=mesh.ca.client_context(PROMETHEUS),
+                                    server_hostname=proxy.config.identity.local_name)
+            assert meshed.startswith(b"HTTP/1.1 200")
+            with pytest.raises((ConnectionError, ssl.SSLError)):
+                await exchange(proxy, b"", ssl=mesh.ca.client_context(PROMETHEUS), server_hostname="other.example")
+            async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, writer):
+                writer.write(b"\x00\x01 not http at all, long enough to sniff\r\n")
+                assert await closed_without_answer(reader)
+            async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, _):
+                assert await closed_without_answer(reader)  # nothing sent: closed at the detect timeout
+            await proxy.admin.idle()
+
+            # Scraped by an identity of its own, so that the scraping connection has a series of its own.
+            scraper = mesh.ca.client_context(identity_of("scraper"))
+            text = (await exchange(proxy, b"GET /metrics HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n",
+                                   ssl=scraper, server_hostname=proxy.config.identity.local_name)).decode()
+            metrics = parse_metrics(text.partition("\r\n\r\n")[2])
+            side = {"direction": "inbound", "peer": "src", "target_addr": str(admin), "srv_port": str(ADMIN)}
+
+            def series(**match: str) -> dict[str, float]:
+                values = {}
+                for family in ("tcp_open_total", "tcp_open_connections", "tcp_read_bytes_total",
+                               "tcp_write_bytes_total"):
+                    [(labels, value)] = counts(metrics[family], **side, **match)
+                    assert labels["srv_name"]  # the admin port's server
+                    values[family] = value
+                values["tcp_close_total"] = sum(value for _, value in counts(metrics["tcp_close_total"], **side,
+                                                                            **match))
+                return values
+
+            # The plain /live and the bytes that are not HTTP (peeked, never read); not the silent one.
+            assert series(tls="no_identity", no_tls_reason="no_tls_from_remote") == {
+                "tcp_open_total": 2.0, "tcp_open_connections": 0.0, "tcp_close_total": 2.0,
+                "tcp_read_bytes_total": float(len(request)), "tcp_write_bytes_total": float(len(plain))}
+            assert series(tls="true", client_id=PROMETHEUS) == {
+                "tcp_open_total": 1.0, "tcp_open_connections": 0.0, "tcp_close_total": 1.0,
+                "tcp_read_bytes_total": float(len(request)), "tcp_write_bytes_total": float(len(meshed))}
+            assert series(tls="opaque", sni="other.example") == {
+                "tcp_open_total": 1.0, "tcp_open_connections": 0.0, "tcp_close_total": 1.0,
+                "tcp_read_bytes_total": 0.0, "tcp_write_bytes_total": 0.0}
+            scraping = series(tls="true", client_id=identity_of("scraper"))
+            assert (scraping["tcp_open_total"], scraping["tcp_open_connections"]) == (1.0, 1.0)
+            assert scraping["tcp_read_bytes_total"] > 0.0 and scraping["tcp_close_total"] == 0.0
+            assert [labels["errno"] for labels, _ in counts(metrics["tcp_close_total"], **side)] == ["", "", ""]
+
+    run(scenario())
+
+
 async def h2_get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  paths: list[bytes]) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
     """GET each of ``paths`` on one HTTP/2 connection (the proxy's own codec as the client): (status, headers,

@@ -169,6 +169,11 @@ class Proxy:
         return self._listeners["admin"][0].addr
 
     @property
+    def admin(self) -> AdminServer:
+        assert self._admin is not None, "the admin server starts with the proxy"
+        return self._admin
+
+    @property
     def ready(self) -> bool:
         """A certificate, room for more connections, and every listener accepting."""
         return (self.tls.current is not None and len(self._connections) < self.max_connections

@@ -35,6 +35,14 @@ tells them apart) and inside mesh TLS (the first bytes do, one read within
 1 s; none means HTTP/2, as linkerd2-proxy guesses for a meshed client): a
 meshed Prometheus' proxy upgrades its scrapes to HTTP/2 (``io.admin_h2``).
 
+Each connection whose TLS detection ended (TLS for any name, or plaintext
+whatever its bytes; not one that timed out, nor a failed handshake) counts in
+the transport metrics (``tcp_open_total``...) with the inbound server's labels
+(``peer="src"``, ``target_*``, its TLS, the admin port's ``srv_*``), as
+linkerd2-proxy's admin stack puts its transport metrics layer after TLS
+detection; the bytes are those read and written inside TLS, a refused
+connection's none.
+
 Caller: ``tether.proxy.app``.
 """
 
@@ -54,17 +62,19 @@ from urllib.parse import unquote
 from tether.http_request import HttpError, read_request
 from tether.http_response import response as http_response
 from tether.proxy.codec import detect
+from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import labels
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy
+from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy, server_labels
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.logs import LogFilter
-from tether.proxy.core.metrics import Registry
+from tether.proxy.core.metrics import Meter, Registry
 from tether.proxy.core.server_policy import ServerPolicy
 from tether.proxy.io.admin_h2 import Answer, Http2Server
 from tether.proxy.io.listeners import local_addr, peer_addr
 from tether.proxy.io.peek import detect_on
+from tether.proxy.io.streams import errno_name
 from tether.proxy.io.tls import TlsState, client_identity
 
 log = logging.getLogger(__name__)
@@ -79,7 +89,7 @@ class AdminPolicy:
     """What the admin port's requests are authorized under, and what mesh TLS on it needs."""
 
     policy: Callable[[int], ServerPolicy]  # a port's current policy (io.policy_client), looked up per request
-    registry: Registry  # where inbound_http_authz_* go
+    registry: Registry  # where inbound_http_authz_* and the transport metrics go
     http_metrics: HttpMetrics  # request_total, response_total, response_latency_ms of the requests admitted
     tls: TlsState  # the current certificate's contexts (None before the first: TLS is then refused)
     local_name: str  # the SNI the proxy terminates
@@ -132,6 +142,11 @@ class AdminServer:
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 
+    async def idle(self) -> None:
+        """Until every connection open now has closed (tests read settled metrics after it)."""
+        if self._connections:
+            await asyncio.wait(set(self._connections))
+
     async def close(self) -> None:
         for task in list(self._connections):
             task.cancel()
@@ -155,14 +170,15 @@ class AdminServer:
             if isinstance(version, detect.Http1):
                 wire.speak_http1()
                 writer = asyncio.StreamWriter(transport, wire, wire.reader, asyncio.get_running_loop())
-                await self._serve(wire.reader, writer, facts, authorization)
+                await self._serve(wire, writer, facts, authorization)
             elif isinstance(version, detect.Http2):
-                wire.speak_http2(Http2Server(transport, self._http2_answer(facts, authorization), MAX_BODY))
+                wire.speak_http2(Http2Server(transport, self._http2_answer(facts, authorization), MAX_BODY, wire))
                 await wire.lost
             else:
                 log.debug("admin: non-HTTP connection from %s", facts.client_ip)
         finally:
             transport.close()
+        await wire.lost  # its meter closes with it: a connection whose task ended is counted closed
 
     async def _open(self, sock: socket.socket) -> tuple[_Wire, asyncio.Transport, ConnectionFacts,
                                                         detect.Verdict | None] | None:
@@ -173,16 +189,25 @@ class AdminServer:
         if client is None:
             return None
         verdict = await detect_on(sock, tls=True, timeout=DETECT_TIMEOUT)
+        plaintext = labels.no_tls(labels.NO_TLS_FROM_REMOTE)
         context: ssl.SSLContext | None = None
+        if isinstance(verdict, detect.TlsTimeout):  # no verdict: uncounted, as Linkerd's TLS detection failing
+            log.debug("admin: TLS detection timed out on a connection from %s", client)
+            return None
         if isinstance(verdict, detect.Tls):
             contexts = self._policy.tls.current
-            if verdict.client_hello.server_name != self._policy.local_name or contexts is None:
+            if verdict.client_hello.server_name != self._policy.local_name:
                 log.debug("admin: unexpected TLS connection to %s from %s (SNI %s)", local, client,
                           verdict.client_hello.server_name)
+                self._refused(local, labels.tls_passthrough(verdict.client_hello.server_name or ""))
+                return None
+            if contexts is None:
+                log.debug("admin: TLS connection from %s before the proxy has a certificate", client)
                 return None
             context = contexts.server
         elif not isinstance(verdict, (detect.Http1, detect.Http2)):
             log.debug("admin: %s connection from %s closed", type(verdict).__name__, client)
+            self._refused(local, plaintext)
             return None
         loop = asyncio.get_running_loop()
         wire = _Wire(loop)
@@ -193,11 +218,20 @@ class AdminServer:
             log.debug("admin: TLS handshake with %s failed: %r", client, exc)
             return None
         client_id = client_identity(transport.get_extra_info("ssl_object")) if context else None
-        tls_labels = labels.tls_accepted(client_id) if context else labels.no_tls(labels.NO_TLS_FROM_REMOTE)
+        tls_labels = labels.tls_accepted(client_id) if context else plaintext
+        wire.metered(self._policy.registry.tcp.open(self._accept_labels(local, tls_labels), wire))
         facts = ConnectionFacts(port=local.port, client_ip=client.ip, mesh_tls=context is not None,
                                 client_id=client_id, target_labels=labels.target(local), tls_labels=tls_labels,
                                 registry=self._policy.registry)
         return wire, transport, facts, None if context else verdict
+
+    def _accept_labels(self, local: SocketAddr, tls_labels: str) -> str:
+        """The connection's transport metric labels: the inbound server's, under the admin port's policy."""
+        return labels.accept_inbound(local, tls_labels, server_labels(self._policy.policy(local.port), local.port))
+
+    def _refused(self, local: SocketAddr, tls_labels: str) -> None:
+        """Count a connection closed after its TLS detection, before anything was read from it."""
+        self._policy.registry.tcp.open(self._accept_labels(local, tls_labels), _Unread()).close()
 
     async def _sniff(self, wire: _Wire) -> detect.Verdict:
         """HTTP detection inside mesh TLS: the first bytes say HTTP/1 or HTTP/2 (one read, as Linkerd's);
@@ -211,20 +245,20 @@ class AdminServer:
         assert isinstance(verdict, detect.Verdict)
         return verdict
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, facts: ConnectionFacts,
+    async def _serve(self, wire: _Wire, writer: asyncio.StreamWriter, facts: ConnectionFacts,
                      authorization: InboundRequestPolicy) -> None:
         try:
             while True:
-                request = await _read_request(reader, facts.client_ip)
+                request = await _read_request(wire.reader, facts.client_ip)
                 if isinstance(request, Response):
-                    _write(writer, request, keep_alive=False)
+                    wire.tx += _write(writer, request, keep_alive=False)
                     break
                 if request is None:
                     break
                 response, close = self._answer(request, authorization, facts)
                 keep_alive = request.keep_alive and not close
-                _write(writer, response, keep_alive=keep_alive,
-                       gzip_ok="gzip" in request.headers.get("accept-encoding", ""))
+                wire.tx += _write(writer, response, keep_alive=keep_alive,
+                                  gzip_ok="gzip" in request.headers.get("accept-encoding", ""))
                 await writer.drain()
                 if not keep_alive:
                     break
@@ -353,9 +387,12 @@ def _head(request: Request) -> RequestHead:
                              for name, value in request.headers.items()))
 
 
-def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> None:
+def _write(writer: asyncio.StreamWriter, response: Response, *, keep_alive: bool, gzip_ok: bool = False) -> int:
+    """Write ``response``; returns its length in bytes."""
     body, headers = _encoded(response, gzip_ok)
-    writer.write(http_response(response.status, body, response.content_type, keep_alive=keep_alive, headers=headers))
+    data = http_response(response.status, body, response.content_type, keep_alive=keep_alive, headers=headers)
+    writer.write(data)
+    return len(data)
 
 
 def _encoded(response: Response, gzip_ok: bool) -> tuple[bytes, list[tuple[str, str]]]:
@@ -367,9 +404,18 @@ def _encoded(response: Response, gzip_ok: bool) -> tuple[bytes, list[tuple[str, 
     return body, headers
 
 
+class _Unread:
+    """The byte counts of a connection refused before the admin server read from it."""
+
+    rx = 0
+    tx = 0
+
+
 class _Wire(asyncio.StreamReaderProtocol):
     """An admin connection's bytes: held until its HTTP version is known (inside mesh TLS they cannot be
-    peeked), then fed to the HTTP/1 reader (asyncio's streams) or to the HTTP/2 server."""
+    peeked), then fed to the HTTP/1 reader (asyncio's streams) or to the HTTP/2 server. It counts them for
+    the transport metrics (``rx``; the servers add what they write to ``tx``) and closes its meter when
+    the connection is lost."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.reader = asyncio.StreamReader(limit=MAX_HEAD, loop=loop)
@@ -379,6 +425,16 @@ class _Wire(asyncio.StreamReaderProtocol):
         self._held: bytearray | None = bytearray()  # None once a server takes the bytes
         self._held_eof = False
         self._http2: Http2Server | None = None
+        self.rx = 0  # bytes read (inside TLS)
+        self.tx = 0  # bytes written (inside TLS)
+        self._meter: Meter | None = None
+
+    def metered(self, meter: Meter) -> None:
+        """Counted under ``meter`` until the connection is lost (at once if it is already)."""
+        if self.lost.done():
+            meter.close()
+        else:
+            self._meter = meter
 
     def first(self, n: int) -> bytes:
         return bytes(self._held[:n]) if self._held is not None else b""
@@ -399,6 +455,7 @@ class _Wire(asyncio.StreamReaderProtocol):
             server.closed()
 
     def data_received(self, data: bytes) -> None:
+        self.rx += len(data)
         if self._http2 is not None:
             self._http2.received(data)
         elif self._held is None:
@@ -418,6 +475,9 @@ class _Wire(asyncio.StreamReaderProtocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._meter is not None:
+            self._meter.close(errno_name(exc))
+            self._meter = None
         _settle(self.arrived)
         _settle(self.lost)
         super().connection_lost(exc)

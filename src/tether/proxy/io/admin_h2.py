@@ -10,7 +10,8 @@ answering in HTTP/2 without downgrading: the client's proxy turns the
 response back into HTTP/1.
 
 ``Http2Server`` is fed the connection's bytes and writes to its transport
-(``codec.http2.H2Endpoint``: framing, HPACK, flow control). Each request is
+(``codec.http2.H2Endpoint``: framing, HPACK, flow control), adding what it
+writes to the connection's transport metric counts. Each request is
 read whole (its body at most ``MAX_BODY``: beyond, the stream is reset with
 ``REFUSED_STREAM``), handed to ``answer`` (``io.admin``: the port's policy,
 then the endpoint) as the HTTP/1 server hands its requests, and answered in
@@ -28,6 +29,7 @@ from collections.abc import Callable
 
 from tether.proxy.codec import http2_events as h2e
 from tether.proxy.codec.http2 import H2Endpoint, H2ProtocolError, Headers
+from tether.proxy.core.metrics import Counted
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,9 @@ Answer = Callable[[str, str, dict[str, str], bytes], tuple[int, list[tuple[str, 
 class Http2Server:
     """One HTTP/2 connection on the admin port."""
 
-    def __init__(self, transport: asyncio.Transport, answer: Answer, max_body: int) -> None:
+    def __init__(self, transport: asyncio.Transport, answer: Answer, max_body: int, counted: Counted) -> None:
         self._transport = transport
+        self._counted = counted  # the connection's transport metric counts: what is written adds to tx
         self._answer = answer
         self._max_body = max_body
         self._h2 = H2Endpoint(client=False)
@@ -105,6 +108,7 @@ class Http2Server:
         out = self._h2.data_to_send()
         if out and not self._transport.is_closing():
             self._transport.write(out)
+            self._counted.tx += len(out)
 
     def closed(self) -> None:
         """The client closed its side: nothing more will come."""

@@ -218,11 +218,11 @@ async def exchange(proxy: Proxy, request: bytes, **kwargs: object) -> bytes:
         return await read_all(reader)
 
 
-def test_admin_connections_count_in_the_transport_metrics(tmp_path: Path) -> None:
+def test_admin_connections_count_in_the_transport_and_detection_metrics(tmp_path: Path) -> None:
     """As linkerd2-proxy's admin stack (its transport metrics layer sits after TLS detection, with the inbound
-    server's labels): every connection whose TLS detection ended, under ``peer="src"``, its TLS and the admin
-    port's ``srv_*``, with the bytes the admin server read and wrote inside TLS; one that never told (the TLS
-    detection timeout) is not counted."""
+    server's labels, then HTTP detection): every connection whose TLS detection ended, under ``peer="src"``,
+    its TLS and the admin port's ``srv_*``, with the bytes the admin server read and wrote inside TLS, and its
+    HTTP detection's result; one that never told (the TLS detection timeout) is not counted."""
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             proxy = await mesh.start_proxy(mesh.pod("web-0", app="web"))
@@ -240,6 +240,9 @@ def test_admin_connections_count_in_the_transport_metrics(tmp_path: Path) -> Non
                 assert await closed_without_answer(reader)
             async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, _):
                 assert await closed_without_answer(reader)  # nothing sent: closed at the detect timeout
+            async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0), ssl=mesh.ca.client_context(
+                    PROMETHEUS), server_hostname=proxy.config.identity.local_name) as (reader, _):
+                assert await reader.read(9)  # nothing sent inside mesh TLS: HTTP/2 assumed, its SETTINGS come
             await proxy.admin.idle()
 
             # Scraped by an identity of its own, so that the scraping connection has a series of its own.
@@ -264,9 +267,10 @@ def test_admin_connections_count_in_the_transport_metrics(tmp_path: Path) -> Non
             assert series(tls="no_identity", no_tls_reason="no_tls_from_remote") == {
                 "tcp_open_total": 2.0, "tcp_open_connections": 0.0, "tcp_close_total": 2.0,
                 "tcp_read_bytes_total": float(len(request)), "tcp_write_bytes_total": float(len(plain))}
-            assert series(tls="true", client_id=PROMETHEUS) == {
-                "tcp_open_total": 1.0, "tcp_open_connections": 0.0, "tcp_close_total": 1.0,
-                "tcp_read_bytes_total": float(len(request)), "tcp_write_bytes_total": float(len(meshed))}
+            meshed_side = series(tls="true", client_id=PROMETHEUS)  # /live, and the silent one answered in HTTP/2
+            assert (meshed_side["tcp_open_total"], meshed_side["tcp_close_total"]) == (2.0, 2.0)
+            assert meshed_side["tcp_read_bytes_total"] == float(len(request))
+            assert meshed_side["tcp_write_bytes_total"] > float(len(meshed))  # and the HTTP/2 preface
             assert series(tls="opaque", sni="other.example") == {
                 "tcp_open_total": 1.0, "tcp_open_connections": 0.0, "tcp_close_total": 1.0,
                 "tcp_read_bytes_total": 0.0, "tcp_write_bytes_total": 0.0}
@@ -274,6 +278,10 @@ def test_admin_connections_count_in_the_transport_metrics(tmp_path: Path) -> Non
             assert (scraping["tcp_open_total"], scraping["tcp_open_connections"]) == (1.0, 1.0)
             assert scraping["tcp_read_bytes_total"] > 0.0 and scraping["tcp_close_total"] == 0.0
             assert [labels["errno"] for labels, _ in counts(metrics["tcp_close_total"], **side)] == ["", "", ""]
+            # HTTP detection on each of them, as Linkerd's admin stack detects it, under the admin port's srv_*.
+            detected = {labels["result"]: value for labels, value in
+                        counts(metrics["inbound_tcp_detect_http_results_total"], srv_port=str(ADMIN))}
+            assert detected == {"http/1": 3.0, "not_http": 2.0, "read_timeout": 1.0, "http/2": 0.0, "error": 0.0}
 
     run(scenario())
 

@@ -17,6 +17,7 @@ from tether.proxy.io.admin import AdminPolicy, AdminServer, Request
 from tether.proxy.io.identity_client import TlsMaterial
 from tether.proxy.io.tls import TlsState
 from tether.proxy.core.http_metrics import HttpMetrics
+from tether.proxy.core.policy_metrics import DetectMetrics
 from tether.proxy.core.server_policy import INVALID
 from tether.proxy.app import Proxy
 from tether.proxy.core.logs import LogFilter, parse, unmatched
@@ -92,11 +93,13 @@ def test_env_json_metrics_log_level_and_shutdown(tmp_path: Path) -> None:
 
 def _server(shutdown_enabled: bool = False) -> tuple[AdminServer, list[bool]]:
     stopped: list[bool] = []
+    policy_registry = Registry(retain_idle=600)
     server = AdminServer(registry=Registry(retain_idle=600), ready=lambda: True, env={"A": "1"},
                          log_filter=LogFilter("warn", apply=False), shutdown_enabled=shutdown_enabled,
                          on_shutdown=lambda: stopped.append(True),
-                         policy=AdminPolicy(lambda port: INVALID, Registry(retain_idle=600),
-                                            HttpMetrics(lambda: 0.0, 600), TlsState(_no_contexts),
+                         policy=AdminPolicy(lambda port: INVALID, policy_registry,
+                                            HttpMetrics(lambda: 0.0, 600), DetectMetrics(policy_registry, "inbound"),
+                                            TlsState(_no_contexts),
                                             "web.emojivoto.serviceaccount.identity.linkerd.cluster.local",
                                             lambda: 0.0))
     return server, stopped

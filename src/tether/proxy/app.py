@@ -213,6 +213,7 @@ class Proxy:
         # The SNI the proxy terminates: with SPIRE the server name, not the SPIFFE ID.
         local_name = (config.identity.server_name if isinstance(config.identity, SpireIdentityConfig)
                       else config.identity.local_name)
+        detect_metrics = DetectMetrics(self.metrics, "inbound")  # the inbound servers' and the admin port's
         admin = AdminServer(
             registry=self.metrics,
             ready=lambda: self.ready,
@@ -220,8 +221,8 @@ class Proxy:
             log_filter=self.log_filter,
             shutdown_enabled=config.shutdown_endpoint_enabled,
             on_shutdown=self.stopping.set,
-            policy=AdminPolicy(self.policies.policy, self.metrics, self.http_metrics, self.tls, local_name,
-                               time.monotonic),
+            policy=AdminPolicy(self.policies.policy, self.metrics, self.http_metrics, detect_metrics, self.tls,
+                               local_name, time.monotonic),
         )
         self._spawn(self._listeners["admin"][0].serve(admin.accept), "accept admin")
         self._admin = admin
@@ -249,7 +250,7 @@ class Proxy:
             policies=self.policies.policy,
             registry=self.metrics,
             policy_changes=self.policies.subscribe,
-            detect_metrics=DetectMetrics(self.metrics, "inbound"),
+            detect_metrics=detect_metrics,
             profiles=InboundProfileRoutes(self.inbound_profiles, config.profile_suffixes),
             route_metrics=InboundRouteMetrics(self.metrics),
             authority_labels=in_cfg.metrics_authority_labels,

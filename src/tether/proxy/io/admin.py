@@ -41,7 +41,13 @@ the transport metrics (``tcp_open_total``...) with the inbound server's labels
 (``peer="src"``, ``target_*``, its TLS, the admin port's ``srv_*``), as
 linkerd2-proxy's admin stack puts its transport metrics layer after TLS
 detection; the bytes are those read and written inside TLS, a refused
-connection's none.
+connection's none. Each of them then counts in
+``inbound_tcp_detect_http_results_total`` / ``_duration_seconds`` with the
+admin port's ``srv_*``, whatever its policy, as linkerd2-proxy's admin stack
+detects HTTP on every connection: in plaintext the peek's verdict (how long
+it took), inside mesh TLS the first read's (``read_timeout`` when nothing
+came within 1 s), and ``not_http`` for TLS for another name (its bytes are a
+ClientHello).
 
 Caller: ``tether.proxy.app``.
 """
@@ -70,6 +76,7 @@ from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolic
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.core.logs import LogFilter
 from tether.proxy.core.metrics import Meter, Registry
+from tether.proxy.core.policy_metrics import DetectMetrics
 from tether.proxy.core.server_policy import ServerPolicy
 from tether.proxy.io.admin_h2 import Answer, Http2Server
 from tether.proxy.io.listeners import local_addr, peer_addr
@@ -91,6 +98,7 @@ class AdminPolicy:
     policy: Callable[[int], ServerPolicy]  # a port's current policy (io.policy_client), looked up per request
     registry: Registry  # where inbound_http_authz_* and the transport metrics go
     http_metrics: HttpMetrics  # request_total, response_total, response_latency_ms of the requests admitted
+    detect: DetectMetrics  # inbound_tcp_detect_http_*: the inbound servers' (one family)
     tls: TlsState  # the current certificate's contexts (None before the first: TLS is then refused)
     local_name: str  # the SNI the proxy terminates
     clock: Callable[[], float]
@@ -164,7 +172,7 @@ class AdminServer:
         wire, transport, facts, version = opened
         try:
             if version is None:
-                version = await self._sniff(wire)
+                version = await self._sniff(wire, facts.port)
             authorization = InboundRequestPolicy(lambda: self._policy.policy(facts.port), facts,
                                                  clock=self._policy.clock)
             if isinstance(version, detect.Http1):
@@ -188,18 +196,22 @@ class AdminServer:
         client, local = peer_addr(sock), local_addr(sock)
         if client is None:
             return None
+        began = self._policy.detect.clock()
         verdict = await detect_on(sock, tls=True, timeout=DETECT_TIMEOUT)
         plaintext = labels.no_tls(labels.NO_TLS_FROM_REMOTE)
         context: ssl.SSLContext | None = None
         if isinstance(verdict, detect.TlsTimeout):  # no verdict: uncounted, as Linkerd's TLS detection failing
             log.debug("admin: TLS detection timed out on a connection from %s", client)
             return None
+        if not isinstance(verdict, detect.Tls):  # plaintext: the one peek told TLS from HTTP
+            self._detected(local.port, verdict, self._policy.detect.clock() - began)
         if isinstance(verdict, detect.Tls):
             contexts = self._policy.tls.current
             if verdict.client_hello.server_name != self._policy.local_name:
                 log.debug("admin: unexpected TLS connection to %s from %s (SNI %s)", local, client,
                           verdict.client_hello.server_name)
                 self._refused(local, labels.tls_passthrough(verdict.client_hello.server_name or ""))
+                self._detected(local.port, detect.Opaque(), 0.0)  # a ClientHello, already read: not HTTP
                 return None
             if contexts is None:
                 log.debug("admin: TLS connection from %s before the proxy has a certificate", client)
@@ -233,17 +245,26 @@ class AdminServer:
         """Count a connection closed after its TLS detection, before anything was read from it."""
         self._policy.registry.tcp.open(self._accept_labels(local, tls_labels), _Unread()).close()
 
-    async def _sniff(self, wire: _Wire) -> detect.Verdict:
+    def _detected(self, port: int, verdict: detect.Verdict, seconds: float) -> None:
+        """``inbound_tcp_detect_http_*`` for one connection, under the admin port's ``srv_*``."""
+        self._policy.detect.detected(server_labels(self._policy.policy(port), port), verdict, seconds)
+
+    async def _sniff(self, wire: _Wire, port: int) -> detect.Verdict:
         """HTTP detection inside mesh TLS: the first bytes say HTTP/1 or HTTP/2 (one read, as Linkerd's);
         none within the detect timeout means HTTP/2, as linkerd2-proxy's admin server guesses for a meshed
         connection (its client was most likely a proxy, which speaks HTTP/2 to meshed endpoints)."""
+        began = self._policy.detect.clock()
+        verdict: detect.Verdict
         try:
             await asyncio.wait_for(asyncio.shield(wire.arrived), DETECT_TIMEOUT)
         except TimeoutError:
-            return detect.Http2()
-        verdict = detect.Detector(tls=False).receive_data(wire.first(detect.HTTP_SNIFF_BYTES))
-        assert isinstance(verdict, detect.Verdict)
-        return verdict
+            verdict = detect.ReadTimeout()
+        else:
+            answer = detect.Detector(tls=False).receive_data(wire.first(detect.HTTP_SNIFF_BYTES))
+            assert isinstance(answer, detect.Verdict)
+            verdict = answer
+        self._detected(port, verdict, self._policy.detect.clock() - began)
+        return detect.Http2() if isinstance(verdict, detect.ReadTimeout) else verdict
 
     async def _serve(self, wire: _Wire, writer: asyncio.StreamWriter, facts: ConnectionFacts,
                      authorization: InboundRequestPolicy) -> None:

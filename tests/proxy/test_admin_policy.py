@@ -348,6 +348,32 @@ def test_http2_is_served_in_plaintext_and_inside_mesh_tls(tmp_path: Path) -> Non
     run(scenario())
 
 
+def test_http2_on_the_admin_port_advertises_the_inbound_servers_settings(tmp_path: Path) -> None:
+    """linkerd2-proxy's admin server takes the inbound server's HTTP/2 settings
+    (``LINKERD2_PROXY_INBOUND_SERVER_HTTP2_*``, linkerd/app/src/env.rs): its SETTINGS frame carries them."""
+    import hyperframe.frame as hf
+
+    async def scenario() -> None:
+        async with Mesh(tmp_path) as mesh:
+            prefix = "LINKERD2_PROXY_INBOUND_SERVER_HTTP2_"
+            proxy = await mesh.start_proxy(mesh.pod("web-0", app="web"), **{
+                prefix + "INITIAL_STREAM_WINDOW_SIZE": "131072", prefix + "INITIAL_CONNECTION_WINDOW_SIZE": "2097152",
+                prefix + "MAX_CONCURRENT_STREAMS": "7", prefix + "MAX_FRAME_SIZE": "32768",
+                prefix + "MAX_HEADER_LIST_SIZE": "40000"})
+            admin = proxy.admin_addr
+            async with connection(str(admin.ip), admin.port, local_addr=(REMOTE, 0)) as (reader, writer):
+                writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + hf.SettingsFrame(0).serialize())
+                frame, length = hf.Frame.parse_frame_header(memoryview(await reader.readexactly(9)))
+                frame.parse_body(memoryview(await reader.readexactly(length)))
+            assert isinstance(frame, hf.SettingsFrame) and "ACK" not in frame.flags
+            assert frame.settings[hf.SettingsFrame.INITIAL_WINDOW_SIZE] == 131_072
+            assert frame.settings[hf.SettingsFrame.MAX_CONCURRENT_STREAMS] == 7
+            assert frame.settings[hf.SettingsFrame.MAX_FRAME_SIZE] == 32_768
+            assert frame.settings[hf.SettingsFrame.MAX_HEADER_LIST_SIZE] == 40_000
+
+    run(scenario())
+
+
 NETNS_SCENARIO = Path(__file__).with_name("netns_admin_scenario.py")
 
 

@@ -221,6 +221,7 @@ class Proxy:
             log_filter=self.log_filter,
             shutdown_enabled=config.shutdown_endpoint_enabled,
             on_shutdown=self.stopping.set,
+            h2=config.inbound.server_h2.params,
             policy=AdminPolicy(self.policies.policy, self.metrics, self.http_metrics, detect_metrics, self.tls,
                                local_name, time.monotonic),
         )

@@ -70,6 +70,7 @@ from tether.http_response import response as http_response
 from tether.proxy.codec import detect
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.codec.http1 import RequestHead
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core import labels
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.inbound_authz import ConnectionFacts, InboundRequestPolicy, server_labels
@@ -134,6 +135,7 @@ class AdminServer:
         shutdown_enabled: bool,
         on_shutdown: Callable[[], None],
         policy: AdminPolicy,
+        h2: Http2Params = DEFAULT_PARAMS,
     ) -> None:
         self._registry = registry
         self._ready = ready
@@ -142,6 +144,7 @@ class AdminServer:
         self._shutdown_enabled = shutdown_enabled
         self._on_shutdown = on_shutdown
         self._policy = policy
+        self._h2 = h2  # HTTP/2 SETTINGS: the inbound server's, as linkerd2-proxy's admin server
         self._connections: set[asyncio.Task[None]] = set()
 
     def accept(self, sock: socket.socket) -> None:
@@ -180,7 +183,8 @@ class AdminServer:
                 writer = asyncio.StreamWriter(transport, wire, wire.reader, asyncio.get_running_loop())
                 await self._serve(wire, writer, facts, authorization)
             elif isinstance(version, detect.Http2):
-                wire.speak_http2(Http2Server(transport, self._http2_answer(facts, authorization), MAX_BODY, wire))
+                wire.speak_http2(Http2Server(transport, self._http2_answer(facts, authorization), MAX_BODY, wire,
+                                             self._h2))
                 await wire.lost
             else:
                 log.debug("admin: non-HTTP connection from %s", facts.client_ip)

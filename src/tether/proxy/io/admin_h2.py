@@ -11,7 +11,9 @@ response back into HTTP/1.
 
 ``Http2Server`` is fed the connection's bytes and writes to its transport
 (``codec.http2.H2Endpoint``: framing, HPACK, flow control), adding what it
-writes to the connection's transport metric counts. Each request is
+writes to the connection's transport metric counts. Its SETTINGS are
+``params``: the inbound server's (``LINKERD2_PROXY_INBOUND_SERVER_HTTP2_*``),
+as linkerd2-proxy's admin server takes them. Each request is
 read whole (its body at most ``MAX_BODY``: beyond, the stream is reset with
 ``REFUSED_STREAM``), handed to ``answer`` (``io.admin``: the port's policy,
 then the endpoint) as the HTTP/1 server hands its requests, and answered in
@@ -28,7 +30,7 @@ import logging
 from collections.abc import Callable
 
 from tether.proxy.codec import http2_events as h2e
-from tether.proxy.codec.http2 import H2Endpoint, H2ProtocolError, Headers
+from tether.proxy.codec.http2 import DEFAULT_PARAMS, H2Endpoint, H2ProtocolError, Headers, Http2Params
 from tether.proxy.core.metrics import Counted
 
 log = logging.getLogger(__name__)
@@ -40,12 +42,13 @@ Answer = Callable[[str, str, dict[str, str], bytes], tuple[int, list[tuple[str, 
 class Http2Server:
     """One HTTP/2 connection on the admin port."""
 
-    def __init__(self, transport: asyncio.Transport, answer: Answer, max_body: int, counted: Counted) -> None:
+    def __init__(self, transport: asyncio.Transport, answer: Answer, max_body: int, counted: Counted,
+                 params: Http2Params = DEFAULT_PARAMS) -> None:
         self._transport = transport
         self._counted = counted  # the connection's transport metric counts: what is written adds to tx
         self._answer = answer
         self._max_body = max_body
-        self._h2 = H2Endpoint(client=False)
+        self._h2 = H2Endpoint(client=False, params=params)
         self._requests: dict[int, tuple[Headers, bytearray]] = {}
         self._h2.initiate()
         self._send()

@@ -320,7 +320,9 @@ class H2Endpoint:
         # dict's own membership test, bound here: a C call where a method would be a Python one (the core asks
         # twice per stream).
         self.pending: Callable[[int], bool] = self._outboxes.__contains__
-        self._next_sid = 1 if client else 2  # the next stream we open
+        # The id of the next stream we open (``next_stream_id()``, as h2 names it; the proxy reads the attribute: a
+        # call less per stream).
+        self.next_sid = 1 if client else 2
         self._last_peer = 0  # the highest stream the peer opened
         self._local_open = 0  # streams we opened, not closed
         self._peer_open = 0  # streams the peer opened, not closed
@@ -438,7 +440,7 @@ class H2Endpoint:
     def _idle(self, sid: int) -> bool:
         """Whether ``sid`` was never opened (by either side)."""
         if (sid & 1) == (1 if self.client else 0):  # ours
-            return sid >= self._next_sid
+            return sid >= self.next_sid
         return sid > self._last_peer
 
     def _closed_frame(self, sid: int, kind: str) -> None:
@@ -808,7 +810,7 @@ class H2Endpoint:
         return not self.goaway_received and not self.failed and (limit is None or self._local_open < limit)
 
     def next_stream_id(self) -> int:
-        return self._next_sid
+        return self.next_sid
 
     def send_headers(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]], *,
                      end_stream: bool = False) -> bool:
@@ -821,11 +823,11 @@ class H2Endpoint:
             return False
         stream = self._streams.get(stream_id)
         if stream is None:
-            if (not self.client or stream_id != self._next_sid or self._goaway_last is not None
+            if (not self.client or stream_id != self.next_sid or self._goaway_last is not None
                     or self.goaway_received):
                 return False
             stream = self._streams[stream_id] = _Stream(stream_id, self.remote_initial_window, self._stream_window)
-            self._next_sid += 2
+            self.next_sid += 2
             self._local_open += 1
             headers = list(headers)
             stream.no_body = (b":method", b"HEAD") in headers

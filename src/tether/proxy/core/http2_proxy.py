@@ -814,7 +814,7 @@ class Http2Proxy:
         if pick.rewrite is not None:  # a client policy's names, as HTTP/2 wants them (the codec sends them as given)
             regular = [(n.lower(), v) for n, v in regular]
         headers.extend(regular)
-        usid = up.ep.next_stream_id()
+        usid = up.ep.next_sid
         end = stream.req_end and not stream.req_buf and not stream.req_trailers
         if not up.ep.send_headers(usid, headers, end_stream=end):
             self._fail(stream, errors.io_error(up.addr))

@@ -241,7 +241,7 @@ class Leg:
         if self.waiting is not None:
             self.waiting.append(EndOfMessage(tuple(trailers)))
         elif self.sid:
-            self.conn.h2.queue_end(self.sid, [(n.lower(), v) for n, v in trailers] or None)
+            self.conn.h2.queue_data(self.sid, b"", end=True, trailers=[(n.lower(), v) for n, v in trailers] or None)
         self._moved()
         return b""
 
@@ -296,7 +296,7 @@ class Leg:
         self.waiting = None
         conn = self.conn
         h2 = conn.h2
-        sid = h2.next_stream_id()
+        sid = h2.next_sid
         headers, ended = waiting[0], waiting[1]
         if not h2.send_headers(sid, headers, end_stream=ended):
             self._break()
@@ -309,7 +309,7 @@ class Leg:
             if isinstance(event, Body):
                 h2.queue_data(sid, event.data)
             else:
-                h2.queue_end(sid, [(n.lower(), v) for n, v in event.trailers] or None)
+                h2.queue_data(sid, b"", end=True, trailers=[(n.lower(), v) for n, v in event.trailers] or None)
         conn.unsent = True
 
     # One method per kind of stream event (``UpgradeConnection.receive`` dispatches by type). The end of the

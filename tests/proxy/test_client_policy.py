@@ -873,7 +873,7 @@ def test_a_routes_series_expire_together_once_no_request_begins_on_them() -> Non
     settings = HttpSettings("outbound", clock, None)
 
     def one_request() -> None:
-        frames = exchange.request_frames(route)
+        _, frames, _ = exchange.route_begun(settings, route)
         assert frames is not None
         frames(100)
         backend_.series().requests += 1

@@ -11,10 +11,9 @@ calls these for the decisions and the accounting they share:
   is routed (the edit a route's header modifier makes is the core's to apply);
   ``leave`` gives the in-flight place back;
 - ``route_timeout``: the answer when a route's timeout passed;
-- ``route_begun``: the exchange's first pick named a ServiceProfile route:
-  ``route_request_total``, and whether its body is to be kept for a retry;
-- ``request_frames``: the observer of its request body's frame sizes, when
-  that route is a client policy's (``core.policy_metrics``);
+- ``route_begun``: the exchange's first pick named a route: a ServiceProfile
+  route's ``route_request_total``; a client policy route's request frame
+  observer (``core.policy_metrics``) and idle timeout;
 - ``settle_attempt``: after an attempt on a profile route, retry, final, or
   the route's timeout passed (the classes, the budget: ``core.retries.settle``);
 - ``record`` / ``record_route``: ``response_total`` and ``route_response_*``
@@ -71,29 +70,28 @@ def leave(settings: HttpSettings) -> None:
     in_flight.count -= 1
 
 
-def route_begun(settings: HttpSettings, route: Route) -> str:
-    """The exchange's profile route is known: counted; returns its metric series ("" : not counted)."""
+def route_begun(settings: HttpSettings, route: Route) -> tuple[str, Callable[[float], None] | None, float | None]:
+    """The exchange's first pick named ``route``, asked once per exchange, one call for what the cores need:
+
+    - its ServiceProfile route metric series, counted (``route_request_total``; "" : not counted);
+    - on a client policy route, where its request body frames are counted, once each (the route's
+      ``outbound_*_route_request_frame_size_bytes``; None: not counted), the exchange counted on the route's
+      series (their expiry watches that), found inline (a dict lookup, no call, when known);
+    - how long it may go without a byte either way (a client policy rule's idle timeout; None: no limit)."""
     labels: str = route.metric_labels  # empty for an l5d-dst-override target without routes
     metrics = settings.metrics
     if metrics is not None and labels:
         metrics.routes.request(labels, route.budget is not None)
-    return labels
-
-
-def request_frames(route: Route) -> Callable[[float], None] | None:
-    """The exchange begins on ``route``: on a client policy route, counted on its series (their expiry watches
-    that), and where its request body frames are counted, once each: the route's
-    ``outbound_*_route_request_frame_size_bytes`` (None: not counted). The series is found inline (a dict
-    lookup, no call, when it is known)."""
-    if isinstance(route, PolicyRoute):
-        report = route.report
-        if report is not None:
-            series = report.family.routes.get(report.key) or report.series()
-            series.requests += 1
-            if series.frames is None:
-                series.frames = histogram(FRAME_BUCKETS)
-            return series.frame
-    return None
+    if not isinstance(route, PolicyRoute):
+        return labels, None, None
+    report = route.report
+    if report is None:
+        return labels, None, route.idle
+    series = report.family.routes.get(report.key) or report.series()
+    series.requests += 1
+    if series.frames is None:
+        series.frames = histogram(FRAME_BUCKETS)
+    return labels, series.frame, route.idle
 
 
 def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, start: float, status: int,
@@ -120,11 +118,6 @@ def attempt_timeout(route: Route | None) -> float | None:
     if isinstance(route, PolicyRoute) and route.retry is not None and route.retry.timeout is not None:
         return route.attempt_timeout()
     return None
-
-
-def idle_timeout(route: Route) -> float | None:
-    """How long a request on ``route`` may go without a byte either way (a client policy rule's), if limited."""
-    return route.idle if isinstance(route, PolicyRoute) else None
 
 
 def route_timeout(route: Route) -> ProxyError:

@@ -398,8 +398,8 @@ class Http1Proxy:
 
     def _on_route(self, ex: _Exchange, route: Any) -> None:
         ex.route = route
-        ex.route_labels = exchange.route_begun(self.settings, route)
-        frames = ex.frames = exchange.request_frames(route)
+        ex.route_labels, frames, idle = exchange.route_begun(self.settings, route)
+        ex.frames = frames
         if frames is not None:
             for event in ex.unsent:  # the body that came before the route was known
                 if isinstance(event, Body):
@@ -411,7 +411,6 @@ class Http1Proxy:
         if route.timeout is not None:
             left = ex.start + route.timeout - self.settings.clock()
             ex.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(ex))
-        idle = exchange.idle_timeout(route)
         if idle is not None:
             ex.active = self.settings.clock()
             ex.idle = self.sink.call_later(idle, lambda: self._idle_check(ex, idle))

@@ -1096,15 +1096,14 @@ class Http2Proxy:
     def _route_begun(self, stream: _Stream, route: Route) -> None:
         """The stream's first pick has a profile route: counted, its timer set, its body kept if retryable."""
         stream.route = route
-        stream.route_labels = exchange.route_begun(self.settings, route)
-        frames = stream.frames = exchange.request_frames(route)
+        stream.route_labels, frames, idle = exchange.route_begun(self.settings, route)
+        stream.frames = frames
         if frames is not None:
             for chunk in stream.req_buf:  # nothing has gone upstream yet: all the client sent so far
                 frames(len(chunk))
         if route.timeout is not None:
             left = stream.start + route.timeout - self.settings.clock()
             stream.timer = self.sink.call_later(max(left, 0.0), lambda: self._timed_out(stream))
-        idle = exchange.idle_timeout(route)
         if idle is not None:
             stream.active = self.settings.clock()
             stream.idle = self.sink.call_later(idle, lambda: self._idle_check(stream, idle))

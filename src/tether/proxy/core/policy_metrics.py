@@ -167,7 +167,7 @@ class RouteSeries(_Series):
     """The request-level series of one route and ``hostname`` label in one protocol's families, updated in place
     by its requests (``core.policy_routes.RouteReport`` finds it by its labels, a dict lookup per request: no
     label rendering, no call into a counter): ``requests`` begun on it, their statuses and durations, the
-    frames of their bodies (``frame``: ``core.exchange.request_frames``) and ``retries``, None until the route's
+    frames of their bodies (``frame``: ``core.exchange.route_begun``) and ``retries``, None until the route's
     first retry event (its four series come into being together, as Linkerd creates them)."""
 
     __slots__ = ("retries",)

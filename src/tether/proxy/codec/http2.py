@@ -780,7 +780,7 @@ class H2Endpoint:
 
     # -- flow control of what we receive ---------------------------------------------------------------------------
 
-    # The bytes of the connection window dealt with (``_recv_processed``) are given back when the bytes to send
+    # The bytes of the connection window dealt with (``recv_processed``) are given back when the bytes to send
     # are taken (``data_to_send``), in one WINDOW_UPDATE for all the acknowledgements of a callback: no call per
     # acknowledgement. A stream's window is given back by ``ack`` itself. Both follow h2's rule: a WINDOW_UPDATE
     # once half the window is processed, or the window exhausted and a little processed.

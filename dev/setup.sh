@@ -1,6 +1,6 @@
 # Sourced by ./run: installs the Debian packages and the Python environment the
 # project needs. Re-runs only when this file or pyproject.toml/setup.py change.
-DEBIAN_PACKAGES="iptables iproute2 openssl nginx-light procps wrk prometheus chromium chromium-driver nghttp2-client"
+DEBIAN_PACKAGES="iptables iproute2 openssl nginx-light procps wrk prometheus chromium chromium-driver nghttp2-client gcc"
 
 stamp_input() { cat dev/setup.sh pyproject.toml setup.py proto/*.proto proto/generate.py 2>/dev/null | sha256sum | cut -c1-16; }
 
@@ -35,3 +35,6 @@ _setup() {
   echo "$want" > .stamp-setup
 }
 _setup
+# The proxy's hot modules compiled with mypyc (src/tether/proxy/native.py); a no-op when the build matches the
+# sources or TETHER_PURE_PYTHON is set.
+.venv/bin/python dev/build_native.py

@@ -71,10 +71,10 @@ def test_an_http2_request_with_both_authority_and_host_is_routed_and_labelled_by
     from tether.proxy.core.http2_proxy import _Stream
 
     pseudo = {b":method": b"GET", b":scheme": b"http", b":path": b"/", b":authority": b"api.example.com:80"}
-    head = _Stream(1, pseudo, ((b"host", b"other.example.com"), (b"x-a", b"1")), 0.0).request_head()
+    head = _Stream(1, pseudo, [(b"host", b"other.example.com"), (b"x-a", b"1")], 0.0).request_head()
     assert head.headers == ((b"host", b"api.example.com:80"), (b"x-a", b"1"))
     assert request_host(head) == "api.example.com"
-    alone = _Stream(3, {**pseudo, b":authority": b""}, ((b"host", b"other.example.com"),), 0.0).request_head()
+    alone = _Stream(3, {**pseudo, b":authority": b""}, [(b"host", b"other.example.com")], 0.0).request_head()
     assert request_host(alone) == "other.example.com"  # no :authority: the host header
 
 

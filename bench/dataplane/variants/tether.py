@@ -178,8 +178,12 @@ class _Tether(Variant):
             loop = f"uvloop {uvloop.__version__}"
         except ImportError:  # pragma: no cover
             loop = "asyncio"
-        # Which proxy was measured: the commit of the tree it ran from (and whether that tree had changes).
-        return f"tether {__version__} ({_commit()}; Python {platform.python_version()}, {loop})"
+        from tether.proxy import native
+
+        # Which proxy was measured: the commit of the tree it ran from (and whether that tree had changes), and
+        # whether its hot modules ran compiled (the proxies inherit this process's environment and venv).
+        return (f"tether {__version__} ({_commit()}; Python {platform.python_version()}, {loop}; "
+                f"{native.status})")
 
     def plan(self, ctx: Context) -> Plan:
         from tether.naming import WorkloadIdentity, control_plane_identity

@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 from pathlib import Path
 
+from tether.proxy import native
 from tether.proxy.core.certified import RefreshPolicy
 from tether.proxy.codec.addrs import NameAddr, SocketAddr
 from tether.proxy.core.balancer_queue import Queue
@@ -304,8 +305,8 @@ class Proxy:
             self._spawn(listener.serve(self._accept_inbound, self._accepting), f"accept {listener.addr}")
         for listener in self._listeners["outbound"]:
             self._spawn(listener.serve(self._accept_outbound, self._accepting), f"accept {listener.addr}")
-        log.info("proxy ready: inbound %s, outbound %s, admin %s", self.inbound_addr,
-                 ", ".join(map(str, self.outbound_addrs)), self.admin_addr)
+        log.info("proxy ready: inbound %s, outbound %s, admin %s; hot modules %s", self.inbound_addr,
+                 ", ".join(map(str, self.outbound_addrs)), self.admin_addr, native.status)
         if self._on_serving is not None:
             self._on_serving()
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 import httptools
 
@@ -65,7 +65,7 @@ MAX_TRAILERS_SIZE = 16 * 1024
 class BadMessage(RemoteProtocolError):
     """The peer sent a message HTTP/1.1 does not allow: answer ``status_hint`` (to a client) and close."""
 
-    status_hint: int = 400
+    status_hint: ClassVar[int] = 400
 
 
 class HeadTooLarge(BadMessage):
@@ -428,10 +428,10 @@ class Http1Connection:
                 self._searched = 0
                 if read is None:
                     break  # a protocol switch: what follows is not HTTP/1
-                if read is _INFORMATIONAL:
-                    continue  # a 1xx head: the real response follows
                 # The message's body begins (here, not in a method of its own: a call less per message).
                 framing, length = read
+                if length < 0:  # _INFORMATIONAL (compared by value: compiled, a returned tuple is a new object)
+                    continue  # a 1xx head: the real response follows
                 if framing is not _Framing.LENGTH and (framing is not _Framing.NONE or not server):
                     # llhttp is fed what is read of Content-Length bodies only (so it stays in step at no Python
                     # call); after another body, or a response without one (llhttp cannot know a HEAD's), a new

@@ -49,6 +49,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from tether.proxy.codec.common import RemoteProtocolError
 from tether.proxy.codec.http2_events import (
     DataReceived,
@@ -148,6 +150,9 @@ class _StreamError(Exception):
         self.code = code
 
 
+# A builtin's subclass with class-level defaults is not something mypyc compiles (tether.proxy.native): this one
+# stays an interpreted class inside the compiled module.
+@mypyc_attr(native_class=False)
 class _Outbox(deque[bytes]):
     """What is waiting to be sent on one stream: its data (the chunks, in the deque itself), then the end (with
     trailers or not). A deque with class defaults rather than an ``__init__``: one is made per stream that sends

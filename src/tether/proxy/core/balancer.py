@@ -28,6 +28,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
+from mypy_extensions import mypyc_attr
+
 from tether.proxy.codec.addrs import SocketAddr
 from tether.proxy.core.breaker import Breaker, State, failed, shed
 from tether.proxy.core.client_policy import Accrual
@@ -140,6 +142,9 @@ class Full:
 FULL = Full()
 
 
+# io.discovery.WaitingBalancer adds the waiting for endpoints to it: an interpreted subclass of this class when
+# it is compiled (tether.proxy.native).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Balancer:
     """The endpoints of one service and the P2C choice among them."""
 

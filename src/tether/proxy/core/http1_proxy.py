@@ -187,7 +187,9 @@ class _Exchange:
         self.held = 0  # bytes in ``unsent``
         self.pick: Pick | None = None
         self.up: Upstream | None = None
-        self.client: Http1Connection | None = None
+        # The upstream connection's HTTP/1 client codec, or the l5d-orig-proto leg that stands in for one (the leg
+        # takes the same calls; typed as both so the compiled core checks and dispatches either).
+        self.client: Http1Connection | orig_proto.Leg | None = None
         self.connects = 0  # failed connects of this attempt
         self.begun = 0.0  # when the attempt's request went out (the RTT sample's start)
         self.sampled = False
@@ -693,6 +695,7 @@ class Http1Proxy:
             self.over = True
             policy = self.settings.policy
             authz = policy.upgraded(ex.received) if policy is not None else None
+            assert isinstance(client, Http1Connection)  # a leg never switches (orig_proto.upgradable)
             self.sink.tunnel(up, server.trailing_data, client.trailing_data, pick.release, authz)
             return
         down_head = downstream_response(head, ex.request, server.keep_alive, self.settings, pick.respond)

@@ -208,6 +208,7 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
     **{(p, Step.RESET): _P.OVER for p in (_P.ROUTING, _P.CONNECTING, _P.WAITING, _P.RELAYING, _P.ENDING)},
 }
 _BEFORE_HEAD = (_P.ROUTING, _P.CONNECTING, _P.WAITING)
+_IDLE_WATCHED = (*_BEFORE_HEAD, _P.RELAYING)  # the phases a stream's idle timer applies in
 # A stream moves only by ``stream.phase = TRANSITIONS.get((stream.phase, step)) or _illegal(stream, step)``: the
 # lookup is written where the stream moves, not in a method, as every stream moves at least five times (five
 # Python calls per stream saved); a step the table does not allow from the phase raises.
@@ -1146,7 +1147,7 @@ class Http2Proxy:
         stream timeouts end it -- 504 / DEADLINE_EXCEEDED before the response head (not retried), after it a
         gRPC response's trailers say DEADLINE_EXCEEDED and any other stream is reset (INTERNAL_ERROR)."""
         stream.idle = None
-        if self.over or stream.phase not in (*_BEFORE_HEAD, Phase.RELAYING):
+        if self.over or stream.phase not in _IDLE_WATCHED:
             return
         left = stream.active + idle - self.settings.clock()
         if left > 0:

@@ -279,9 +279,10 @@ class RouteMetrics(_Store["_RouteSeries"]):
 
 
 def render_histogram(out: list[str], name: str, labels: str, hist: Sequence[float],
-                     buckets: Sequence[float] = BUCKETS) -> None:
+                     buckets: Sequence[int | float] = BUCKETS) -> None:
     """A histogram's cumulative ``buckets`` (by default Linkerd's latency boundaries), then +Inf, sum and
-    count; ``hist``: the count per bucket (+Inf last), then the sum and the count."""
+    count; ``hist``: the count per bucket (+Inf last), then the sum and the count. (``buckets`` typed as ints or
+    floats, not floats: compiled, an int bucket in a float variable would render as "5.0", not Linkerd's "5".)"""
     total = 0
     for i, le in enumerate(buckets):
         total += int(hist[i])

@@ -44,7 +44,7 @@ def main() -> int:
         print(f"build_native: {blocker}: the proxy runs interpreted", file=sys.stderr)
         return 0
     started = time.monotonic()
-    print(f"build_native: compiling {len(native.COMPILED)} proxy modules with mypyc (about a minute)...",
+    print(f"build_native: compiling {len(native.COMPILED)} proxy modules with mypyc (about 2 minutes on 2 cores)...",
           file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tether-native-") as tmp:
         files = _compile(native, Path(tmp))

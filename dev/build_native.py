@@ -47,7 +47,7 @@ def main() -> int:
     print(f"build_native: compiling {len(native.COMPILED)} proxy modules with mypyc (about 2 minutes on 2 cores)...",
           file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tether-native-") as tmp:
-        files = _compile(native, Path(tmp))
+        files = _compile([str(path.relative_to(ROOT)) for path in native.source_paths()], Path(tmp))
         staging = directory.with_name(directory.name + ".new")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -63,12 +63,12 @@ def main() -> int:
     return 0
 
 
-def _compile(native: object, tmp: Path) -> dict[str, Path]:
-    """mypyc over the listed sources, with the project's mypy configuration; returns module name -> extension."""
+def _compile(sources: list[str], tmp: Path) -> dict[str, Path]:
+    """mypyc over ``sources`` (paths from the repository's root), with the project's mypy configuration; returns
+    module name -> extension."""
     from mypyc.build import mypycify
     from setuptools import Distribution
 
-    sources = [str(path.relative_to(ROOT)) for path in native.source_paths()]  # type: ignore[attr-defined]
     cwd = os.getcwd()
     os.chdir(ROOT)  # mypy reads pyproject.toml's [tool.mypy] from here, as `./run test` type-checks
     try:

@@ -74,10 +74,6 @@ def source_paths() -> list[Path]:
     return [_PACKAGE / relative for relative in COMPILED]
 
 
-def module_name(relative: str) -> str:
-    return "tether.proxy." + relative.removesuffix(".py").replace("/", ".")
-
-
 def build_blocker() -> str | None:
     """Why the modules cannot be compiled on this machine (no C compiler, no Python headers), or None."""
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]

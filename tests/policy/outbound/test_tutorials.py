@@ -188,11 +188,17 @@ async def test_egress_all_traffic_with_routes_and_tls_routes(workdir: Path, pki:
             "tls-egress", "tls-egress-allow"]
         assert not policy.protocol.tls.routes[0].snis
         watch.cancel()
-        policy = await h.get_outbound(addr=("34.117.59.81", 80), ns="egress-test")
+        # unencrypted-http came in the same apply as that TLSRoute, after it: it counts once the index has
+        # read back its Accepted status, which may be an update or two later (each bounded by WAIT).
+        watch = h.watch_outbound(addr=("34.117.59.81", 80), ns="egress-test")
+        policy = await next_policy(watch)
+        while set(http_routes(policy)) != {"httpbin-get", "unencrypted-http"}:
+            assert set(http_routes(policy)) <= {"httpbin-get", "unencrypted-http"}, set(http_routes(policy))
+            policy = await next_policy(watch)
+        watch.cancel()
         assert (policy.metadata.resource.kind, policy.metadata.resource.name) == (
             "EgressNetwork", "all-egress-traffic")
         routes = http_routes(policy)
-        assert set(routes) == {"httpbin-get", "unencrypted-http"}
         [get_rule] = routes["httpbin-get"].rules
         assert get_rule.matches[0].path.prefix == "/get"
         assert backends(routes["unencrypted-http"].rules[0]) == [("internal-egress", 1)]

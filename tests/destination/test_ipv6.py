@@ -24,6 +24,7 @@ from test_topology import Cluster, Recorder, node, obj, pod_facts
 
 from tether.destination.watcher.listeners import Address
 from tether.destination.watcher.topology import select_family
+from tether.platform.local.endpointslices import desired_slices, service_families
 
 
 def endpoint(ip: str, pod_name: str | None) -> Address:
@@ -172,3 +173,56 @@ async def test_get_over_the_local_store_prefers_ipv6_and_profiles_answer_for_eit
 async def test_get_over_the_local_store_with_ipv6_disabled(workdir: Path, pki: Pki) -> None:
     async with Harness(workdir, pki, *LOCAL, enable_ipv6=False) as h:
         assert addrs(await h.get(authority()).next()) == ["10.1.0.1:8080", "10.1.0.2:8080"]
+
+
+# -- the local platform's EndpointSlice controller, for pods that have addresses of both families ------------
+# (The local platform's own pods have IPv4 only; these are written with their status, as another runtime would.)
+
+
+def test_the_local_controller_reads_a_services_families_as_the_api_server_defaults_them() -> None:
+    def families(**spec: Any) -> tuple[str, ...]:
+        return service_families({"spec": spec})
+
+    assert families(ipFamilies=["IPv6", "IPv4"]) == ("IPv4", "IPv6")
+    assert families(ipFamilies=["IPv6"], clusterIP="10.96.0.1") == ("IPv6",)
+    assert families(ipFamilyPolicy="PreferDualStack") == ("IPv4", "IPv6")
+    assert families(ipFamilyPolicy="RequireDualStack", clusterIP="10.96.0.1") == ("IPv4", "IPv6")
+    assert families(clusterIP="10.96.0.1") == ("IPv4",)
+    assert families(clusterIP="fd00:96::1") == ("IPv6",)
+    assert families(clusterIP="None") == families() == ("IPv4",)  # headless: the local platform's family
+
+
+def test_the_local_controller_keeps_one_slice_per_family_with_each_pods_address_of_it() -> None:
+    dual = service(ports=[{"name": "http", "port": 80, "targetPort": 8080}])
+    dual["spec"]["ipFamilies"] = ["IPv4", "IPv6"]
+    pods = [dual_stack("web-1", "10.1.0.1", "fd00::1"), pod("web-2", "10.1.0.2")]  # web-2: IPv4 only
+    pods[0]["metadata"]["labels"]["app"] = "web"
+    slices = {s["addressType"]: s for s in desired_slices(dual, pods)}
+    assert sorted(slices) == ["IPv4", "IPv6"]
+    assert [(e["targetRef"]["name"], e["addresses"]) for e in slices["IPv4"]["endpoints"]] == [
+        ("web-1", ["10.1.0.1"]), ("web-2", ["10.1.0.2"])]
+    assert [(e["targetRef"]["name"], e["addresses"]) for e in slices["IPv6"]["endpoints"]] == [("web-1", ["fd00::1"])]
+    assert slices["IPv6"]["ports"] == slices["IPv4"]["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+
+    # A single-stack Service gets its family only; a family nobody has an address of keeps an empty slice.
+    assert [s["addressType"] for s in desired_slices(service(), pods)] == ["IPv4"]
+    only6 = service()
+    only6["spec"]["ipFamilies"] = ["IPv6"]
+    assert [(s["addressType"], len(s["endpoints"])) for s in desired_slices(only6, pods[1:])] == [("IPv6", 0)]
+    assert [(s["addressType"], len(s["endpoints"])) for s in desired_slices(dual, [])] == [("IPv4", 0), ("IPv6", 0)]
+
+
+async def test_get_over_the_local_controllers_slices_sends_a_dual_stack_pods_ipv6_endpoint(
+        workdir: Path, pki: Pki) -> None:
+    dual = service()
+    dual["spec"]["ipFamilyPolicy"] = "RequireDualStack"
+    web1, web2 = dual_stack("web-1", "10.1.0.1", "fd00::1"), pod("web-2", "10.1.0.2")
+    web1["metadata"]["labels"]["app"] = "web"
+    async with Harness(workdir, pki, namespace(), dual, web1, web2) as h:
+        stored = h.store.list("EndpointSlice.discovery.k8s.io", NS).items
+        assert sorted(s["addressType"] for s in stored) == ["IPv4", "IPv6"]
+        stream = h.get(authority())
+        assert addrs(await stream.next()) == ["10.1.0.2:8080", "[fd00::1]:8080"]
+        h.apply(dual_stack("web-2", "10.1.0.2", "fd00::2") | {"metadata": web2["metadata"]})
+        assert addrs(await stream.next()) == ["[fd00::2]:8080"]
+        assert await stream.next() == {"remove": ["10.1.0.2:8080"]}

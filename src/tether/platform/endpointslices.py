@@ -68,11 +68,12 @@ class Member:
 
 
 def slices_for(service: Mapping[str, Any], members: Iterable[Member], *, managed_by: str, prefix: str = "",
-               placeholder: bool = True) -> list[Obj]:
+               placeholders: tuple[str, ...] = ("IPv4",)) -> list[Obj]:
     """``service``'s slices over ``members``: grouped by address family and resolved ports, one per group.
 
     A member on which a named target port does not resolve is left out, as Kubernetes does;
-    ``placeholder`` keeps one empty slice when nothing is left (Kubernetes' controller does).
+    each address family in ``placeholders`` that no member is left in keeps one empty slice
+    (Kubernetes' controller does, per family of the Service).
     """
     meta = service["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -88,8 +89,8 @@ def slices_for(service: Mapping[str, Any], members: Iterable[Member], *, managed
         else:
             family = "IPv6" if ipaddress.ip_address(member.ip).version == 6 else "IPv4"
             groups.setdefault((family, tuple(ports)), []).append(member.endpoint)
-    if not groups and placeholder:
-        groups[("IPv4", ())] = []
+    for family in set(placeholders) - {family for family, _ in groups}:
+        groups[(family, ())] = []
     out = []
     for (family, ports), endpoints in sorted(groups.items()):
         digest = hashlib.sha256(json.dumps([family, ports]).encode()).hexdigest()[:5]

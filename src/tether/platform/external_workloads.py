@@ -58,4 +58,4 @@ def _member(workload: Mapping[str, Any]) -> Member | None:
 def external_workload_slices(service: Mapping[str, Any], workloads: list[Obj]) -> list[Obj]:
     """The slices Linkerd's ExternalWorkload controller keeps for ``service`` (one with a selector)."""
     members = [m for w in selected(service, workloads) if (m := _member(w)) is not None]
-    return slices_for(service, members, managed_by=MANAGED_BY, prefix=PREFIX, placeholder=False)
+    return slices_for(service, members, managed_by=MANAGED_BY, prefix=PREFIX, placeholders=())

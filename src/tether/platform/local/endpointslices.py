@@ -7,7 +7,10 @@ the destination reads endpoints the same way on both (``tether.destination.watch
   ``kubernetes.io/service-name: <svc>`` and ``endpointslice.kubernetes.io/managed-by:``
   `MANAGED_BY`, owned by the Service; Services without a selector are left to whoever writes
   their slices (by hand, or the ExternalWorkload controller);
-* each selected pod with an IP that has not finished is one endpoint: ``ready`` when its
+* slices are kept per address family of the Service (`service_families`: ``ipFamilies``, as
+  the API server would default it), one per family even when empty; each selected pod that
+  has not finished is one endpoint in each of those families it has an IP of
+  (``status.podIPs``, else ``podIP``), as on a dual-stack cluster: ``ready`` when its
   ``Ready`` condition is True and it is not terminating (or the Service publishes not-ready
   addresses), ``serving`` when Ready, ``terminating`` when it has a ``deletionTimestamp``;
   ``hostname`` when the pod's ``spec.subdomain`` names the Service and it has
@@ -15,8 +18,7 @@ the destination reads endpoints the same way on both (``tether.destination.watch
   ``targetRef`` the Pod;
 * the ports are the Service's, each resolved on the pod (a named ``targetPort`` is looked up
   in its containers); pods whose ports resolve differently go in different slices, and a pod
-  on which a named port does not resolve is left out, as Kubernetes does; a Service with no
-  endpoints keeps one empty slice;
+  on which a named port does not resolve is left out, as Kubernetes does;
 * slices it manages are rewritten when they differ and deleted when their Service or its
   selector goes.
 
@@ -27,6 +29,7 @@ runs the shared loop over the store.  Caller: ``tether platform run`` (``tether.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -70,13 +73,13 @@ def _pod_ports(pod: Mapping[str, Any]) -> dict[tuple[str, str], int]:
             for c in (pod.get("spec") or {}).get("containers") or () for p in c.get("ports") or () if p.get("name")}
 
 
-def _pod_endpoint(pod: Mapping[str, Any], service: Mapping[str, Any], zone: str | None) -> Obj:
+def _pod_endpoint(pod: Mapping[str, Any], service: Mapping[str, Any], zone: str | None, ip: str) -> Obj:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     ready_condition = _condition(pod, "Ready")
     terminating = meta.get("deletionTimestamp") is not None
     publish = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
     endpoint: Obj = {
-        "addresses": [(pod.get("status") or {})["podIP"]],
+        "addresses": [ip],
         "conditions": {"ready": publish or (ready_condition and not terminating), "serving": ready_condition,
                        "terminating": terminating},
         "targetRef": {"kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta.get("uid", "")},
@@ -90,14 +93,48 @@ def _pod_endpoint(pod: Mapping[str, Any], service: Mapping[str, Any], zone: str 
     return endpoint
 
 
+def _family(ip: str) -> str | None:
+    try:
+        return "IPv6" if ipaddress.ip_address(ip).version == 6 else "IPv4"
+    except ValueError:
+        return None  # (the store's model refuses such a pod; never let one stop the controller)
+
+
+def service_families(service: Mapping[str, Any]) -> tuple[str, ...]:
+    """The address families a Service's slices are kept for (Kubernetes' controller: ``spec.ipFamilies``).
+
+    On a cluster the API server always sets ``ipFamilies``; the local store does not, so the
+    defaulting is done here: a ``PreferDualStack`` or ``RequireDualStack`` policy means both,
+    otherwise the family of the cluster IP, and IPv4 (the local platform's only family) for a
+    headless Service.
+    """
+    spec = service.get("spec") or {}
+    families = tuple(f for f in ("IPv4", "IPv6") if f in (spec.get("ipFamilies") or ()))
+    if families:
+        return families
+    if spec.get("ipFamilyPolicy") in ("PreferDualStack", "RequireDualStack"):
+        return ("IPv4", "IPv6")
+    return (_family(str(spec.get("clusterIP"))) or "IPv4",)
+
+
+def _pod_ips(pod: Mapping[str, Any]) -> list[str]:
+    """``status.podIPs`` (one per family on a dual-stack node), else ``status.podIP``."""
+    status = pod.get("status") or {}
+    ips = [entry.get("ip") for entry in status.get("podIPs") or () if isinstance(entry, Mapping)]
+    return [ip for ip in ips if isinstance(ip, str) and ip] or ([status["podIP"]] if status.get("podIP") else [])
+
+
 def desired_slices(service: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], zone: str | None = None) -> list[Obj]:
-    """The EndpointSlices Kubernetes' controller would keep for ``service`` (one with a selector)."""
+    """The EndpointSlices Kubernetes' controller would keep for ``service`` (one with a selector): per address
+    family of the Service, one endpoint for each pod with an IP of that family."""
+    families = service_families(service)
     members = [
-        Member(pod["status"]["podIP"], _pod_ports(pod), _pod_endpoint(pod, service, zone))
+        Member(ip, _pod_ports(pod), _pod_endpoint(pod, service, zone, ip))
         for pod in selected(service, pods)
-        if (pod.get("status") or {}).get("podIP") and pod["status"].get("phase") not in _FINISHED
+        if (pod.get("status") or {}).get("phase") not in _FINISHED
+        for ip in _pod_ips(pod) if _family(ip) in families
     ]
-    return slices_for(service, members, managed_by=MANAGED_BY)
+    return slices_for(service, members, managed_by=MANAGED_BY, placeholders=families)
 
 
 class StoreWriter:

@@ -8,9 +8,13 @@ import grpc
 import pytest
 from destination_helpers import NS, Harness, Pki, authority, namespace, pod, profile, server, service, token
 
+from tether.api import destination_pb2 as pb
+from tether.destination.client import profile_dict
+
 WEB_ID = "web.emojivoto.serviceaccount.identity.linkerd.cluster.local"
 FQDN = "web.emojivoto.svc.cluster.local"
 DEFAULT_BUDGET = {"retry_ratio": 0.2, "min_retries_per_second": 10, "ttl_s": 10.0}
+EMPTY = profile_dict(pb.DestinationProfile())
 
 
 async def test_default_profile_when_there_is_no_service_profile(workdir: Path, pki: Pki) -> None:
@@ -205,3 +209,32 @@ async def test_unknown_service_still_gets_a_profile_stream(workdir: Path, pki: P
         assert (await stream.next())["routes"] == []
         h.apply(profile("later"))
         assert _route_names(await stream.next()) == ["GET /"]
+
+
+async def test_a_port_the_service_does_not_define_gets_an_empty_profile_that_follows_the_service(
+        workdir: Path, pki: Pki) -> None:
+    # Linkerd (after 2.20) answers an empty DestinationProfile, so the proxy asks the client policy API, whose
+    # undefined-port policy forbids the traffic; a ServiceProfile for the Service does not change that.
+    async with Harness(workdir, pki, namespace(), service(cluster_ip="10.96.0.10"), profile()) as h:
+        by_name = h.get_profile(authority(port=8080))
+        assert await by_name.next() == EMPTY
+        by_ip = h.get_profile("10.96.0.10:8080", token("client"))
+        assert await by_ip.next() == EMPTY
+        assert _route_names(await h.get_profile(authority()).next()) == ["GET /"]  # a defined port: the profile
+        assert h.metric("destination_updates_sent_total", {"kind": "profile"}) == 3
+
+        # The Service now defines the port: the stream carries its profile; and empty again when it goes.
+        ports = [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "admin", "port": 8080}]
+        h.apply(service(cluster_ip="10.96.0.10", ports=ports))
+        doc = await by_name.next()
+        assert doc["fully_qualified_name"] == FQDN and _route_names(doc) == ["GET /"]
+        assert doc["parent_ref"]["port"] == 8080
+        assert _route_names(await by_ip.next()) == ["GET /"]
+        h.apply(service(cluster_ip="10.96.0.10"))
+        assert await by_name.next() == EMPTY
+        assert await by_ip.next() == EMPTY
+
+        # A Service deleted defines nothing, but only an existing Service's ports are checked (as for one that
+        # does not exist yet): the default profile follows.
+        h.delete("Service", "web")
+        assert _route_names(await by_name.next()) == ["GET /"]

@@ -10,7 +10,8 @@
 ``FallbackProfileListener`` picks the client-namespace profile when there is
 one, else the service-namespace one, and says nothing until both have
 reported once.  ``OpaquePortsAdaptor`` joins the chosen profile with whether
-the requested port is opaque, and says nothing until it has both.
+the requested port is opaque and whether the Service defines it, and says
+nothing until it has both.
 """
 
 from __future__ import annotations
@@ -18,39 +19,43 @@ from __future__ import annotations
 from typing import Protocol
 
 from tether.destination.watcher.facts import ProfileFacts
-from tether.ports import PortSet
+from tether.destination.watcher.listeners import ServicePorts
 
 _UNSET = object()
 
 
 class ProfileSink(Protocol):
-    def update(self, profile: ProfileFacts | None, opaque: bool, at: float | None) -> None: ...
+    def update(self, profile: ProfileFacts | None, opaque: bool, undefined_port: bool, at: float | None) -> None:
+        """``undefined_port``: the Service exists and does not define the requested port."""
 
 
 class OpaquePortsAdaptor:
-    """A ``ProfileListener`` and an ``OpaquePortsListener`` in one: forwards (profile, port is opaque)."""
+    """A ``ProfileListener`` and an ``OpaquePortsListener`` in one: forwards (profile, port is opaque, port is
+    one the Service does not define)."""
 
-    __slots__ = ("_sink", "_port", "_profile", "_opaque")
+    __slots__ = ("_sink", "_port", "_profile", "_ports")
 
     def __init__(self, sink: ProfileSink, port: int) -> None:
         self._sink = sink
         self._port = port
         self._profile: object = _UNSET
-        self._opaque: bool | None = None
+        self._ports: ServicePorts | None = None
 
     def update(self, profile: ProfileFacts | None, at: float | None) -> None:
         self._profile = profile
         self._forward(at)
 
-    def update_ports(self, ports: PortSet, at: float | None) -> None:
-        self._opaque = self._port in ports
+    def update_ports(self, ports: ServicePorts, at: float | None) -> None:
+        self._ports = ports
         self._forward(at)
 
     def _forward(self, at: float | None) -> None:
-        if self._profile is _UNSET or self._opaque is None:
+        if self._profile is _UNSET or self._ports is None:
             return
         assert self._profile is None or isinstance(self._profile, ProfileFacts)
-        self._sink.update(self._profile, self._opaque, at)
+        defined = self._ports.defined
+        self._sink.update(self._profile, self._port in self._ports.opaque,
+                          defined is not None and self._port not in defined, at)
 
 
 class _Slot:

@@ -4,7 +4,10 @@
 their request-match trees, response classes, ``is_retryable`` and timeouts;
 the retry budget (0.2, 10/s, 10 s when the profile has none); traffic-split
 ``dst_overrides``; ``fully_qualified_name``; ``opaque_protocol``; parent and
-profile references.  No profile gives the same message with no routes.
+profile references.  No profile gives the same message with no routes.  A port
+the Service does not define gets an empty ``DestinationProfile`` (Linkerd's
+``svcDefinesPort``, after 2.20): the proxy then follows the client policy API,
+whose *undefined-port* policy forbids the traffic.
 
 ``ProfileTranslator`` (a service target) and ``EndpointProfileTranslator`` (an
 IP target) encode what they are given and send it only when the encoding
@@ -123,6 +126,10 @@ def profile_message(
     return message
 
 
+# No name, routes or budget: a proxy resolves the target through the client policy API instead.
+_EMPTY = pb.DestinationProfile()
+
+
 class ProfileTranslator:
     """Sends the ``DestinationProfile`` of one service target whenever it changes."""
 
@@ -133,8 +140,9 @@ class ProfileTranslator:
         self._stream = stream
         self._last: bytes | None = None
 
-    def update(self, profile: ProfileFacts | None, opaque: bool, at: float | None) -> None:
-        encoded = profile_message(self._authority, profile, opaque).SerializeToString(deterministic=True)
+    def update(self, profile: ProfileFacts | None, opaque: bool, undefined_port: bool, at: float | None) -> None:
+        message = _EMPTY if undefined_port else profile_message(self._authority, profile, opaque)
+        encoded = message.SerializeToString(deterministic=True)
         if encoded != self._last:
             self._last = encoded
             self._stream.send(encoded, at)

@@ -87,9 +87,17 @@ class ProfileListener(Protocol):
         """The ServiceProfile now in force (None: there is none); called at once on subscribe."""
 
 
+@dataclass(frozen=True, slots=True)
+class ServicePorts:
+    """What a Service says of its ports: which are opaque, and which it defines (None: no such Service)."""
+
+    opaque: PortSet
+    defined: frozenset[int] | None
+
+
 class OpaquePortsListener(Protocol):
-    def update_ports(self, ports: PortSet, at: float | None) -> None:
-        """The Service's opaque ports now; called at once on subscribe."""
+    def update_ports(self, ports: ServicePorts, at: float | None) -> None:
+        """The Service's opaque and defined ports now; called at once on subscribe."""
 
 
 class WorkloadListener(Protocol):

@@ -1,23 +1,24 @@
-"""Opaque ports per Service: its ``config.linkerd.io/opaque-ports``, else its namespace's, else the defaults.
+"""Opaque ports per Service: its ``config.linkerd.io/opaque-ports``, else its namespace's, else the defaults;
+and the ports it defines.
 
 ``GetProfile`` subscribes for the Service it resolves (existing or not: an
-absent Service has the default set).  Listeners hear the current set at once
-and then only real changes (set equality), e.g. when the Service's or its
-namespace's annotation changes or the Service is deleted.
+absent Service has the default set and defines nothing).  Listeners hear the
+current ``ServicePorts`` at once and then only real changes, e.g. when the
+Service's or its namespace's annotation changes, a port is added or removed,
+or the Service is deleted.
 """
 
 from __future__ import annotations
 
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.watcher.cluster import Change, ClusterIndex, Key
-from tether.destination.watcher.listeners import OpaquePortsListener
-from tether.ports import PortSet
+from tether.destination.watcher.listeners import OpaquePortsListener, ServicePorts
 
 
 class _Publisher:
     __slots__ = ("ports", "listeners")
 
-    def __init__(self, ports: PortSet) -> None:
+    def __init__(self, ports: ServicePorts) -> None:
         self.ports = ports
         self.listeners: list[OpaquePortsListener] = []
 
@@ -33,10 +34,15 @@ class OpaquePortsWatcher:
         key = (namespace, service)
         publisher = self._publishers.get(key)
         if publisher is None:
-            publisher = self._publishers[key] = _Publisher(self._index.service_opaque_ports(namespace, service))
+            publisher = self._publishers[key] = _Publisher(self._ports(key))
         publisher.listeners.append(listener)
         self._metrics.service_subscribers.labels(namespace, service).set(len(publisher.listeners))
         listener.update_ports(publisher.ports, None)
+
+    def _ports(self, key: Key) -> ServicePorts:
+        service = self._index.services.get(key)
+        defined = frozenset(p.port for p in service.ports) if service is not None else None
+        return ServicePorts(self._index.service_opaque_ports(*key), defined)
 
     def unsubscribe(self, namespace: str, service: str, listener: OpaquePortsListener) -> None:
         key = (namespace, service)
@@ -59,7 +65,7 @@ class OpaquePortsWatcher:
             return
         for key in keys:
             publisher = self._publishers[key]
-            ports = self._index.service_opaque_ports(*key)
+            ports = self._ports(key)
             if ports == publisher.ports:
                 continue
             publisher.ports = ports

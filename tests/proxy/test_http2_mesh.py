@@ -283,7 +283,12 @@ def test_profile_routes_time_out_and_retry_grpc_calls(tmp_path: Path) -> None:
     run(scenario())
 
 
-def test_unreachable_endpoints_answer_unavailable(tmp_path: Path) -> None:
+def test_unreachable_endpoints_answer_unavailable_and_an_unreachable_app_fails_fast(tmp_path: Path) -> None:
+    """An endpoint whose proxy refuses the connection: the outbound proxy answers UNAVAILABLE (its connect
+    failed). A proxy whose app refuses it: the inbound proxy's HTTP/2 client to the app waits for it, as
+    linkerd2-proxy's reconnects (core.inbound_queue), and the call fails fast: DEADLINE_EXCEEDED (a 504's gRPC
+    code) at LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT (1 s), and the next one at once while the app stays
+    unreachable."""
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             # No proxy on this pod: connects to its inbound port are refused.
@@ -296,13 +301,14 @@ def test_unreachable_endpoints_answer_unavailable(tmp_path: Path) -> None:
             b = await mesh.start_proxy(empty)
             a = await mesh.start_proxy(client, outbound_to=[f"{gone}:9090", f"{lonely}:9090"])
             for ip, by_us in ((gone, True), (lonely, False)):
+                code = grpc.StatusCode.UNAVAILABLE if by_us else grpc.StatusCode.DEADLINE_EXCEEDED
                 async with grpc.aio.insecure_channel(f"{ip}:9090") as channel:
                     who = channel.unary_unary("/test.Names/Who")
                     try:
                         await who(b"x", timeout=10)
                         raise AssertionError("the call should fail")
                     except grpc.aio.AioRpcError as exc:
-                        assert exc.code() is grpc.StatusCode.UNAVAILABLE
+                        assert exc.code() is code
                         metadata = dict(tuple(exc.trailing_metadata()) + tuple(exc.initial_metadata() or ()))
                         if by_us:  # the outbound proxy's own answer carries l5d-proxy-error
                             assert "connection refused" in metadata.get("l5d-proxy-error", "").lower() or \
@@ -310,18 +316,21 @@ def test_unreachable_endpoints_answer_unavailable(tmp_path: Path) -> None:
                             assert exc.details() == metadata["l5d-proxy-error"]
                         else:  # the inbound proxy's is for the proxy, not the app: removed outbound
                             assert "l5d-proxy-error" not in metadata
+                            assert exc.details().endswith("service in fail-fast")
                     # The channel is still usable (errors do not end the HTTP/2 connection).
                     try:
                         await who(b"y", timeout=10)
+                        raise AssertionError("the call should fail")
                     except grpc.aio.AioRpcError as exc:
-                        assert exc.code() is grpc.StatusCode.UNAVAILABLE
+                        assert exc.code() is code
             out = await scrape(a)
             assert samples(out, "outbound_http_errors_total", error="i/o")
             unavailable = samples(out, "response_total", direction="outbound", status_code="200",
                                   grpc_status="14", classification="failure")
-            assert sum(v for _, v in unavailable) == 4
+            assert sum(v for _, v in unavailable) == 2
             inbound = await scrape(b)
-            assert samples(inbound, "response_total", direction="inbound", grpc_status="14")
+            assert samples(inbound, "response_total", direction="inbound", grpc_status="4")
+            assert [n for _, n in samples(inbound, "inbound_http_errors_total", error="failfast")] == [2]
 
     run(scenario())
 

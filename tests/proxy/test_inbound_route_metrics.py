@@ -268,9 +268,9 @@ def test_a_protocol_switch_ends_the_durations_at_its_101_not_with_the_tunnel() -
     assert f"{request}_count{{{LABELS}}} 1" in text
 
 
-def test_the_apps_router_answers_picks_of_four_fields_which_the_counted_pick_keeps() -> None:
-    """``routed`` makes each request's Pick from the app router's connect, header, labels and authority alone: a
-    field that router set besides those would be lost, so it must set none."""
+def test_the_apps_router_answers_picks_of_five_fields_which_the_counted_pick_keeps() -> None:
+    """``routed`` makes each request's Pick from the app router's connect, header, labels, authority and
+    unreachable alone: a field that router set besides those would be lost, so it must set none."""
     from tether.proxy.core.http import Pick
     from tether.proxy.core.routes import inbound_router
 
@@ -281,4 +281,5 @@ def test_the_apps_router_answers_picks_of_four_fields_which_the_counted_pick_kee
             raise AssertionError("the app's router waited")
         except StopIteration as done:
             picked = done.value
-        assert picked == Pick(picked.connect, picked.header, picked.labels, picked.authority)
+        assert picked == Pick(picked.connect, picked.header, picked.labels, picked.authority,
+                              unreachable=picked.unreachable)

@@ -74,6 +74,7 @@ def test_defaults(minimal_env: dict[str, str]) -> None:
     assert (c.inbound.max_in_flight, c.outbound.max_in_flight) == (100_000, 100_000)
     assert (c.outbound.tcp_queue_capacity, c.outbound.tcp_failfast_timeout) == (10_000, s(3))
     assert (c.outbound.http_queue_capacity, c.outbound.http_failfast_timeout) == (10_000, s(3))
+    assert (c.inbound.http_queue_capacity, c.inbound.http_failfast_timeout) == (10_000, s(1))
     assert c.inbound.metrics_authority_labels is False
     assert (c.inbound.http1_pool_idle_timeout, c.outbound.http1_pool_idle_timeout) == (s(3), s(3))
     assert (c.inbound.max_idle_conns_per_endpoint, c.outbound.max_idle_conns_per_endpoint) == (10_000, 10_000)
@@ -164,6 +165,8 @@ VALID: list[tuple[str, str, Getter, object]] = [
     ("OUTBOUND_TCP_QUEUE_CAPACITY", "7", lambda c: c.outbound.tcp_queue_capacity, 7),
     ("OUTBOUND_HTTP_QUEUE_CAPACITY", "20000", lambda c: c.outbound.http_queue_capacity, 20_000),
     ("OUTBOUND_HTTP_FAILFAST_TIMEOUT", "750ms", lambda c: c.outbound.http_failfast_timeout, ms(750)),
+    ("INBOUND_HTTP_QUEUE_CAPACITY", "1", lambda c: c.inbound.http_queue_capacity, 1),
+    ("INBOUND_HTTP_FAILFAST_TIMEOUT", "250ms", lambda c: c.inbound.http_failfast_timeout, ms(250)),
     ("OUTBOUND_TCP_FAILFAST_TIMEOUT", "750ms", lambda c: c.outbound.http_failfast_timeout, s(3)),  # not HTTP's
     ("INBOUND_METRICS_AUTHORITY_LABELS", "unsafe", lambda c: c.inbound.metrics_authority_labels, True),
     ("INBOUND_METRICS_AUTHORITY_LABELS", "UNSAFE", lambda c: c.inbound.metrics_authority_labels, True),
@@ -234,6 +237,8 @@ INVALID: list[tuple[str, str, str]] = [
     ("OUTBOUND_HTTP_QUEUE_CAPACITY", "0", "not a positive integer"),
     ("OUTBOUND_TCP_QUEUE_CAPACITY", "lots", "not a positive integer"),
     ("OUTBOUND_HTTP_FAILFAST_TIMEOUT", "3", "has no unit"),
+    ("INBOUND_HTTP_QUEUE_CAPACITY", "0", "not a positive integer"),
+    ("INBOUND_HTTP_FAILFAST_TIMEOUT", "1", "has no unit"),
     ("INBOUND_METRICS_AUTHORITY_LABELS", "true", "not an authority labels setting"),
     ("INBOUND_METRICS_AUTHORITY_LABELS", "safe", "not an authority labels setting"),
 ]

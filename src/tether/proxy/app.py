@@ -46,6 +46,7 @@ from tether.proxy.core.metrics import Registry, gauge, process_collector, sample
 from tether.proxy.io.grpc_client import Channel
 from tether.proxy.io.discovery import Discovery
 from tether.proxy.io.inbound_profiles import InboundProfiles
+from tether.proxy.io.inbound_ports import AppPorts
 from tether.proxy.io.policy_client import PolicyClient
 from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
@@ -129,6 +130,11 @@ class Proxy:
             http_failfast=out.http_failfast_timeout.total_seconds(),
         )
         in_cfg = config.inbound
+        self.app_ports = AppPorts(failfast=in_cfg.http_failfast_timeout.total_seconds(),
+                                  backoff=in_cfg.connect_backoff,
+                                  connect_timeout=in_cfg.connect_timeout.total_seconds(),
+                                  idle_timeout=in_cfg.discovery_idle_timeout.total_seconds(), clock=time.monotonic,
+                                  rng=rng)
         self.inbound_profiles = InboundProfiles(self.discovery, in_cfg.discovery_idle_timeout.total_seconds(),
                                                 config.profile_initial_timeout.total_seconds(), time.monotonic)
         self.policies = PolicyClient(
@@ -256,6 +262,8 @@ class Proxy:
             profiles=InboundProfileRoutes(self.inbound_profiles, config.profile_suffixes),
             route_metrics=InboundRouteMetrics(self.metrics),
             authority_labels=in_cfg.metrics_authority_labels,
+            app_ports=self.app_ports,
+            http_queue=Queue(in_cfg.http_queue_capacity, in_cfg.http_failfast_timeout.total_seconds()),
         )
         self._outbound_settings = OutboundSettings(
             detect_timeout=out_cfg.detect_timeout.total_seconds(),
@@ -382,6 +390,7 @@ class Proxy:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         self.inbound_profiles.close()
+        self.app_ports.close()
         await self.discovery.close()
         await self.policies.close()
         if self.tap is not None:

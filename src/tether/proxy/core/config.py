@@ -211,6 +211,12 @@ class InboundConfig:
     # LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS: "unsafe" (any case) labels inbound request_total,
     # response_total and response_latency_ms with the request's logical authority; empty (the default): not.
     metrics_authority_labels: bool = False
+    # LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY, default 10000: HTTP/2 requests waiting at once for a connection
+    # to one app port that could not be connected; one more is answered 503 (core.inbound_queue).
+    http_queue_capacity: int = 10_000
+    # LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT, default 1s: how long an app port stays unreachable before
+    # the requests waiting for it are answered 504 (core.inbound_queue).
+    http_failfast_timeout: timedelta = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +427,8 @@ def _inbound(e: _Env, admin: SocketAddr, cluster_networks: tuple[IpNetwork, ...]
         listen_backlog=e.get("LINKERD2_PROXY_INBOUND_TCP_LISTEN_BACKLOG", _parse_positive_int, "1024"),
         metrics_authority_labels=e.get("LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS", _parse_authority_labels,
                                        ""),
+        http_queue_capacity=e.get("LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY", _parse_positive_int, "10000"),
+        http_failfast_timeout=e.get("LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT", parse_duration, "1s"),
     )
 
 

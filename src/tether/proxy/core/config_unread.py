@@ -16,8 +16,6 @@ from collections.abc import Collection, Mapping
 
 _TRACING = "spans are not exported (this proxy has no tracing)"
 _CORES = "the proxy runs one event loop on one thread whatever the cores"
-_INBOUND_QUEUE = ("inbound requests never wait for the app: each connects, or takes a pooled connection, at once "
-                  "(a failed connect is answered 502), so there is no per-target queue to bound")
 _DNS = "control-plane names are resolved by the system resolver at each connect: there are no cached TTLs to clamp"
 
 # Read by linkerd2-proxy 2.20 (../shared/reference/proxy.md §2), not applied here: the reason, as the warning says it.
@@ -29,8 +27,6 @@ NOT_APPLIED: dict[str, str] = {
     "LINKERD2_PROXY_DNS_MIN_TTL": _DNS,
     "LINKERD2_PROXY_DNS_MAX_TTL": _DNS,
     "LINKERD2_PROXY_INBOUND_GATEWAY_SUFFIXES": "this proxy is not a multicluster gateway",
-    "LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY": _INBOUND_QUEUE,
-    "LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT": _INBOUND_QUEUE,
     "LINKERD2_PROXY_TRACE_COLLECTOR_SVC_ADDR": _TRACING,
     "LINKERD2_PROXY_TRACE_COLLECTOR_SVC_NAME": _TRACING,
     "LINKERD2_PROXY_TRACE_SERVICE_NAME": _TRACING,

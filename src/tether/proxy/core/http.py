@@ -84,6 +84,9 @@ class Pick:
     # The l5d-orig-proto upgrade (core.orig_proto): (Connect, header) of the endpoint's shared HTTP/2
     # connection, taken by an HTTP/1 request that can be carried over it; None: HTTP/1 stays HTTP/1.
     upgrade: tuple[Any, bytes | None] | None = None
+    # The endpoint's HTTP/2 connection could not be made (inbound: the app port's requests wait for a reconnect,
+    # core.inbound_queue); nothing elsewhere.
+    unreachable: Callable[[], None] = nothing
 
 
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]

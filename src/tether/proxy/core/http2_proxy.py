@@ -776,6 +776,9 @@ class Http2Proxy:
                 del self.ups[up.key]
             error = errors.connect_failed(up.addr, reply.timed_out, reply.error, reply.errno)
             waiting, up.waiting = up.waiting, deque()
+            if waiting and waiting[0].pick is not None:
+                # Inbound: the app port is unreachable now; the streams routed again below wait for it.
+                waiting[0].pick.unreachable()
             for stream in waiting:
                 if stream.phase is Phase.CONNECTING:
                     self._retry(stream, error)

@@ -21,7 +21,8 @@ original destination IP and the target port -- never to the inbound port. As out
 ``PROTOCOL_LAYERS`` is the seam for the request-level proxy: ``Http1`` goes
 to ``tether.proxy.core.http1_proxy`` (requests to the app over pooled keep-alive
 connections), ``Http2`` to its per-stream HTTP/2 layer; the rest is
-forwarded per connection.
+forwarded per connection. An HTTP/2 connection's requests wait for an app port that
+refused an HTTP/2 connect until it is reconnected (``core.inbound_queue``).
 
 The layer yields ``tether.proxy.core.commands``; it does no I/O. Caller:
 ``tether.proxy.io.driver`` (via ``tether.proxy.app``).
@@ -56,6 +57,8 @@ from tether.proxy.core.http2_proxy import http2
 from tether.proxy.core.http import HttpSettings, RequestPolicy, Router
 from tether.proxy.core.http1_proxy import http1
 from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
+from tether.proxy.core.inbound_queue import AppPorts, InboundQueue
+from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics, routed
 from tether.proxy.core.routes import inbound_router
 from tether.proxy.core.authz import Meta
@@ -101,6 +104,11 @@ class InboundSettings:
     # LINKERD2_PROXY_INBOUND_METRICS_AUTHORITY_LABELS=unsafe: request_total... carry the request's logical name
     # as ``authority`` (named by ``profiles``).
     authority_labels: bool = False
+    # The app's ports an HTTP/2 connect failed to, reconnected with backoff (io.inbound_ports); None: an HTTP/2
+    # request's failed connect is answered at once, as an HTTP/1 one's always is (core.inbound_queue).
+    app_ports: AppPorts | None = None
+    # LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY and _FAILFAST_TIMEOUT: HTTP/2 requests waiting for an app port.
+    http_queue: Queue = Queue(10_000, 1.0)
 
     def policy(self, port: int) -> ServerPolicy:
         if self.policies is not None:
@@ -294,7 +302,7 @@ def http1_requests(session: Session, settings: InboundSettings) -> Layer:
     if settings.http is None:
         yield from tcp_forward(session, settings)
         return
-    yield from http1(*_request_level(session, settings, settings.http))
+    yield from http1(*_request_level(session, settings, settings.http, h2=False))
 
 
 def http2_requests(session: Session, settings: InboundSettings) -> Layer:
@@ -303,11 +311,13 @@ def http2_requests(session: Session, settings: InboundSettings) -> Layer:
     if settings.http is None:
         yield from tcp_forward(session, settings)
         return
-    yield from http2(*_request_level(session, settings, settings.http), downgrade=True)
+    yield from http2(*_request_level(session, settings, settings.http, h2=True), downgrade=True)
 
 
-def _request_level(session: Session, settings: InboundSettings, http: HttpSettings) -> tuple[Router, HttpSettings]:
-    """The router to the app and the HTTP settings of this connection (its client's identity, its labels)."""
+def _request_level(session: Session, settings: InboundSettings, http: HttpSettings,
+                   h2: bool) -> tuple[Router, HttpSettings]:
+    """The router to the app and the HTTP settings of this connection (its client's identity, its labels).
+    ``h2``: an HTTP/2 connection, whose requests wait for an unreachable app port (``core.inbound_queue``)."""
     target = session.target
     # Request metrics are labelled per request with the server, route and authorization that let it through
     # (the policy check's permit), as linkerd2-proxy does; what the proxy answers itself before a request is
@@ -324,12 +334,14 @@ def _request_level(session: Session, settings: InboundSettings, http: HttpSettin
                    client_id=session.client_id if session.mesh_tls else None, error_labels=metric_labels,
                    error_scope=labels.join(labels.target(target), server),
                    policy=session.policy)
+    waits = InboundQueue(settings.app_ports, settings.http_queue) if h2 and settings.app_ports is not None else None
     if isinstance(policy, InboundRequestPolicy):
         # The permit read per request by a C call (partial of getattr), not a lambda.
-        router = inbound_router(target, settings.connect_timeout, endpoint, partial(getattr, policy, "permit"))
+        router = inbound_router(target, settings.connect_timeout, endpoint, partial(getattr, policy, "permit"),
+                                waits)
         authorized: InboundRequestPolicy | None = policy
     else:
-        router, authorized = inbound_router(target, settings.connect_timeout, metric_labels), None
+        router, authorized = inbound_router(target, settings.connect_timeout, metric_labels, waits=waits), None
     if settings.profiles is None and settings.route_metrics is None:
         return router, http
     return routed(router, authorized=authorized, profiles=settings.profiles, metrics=settings.route_metrics,

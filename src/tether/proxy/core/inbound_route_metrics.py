@@ -245,11 +245,11 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
                 hist[-1] += 1
             times.clear()
 
-        # Made directly, not by dataclasses.replace (a call saved): the app's router answers picks of these four
+        # Made directly, not by dataclasses.replace (a call saved): the app's router answers picks of these five
         # fields alone (core.routes.inbound_router; test_inbound_route_metrics checks it).
         return Pick(picked.connect, picked.header, picked.labels, picked.authority, outcome=outcome,
                     release=release, route=profile_route, frames=series.response_frame,
-                    request_frames=request_frame)
+                    request_frames=request_frame, unreachable=picked.unreachable)
 
     return route
 

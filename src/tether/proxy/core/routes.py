@@ -15,7 +15,8 @@
   (``named`` given), a request with ``l5d-dst-override: name[:port]`` goes to
   that target instead, resolved by name (its own profile, routes and all);
   the header is removed before the request goes on (``Pick.strip_override``).
-- ``inbound_router``: the app, at the target address, in plaintext.
+- ``inbound_router``: the app, at the target address, in plaintext; an HTTP/2
+  connection's requests wait while the app port is unreachable (``core.inbound_queue``).
 
 Each answer (``layer.Pick``) carries the ``Connect`` for the pool, the
 transport header, and the request metric labels (proxy.md §9.2): outbound
@@ -31,6 +32,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Generator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from tether.proxy.core import labels
@@ -38,7 +40,8 @@ from tether.proxy.codec.addrs import IpAddress, SocketAddr, is_dns_name, parse_i
 from tether.proxy.core.commands import Command, Connect, Failed, Wait
 from tether.proxy.core import errors
 from tether.proxy.core.errors import ProxyError
-from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router, no_outcome
+from tether.proxy.core.http import L5D_DST_OVERRIDE, Pick, Router, no_outcome, nothing
+from tether.proxy.core.inbound_queue import InboundQueue, wait_for_app
 from tether.proxy.core.profiles import MATCH_ALL, Route
 from tether.proxy.core.balancer import Balancer, Slot
 from tether.proxy.core.balancer_queue import Queue, queued
@@ -292,31 +295,44 @@ def parse_override(value: bytes) -> tuple[str, int] | None:
 
 
 def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: str,
-                   permit: Callable[[], str] | None = None) -> Router:
+                   permit: Callable[[], str] | None = None, waits: InboundQueue | None = None) -> Router:
     """Every request to the app at ``target``. ``permit``: the inbound policy's labels of the request just
     authorized (``srv_*``, ``route_*``, ``authz_*``; ``core.inbound_authz``), appended to ``metric_labels``
     for its request metrics, as linkerd2-proxy labels them; read when the request is routed, which is right
-    after its check. (Its ServiceProfile route: ``core.inbound_route_metrics.routed``.)"""
+    after its check. (Its ServiceProfile route: ``core.inbound_route_metrics.routed``.) ``waits`` (an HTTP/2
+    connection's): while ``target`` is unreachable, its requests wait for it (``core.inbound_queue``)."""
     connect = Connect(target, None, connect_timeout, labels.connect_inbound(target), inbound=True)
     authority = str(target).encode()
-    pick = Pick(connect, None, metric_labels, authority)
+    unreachable = partial(waits.ports.unreachable, target) if waits is not None else nothing
+    pick = Pick(connect, None, metric_labels, authority, unreachable=unreachable)
+    down = waits.ports.unreachable_ports if waits is not None else {}
     if permit is None:
         def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+            balancer = down.get(target)
+            if balancer is not None:  # (the usual path: one lookup)
+                assert waits is not None
+                error = yield from wait_for_app(balancer, waits, target, request)
+                if error is not None:
+                    return error
             return pick
-            yield  # a generator, like every router
 
         return route
     picks: dict[str, Pick] = {}  # per permit: a connection's requests share a few routes and authorizations
 
     def route_permitted(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
         key = permit()
+        balancer = down.get(target)
+        if balancer is not None:
+            assert waits is not None
+            error = yield from wait_for_app(balancer, waits, target, request)
+            if error is not None:
+                return error
         chosen = picks.get(key)
         if chosen is None:
             if len(picks) >= MAX_PERMITS:
                 picks.clear()
-            chosen = picks[key] = Pick(connect, None, f"{metric_labels},{key}", authority)
+            chosen = picks[key] = Pick(connect, None, f"{metric_labels},{key}", authority, unreachable=unreachable)
         return chosen
-        yield  # a generator, like every router
 
     return route_permitted
 

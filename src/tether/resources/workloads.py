@@ -104,6 +104,7 @@ class PodStatus:
     pod_ip: str | None = None
     pod_ips: tuple[str, ...] = ()
     host_ip: str | None = None
+    host_ips: tuple[str, ...] = ()
     conditions: tuple[Condition, ...] = ()
 
     @property
@@ -168,6 +169,7 @@ def parse_pod(doc: Fields, meta: ObjectMeta) -> tuple[PodSpec, PodStatus]:
             pod_ip=status.string("podIP", None, check=formats.ip_address),
             pod_ips=pod_ips,
             host_ip=status.string("hostIP", None, check=formats.ip_address),
+            host_ips=tuple(node.string("ip", check=formats.ip_address) for node in status.children("hostIPs")),
             conditions=parse_conditions(status),
         ),
     )

@@ -90,6 +90,9 @@ class ClusterIndex:
         self.has_nodes = "node" in self.watched.values()
         self.nodes: dict[str, NodeFacts] = {}
         self.has_owners = "owner" in self.watched.values()
+        # Pods share their node's network (hostNetwork, hostPort) only where there are Nodes: the local platform
+        # runs every pod in its own network namespace, at its own IP, whatever its spec says.
+        self.host_network = self.has_nodes
         self.owners: dict[tuple[str, str, str], OwnerFacts] = {}  # by (kind, namespace, name)
         self.pods: dict[Key, PodFacts] = {}
         self.services: dict[Key, ServiceFacts] = {}
@@ -101,6 +104,7 @@ class ClusterIndex:
         self._workloads_by_ip: dict[str, set[Key]] = {}
         self._servers: dict[str, dict[str, ServerFacts]] = {}
         self._pods_by_ip: dict[str, set[Key]] = {}
+        self._pods_by_host_port: dict[tuple[str, int], set[Key]] = {}  # (host IP, host port)
         self._services_by_ip: dict[str, set[Key]] = {}
         self._observers: list[Observer] = []
         self._synced: set[str] = set()
@@ -202,13 +206,25 @@ class ClusterIndex:
         return old
 
     def _index_pod(self, pod: PodFacts) -> None:
-        # Every IP of the pod (both families on a dual-stack cluster), as Linkerd's pod IP index does.
-        for ip in pod.ips if not pod.host_network else ():
-            self._pods_by_ip.setdefault(ip, set()).add((pod.namespace, pod.name))
+        # Every IP of a pod-network pod (both families on a dual-stack cluster), as Linkerd's pod IP index does;
+        # and, as its host IP index does, every hostIP:hostPort of a pod (a hostNetwork pod's IPs are its node's).
+        key = (pod.namespace, pod.name)
+        for ip in pod.ips if not (pod.host_network and self.host_network) else ():
+            self._pods_by_ip.setdefault(ip, set()).add(key)
+        for address in self._host_addresses(pod):
+            self._pods_by_host_port.setdefault(address, set()).add(key)
 
     def _unindex_pod(self, pod: PodFacts) -> None:
-        for ip in pod.ips if not pod.host_network else ():
-            discard_member(self._pods_by_ip, ip, (pod.namespace, pod.name))
+        key = (pod.namespace, pod.name)
+        for ip in pod.ips if not (pod.host_network and self.host_network) else ():
+            discard_member(self._pods_by_ip, ip, key)
+        for address in self._host_addresses(pod):
+            discard_member(self._pods_by_host_port, address, key)
+
+    def _host_addresses(self, pod: PodFacts) -> list[tuple[str, int]]:
+        if not self.host_network:
+            return []
+        return [(ip, port) for ip in pod.host_ips for port in pod.host_ports]
 
     # -- lookups -------------------------------------------------------------
 
@@ -233,6 +249,12 @@ class ClusterIndex:
     def running_pods_at(self, ip: str) -> list[PodFacts]:
         """Running (pod-network) pods with this IP, by name; more than one means a conflict."""
         pods = [self.pods[key] for key in self._pods_by_ip.get(ip, ()) if key in self.pods]
+        return sorted((p for p in pods if p.is_running), key=lambda p: (p.namespace, p.name))
+
+    def running_pods_at_host_port(self, ip: str, port: int) -> list[PodFacts]:
+        """Running pods reached at ``ip:port`` through their node (hostNetwork, or a hostPort), by name; more than
+        one means a conflict.  None on a platform without host networking (``host_network``)."""
+        pods = [self.pods[key] for key in self._pods_by_host_port.get((ip, port), ()) if key in self.pods]
         return sorted((p for p in pods if p.is_running), key=lambda p: (p.namespace, p.name))
 
     def external_workloads_at(self, ip: str, port: int) -> list[ExternalWorkloadFacts]:

@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from tether.ports import PortSet, parse_port_set, port_of_address
@@ -87,6 +88,8 @@ class PodFacts:
     host_network: bool = False
     node_name: str | None = None
     owner_refs: tuple[tuple[str, str], ...] = ()  # (kind, name) of each owner reference
+    host_ips: tuple[str, ...] = ()  # status.hostIPs, else hostIP: its node's addresses
+    host_ports: Mapping[int, str] = field(default_factory=dict)  # hostPort -> its port's name ("" when unnamed)
 
     @property
     def ip(self) -> str | None:
@@ -148,12 +151,13 @@ class ServerFacts:
     opaque: bool
 
     def marks_opaque(self, pod: PodFacts, port: int) -> bool:
-        """Whether this Server makes ``port`` of ``pod`` opaque (number, or a container port name)."""
+        """Whether this Server makes ``port`` of ``pod`` opaque (number, or the name of a container port
+        whose number or host port it is, as Linkerd matches names)."""
         if not self.opaque or self.pod_selector is None or not self.pod_selector.matches(pod.labels):
             return False
         if isinstance(self.port, int):
             return self.port == port
-        return port in pod.container_ports.get(self.port, ())
+        return port in pod.container_ports.get(self.port, ()) or pod.host_ports.get(port) == self.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,10 +350,15 @@ def _pod(resource: Resource) -> PodFacts:
     status = status if isinstance(status, PodStatus) else PodStatus()
     namespace = resource.namespace or ""
     container_ports: dict[str, tuple[int, ...]] = {}
+    host_ports: dict[int, str] = {}
     for container in (*spec.containers, *spec.init_containers):
         for port in container.ports:
             if port.name:
                 container_ports[port.name] = (*container_ports.get(port.name, ()), port.container_port)
+            # On the host network a container port is its host port (the API server defaults hostPort so).
+            host_port = port.host_port or (port.container_port if spec.host_network else None)
+            if host_port:
+                host_ports.setdefault(host_port, port.name or "")
     owner_kind, owner_name = _owner(resource)
     what = f"pod {namespace}/{resource.name}"
     return PodFacts(
@@ -373,7 +382,12 @@ def _pod(resource: Resource) -> PodFacts:
         host_network=spec.host_network,
         node_name=spec.node_name,
         owner_refs=tuple((ref.kind, ref.name) for ref in resource.metadata.owner_references),
+        host_ips=tuple(sys.intern(ip) for ip in status.host_ips or ((status.host_ip,) if status.host_ip else ())),
+        host_ports=host_ports or _NO_HOST_PORTS,
     )
+
+
+_NO_HOST_PORTS: Mapping[int, str] = MappingProxyType({})  # nearly every pod's: one shared empty mapping
 
 
 def _proxy_container(spec: PodSpec) -> Container | None:

@@ -2,8 +2,10 @@
 
 Keyed by (IP, port).  Follows whether a pod is *running* there, not whether it
 is ready (Linkerd does the same so StatefulSet peers can reach each other
-before they are ready); else which ExternalWorkload has that IP and declares
-that port.  The published ``Address`` carries the pod or workload (neither
+before they are ready): a pod-network pod with that IP; else, where pods share
+their node's network (Kubernetes), a pod reached at that node IP and port (a
+hostNetwork pod's container port, or a ``hostPort``); else which
+ExternalWorkload has that IP and declares that port.  The published ``Address`` carries the pod or workload (neither
 when nothing runs at the IP) and whether the port is opaque: by the pod's
 annotation, its namespace's, the defaults, or a Server with ``proxyProtocol:
 opaque``.  Listeners hear the current target at once, then each change.
@@ -36,8 +38,12 @@ class WorkloadWatcher:
         self._ports_by_ip: dict[str, set[int]] = {}
         index.observe(self._on_change)
 
+    def _pods(self, ip: str, port: int) -> list[PodFacts]:
+        """The running pods at ``ip`` on the pod network, else those at ``ip:port`` on the host network."""
+        return self._index.running_pods_at(ip) or self._index.running_pods_at_host_port(ip, port)
+
     def _target(self, ip: str, port: int) -> Address:
-        pods = self._index.running_pods_at(ip)
+        pods = self._pods(ip, port)
         if pods:
             pod = pods[0]
             return Address(ip, port, pod, self._index.is_opaque(pod, port), owner=self._index.owner_of(pod))
@@ -51,6 +57,10 @@ class WorkloadWatcher:
         if len(pods) > 1:
             names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
             raise ConflictingAddress(f"pod IP address conflict: {ip} is used by {names}")
+        pods = pods or self._index.running_pods_at_host_port(ip, port)
+        if len(pods) > 1:
+            names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+            raise ConflictingAddress(f"host network endpoint conflict: {ip}:{port} is used by {names}")
         workloads = [] if pods else self._index.external_workloads_at(ip, port)
         if len(workloads) > 1:
             names = ", ".join(f"{w.namespace}/{w.name}" for w in workloads)
@@ -85,8 +95,12 @@ class WorkloadWatcher:
         if not self._publishers:
             return
         if change.kind == "pod":
-            ips = {ip for p in (change.old, change.new) if isinstance(p, PodFacts) for ip in p.ips}
+            pods = [p for p in (change.old, change.new) if isinstance(p, PodFacts)]
+            ips = {ip for p in pods for ip in p.ips}
             keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]
+            # Its node's addresses too, on the ports it is reached at there (hostNetwork, hostPort).
+            keys += {(ip, port) for p in pods for ip in p.host_ips for port in p.host_ports
+                     if ip not in ips and port in self._ports_by_ip.get(ip, ())}
         elif change.kind == "external_workload":
             ips = {ip for w in (change.old, change.new) if isinstance(w, ExternalWorkloadFacts) for ip in w.ips}
             keys = [(ip, port) for ip in ips for port in self._ports_by_ip.get(ip, ())]

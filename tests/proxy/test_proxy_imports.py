@@ -26,3 +26,19 @@ def test_startup_modules_load_no_cryptography() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"the proxy loads cryptography at start ({out}): its X.509 work belongs in tether.proxy.certify"
+
+
+# What a proxy without tap or SPIRE does not need, with what loading it would cost (docs/proxy.md, "Memory"):
+# hashlib loads OpenSSL's digests (~0.65 MB; native.py's fingerprint uses _blake2, the identity client's key
+# password os.urandom); shutil and sysconfig (~0.8 MB) only the native build's check uses; tap's messages and
+# server, and the SPIRE client, load when configured.
+NOT_AT_START = ("hashlib", "secrets", "shutil", "sysconfig", "tether.api.tap_pb2", "tether.proxy.io.proxy_tap",
+                "tether.proxy.io.spire_client")
+
+
+def test_startup_modules_leave_out_what_only_options_or_the_build_use() -> None:
+    untapped = [m for m in STARTUP if m != "tether.proxy.io.tap_server"]
+    code = (f"import sys; import {', '.join(untapped)}; "
+            f"print(sorted(m for m in {NOT_AT_START!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"the proxy loads {out} at start: import it where it is used (docs/proxy.md, 'Memory')"

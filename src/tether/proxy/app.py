@@ -36,7 +36,6 @@ from tether.proxy.io.driver import HTTP1_CLIENT_IDLE_TIMEOUT, Driver
 from tether.proxy.core.http import HttpSettings, InFlight
 from tether.proxy.core.http_metrics import HttpMetrics
 from tether.proxy.io.identity_client import IdentityClient, IdentityClientConfig, TlsMaterial
-from tether.proxy.io.spire_client import SpireClient
 from tether.proxy.core.inbound import InboundSettings, inbound
 from tether.proxy.core.inbound_profile_routes import InboundProfileRoutes
 from tether.proxy.core.inbound_route_metrics import InboundRouteMetrics
@@ -48,7 +47,6 @@ from tether.proxy.io.discovery import Discovery
 from tether.proxy.io.inbound_profiles import InboundProfiles
 from tether.proxy.io.inbound_ports import AppPorts
 from tether.proxy.io.policy_client import PolicyClient
-from tether.proxy.io.proxy_tap import ProxyTap
 from tether.proxy.core.server_policy import default_policy
 from tether.proxy.core.outbound import OutboundSettings, outbound
 from tether.proxy.core.policy_metrics import DetectMetrics, PolicyMetrics
@@ -59,7 +57,11 @@ from tether.proxy.core.observers import combined
 from tether.proxy.io.tls import TlsState
 
 if TYPE_CHECKING:
+    # Imported where used, and only when configured: a proxy without SPIRE or tap never loads their modules (tap:
+    # its protobuf messages and server, ~0.3 MB resident; docs/proxy.md, "Memory").
     from tether.proxy.io.admin import AdminServer
+    from tether.proxy.io.proxy_tap import ProxyTap
+    from tether.proxy.io.spire_client import SpireClient
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ class Proxy:
         ident = config.identity
         self.identity: IdentityClient | SpireClient
         if isinstance(ident, SpireIdentityConfig):
+            from tether.proxy.io.spire_client import SpireClient
+
             self.identity = SpireClient(ident)  # a SPIRE agent's Workload API (io.spire_client)
         else:
             self.identity = IdentityClient(
@@ -154,9 +158,13 @@ class Proxy:
         self._inbound_settings: InboundSettings | None = None
         self._outbound_settings: OutboundSettings | None = None
         # Tap (LINKERD2_PROXY_TAP_SVC_NAME): observers for both HttpSettings, a server once certified.
-        self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng,
-                            h2=config.inbound.server_h2.params, backlog=config.inbound.listen_backlog,
-                            accept=config.inbound.accept) if config.tap_svc_name else None
+        self.tap: ProxyTap | None = None
+        if config.tap_svc_name:
+            from tether.proxy.io.proxy_tap import ProxyTap
+
+            self.tap = ProxyTap(config.tap_svc_name, config.control_listen_addr, rng=rng,
+                                h2=config.inbound.server_h2.params, backlog=config.inbound.listen_backlog,
+                                accept=config.inbound.accept)
         self.metrics.add_collector(self._identity_collector)
         self.metrics.add_collector(process_collector)
         self.metrics.add_collector(_build_info)

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import secrets
 import signal
 import ssl
 import sys
@@ -215,7 +214,9 @@ class IdentityClient(Credentials):
         config = self._config
         key = self._key
         if key is None:
-            password = secrets.token_bytes(32)
+            # os.urandom is what secrets.token_bytes calls; secrets would load hmac and hashlib (OpenSSL's digest
+            # tables, ~0.65 MB resident) into the serving process for this one call (docs/proxy.md, "Memory").
+            password = os.urandom(32)
             made = await child.ask({"op": "new", "name": config.local_name, "password": password.hex()})
             key = self._key = PrivateKey.of(made, password)
             self._csr = base64.b64decode(made["csr"])

@@ -42,3 +42,28 @@ def test_startup_modules_leave_out_what_only_options_or_the_build_use() -> None:
             f"print(sorted(m for m in {NOT_AT_START!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"the proxy loads {out} at start: import it where it is used (docs/proxy.md, 'Memory')"
+
+
+def test_protobuf_runs_on_upb_without_its_python_message_implementation() -> None:
+    """``tether.proxy.main`` defers ``python_message`` (and text_format, decoder, pickle... with it, ~1.1 MB): the
+    proxy's messages still parse and serialise, and the first use of the module loads the real one."""
+    code = """
+import sys
+from google.protobuf.internal import api_implementation
+from tether.proxy.protobuf_runtime import PYTHON_MESSAGE, defer_python_message
+assert api_implementation.Type() == "upb", api_implementation.Type()
+assert defer_python_message()
+import tether.proxy.app, tether.proxy.io.admin
+from tether.api import destination_pb2, inbound_pb2
+loaded = [m for m in ("google.protobuf.text_format", "google.protobuf.internal.decoder", "pickle") if m in sys.modules]
+update = destination_pb2.Update(add=destination_pb2.WeightedAddrSet(metric_labels={"zone": "a"}))
+again = destination_pb2.Update.FromString(update.SerializeToString())
+server = inbound_pb2.Server.FromString(inbound_pb2.Server(labels={"name": "web"}).SerializeToString())
+placeholder = sys.modules[PYTHON_MESSAGE]
+kind = type(placeholder).__name__
+helper = placeholder._AttachFieldHelpers  # the first use loads the real module
+print(loaded, kind, again.add.metric_labels["zone"], server.labels["name"], callable(helper),
+      sys.modules[PYTHON_MESSAGE] is not placeholder, "google.protobuf.text_format" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[] _Deferred a web True True True", out

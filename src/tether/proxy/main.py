@@ -71,6 +71,9 @@ def main(env: Mapping[str, str]) -> int:
 
     import uvloop
 
+    from tether.proxy.protobuf_runtime import defer_python_message
+
+    defer_python_message()  # before the first protobuf import (the proxy's messages come with app)
     from tether.proxy.app import serve
 
     # Everything imported so far lives as long as the process: out of the collector's sight, a full collection

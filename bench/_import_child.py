@@ -5,7 +5,12 @@ baseline is Python's alone. ``argv[1]``: a Python literal ``(mode, steps,
 base)``; mode ``rss`` (VmRSS after each step, then RSS per mapping and the
 packages loaded) or ``trace`` (tracemalloc's traced Python allocations after
 each step).
+
+Once a step (or the base) has imported ``tether.proxy.protobuf_runtime`` it defers protobuf's pure-Python message
+implementation, as the serving process does (``tether.proxy.main``): the figures after it are the proxy's.
 """
+
+DEFERRER = "tether.proxy.protobuf_runtime"
 
 
 def _rss() -> int:
@@ -49,6 +54,8 @@ def main() -> None:
     print({"step": "python", "size": size()}, flush=True)
     for module in base:
         importlib.import_module(module)
+    if DEFERRER in sys.modules:
+        sys.modules[DEFERRER].defer_python_message()
     if base:
         gc.collect()
         print({"step": "base", "size": size()}, flush=True)
@@ -56,6 +63,8 @@ def main() -> None:
         try:
             for module in modules:
                 importlib.import_module(module)
+                if module == DEFERRER:
+                    sys.modules[DEFERRER].defer_python_message()
         except ImportError as e:
             print({"step": label, "error": str(e)}, flush=True)
             continue

@@ -42,6 +42,9 @@ BASE = ("ssl", "asyncio")
 # (label, modules): the proxy's imports, in the order it makes them (main, config, app, admin at start).
 STEPS: list[tuple[str, tuple[str, ...]]] = [
     ("ssl + asyncio", BASE),
+    # The process entry's package: the compiled modules' finder (tether.proxy.native), and protobuf's Python
+    # message implementation deferred (upb does the work) before protobuf is imported, as tether.proxy.main does.
+    ("tether.proxy (compiled-module finder, protobuf deferral)", ("tether.proxy.protobuf_runtime",)),
     ("uvloop", ("uvloop",)),
     ("httptools", ("httptools",)),
     ("hpack (its Huffman decoder, for the HTTP/2 codec)", ("hpack.huffman_table",)),
@@ -55,7 +58,8 @@ STEPS: list[tuple[str, tuple[str, ...]]] = [
     ("tether.proxy.app (the data path)", ("tether.proxy.app",)),
     ("tether.proxy.io.admin", ("tether.proxy.io.admin",)),
 ]
-PROXY = ("tether.proxy.main", "uvloop", "tether.proxy.app", "tether.proxy.io.admin")  # uvloop: imported in main()
+PROCESS = ("tether.proxy.protobuf_runtime",)  # in the base of the "alone" runs too: every proxy process has it
+PROXY = PROCESS + ("tether.proxy.main", "uvloop", "tether.proxy.app", "tether.proxy.io.admin")  # uvloop: in main()
 # Whole packages that have no business in a proxy: the report says whether the proxy pulled them in.
 UNWANTED = ("yaml", "kubernetes", "rich", "click", "typer", "prometheus_client", "grpc", "google.protobuf", "h2",
             "hyperframe")
@@ -77,7 +81,7 @@ def measure(steps: list[tuple[str, tuple[str, ...]]] = STEPS) -> dict[str, Any]:
     traced = {r["step"]: r["size"] for r in _run_child("trace", used) if "size" in r}
     alone = {}
     for label, modules in steps[1:]:
-        by = {r["step"]: r for r in _run_child("rss", [(label, modules)], BASE) if "step" in r}
+        by = {r["step"]: r for r in _run_child("rss", [(label, modules)], BASE + PROCESS) if "step" in r}
         if "size" in by.get(label, {}):
             alone[label] = by[label]["size"] - by["base"]["size"]
     return {"cumulative": [r for r in cumulative if "step" in r], "traced": traced, "alone": alone,

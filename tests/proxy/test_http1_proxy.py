@@ -365,6 +365,24 @@ def test_no_head_within_the_route_timeout_is_504_and_closes() -> None:
     assert series.responses == {'classification="failure",grpc_status="",error="timeout"': 1}
 
 
+def test_failfast_on_a_profile_route_is_an_unclassified_error_without_a_status() -> None:
+    """The proxy's own 504 for a route's service in fail-fast: linkerd2-proxy's route metrics see the error
+    below them (``error="unclassified"``, no ``status_code``), as its profile stack wraps the balancer's queue."""
+    from dataclasses import replace
+
+    events: list[str] = []
+    metrics = HttpMetrics(lambda: 0.0, 600)
+    answer = replace(errors.failfast("web:80"), route=make_route())
+    assert (Playbook(router(events, answers=[answer]), settings(metrics))
+            >> DownData(GET)
+            << Count("outbound_http_errors_total", 'error="failfast"')
+            << SendDown(b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n"
+                        b"l5d-proxy-error: logical service web:80: service in fail-fast\r\nconnection: close\r\n\r\n")
+            << Close())
+    assert metrics.routes.snapshot()[RT].responses == {
+        'classification="failure",grpc_status="",error="unclassified"': 1}
+
+
 def test_a_failure_is_retried_on_another_pick_within_the_budget() -> None:
     events: list[str] = []
     metrics = HttpMetrics(lambda: 0.0, 600)

@@ -38,12 +38,15 @@ from h2_playbook import (
     SendUpBytes,
     Up,
     UpBytes,
+    Wait,
+    Waited,
     Window,
     Writable,
 )
 from test_http2_proxy import ADDRS, GET, GRPC, LABELS, Router, http_settings
 
 from tether.proxy.codec.http2 import Http2Params
+from tether.proxy.core.balancer import FULL
 from tether.proxy.core.balancer_queue import Queue
 from tether.proxy.core import errors
 from tether.proxy.core.http import HttpSettings
@@ -349,6 +352,42 @@ def test_an_idle_timeout_resets_a_response_on_which_nothing_moves() -> None:
             << SendUp(0, Rst(1, ErrorCodes.CANCEL)))
     assert (f'outbound_http_route_request_statuses_total{{{cp.PARENT},{cp.ROUTE},hostname="",http_status="200",'
             f'error="IDLE_TIMEOUT"}} 1') in registry.render()
+
+
+@pytest.mark.parametrize("reply, status, label", [(None, b"504", "failfast"), (FULL, b"503", "loadshed")])
+def test_failfast_and_load_shed_are_route_errors_without_a_status(reply: Any, status: bytes, label: str) -> None:
+    """A client policy route whose backend has no endpoint: the request waits in the balancer's queue and the
+    proxy answers it (504 at the failfast timeout, 503 when the queue is full). linkerd2-proxy's route metrics
+    see that error below them: ``error="FAIL_FAST"`` / ``"LOAD_SHED"`` and no status (HTTP/1 and the legacy
+    route_response_total: test_http1_proxy.py)."""
+    import test_client_policy as cp
+
+    from tether.proxy.core.metrics import Registry
+    from tether.proxy.core.policy_metrics import PolicyMetrics
+    from tether.proxy.core.routes import outbound_router
+
+    clock = FakeClock()
+    registry = Registry(retain_idle=600.0, clock=clock)
+    balancers = cp.Balancers({cp.WEB: "10.0.0.7"})
+    policy = cp.policy_of(cp.http_route("r", "web", [{}]), balancers=balancers)
+    for balancer in balancers.by_path.values():
+        balancer.reset([])
+    router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
+                             queue=Queue(), loop_addrs=frozenset(), draw=lambda: 0.0,
+                             policies=cp.PolicyWatch(policy), policy_metrics=PolicyMetrics(registry))
+    metrics = HttpMetrics(clock, 600.0)
+    book = H2Playbook(router, HttpSettings("outbound", clock, metrics, strip_proxy_errors=True))
+    error = (errors.failfast if reply is None else errors.queue_full)(cp.WEB)
+    assert (book
+            >> Down(Headers(1, POLICY_GET, end=True))
+            << Wait()
+            >> Waited(reply)
+            << Count("outbound_http_errors_total", f'error="{label}"')
+            << SendDown(Headers(1, [(b":status", status), (b"content-length", b"0"),
+                                    (b"l5d-proxy-error", error.message.encode())], end=True)))
+    name = {"failfast": "FAIL_FAST", "loadshed": "LOAD_SHED"}[label]
+    assert (f'outbound_http_route_request_statuses_total{{{cp.PARENT},{cp.ROUTE},hostname="",http_status="",'
+            f'error="{name}"}} 1') in registry.render()
 
 
 def test_an_idle_grpc_response_ends_with_deadline_exceeded_trailers() -> None:

@@ -91,6 +91,12 @@ class ErrorKind(enum.Enum):
         self.meaning = meaning  # for docs and logs; the l5d-proxy-error text names the target (ProxyError.message)
 
 
+# Errors raised between a route and its endpoints that the proxy answers itself: linkerd2-proxy's route metrics
+# record them as errors, without a status -- its client policy routes with this ``error`` label
+# (outbound_*_route_request_statuses_total), its ServiceProfile routes as ``error="unclassified"``.
+ROUTE_ERRORS = {ErrorKind.FAILFAST: "FAIL_FAST", ErrorKind.LOAD_SHED: "LOAD_SHED"}
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyError:
     """An error the proxy answers for: its kind, its ``l5d-proxy-error`` text, whether it closes the connection."""

@@ -148,13 +148,18 @@ _POLICY_ERRORS = {"timeout": "REQUEST_TIMEOUT", "idle": "IDLE_TIMEOUT", "unclass
 
 
 def record_route(settings: HttpSettings, route_labels: str, status: int, success: bool, start: float,
-                 error: str = "", grpc_status: int | None = None, route: Route | None = None) -> None:
+                 error: str = "", grpc_status: int | None = None, route: Route | None = None,
+                 answered: ProxyError | None = None) -> None:
     """``route_response_total`` and its latency for the exchange as the client saw it (a timeout is not an
-    actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics."""
+    actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics. ``answered``:
+    the error the proxy answered the request with, if any (``errors.ROUTE_ERRORS``: an error, no status)."""
+    routed_error = errors.ROUTE_ERRORS.get(answered.kind, "") if answered is not None else ""
+    if routed_error:
+        status, success, error, grpc_status = 0, False, "unclassified", None
     if isinstance(route, PolicyRoute):
         report = route.report
         if report is not None:  # the route's series, found inline (no call when known), and its retry's success
-            policy_error = _POLICY_ERRORS.get(error, "UNKNOWN") if error else ""
+            policy_error = routed_error or (_POLICY_ERRORS.get(error, "UNKNOWN") if error else "")
             (report.family.routes.get(report.key) or report.series()).ended(
                 status, grpc_status, settings.clock() - start, policy_error)
             budget = route.budget

@@ -598,7 +598,7 @@ class Http1Proxy:
             return
         if error is not None:
             self._answer(ex, error, pick)
-            self._route_response(ex, status, not failure)
+            self._route_response(ex, status, not failure, answered=error)
             return
         assert head is not None
         self._relay(ex, head, not failure)
@@ -875,8 +875,10 @@ class Http1Proxy:
     def _record(self, labels: str, status: int, success: bool, start: float, error: str = "") -> None:
         exchange.record(self.settings, labels, status, success, start, error)
 
-    def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "") -> None:
-        exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error, route=ex.route)
+    def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "",
+                        answered: ProxyError | None = None) -> None:
+        exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error, route=ex.route,
+                              answered=answered)
 
     def _end(self, ex: _Exchange, told: bool = False) -> None:
         """The exchange is over (however it ended): its timer, endpoint and in-flight count let go."""

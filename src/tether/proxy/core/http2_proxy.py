@@ -1272,7 +1272,7 @@ class Http2Proxy:
         stream.phase = TRANSITIONS.get((stream.phase, Step.ANSWER)) or _illegal(stream, Step.ANSWER)
         self.touched.append(stream)
         self.down.send_headers(stream.sid, headers, end_stream=True)
-        self._record(stream, status, False)
+        self._record(stream, status, False, answered=error)
         stream.error = error
         self._detach(stream)
         if not stream.req_end:
@@ -1408,9 +1408,11 @@ class Http2Proxy:
                 stream.pick.release()
             stream.pick = None
 
-    def _record(self, stream: _Stream, status: int, success: bool, error: str = "", *, route: bool = True) -> None:
+    def _record(self, stream: _Stream, status: int, success: bool, error: str = "", *, route: bool = True,
+                answered: ProxyError | None = None) -> None:
         """The stream's response (``success`` by the default rule), under its endpoint and (``route``) its route;
-        each once. (One method for both: one call per stream.)"""
+        each once; ``answered``: the error the proxy answered it with. (One method for both: one call per
+        stream.)"""
         if route and stream.route is not None and not stream.route_recorded:
             stream.route_recorded = True
             grpc = stream.grpc_status if stream.grpc else None
@@ -1424,7 +1426,7 @@ class Http2Proxy:
             else:
                 ok = not error and not stream.route.is_failure(status, grpc)
                 exchange.record_route(self.settings, stream.route_labels, status, ok, stream.start, error, grpc,
-                                      route=stream.route)
+                                      route=stream.route, answered=answered)
         if stream.recorded:
             return
         stream.recorded = True

@@ -1,4 +1,4 @@
-"""Policy controller benchmark: from a policy change to the update on 1,000 WatchPort streams; memory at scale.
+"""Policy controller benchmark: from a policy change to the update on 1,000 watch streams; memory at scale.
 
 ``python -m bench policy [-- --pods 1000 --rounds 20 --channels 20]`` (a minute or two).
 
@@ -15,7 +15,13 @@ identities (alternately), which changes the policy of every watched port; with
 ``--change policy`` it rewrites one AuthorizationPolicy of ``srv-0`` in every
 namespace (naming, alternately, a second shared MeshTLSAuthentication), which
 changes port 8000's policy only: the other watched ports' answers cannot change,
-and the controller's CPU per round shows what deciding them would cost.  The
+and the controller's CPU per round shows what deciding them would cost.  With
+``--change route`` the cluster is outbound instead: in each namespace 10
+Services (``svc-0``..``svc-9``, port 80), each with one accepted HTTPRoute (its
+status as the status controller writes it), and one OutboundPolicies ``Watch``
+stream per Service from a client of its namespace (``pods`` streams); each
+round rewrites ``svc-0``'s route in every namespace (its backend's weight,
+alternately), which changes ``svc-0``'s policy only.  The
 time from just before the store write to each changed stream's message is
 recorded (``time.monotonic`` is system-wide).  Printed: p50/p99 per stream,
 p50/p99 until the last stream had it, the controller's CPU per round and its
@@ -42,13 +48,14 @@ import grpc
 
 from bench.dataplane.procs import stop_process
 from bench.dataplane.procstat import MIB, cpu_seconds, peak_rss_bytes, rss_bytes
-from tether.api import inbound_pb2
+from tether.api import inbound_pb2, outbound_pb2
 from tether.identity import pem, pki
 from tether.identity.ca import CertificateAuthority, IssuanceSettings, Issuer
 from tether.naming import control_plane_identity
 from tether.store import Store
 
 WATCH = "/io.linkerd.proxy.inbound.InboundServerPolicies/WatchPort"
+OUTBOUND_WATCH = "/io.linkerd.proxy.outbound.OutboundPolicies/Watch"
 SERVER_IDENTITY = control_plane_identity("destination")
 SHARED = "bench-shared"
 P = "policy.linkerd.io"
@@ -71,6 +78,8 @@ def _pki(directory: Path) -> tuple[Path, Path, Path]:
 
 
 def _objects(pods: int, change: str) -> list[dict[str, Any]]:
+    if change == "route":
+        return _outbound_objects(pods)
     objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SHARED}},
                                      _shared_authn(0)]
     if change == "policy":
@@ -92,6 +101,33 @@ def _objects(pods: int, change: str) -> list[dict[str, Any]]:
     return objects
 
 
+def _outbound_objects(pods: int) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for n in range(max(1, pods // 10)):
+        ns = f"bench-{n}"
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for i in range(10):
+            objects.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"svc-{i}", "namespace": ns},
+                            "spec": {"clusterIP": f"10.{96 + n // 250}.{n % 250}.{i + 1}",
+                                     "ports": [{"name": "http", "port": 80}], "selector": {"app": f"svc-{i}"}}})
+            objects.append(_route(ns, i, 1))
+    return objects
+
+
+def _route(ns: str, service: int, weight: int) -> dict[str, Any]:
+    """``svc-N``'s HTTPRoute to itself, with the status the controller writes (so it applies, and the status
+    loop has nothing to write)."""
+    name = f"svc-{service}"
+    accepted = [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""},
+                {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": ""}]
+    return {"apiVersion": f"{P}/v1beta3", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": ns},
+            "spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": name, "port": 80}],
+                     "rules": [{"backendRefs": [{"name": name, "port": 80, "weight": weight}]}]},
+            "status": {"parents": [{"parentRef": {"group": "core", "kind": "Service", "namespace": ns, "name": name,
+                                                  "port": 80},
+                                    "controllerName": "linkerd.io/policy-controller", "conditions": accepted}]}}
+
+
 def _policy(ns: str, server: int, n: int, authn: str) -> dict[str, Any]:
     return {"apiVersion": f"{P}/v1alpha1", "kind": "AuthorizationPolicy",
             "metadata": {"name": f"srv-{server}-authz-{n}", "namespace": ns},
@@ -107,9 +143,12 @@ def _shared_authn(round_: int, name: str = "clients") -> dict[str, Any]:
 
 
 def _round_change(change: str, round_: int, pods: int) -> list[dict[str, Any]]:
-    """What one round writes: the shared authentication, or srv-0's first policy in every namespace."""
+    """What one round writes: the shared authentication, srv-0's first policy or svc-0's route in every
+    namespace."""
     if change == "authn":
         return [_shared_authn(round_)]
+    if change == "route":
+        return [_route(f"bench-{n}", 0, 1 + round_ % 2) for n in range(max(1, pods // 10))]
     authn = "clients-b" if round_ % 2 else "clients"
     return [_policy(f"bench-{n}", 0, 0, authn) for n in range(max(1, pods // 10))]
 
@@ -189,19 +228,17 @@ async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels:
                 reached.set()
 
     tasks = []
-    streams = max(1, pods // 10) * 10 * watched_ports
-    for stream_id in range(streams):
-        pod_id, port_offset = divmod(stream_id, watched_ports)
-        n, i = divmod(pod_id, 10)
-        spec = inbound_pb2.PortSpec(workload=json.dumps({"ns": f"bench-{n}", "pod": f"pod-{i}"}),
-                                    port=8000 + port_offset)
-        call = chans[stream_id % channels].unary_stream(WATCH, request_serializer=None, response_deserializer=None)(
-            spec.SerializeToString())
+    requests = _watch_requests(pods, watched_ports, change)
+    streams = len(requests)
+    for stream_id, (method, request) in enumerate(requests):
+        call = chans[stream_id % channels].unary_stream(method, request_serializer=None, response_deserializer=None)(
+            request)
         tasks.append(asyncio.create_task(read(stream_id, call)))
     expected[0] = streams
     await asyncio.wait_for(reached.wait(), 300)
-    # The streams each round changes: every one for the shared authentication, port 8000's for srv-0's policy.
-    changing = streams if change == "authn" else streams // watched_ports
+    # The streams each round changes: every one for the shared authentication, port 8000's for srv-0's policy,
+    # svc-0's for its route.
+    changing = streams if change == "authn" else streams // (10 if change == "route" else watched_ports)
     rss_streams = controller.rss_mb()
     per_stream: list[float] = []
     per_round: list[float] = []
@@ -228,6 +265,23 @@ async def _measure(ca: Path, ports: list[int], pods: int, rounds: int, channels:
             "rss_mib": rss_streams[0], "rss_peak_mib": controller.rss_mb()[1]}
 
 
+def _watch_requests(pods: int, watched_ports: int, change: str) -> list[tuple[str, bytes]]:
+    """(method, serialised request) of every stream: WatchPort per pod and port, or Watch per Service."""
+    out = []
+    for pod_id in range(max(1, pods // 10) * 10):
+        n, i = divmod(pod_id, 10)
+        if change == "route":
+            spec = outbound_pb2.TrafficSpec(source_workload=json.dumps({"ns": f"bench-{n}", "pod": "client"}),
+                                            authority=f"svc-{i}.bench-{n}.svc.cluster.local:80")
+            out.append((OUTBOUND_WATCH, spec.SerializeToString()))
+            continue
+        for port_offset in range(watched_ports):
+            port_spec = inbound_pb2.PortSpec(workload=json.dumps({"ns": f"bench-{n}", "pod": f"pod-{i}"}),
+                                             port=8000 + port_offset)
+            out.append((WATCH, port_spec.SerializeToString()))
+    return out
+
+
 async def _grpc_port(ports: list[int], credentials: grpc.ChannelCredentials, options: list[Any]) -> int:
     """Which of the controller's two listening ports speaks gRPC (the other is the admin port)."""
     for port in sorted(ports):
@@ -247,8 +301,9 @@ def run(argv: list[str]) -> None:
     parser.add_argument("--channels", type=int, default=20)
     parser.add_argument("--ports", type=int, default=1, choices=range(1, 11), metavar="1-10",
                         help="watched ports per pod (8000 up)")
-    parser.add_argument("--change", choices=("authn", "policy"), default="authn",
-                        help="each round: the shared authentication (every port), or srv-0's policy (port 8000)")
+    parser.add_argument("--change", choices=("authn", "policy", "route"), default="authn",
+                        help="each round: the shared authentication (every port), srv-0's policy (port 8000), or "
+                             "svc-0's HTTPRoute (outbound: one Watch per Service)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-policy-") as tmp_text:
         tmp = Path(tmp_text)
@@ -271,10 +326,14 @@ def run(argv: list[str]) -> None:
             finally:
                 controller.stop()
     result.update(objects=len(objects), startup_s=startup, rss_idle_mib=idle_rss)
-    print(f"objects {len(objects)} ({args.pods} pods x 10 Servers x 10 AuthorizationPolicies), "
-          f"controller ready in {startup:.1f} s, RSS {idle_rss:.0f} MiB before streams")
-    what = "one shared MeshTLSAuthentication change" if args.change == "authn" else "srv-0's policy changed"
-    print(f"{result['streams']} WatchPort streams ({result['changed_streams']} changed per round), "
+    cluster = (f"{max(1, args.pods // 10) * 10} Services with an HTTPRoute each" if args.change == "route" else
+               f"{args.pods} pods x 10 Servers x 10 AuthorizationPolicies")
+    print(f"objects {len(objects)} ({cluster}), controller ready in {startup:.1f} s, RSS {idle_rss:.0f} MiB "
+          "before streams")
+    what = {"authn": "one shared MeshTLSAuthentication change", "policy": "srv-0's policy changed",
+            "route": "svc-0's route changed"}[args.change]
+    kind = "Watch" if args.change == "route" else "WatchPort"
+    print(f"{result['streams']} {kind} streams ({result['changed_streams']} changed per round), "
           f"{result['rounds']} rounds of {what}:")
     print(f"  per stream p50 {result['stream_p50_ms']:.0f} ms, p99 {result['stream_p99_ms']:.0f} ms; "
           f"last stream p50 {result['last_stream_p50_ms']:.0f} ms, p99 {result['last_stream_p99_ms']:.0f} ms")

@@ -567,25 +567,66 @@ def test_the_cli_summary_reads_every_kind_of_policy(index) -> None:
     assert policy_dict(fallback)["metadata"] == {"default": "egress-fallback"}
 
 
-def test_a_change_recomputes_only_the_targets_it_can_affect(index, monkeypatch) -> None:
-    feed(index, namespace("shop"), service("cart", "10.96.1.1", ns="shop"))
-    feed(index, http_route("cross", "web", [{"backendRefs": [backend("pay", namespace="shop")]}]))
-    heard: list[object] = []
-    web = index.service_target(WEB, NS)
-    index.subscribe(web, lambda state, at: heard.append(state))
-    index.subscribe(index.service_target("cart.shop.svc.cluster.local:80", "shop"), lambda state, at: None)
-    egress = index.address_target("8.8.8.8", 53, NS)
-    index.subscribe(egress, lambda state, at: None)
-    resolved: list[object] = []
+def test_a_change_recomputes_only_the_watches_it_can_reach(index, monkeypatch) -> None:
+    """Each kind of change recomputes exactly the watches whose policy it can alter (``Reach``): not its
+    namespace's others, and no address a Service's cluster IP or another namespace's networks decide."""
+    feed(index, namespace(NS), namespace("shop"), service("cart", "10.96.1.1", ns="shop"),
+         http_route("cross", "web", [{"backendRefs": [backend("pay", namespace="shop")]}]))
+    heard: dict[str, list[object]] = {}
+    targets = {
+        "web": index.service_target(WEB, NS),
+        "web from shop": index.service_target(WEB, "shop"),
+        "api": index.service_target("api.emojivoto.svc.cluster.local:80", NS),
+        "cart": index.service_target("cart.shop.svc.cluster.local:80", "shop"),
+        "web's ip": index.address_target("10.96.0.10", 80, NS),
+        "egress": index.address_target("8.8.8.8", 53, NS),
+        "egress from shop": index.address_target("8.8.8.8", 53, "shop"),
+    }
+    names = {target: name for name, target in targets.items()}
+    for name, target in targets.items():
+        index.subscribe(target, lambda state, at, name=name: heard.setdefault(name, []).append(state))
+    resolved: list[str] = []
     real = index._resolve
-    monkeypatch.setattr(index, "_resolve", lambda target: resolved.append(target) or real(target))
+    monkeypatch.setattr(index, "_resolve", lambda target: resolved.append(names[target]) or real(target))
 
-    feed(index, namespace("unrelated"))
-    assert resolved == []
-    feed(index, service("cart", "10.96.1.1", ns="shop", annotations={"timeout.linkerd.io/idle": "1s"}))
-    # web depends on "shop" through its backend; cart is in "shop"; addresses re-resolve on any Service.
-    assert set(resolved) == {web, egress, index.service_target("cart.shop.svc.cluster.local:80", "shop")}
-    resolved.clear()
-    feed(index, service("pay", "10.96.1.2", ns="shop"))  # the cross-namespace backend appears
-    backend_ = heard[-1].http_routes[0].rules[0].backends[0]
+    def change(*objs: dict, gone: dict | None = None) -> set[str]:
+        resolved.clear()
+        heard.clear()
+        feed(index, *objs)
+        if gone is not None:
+            remove(index, gone)
+        assert len(resolved) == len(set(resolved))  # once per flush
+        return set(resolved)
+
+    assert change(namespace("unrelated")) == set()
+    # A Namespace's annotations: its Services' watches (their opaque ports), whoever the client.
+    assert change(namespace(NS, {"config.linkerd.io/opaque-ports": "80"})) == {"web", "web from shop", "api",
+                                                                               "web's ip"}
+    assert set(heard) == {"web", "web from shop", "api", "web's ip"}
+    # A Service: its own watches (by name and by cluster IP), not its namespace's other Services.
+    assert change(service("api", "10.96.0.11", annotations={"timeout.linkerd.io/idle": "1s"})) == {"api"}
+    assert set(heard) == {"api"}
+    # A Service named as a backend: the watches whose routes have it, not the Services of its namespace.
+    assert change(service("pay", "10.96.1.2", ns="shop")) == {"web", "web from shop", "web's ip"}
+    backend_ = heard["web"][-1].http_routes[0].rules[0].backends[0]
     assert backend_.message is None and backend_.authority == "pay.shop.svc.cluster.local:80"
+    # A consumer route: only its namespace's clients of the parent.
+    consumer = http_route("shop-view", "web", [{}], ns="shop", parent_ns=NS)
+    assert change(consumer) == {"web from shop"}
+    assert [r.name for r in heard["web from shop"][-1].http_routes] == ["cross", "shop-view"]
+    # A producer route: every client of its parent, no other Service.
+    assert change(http_route("api-route", "api", [{}])) == {"api"}
+    assert change(gone=consumer) == {"web from shop"}
+    # An EgressNetwork of the global namespace: the addresses no cluster IP takes, of clients whose namespace
+    # has none of its own; one of "shop": shop's clients only, which then no longer hear the global ones.
+    assert change(egress_network("global", "Allow", [{"cidr": "8.8.8.0/24"}])) == {"egress", "egress from shop"}
+    assert heard["egress"][-1].parent.name == "global"
+    assert change(egress_network("shops", "Deny", [{"cidr": "8.8.0.0/16"}], ns="shop")) == {"egress from shop"}
+    assert heard["egress from shop"][-1].parent.name == "shops"
+    assert change(egress_network("global", "Deny", [{"cidr": "8.8.8.0/24"}])) == {"egress"}
+    # A Service taking an address: the watches on that IP, before and after.
+    assert change(service("dns", "10.96.9.9", ns="shop"),
+                  service("cart", "10.96.0.10", ns="shop")) == {"cart", "web's ip"}
+    assert "web's ip" not in heard  # web/emojivoto still sorts first of the two Services on that IP
+    assert change(service("web", "10.96.0.20")) == {"web", "web from shop", "web's ip"}
+    assert heard["web's ip"][-1].parent.name == "cart"

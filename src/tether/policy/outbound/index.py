@@ -34,10 +34,15 @@ changes nothing sends nothing).  Changes are coalesced: ``apply`` only marks
 what changed and asks ``schedule`` (the event loop's ``call_soon``) to run
 ``flush`` once, so a burst of events in one loop turn yields one update per
 target.  Without ``schedule`` (pure tests) ``flush`` runs after every event.
-``flush`` recomputes only the watches a change can affect: those whose state
-was computed from a namespace that changed (the parent's, its routes'
-backends'; a route marks its parents' namespaces), and, after a Service or
-EgressNetwork change, the address targets (they may resolve elsewhere).
+``flush`` recomputes only the watches a change can reach (``Reach``): each
+watch records what its state was computed from, and each change marks what it
+touched -- a Service or EgressNetwork its own watches and those whose routes
+have it as a backend (plus, for a Service, the address watches on its cluster
+IPs before and after); a route its parents' watches (a consumer route only
+those of clients in its namespace); a Namespace the watches of its Services
+(its opaque ports); an EgressNetwork also the address watches its namespace
+decides (those of clients in that namespace, or every client's for the global
+egress namespace, unless a Service's cluster IP takes the address first).
 """
 
 from __future__ import annotations
@@ -204,26 +209,24 @@ State = OutboundState | UndefinedPort | EgressFallback
 Listener = Callable[[State, "float | None"], None]
 
 
+# What a change can reach, and what a watch's state was computed from (``OutboundIndex._reach_of``):
+#   ("object", kind, ns, name)          a Service or EgressNetwork: the parent itself, or a route's backend
+#   ("routes", kind, ns, name, None)    the routes of that parent's namespace (producer routes: every client)
+#   ("routes", kind, ns, name, client)  the routes of namespace ``client`` on that parent (consumer routes)
+#   ("namespace", ns)                   a Namespace's annotations (the opaque ports of its Services)
+#   ("ip", ip)                          the Services whose cluster IPs include ``ip``
+#   ("egress", ns)                      the EgressNetworks of ``ns``
+Reach = tuple[str | None, ...]
+
+
 class _Watch:
-    __slots__ = ("target", "state", "listeners", "namespaces")
+    __slots__ = ("target", "state", "listeners", "reach")
 
     def __init__(self, target: Target, state: State) -> None:
         self.target = target
-        self.listeners: list[Listener] = []
-        self.set(state)
-
-    def set(self, state: State) -> None:
         self.state = state
-        # The namespaces whose objects this state was computed from (besides, for addresses, every Service
-        # and EgressNetwork): a change elsewhere cannot change it.
-        if isinstance(state, OutboundState):
-            self.namespaces = {state.parent.namespace}
-            for route in state.routes:
-                self.namespaces.update(b.namespace for rule in route.rules for b in rule.backends)
-        elif isinstance(state, UndefinedPort):
-            self.namespaces = {state.namespace}
-        else:
-            self.namespaces = set()
+        self.reach: frozenset[Reach] = frozenset()  # kept by OutboundIndex._set_reach
+        self.listeners: list[Listener] = []
 
 
 # -- the index ---------------------------------------------------------------------------------------
@@ -242,11 +245,11 @@ class OutboundIndex:
         self._services_by_ip: dict[str, set[Key]] = {}
         self._routes_by_parent: dict[tuple[str, str, str], set[tuple[str, str, str]]] = {}
         self._watches: dict[Target, _Watch] = {}
+        self._watches_by_reach: dict[Reach, set[Target]] = {}  # the inverse of each watch's ``reach``
         self._synced: set[str] = set()
         self._pending_at: float | None = None
         self._flush_scheduled = False
-        self._dirty: set[str] = set()  # namespaces with changes the watches have not heard of
-        self._addresses_dirty = False  # a Service or EgressNetwork changed: addresses may resolve elsewhere
+        self._marks: set[Reach] = set()  # what the changes since the last flush reach
         self.updates = 0  # watched policies recomputed to a new value
 
     # -- feeding -------------------------------------------------------------------------------------
@@ -273,24 +276,27 @@ class OutboundIndex:
         return all(key in self._synced for key in WATCHED)
 
     def _store(self, type_key: str, namespace: str, name: str, facts: object | None) -> None:
-        """Replace one object's facts, keep the lookups in step, and mark what the change may affect."""
-        self._dirty.add(name if type_key == kinds.NAMESPACE.key else namespace)
-        if type_key in (kinds.SERVICE.key, kinds.EGRESS_NETWORK.key):
-            self._addresses_dirty = True
+        """Replace one object's facts, keep the lookups in step, and mark what the change can reach."""
+        marks = self._marks
         if type_key == kinds.SERVICE.key:
+            marks.add(("object", "Service", namespace, name))
             old = self.services.pop((namespace, name), None)
             if old is not None:
                 for ip in old.cluster_ips:
                     _discard(self._services_by_ip, ip, (namespace, name))
+                    marks.add(("ip", ip))
             if isinstance(facts, ServiceFacts):
                 self.services[(namespace, name)] = facts
                 for ip in facts.cluster_ips:
                     self._services_by_ip.setdefault(ip, set()).add((namespace, name))
+                    marks.add(("ip", ip))
         elif type_key == kinds.EGRESS_NETWORK.key:
+            marks.update((("object", "EgressNetwork", namespace, name), ("egress", namespace)))
             self.egress_networks.pop((namespace, name), None)
             if isinstance(facts, EgressNetworkFacts):
                 self.egress_networks[(namespace, name)] = facts
         elif type_key == kinds.NAMESPACE.key:
+            marks.add(("namespace", name))
             self.namespaces.pop(name, None)
             if isinstance(facts, NamespaceFacts):
                 self.namespaces[name] = facts
@@ -300,20 +306,19 @@ class OutboundIndex:
             if old_route is not None:
                 for parent in _parent_keys(old_route):
                     _discard(self._routes_by_parent, parent, key)
-                    self._dirty.add(parent[1])
+                    marks.add(_routes_mark(parent, namespace))
             if isinstance(facts, RouteFacts):
                 self.routes[key] = facts
                 for parent in _parent_keys(facts):
                     self._routes_by_parent.setdefault(parent, set()).add(key)
-                    self._dirty.add(parent[1])
+                    marks.add(_routes_mark(parent, namespace))
 
     def _changed(self, at: float | None) -> None:
         if at is not None and (self._pending_at is None or at < self._pending_at):
             self._pending_at = at
         if not self._watches:
             self._pending_at = None
-            self._dirty.clear()
-            self._addresses_dirty = False
+            self._marks.clear()
             return
         if self._schedule is None:
             self.flush()
@@ -322,26 +327,65 @@ class OutboundIndex:
             self._schedule(self.flush)
 
     def flush(self) -> None:
-        """Recompute each watched target the changes may affect, once; tell listeners of those that changed."""
+        """Recompute each watched target the changes reach, once; tell listeners of those that changed."""
         self._flush_scheduled = False
         at, self._pending_at = self._pending_at, None
-        dirty, self._dirty = self._dirty, set()
-        addresses, self._addresses_dirty = self._addresses_dirty, False
-        for watch in list(self._watches.values()):
-            if not (addresses and isinstance(watch.target, AddressTarget)) and dirty.isdisjoint(watch.namespaces):
+        marks, self._marks = self._marks, set()
+        reached: set[Target] = set()
+        for mark in marks:
+            reached.update(self._watches_by_reach.get(mark, ()))
+        for target in reached:
+            watch = self._watches.get(target)
+            if watch is None:  # a listener of this flush unsubscribed its last listener
                 continue
             try:
-                state = self._resolve(watch.target)
+                state = self._resolve(target)
             except TargetNotFound:
                 # The address no longer resolves (its Service went away inside the cluster networks):
-                # clients keep the last policy, as Linkerd's watches keep theirs.
+                # clients keep the last policy, as Linkerd's watches keep theirs; what may resolve it again
+                # (an EgressNetwork now) still reaches the watch.
+                self._set_reach(watch, self._reach_of(target, watch.state))
                 continue
             if state == watch.state:
+                if isinstance(target, AddressTarget):  # the same policy, maybe no longer by a cluster IP
+                    self._set_reach(watch, self._reach_of(target, state))
                 continue
-            watch.set(state)
+            self._set_reach(watch, self._reach_of(target, state))
+            watch.state = state
             self.updates += 1
             for listener in list(watch.listeners):
                 listener(state, at)
+
+    def _set_reach(self, watch: _Watch, reach: frozenset[Reach]) -> None:
+        if reach == watch.reach:
+            return
+        for mark in watch.reach - reach:
+            _discard(self._watches_by_reach, mark, watch.target)
+        for mark in reach - watch.reach:
+            self._watches_by_reach.setdefault(mark, set()).add(watch.target)
+        watch.reach = reach
+
+    def _reach_of(self, target: Target, state: State) -> frozenset[Reach]:
+        """What a watch's state was computed from (see ``Reach``): the changes that can alter it."""
+        out: set[Reach] = set()
+        if isinstance(target, AddressTarget):
+            out.add(("ip", target.ip))
+            if target.ip not in self._services_by_ip:  # else a Service's cluster IP decides, before any network
+                out.add(("egress", target.source_ns))
+                if not any(ns == target.source_ns for ns, _ in self.egress_networks):
+                    out.add(("egress", self.config.global_egress_network_namespace))
+        if isinstance(state, OutboundState):
+            parent = state.parent
+            out.update((("object", parent.kind, parent.namespace, parent.name),
+                        ("routes", parent.kind, parent.namespace, parent.name, None),
+                        ("routes", parent.kind, parent.namespace, parent.name, target.source_ns)))
+            if parent.kind == "Service":
+                out.add(("namespace", parent.namespace))
+            for route in state.routes:
+                out.update(("object", b.kind, b.namespace, b.name) for rule in route.rules for b in rule.backends)
+        elif isinstance(state, UndefinedPort):
+            out.add(("object", "Service", state.namespace, state.name))
+        return frozenset(out)
 
     # -- subscriptions ------------------------------------------------------------------------------
 
@@ -352,7 +396,9 @@ class OutboundIndex:
         """
         watch = self._watches.get(target)
         if watch is None:
-            watch = self._watches[target] = _Watch(target, self._resolve(target))
+            state = self._resolve(target)
+            watch = self._watches[target] = _Watch(target, state)
+            self._set_reach(watch, self._reach_of(target, state))
         watch.listeners.append(listener)
         return watch.state
 
@@ -365,6 +411,7 @@ class OutboundIndex:
         except ValueError:
             return
         if not watch.listeners:
+            self._set_reach(watch, frozenset())
             del self._watches[target]
 
     @property
@@ -637,6 +684,13 @@ def _parent_keys(route: RouteFacts) -> Iterable[tuple[str, str, str]]:
             yield ("Service", ns, ref.name)
         elif ref.targets(kinds.EGRESS_NETWORK):
             yield ("EgressNetwork", ns, ref.name)
+
+
+def _routes_mark(parent: tuple[str, str, str], route_ns: str) -> Reach:
+    """What a route of ``route_ns`` on ``parent`` reaches: every client's watch of the parent when it is a
+    producer route (the parent's namespace), else only the watches of clients in ``route_ns``."""
+    kind, ns, name = parent
+    return ("routes", kind, ns, name, None if route_ns == ns else route_ns)
 
 
 def _discard(index: dict, key: object, value: object) -> None:

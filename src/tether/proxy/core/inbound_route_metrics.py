@@ -43,7 +43,7 @@ gives each request its profile route (``core.inbound_profile_routes``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -231,19 +231,14 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
             if code is not None:
                 series.statuses[code] = series.statuses.get(code, 0) + 1
             if status == 101:  # the connection switched protocols: the exchange ends with this head
-                release()
+                _release(series, times, clock)
 
+        # No closure here calls another: compiled by mypyc, closures that refer to one another share an environment
+        # that refers to them, a reference cycle per request that only the cyclic collector frees, and the serving
+        # proxy runs it rarely (tests/proxy/test_http1_garbage.py).
         def release() -> None:
             """The exchange is over (``Pick.release``): its two durations, once."""
-            if not times:
-                return
-            now = clock()
-            for hist, buckets, seconds in ((series.request_duration, REQUEST_BUCKETS, now - times[0]),
-                                           (series.response_duration, RESPONSE_BUCKETS, now - times[1])):
-                hist[bisect_left(buckets, seconds)] += 1  # as response_frame observes (inline: no call)
-                hist[-2] += seconds
-                hist[-1] += 1
-            times.clear()
+            _release(series, times, clock)
 
         # Made directly, not by dataclasses.replace (a call saved): the app's router answers picks of these five
         # fields alone (core.routes.inbound_router; test_inbound_route_metrics checks it).
@@ -255,6 +250,20 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
 
 
 MAX_AUTHORITIES = 1024  # label sets with an authority kept per connection
+
+
+def _release(series: _RouteSeries, times: list[float], clock: Callable[[], float]) -> None:
+    """A routed exchange is over: its request and response durations (``times``: when it began, when the
+    request ended), once."""
+    if not times:
+        return
+    now = clock()
+    for hist, buckets, seconds in ((series.request_duration, REQUEST_BUCKETS, now - times[0]),
+                                   (series.response_duration, RESPONSE_BUCKETS, now - times[1])):
+        hist[bisect_left(buckets, seconds)] += 1  # as response_frame observes (inline: no call)
+        hist[-2] += seconds
+        hist[-1] += 1
+    times.clear()
 
 
 def _no_clock() -> float:

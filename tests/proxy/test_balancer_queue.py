@@ -101,6 +101,25 @@ def test_queued_maps_the_three_answers() -> None:
     assert answer(waiting, slot) is slot
 
 
+def test_shed_in_failfast_answers_503_at_once_once_the_failfast_fired() -> None:
+    """linkerd2-proxy's load shedding in front of a queue whose failfast gate is shut (the inbound queue's
+    rule): a request that comes once the balancer has been empty for the failfast timeout is shed, not queued;
+    one that comes before waits as any."""
+    clock = [0.0]
+    balancer = Balancer(failfast=1.0, clock=lambda: clock[0])  # empty since 0
+    queue = Queue(capacity=5, failfast=1.0)
+    clock[0] = 0.5
+    assert queued(balancer, queue, "svc:80", shed_in_failfast=True).send(None) == Wait(Enqueued(balancer, queue), 1.0)
+    clock[0] = 1.0
+    shed = answer(queued(balancer, queue, "svc:80", shed_in_failfast=True), None)
+    assert isinstance(shed, ProxyError) and shed.kind is ErrorKind.LOAD_SHED
+    assert shed.message == "logical service svc:80: service unavailable"
+    # Without it (the outbound queue's rule today), the request waits, and fails fast.
+    assert queued(balancer, queue, "svc:80").send(None) == Wait(Enqueued(balancer, queue), 1.0)
+    balancer.add([endpoint(1)])  # an endpoint: the gate opens
+    assert queued(balancer, queue, "svc:80", shed_in_failfast=True).send(None) == Wait(Enqueued(balancer, queue), 1.0)
+
+
 def test_a_connection_waits_under_the_tcp_queue_and_is_closed_as_loadshed_when_it_is_full() -> None:
     import ipaddress
 

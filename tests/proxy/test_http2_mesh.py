@@ -287,8 +287,8 @@ def test_unreachable_endpoints_answer_unavailable_and_an_unreachable_app_fails_f
     """An endpoint whose proxy refuses the connection: the outbound proxy answers UNAVAILABLE (its connect
     failed). A proxy whose app refuses it: the inbound proxy's HTTP/2 client to the app waits for it, as
     linkerd2-proxy's reconnects (core.inbound_queue), and the call fails fast: DEADLINE_EXCEEDED (a 504's gRPC
-    code) at LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT (1 s), and the next one at once while the app stays
-    unreachable."""
+    code) at LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT (1 s); the next one, the app still unreachable, is
+    shed at once: UNAVAILABLE (a 503's)."""
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             # No proxy on this pod: connects to its inbound port are refused.
@@ -302,6 +302,7 @@ def test_unreachable_endpoints_answer_unavailable_and_an_unreachable_app_fails_f
             a = await mesh.start_proxy(client, outbound_to=[f"{gone}:9090", f"{lonely}:9090"])
             for ip, by_us in ((gone, True), (lonely, False)):
                 code = grpc.StatusCode.UNAVAILABLE if by_us else grpc.StatusCode.DEADLINE_EXCEEDED
+                again = grpc.StatusCode.UNAVAILABLE
                 async with grpc.aio.insecure_channel(f"{ip}:9090") as channel:
                     who = channel.unary_unary("/test.Names/Who")
                     try:
@@ -322,15 +323,16 @@ def test_unreachable_endpoints_answer_unavailable_and_an_unreachable_app_fails_f
                         await who(b"y", timeout=10)
                         raise AssertionError("the call should fail")
                     except grpc.aio.AioRpcError as exc:
-                        assert exc.code() is code
+                        assert exc.code() is again
             out = await scrape(a)
             assert samples(out, "outbound_http_errors_total", error="i/o")
             unavailable = samples(out, "response_total", direction="outbound", status_code="200",
                                   grpc_status="14", classification="failure")
-            assert sum(v for _, v in unavailable) == 2
+            assert sum(v for _, v in unavailable) == 3
             inbound = await scrape(b)
             assert samples(inbound, "response_total", direction="inbound", grpc_status="4")
-            assert [n for _, n in samples(inbound, "inbound_http_errors_total", error="failfast")] == [2]
+            assert [n for _, n in samples(inbound, "inbound_http_errors_total", error="failfast")] == [1]
+            assert [n for _, n in samples(inbound, "inbound_http_errors_total", error="loadshed")] == [1]
 
     run(scenario())
 

@@ -1,7 +1,8 @@
 """The inbound HTTP/2 queue through a real proxy (in-process, loopback): requests for an app port that refuses
 connections wait for it (LINKERD2_PROXY_INBOUND_HTTP_QUEUE_CAPACITY, _FAILFAST_TIMEOUT) as linkerd2-proxy's
 inbound HTTP/2 client makes them wait while it reconnects: served once the app listens, 504 ``service in
-fail-fast`` when it does not within the failfast timeout, 503 ``service unavailable`` past the capacity. An
+fail-fast`` when it does not within the failfast timeout (and 503 ``service unavailable`` at once after that,
+while it stays unreachable), 503 past the capacity. An
 HTTP/1 request's refused connect is its own error, 502 at once, as linkerd2-proxy's (its HTTP/1 client is always
 ready: nothing queues). Each client is a meshed one (mTLS and a transport header to the inbound port), so the
 answers carry ``l5d-proxy-error``."""
@@ -99,8 +100,12 @@ def test_a_request_for_an_app_that_never_listens_fails_fast_with_504(tmp_path: P
             proxy = await mesh.start_proxy(pod, LINKERD2_PROXY_INBOUND_HTTP_FAILFAST_TIMEOUT="200ms")
             status, error = await get(mesh, pod, "/nobody")
             assert status == "504" and error.endswith("service in fail-fast"), error
+            # Still unreachable, past the failfast: shed at once, as linkerd2-proxy's shut gate makes it.
+            status, error = await get(mesh, pod, "/nobody-again")
+            assert status == "503" and error.endswith("service unavailable"), error
             out = await scrape(proxy)
             assert [n for _, n in samples(out, "inbound_http_errors_total", error="failfast")] == [1]
+            assert [n for _, n in samples(out, "inbound_http_errors_total", error="loadshed")] == [1]
             assert samples(out, "response_total", direction="inbound", status_code="504")
 
     run(scenario())

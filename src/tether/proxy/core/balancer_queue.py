@@ -55,9 +55,17 @@ class Enqueued:
         return await self.balancer.wait(timeout, self.queue.capacity)
 
 
-def queued(balancer: Balancer, queue: Queue, service: str) -> Generator[Command, Any, Slot | ProxyError]:
+def queued(balancer: Balancer, queue: Queue, service: str, *,
+           shed_in_failfast: bool = False) -> Generator[Command, Any, Slot | ProxyError]:
     """An endpoint of ``balancer`` (of the logical ``service``) once one comes, for a request or connection
-    that found none (``Balancer.pick`` answered None): the queue is full, or the failfast fired, or the slot."""
+    that found none (``Balancer.pick`` answered None): the queue is full, or the failfast fired, or the slot.
+    ``shed_in_failfast``: one that comes once the failfast has fired is shed at once (503, ``loadshed``), as
+    linkerd2-proxy's load shedding in front of its queue sheds while the queue's failfast gate is shut, until
+    an endpoint comes (the inbound queue, ``core.inbound_queue``; the outbound one still waits and fails fast)."""
+    if shed_in_failfast:
+        left = balancer.failfast_left(queue.failfast)
+        if left is not None and left <= 0:
+            return errors.queue_full(service)
     slot = yield Wait(Enqueued(balancer, queue), queue.failfast)
     if slot is None:
         return errors.failfast(service)

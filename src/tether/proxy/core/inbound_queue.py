@@ -7,7 +7,9 @@ HTTP client to the app, and reconnects that client with backoff
 is ever not ready: its connection is made before it takes a request, so a
 refused or timed-out connect keeps the requests queued while it reconnects
 (served if the app comes up within the failfast timeout, else 504 ``service
-in fail-fast``; one over the capacity: 503). An HTTP/1 client is always ready
+in fail-fast``; one over the capacity: 503); once the failfast has fired, the
+queue's gate is shut and its load shedding answers new requests 503 at once,
+until the client is ready again. An HTTP/1 client is always ready
 and connects per request: its failed connect is the request's own error, 502
 (refused) or 504 (connect timeout), at once -- and so it is here (an
 ``l5d-orig-proto`` request downgraded to HTTP/1 too).
@@ -18,7 +20,8 @@ reconnect, with that backoff, succeeds (``io.inbound_ports.AppPorts``). It is
 then a balancer with no endpoint, and the requests that come for it wait in
 its queue by the outbound queue's rule (``core.balancer_queue.queued``: the
 capacity, the failfast timeout from the moment it became unreachable, the
-503 and 504); once reconnected, the endpoint is back and they go on.
+503 and 504, and the 503 for those that come after the failfast fired); once
+reconnected, the endpoint is back and they go on.
 
 Pure: the reconnecting is ``io.inbound_ports``. Caller: ``core.routes.inbound_router``
 (requests of an HTTP/2 connection).
@@ -64,5 +67,5 @@ def wait_for_app(balancer: Balancer, waits: InboundQueue, target: SocketAddr,
     to the app as HTTP/1 (``l5d-orig-proto``); else the queue's error (503 full, 504 failfast)."""
     if any(name == L5D_ORIG_PROTO for name, _ in request.headers):
         return None
-    slot = yield from queued(balancer, waits.queue, str(target))
+    slot = yield from queued(balancer, waits.queue, str(target), shed_in_failfast=True)
     return slot if isinstance(slot, ProxyError) else None

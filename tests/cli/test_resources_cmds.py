@@ -192,3 +192,19 @@ endpoints:
     assert table[1].split()[:4] == ["legacy-1", "IPv4", "8080", "10.9.0.7,10.9.0.8"]
     assert tether("get", "endpointslice", "-n", "shop", "-o", "name").stdout.split() == [
         "endpointslice.discovery.k8s.io/legacy-1"]
+
+
+def test_apply_warns_of_pod_fields_the_local_platform_does_not_apply(tether: Run) -> None:
+    pod = ("apiVersion: v1\nkind: Pod\nmetadata: {name: edge, namespace: default}\nspec:\n  hostNetwork: true\n"
+           "  containers:\n  - name: app\n    image: app\n    command: [app]\n"
+           "    ports: [{containerPort: 8080, hostPort: 80}]\n"
+           "    livenessProbe: {exec: {command: [ok]}}\n    readinessProbe: {httpGet: {port: 8080}}\n")
+    proc = tether("apply", "-f", "-", input=pod)
+    assert proc.stdout.strip() == "pod/edge created"  # stored as given: the warnings only say what has no effect
+    assert proc.stderr.splitlines() == [
+        "Warning: pod/edge: spec.hostNetwork: every local pod has a network namespace of its own",
+        "Warning: pod/edge: spec.containers[0].ports[0].hostPort: nothing is forwarded from the host to a local pod",
+        "Warning: pod/edge: spec.containers[0].livenessProbe.exec: exec probes are not run locally (they count as "
+        "passing)"]
+    plain = "apiVersion: v1\nkind: Pod\nmetadata: {name: plain, namespace: default}\nspec: {containers: [{name: a, image: a}]}\n"
+    assert tether("apply", "-f", "-", input=plain).stderr == ""

@@ -200,9 +200,15 @@ spec:
     command: [{uplab.PYTHON}, -u, -m, http.server, "8080"]
     env: [{{name: MY_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
     ports: [{{containerPort: 8080}}]
+    livenessProbe: {{exec: {{command: ["true"]}}}}
 """)
     (pod,) = p.ready_pods("bare", 1)
     assert pod["spec"]["nodeName"] == "local" and "ownerReferences" not in pod["metadata"]
+    # The exec probe is stored as given, not run: the pod controller says so on the pod (it counts as passing).
+    events = json.loads(p.tether("get", "events", "-n", "bare", "-o", "json").stdout)["items"]
+    assert [(e["type"], e["reason"], e["involvedObject"]["name"], e["message"]) for e in events] == [
+        ("Warning", "FieldsNotApplied", "lonely",
+         "spec.containers[0].livenessProbe.exec: exec probes are not run locally (they count as passing)")]
     env = open(f"/proc/{subprocess.run(['ip', 'netns', 'pids', p.netns_of(pod)], capture_output=True, text=True).stdout.split()[0]}/environ", "rb").read()
     assert f"MY_IP={pod['status']['podIP']}".encode() in env.split(b"\0")
     p.tether("delete", "pod", "lonely", "-n", "bare")

@@ -10,6 +10,7 @@ import click
 from tether.cli.errors import CliError
 from tether.cli.home import store_path
 from tether.cli.printing import OUTPUT_FORMATS, echo, render, resource_name
+from tether.platform.local import unapplied
 from tether.resources.errors import UnknownKind, ValidationError
 from tether.resources.kinds import ResourceType, lookup, type_of
 from tether.resources.loading import load_path, object_name
@@ -116,6 +117,9 @@ def apply(files: tuple[str, ...], namespace: str | None) -> None:
             verb = "unchanged"
         else:
             verb = "configured"
+        spec = unapplied.pod_spec(obj)
+        for field in unapplied.unapplied_fields(spec) if spec is not None else ():
+            click.echo(f"Warning: {resource_name(obj)}: {field}", err=True)  # as kubectl prints the API's warnings
         click.echo(f"{resource_name(obj)} {verb}")
 
 

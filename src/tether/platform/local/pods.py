@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.platform.local import deployments, probes, services
+from tether.platform.local import deployments, probes, services, unapplied
 from tether.platform.local.config import ETC_NETNS, LocalPlatformConfig, netns_etc_dir
 from tether.platform.local.containers import Backoff
 from tether.platform.local.events import StoreEvents
@@ -365,6 +365,10 @@ class PodController:
             if key in self.sandboxes or key in self.terminating:
                 continue
             box = Sandbox(pod, self.sandbox_ctx)
+            not_applied = unapplied.unapplied_fields(pod.get("spec") or {})
+            if not_applied:
+                log.warning("pod %s/%s: not applied on this platform: %s", *key, "; ".join(not_applied))
+                self.events.record(Involved.of(pod), unapplied.REASON, "; ".join(not_applied), "Warning")
             box.create(self._hosts(box, names), services.render_resolv(box.namespace, self.config.cluster_domain))
             self.sandboxes[key] = box
             self.counters.pods_started += 1

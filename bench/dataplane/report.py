@@ -125,7 +125,9 @@ def _signed(x: float) -> str:
 
 
 def _ratio(a: float, b: float) -> str:
-    if any(math.isnan(v) for v in (a, b)) or b == 0:
+    """``a / b``; "–" when ``b`` is not above zero: an added latency at or below direct's (the run's noise at that
+    percentile) divides into nothing readable (two negatives made 2.94 of a tail 1.2 ms under Envoy's)."""
+    if any(math.isnan(v) for v in (a, b)) or b <= 0:
         return "–"
     return f"{a / b:.2f}"
 
@@ -276,7 +278,7 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
     if pairs:
         out += ["## Ratios", "",
                 "Each row divides the first variant's figure by the second's (lower is better except for "
-                "throughput). Added latency is over direct.", ""]
+                "throughput). Added latency is over direct; a ratio over an added latency not above zero is left out (–).", ""]
         metrics = {n: summary_metrics(res, n) for n in names}
         cols = ["max throughput"] + [f"added p99 @ {r:,.0f}" for r in rates] + [
             "CPU / 1k req (max)", "CPU / 1k req (high)", "RSS under load (largest proxy)"]

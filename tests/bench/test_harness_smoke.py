@@ -537,3 +537,9 @@ def test_tiny_run_of_the_tether_http_tapped_variant() -> None:
     tap = [c for c in checks if "tap stayed open" in c["what"]]
     assert tap and int(tap[0]["detail"].split()[0]) > 0, tap
     assert "tap-watch" not in proxy_roles(res, "tether-http-tapped")
+
+
+def test_ratio_over_an_added_latency_not_above_zero_is_left_out() -> None:
+    assert report._ratio(-1234.0, -420.0) == "–"  # both under direct's tail: noise, not 2.94
+    assert report._ratio(500.0, 0.0) == "–"
+    assert report._ratio(300.0, 600.0) == "0.50"

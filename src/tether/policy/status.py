@@ -115,7 +115,7 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
         exists, rtype = (ns, parent.name) in egress, kinds.EGRESS_NETWORK
     else:
         return {"parentRef": _parent_ref(parent), "controllerName": CONTROLLER_NAME, "conditions": [
-            _condition("Accepted", False, "InvalidKind", f"{parent.kind} is not a Server, Service or EgressNetwork"),
+            _condition("Accepted", False, "InvalidKind", _invalid_kind(parent)),
             _condition("ResolvedRefs", True, "ResolvedRefs")]}
     what = rtype.kind
     winner = None if not exists or rtype is kinds.SERVER else _winning_route_on(kind, parent, ns, inbound)
@@ -133,6 +133,13 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
                 if missing else _condition("ResolvedRefs", True, "ResolvedRefs"))
     return {"parentRef": _linkerd_parent_ref(rtype, parent, ns), "controllerName": CONTROLLER_NAME,
             "conditions": [accepted, resolved]}
+
+
+def _invalid_kind(parent: Any) -> str:
+    """Why a parent is of no kind this controller knows, naming its group: a Service without ``group`` is the
+    usual slip (the CRDs default a missing group to the route's own, so it names no Service)."""
+    return (f"{parent.group or 'core'}/{parent.kind} is not a Server or EgressNetwork (policy.linkerd.io) or a "
+            "Service (core); a parentRef without group is in its route's group")
 
 
 def _winning_route_on(kind: str, parent: Any, namespace: str, inbound: InboundIndex) -> str | None:

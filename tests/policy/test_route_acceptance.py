@@ -18,7 +18,7 @@ from policy_helpers import NS, Harness, Pki, http_route, namespace, pod, ratelim
 from tether.platform.watch import ResourceEvent
 from tether.policy import PolicyConfig
 from tether.policy.inbound.index import InboundIndex
-from tether.policy.status import CONTROLLER_NAME
+from tether.policy.status import CONTROLLER_NAME, desired_statuses, merged_status
 from tether.resources import kinds
 
 P = "policy.linkerd.io"
@@ -96,3 +96,41 @@ async def test_without_the_status_loop_a_stream_gets_the_route_when_its_status_i
         assert [r["ref"] for r in (await watch.next())["http_routes"]] == [ROUTE]
         h.apply(with_status(route, {"parents": [parent(accepted="False")]}))
         assert [r["ref"] for r in (await watch.next())["http_routes"]] == ["default:default"]
+
+
+def test_conditions_this_controller_does_not_write_on_its_server_entries_are_logged_and_ignored(caplog) -> None:
+    """As Linkerd's inbound index (``from_http_parent_status``): an entry under this controller's name with a
+    condition type other than Accepted, or an Accepted neither True nor False, is logged by route, Server and
+    condition, and that condition does not count; another controller's entry is skipped without a word."""
+    index = InboundIndex(PolicyConfig())
+    route = http_route("r", "web")
+    feed(index, namespace(), pod(), server("web", protocol="HTTP/1"))
+    caplog.set_level("WARNING", logger="tether.policy.inbound.facts")
+    # What the status controller writes for a Server parent: Accepted alone, so nothing to warn of.
+    inbound_status = desired_statuses(index_with(route), {}, {})[(kinds.POLICY_HTTP_ROUTE.key, NS, "r")]
+    feed(index, with_status(route, merged_status(None, inbound_status, "2026-01-01T00:00:00Z")))
+    assert route_names(index) == ["r"] and not caplog.records
+    extra = {**parent(), "conditions": [*parent()["conditions"],
+                                        {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs"}]}
+    feed(index, with_status(route, {"parents": [extra]}))
+    assert route_names(index) == ["r"]  # the Accepted condition still counts
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert ("HTTPRoute emojivoto/r: status.parents entry of Server web by linkerd.io/policy-controller has a "
+            "condition this controller does not write: ResolvedRefs") in record.getMessage()
+    caplog.clear()
+    unknown = {**parent(), "conditions": [{"type": "Accepted", "status": "Unknown", "reason": "Pending"}]}
+    feed(index, with_status(route, {"parents": [unknown]}))
+    assert route_names(index) == ["default"]
+    [record] = caplog.records
+    assert "Server web" in record.getMessage() and "Accepted with status Unknown" in record.getMessage()
+    caplog.clear()
+    theirs = {**extra, "controllerName": "example.com/gateway"}
+    feed(index, with_status(route, {"parents": [theirs, parent()]}))
+    assert route_names(index) == ["r"] and not caplog.records
+
+
+def index_with(*objs: dict[str, Any]) -> InboundIndex:
+    index = InboundIndex(PolicyConfig())
+    feed(index, namespace(), pod(), server("web", protocol="HTTP/1"), *objs)
+    return index

@@ -10,8 +10,9 @@ object, the status this controller owns:
   a route on a Service or EgressNetwork port that a route of a kind of higher
   precedence also has -- GRPCRoute over HTTPRoute over TLSRoute over TCPRoute,
   Linkerd's order (GEP-1426), which is also the one the outbound policy serves;
-  ``InvalidKind`` for another kind) and ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a
-  Service backend does not exist), under controller ``linkerd.io/policy-controller``;
+  ``InvalidKind`` for another kind) and, but on a Server (Linkerd writes ``Accepted`` alone there),
+  ``ResolvedRefs`` (``ResolvedRefs``; ``BackendNotFound`` when a Service backend does not exist), under
+  controller ``linkerd.io/policy-controller``;
   parents other controllers wrote are kept;
 * HTTPLocalRateLimitPolicies: ``Accepted`` (``Accepted``; ``NoMatchingTarget``
   without the Server; ``RateLimitReasonAlreadyExists`` for all but the oldest on
@@ -127,6 +128,10 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
                               f"over {kind}s)")
     else:
         accepted = _condition("Accepted", True, "Accepted")
+    if rtype is kinds.SERVER:
+        # Accepted alone, as Linkerd writes a Server's entry (and its inbound index warns of any other type).
+        return {"parentRef": _linkerd_parent_ref(rtype, parent, ns), "controllerName": CONTROLLER_NAME,
+                "conditions": [accepted]}
     missing = [f"{b.namespace or route.namespace}/{b.name}" for rule in route.spec.rules for b in rule.backend_refs
                if b.targets(kinds.SERVICE) and ((b.namespace or route.namespace), b.name) not in services]
     resolved = (_condition("ResolvedRefs", False, "BackendNotFound", "no Service " + ", ".join(missing))

@@ -28,7 +28,7 @@ from tether.resources.policy import (
     ServerAuthorizationSpec,
     ServerSpec,
 )
-from tether.resources.routes import GRPCRouteSpec, HTTPRouteSpec, RouteStatus
+from tether.resources.routes import GRPCRouteSpec, HTTPRouteSpec, RouteParentStatus, RouteStatus
 from tether.resources.workloads import ExternalWorkloadSpec, PodSpec, Probe
 
 log = logging.getLogger(__name__)
@@ -159,14 +159,36 @@ def accepted_by(resource: Resource) -> frozenset[str]:
     only once the status controller's write has landed, never on its own spec."""
     status = resource.status
     if isinstance(status, RouteStatus):
-        return frozenset(parent.parent_ref.name for parent in status.parents
-                         if parent.controller_name == CONTROLLER_NAME and parent.parent_ref.kind == kinds.SERVER.kind
-                         and parent.accepted)
+        servers = set()
+        for parent in status.parents:
+            # Other controllers' entries are theirs (Linkerd's index skips them too, silently).
+            if parent.controller_name != CONTROLLER_NAME or parent.parent_ref.kind != kinds.SERVER.kind:
+                continue
+            _warn_unexpected(resource, parent)
+            if parent.accepted:
+                servers.add(parent.parent_ref.name)
+        return frozenset(servers)
     if isinstance(status, ConditionsStatus) and isinstance(resource.spec, HTTPLocalRateLimitPolicySpec):
         condition = status.condition("Accepted")
         if condition is not None and condition.is_true:
             return frozenset((resource.spec.target_ref.name,))
     return frozenset()
+
+
+def _warn_unexpected(resource: Resource, parent: RouteParentStatus) -> None:
+    """Log what a Server's entry under this controller's name carries that this controller never writes: a
+    condition other than ``Accepted``, or one neither ``True`` nor ``False`` -- another controller writing as
+    this one (a second control plane?).  As Linkerd's inbound index (``from_http_parent_status``): the
+    condition is logged and does not count."""
+    where = (f"{resource.type.kind} {resource.namespace}/{resource.name}: status.parents entry of Server "
+             f"{parent.parent_ref.name} by {CONTROLLER_NAME}")
+    for condition in parent.conditions:
+        if condition.type != "Accepted":
+            log.warning("%s has a condition this controller does not write: %s (ignored; is another controller "
+                        "writing as %s?)", where, condition.type, CONTROLLER_NAME)
+        elif condition.status not in ("True", "False"):
+            log.warning("%s has condition Accepted with status %s, neither True nor False (ignored)", where,
+                        condition.status)
 
 
 def port_set(text: str | None, names: Mapping[str, tuple[int, ...]], where: str) -> PortSet:

@@ -31,9 +31,10 @@ def test_startup_modules_load_no_cryptography() -> None:
 # What a proxy without tap or SPIRE does not need, with what loading it would cost (docs/proxy.md, "Memory"):
 # hashlib loads OpenSSL's digests (~0.65 MB; native.py's fingerprint uses _blake2, the identity client's key
 # password os.urandom); shutil and sysconfig (~0.8 MB) only the native build's check uses; tap's messages and
-# server, and the SPIRE client, load when configured.
+# server, and the SPIRE client, load when configured; the hpack package's Huffman table of tuples (~0.4 MB) is
+# replaced by codec.hpack_huffman's bytes.
 NOT_AT_START = ("hashlib", "secrets", "shutil", "sysconfig", "tether.api.tap_pb2", "tether.proxy.io.proxy_tap",
-                "tether.proxy.io.spire_client")
+                "tether.proxy.io.spire_client", "hpack")
 
 
 def test_startup_modules_leave_out_what_only_options_or_the_build_use() -> None:

@@ -2,9 +2,9 @@
 
 Decoding is all of RFC 7541: the static and dynamic tables, size updates
 (only at the start of a block, never above what we advertised), integers
-and strings with Huffman coding. Huffman strings are decoded by the
-``hpack`` package's state machine (the RFC's code table; a pure-Python
-pass per character) behind a cache: a peer's Huffman-coded strings repeat
+and strings with Huffman coding. Huffman strings are decoded by
+``codec.hpack_huffman`` (a state table over the RFC's code, four bits a
+step) behind a cache: a peer's Huffman-coded strings repeat
 (a client's ``user-agent``, a server's ``date`` within its second), and most
 fields of a steady stream of requests are table indexes, which cost one
 list lookup each. A block that reads nothing from the dynamic table decodes
@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from itertools import chain
 
-from hpack.exceptions import HPACKDecodingError
-from hpack.huffman_table import decode_huffman
+from tether.proxy.codec.hpack_huffman import HuffmanError, decode_huffman
 
 Header = tuple[bytes, bytes]
 
@@ -200,7 +199,7 @@ class Decoder:
         if decoded is None:
             try:
                 decoded = decode_huffman(raw)
-            except HPACKDecodingError as exc:
+            except HuffmanError as exc:
                 raise HpackError(f"bad Huffman string: {exc}") from None
             if len(self._huffman) >= _HUFFMAN_CACHE_SIZE:
                 self._huffman.clear()

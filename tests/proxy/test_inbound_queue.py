@@ -107,6 +107,9 @@ def test_a_request_for_an_app_that_never_listens_fails_fast_with_504(tmp_path: P
             assert [n for _, n in samples(out, "inbound_http_errors_total", error="failfast")] == [1]
             assert [n for _, n in samples(out, "inbound_http_errors_total", error="loadshed")] == [1]
             assert samples(out, "response_total", direction="inbound", status_code="504")
+            # The route family's statuses count both, with no status: linkerd2-proxy's see the error above the
+            # queue.
+            assert [n for _, n in samples(out, "inbound_http_statuses_total", status="")] == [2]
 
     run(scenario())
 

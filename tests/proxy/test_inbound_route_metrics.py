@@ -283,3 +283,34 @@ def test_the_apps_router_answers_picks_of_five_fields_which_the_counted_pick_kee
             picked = done.value
         assert picked == Pick(picked.connect, picked.header, picked.labels, picked.authority,
                               unreachable=picked.unreachable)
+
+
+def test_a_request_the_proxy_answers_before_the_app_counts_with_no_status() -> None:
+    """The app port in fail-fast or its queue full (core.inbound_queue): the router answers an error, which
+    linkerd2-proxy's route metrics, above that queue, count under the route with ``status=""``."""
+    from dataclasses import dataclass
+
+    from tether.proxy.core import errors
+    from tether.proxy.core.inbound_route_metrics import routed
+
+    @dataclass
+    class Authorized:
+        route: str = LABELS
+        grpc: bool = False
+
+    def failing(request: RequestHead):  # type: ignore[no-untyped-def]
+        return errors.failfast("10.0.0.1:8080")
+        yield  # a generator, like every router
+
+    clock = FakeClock()
+    registry = Registry(retain_idle=600.0, clock=clock)
+    route = routed(failing, authorized=Authorized(), profiles=None, metrics=InboundRouteMetrics(registry))
+    try:
+        route(RequestHead(b"GET", b"/", ())).send(None)
+        raise AssertionError("the router waited")
+    except StopIteration as done:
+        assert done.value.kind is errors.ErrorKind.FAILFAST
+    text = registry.render()
+    assert f"inbound_http_requests_total{{{LABELS}}} 1" in text
+    assert f'inbound_http_statuses_total{{{LABELS},status=""}} 1' in text
+    assert f"inbound_http_request_duration_seconds_count{{{LABELS}}} 1" in text

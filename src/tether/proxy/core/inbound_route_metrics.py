@@ -4,7 +4,10 @@
   its route authorized it;
 - ``inbound_{http,grpc}_statuses_total`` (+ ``status``: the HTTP status, or for
   gRPC the numeric ``grpc-status``), when the app's response ended -- a response
-  that never came (a reset, an I/O error) has no status and is not counted;
+  that never came (a reset, an I/O error) has no status and is not counted; a
+  request the proxy answered before it went to the app (its port in fail-fast,
+  its queue full: ``core.inbound_queue``) counts with ``status=""``, as
+  linkerd2-proxy's route metrics, above that queue, count the error;
 - ``inbound_{http,grpc}_request_duration_seconds`` (0.025, 0.05, 0.1, 0.25, 0.5,
   1, 10): from the request's authorization (before it waits for its profile)
   to the end of its response -- or to its failure, a reset or the client's
@@ -128,7 +131,7 @@ class _Family:
         _header(out, f"{prefix}_requests_total", "counter", f"The number of {self.proto} requests on a route.")
         out.extend(f"{prefix}_requests_total{{{labels}}} {series.requests}" for labels, series in routes)
         _header(out, f"{prefix}_statuses_total", "counter", f"Completed {self.proto} responses on a route.")
-        out.extend(f'{prefix}_statuses_total{{{labels},status="{code}"}} {count}'
+        out.extend(f'{prefix}_statuses_total{{{labels},status="{"" if code == NO_STATUS else code}"}} {count}'
                    for labels, series in routes for code, count in series.statuses.items())
         for name, help_, buckets, attr in _HISTOGRAMS:
             _header(out, f"{prefix}_{name}", "histogram", help_)
@@ -193,6 +196,9 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
         began = clock()
         picked = yield from router(request)
         if isinstance(picked, ProxyError):
+            if authorized is not None and authorized.route:
+                assert metrics is not None
+                _answered(metrics, authorized, began, clock)
             return picked
         profile_route = None
         if profiles is not None:
@@ -250,6 +256,22 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
 
 
 MAX_AUTHORITIES = 1024  # label sets with an authority kept per connection
+NO_STATUS = -1  # the ``statuses`` key of a request that ended in an error, without a status (``status=""``)
+
+
+def _answered(metrics: InboundRouteMetrics, authorized: Authorized, began: float,
+              clock: Callable[[], float]) -> None:
+    """A request on an authorized route that the proxy answered before it went to the app (the app port in
+    fail-fast, or its queue full: ``core.inbound_queue``). linkerd2-proxy's route metrics sit above that queue
+    and see the error: the request counted, its status none (``status=""``), its request duration to the
+    error, and a response duration of 0 (no request went up)."""
+    family = metrics.grpc if authorized.grpc else metrics.http
+    series = family.routes.get(authorized.route)
+    if series is None:
+        series = family.series(authorized.route, began, metrics.retain_idle)
+    series.requests += 1
+    series.statuses[NO_STATUS] = series.statuses.get(NO_STATUS, 0) + 1
+    _release(series, [began, clock()], clock)
 
 
 def _release(series: _RouteSeries, times: list[float], clock: Callable[[], float]) -> None:

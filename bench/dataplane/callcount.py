@@ -16,7 +16,8 @@ and nothing else (no profiler is imported or running during the measurements):
 With ``TETHER_BENCH_GCSTATS_DIR`` set (the harness passes its environment on:
 ``TETHER_BENCH_GCSTATS_DIR=/tmp/gc ./run bench mesh ...``), the process also
 records the garbage collector's passes (``gc.callbacks``: per generation, how
-many, their total and longest duration, the objects they freed) and writes
+many, their total and longest duration, the objects they freed; and the eight
+slowest, with when they ran and whether after the start-up freeze) and writes
 them to ``<pid>.json`` there every few seconds and at exit: what the
 collector costs a proxy under the benchmark's load (docs/benchmarks.md).
 
@@ -89,13 +90,19 @@ GCSTATS_ENV = "TETHER_BENCH_GCSTATS_DIR"
 
 
 class _GcStats:
-    """The collector's passes in this process, per generation: [passes, total ms, longest ms, objects freed]."""
+    """The collector's passes in this process, per generation: [passes, total ms, longest ms, objects freed];
+    and the slowest passes, each as [seconds since this hook was installed, generation, ms, objects frozen at
+    the time] (frozen > 0: after the proxy's start-up ``gc.freeze()``, i.e. while it serves)."""
+
+    SLOWEST = 8
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / f"{os.getpid()}.json"
         self.passes = {gen: [0, 0.0, 0.0, 0] for gen in range(3)}
+        self.slowest: list[list[float]] = []
         self.began = 0.0
-        self.written = time.monotonic()
+        self.installed = time.monotonic()
+        self.written = self.installed
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -107,6 +114,13 @@ class _GcStats:
         entry[1] += ms
         entry[2] = max(entry[2], ms)
         entry[3] += info["collected"]
+        if len(self.slowest) < self.SLOWEST or ms > self.slowest[-1][2]:
+            import gc
+
+            self.slowest.append([round(time.monotonic() - self.installed, 3), info["generation"], ms,
+                                 gc.get_freeze_count()])
+            self.slowest.sort(key=lambda row: -row[2])
+            del self.slowest[self.SLOWEST:]
         if time.monotonic() - self.written > 2.0:
             self.write()
 
@@ -115,7 +129,7 @@ class _GcStats:
 
         self.written = time.monotonic()
         self.path.write_text(json.dumps({"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count(),
-                                         "passes": self.passes}))
+                                         "passes": self.passes, "slowest": self.slowest}))
 
 
 def main(module: str = "tether.proxy") -> None:

@@ -214,6 +214,9 @@ def test_gc_stats_count_each_generations_passes(tmp_path: Path) -> None:
     passes = {int(gen): entry for gen, entry in written["passes"].items()}
     assert [passes[g][0] for g in (0, 1, 2)] == [2, 0, 1] and [passes[g][3] for g in (0, 1, 2)] == [7, 0, 10]
     assert passes[0][1] >= passes[0][2] >= 0 and written["thresholds"] == list(gc.get_threshold())
+    slowest = written["slowest"]  # every pass here, the longest first, each with its generation
+    assert sorted(row[1] for row in slowest) == [0, 0, 2] and [row[2] for row in slowest] == sorted(
+        (row[2] for row in slowest), reverse=True)
 
 
 def test_proc_readings() -> None:

@@ -241,3 +241,41 @@ def test_the_control_plane_comes_back_after_its_processes_die(running: uplab.Pla
     (again,) = p.ready_pods("restart", 1)
     assert again["metadata"]["name"] == pod["metadata"]["name"]
     assert again["status"]["podIP"] == pod["status"]["podIP"]
+
+
+TERM_RECORDER = """
+import signal, sys, time
+path = sys.argv[1]
+def on_term(*_):
+    with open(path, "a") as out:
+        out.write("sigterm\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("waiting", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_deleted_pods_prestop_hook_runs_before_its_sigterm(running: uplab.Platform, tmp_path: Path) -> None:
+    p = running
+    record = tmp_path / "order"
+    record.touch(mode=0o666)
+    # The hook takes a while: a SIGTERM that did not wait for it would be recorded first.
+    hook = f"import time; time.sleep(0.5); open({str(record)!r}, 'a').write('prestop\\n')"
+    p.apply(f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: hooked, namespace: hooks}}
+spec:
+  containers:
+  - name: app
+    image: python
+    command: [{uplab.PYTHON}, -u, -c, {uplab.yaml_quoted(TERM_RECORDER)}, {record}]
+    lifecycle: {{preStop: {{exec: {{command: [{uplab.PYTHON}, -c, {uplab.yaml_quoted(hook)}]}}}}}}
+""")
+    (pod,) = p.ready_pods("hooks", 1)
+    wait_for("the app to wait", lambda: "waiting" in p.logs("hooks", "hooked"))
+    p.tether("delete", "pod", "hooked", "-n", "hooks")
+    wait_for("the namespace to go", lambda: not os.path.exists(f"/run/netns/{p.netns_of(pod)}"))
+    assert record.read_text() == "prestop\nsigterm\n"

@@ -208,8 +208,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, interva
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
-def web_server(name: str, namespace: str, replicas: int, *, annotations: str = "") -> str:
-    """A Deployment of a tiny Python HTTP server on 8080 and its Service on port 80."""
+def web_server(name: str, namespace: str, replicas: int, *, annotations: str = "", pre_stop_sleep: int = 0) -> str:
+    """A Deployment of a tiny Python HTTP server on 8080 and its Service on port 80; with ``pre_stop_sleep``, its
+    container's preStop hook sleeps that many seconds (it goes on serving meanwhile)."""
+    lifecycle = f"\n        lifecycle: {{preStop: {{sleep: {{seconds: {pre_stop_sleep}}}}}}}" if pre_stop_sleep else ""
     return f"""
 apiVersion: apps/v1
 kind: Deployment
@@ -226,7 +228,7 @@ spec:
       - name: http
         image: python
         command: [{PYTHON}, -u, -m, http.server, "8080", --bind, 0.0.0.0]
-        ports: [{{name: http, containerPort: 8080}}]
+        ports: [{{name: http, containerPort: 8080}}]{lifecycle}
 ---
 apiVersion: v1
 kind: Service

@@ -141,6 +141,8 @@ class Container:
     ready: bool = False
     runs: int = 0  # how many times it was started (restart_count = runs - 1 for restarted ones)
     probes: dict[str, ProbeState] = field(default_factory=dict)
+    # How the current run was started (user, group, environment, directory): its preStop ``exec`` runs so too.
+    started_as: tuple[int | None, int | None, dict[str, str], str] | None = None
 
     @property
     def name(self) -> str:
@@ -170,6 +172,7 @@ class Container:
             self.restart_count += 1
         self.runs += 1
         self.proc = spawn(argv, env, uid, gid, cwd, self.log)
+        self.started_as = (uid, gid, env, cwd)
         self.started_at = _now_text()
         self.run_began = self.clock()
         self.terminated = None

@@ -9,8 +9,8 @@ Crashed containers restart with backoff.  Readiness: a container's ``readinessPr
 has one; otherwise every declared TCP port must accept (a local-platform rule, so a pod is
 not ready before its app listens); a container with neither is ready once started.
 
-``stop`` ends the pod as Kubernetes does (SIGTERM to the app containers, then the sidecars,
-within the grace period) and ``destroy`` removes everything made for it.  All methods block;
+``stop`` ends the pod as Kubernetes does (each container's ``preStop`` hook, ``hooks``, then its
+SIGTERM: the app containers, then the sidecars, within the grace period) and ``destroy`` removes everything made for it.  All methods block;
 the controller calls them from its worker thread.  Caller: ``tether.platform.local.pods``.
 """
 
@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tether.platform.local import probes, services
+from tether.platform.local import hooks, probes, services
 from tether.platform.local.config import RUN_ROOT, Layout, netns_etc_dir
 from tether.platform.local.containers import Backoff, Container, ProbeState, build_env, command_line, wait_all
 from tether.platform.local.ipam import Ipam
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_REFRESH_S = 12 * 3600.0  # tokens live a day; rewrite them at half life
 SIDECAR_STOP_S = 2.0
+HOOK_POLL_S = 0.05  # how often stopping looks whether a preStop hook is over
 # The uid a pod's proxy runs as (2102 in the pod spec) is, on the host, a uid of that pod alone:
 # POD_UID_BASE plus the pod address's index in the pod range.  Processes of one uid can read each
 # other's files, /proc/<pid>/root and memory, so a shared 2102 would let any pod's proxy (or any
@@ -226,18 +227,48 @@ class Sandbox:
         return out
 
     def stop(self, grace: float) -> list[str]:
-        """SIGTERM the app containers, then the sidecars (reverse order), each group within the grace.
+        """Stop the app containers, then the sidecars (reverse order), each group within the grace: each running
+        container's preStop hook first, its SIGTERM once the hook is over (``_stop_group``).
 
         Returns the names of the containers still running afterwards (``destroy`` kills them).
         """
         deadline = self.ctx.clock() + grace
-        for container in self.app_containers:
-            container.signal(signal.SIGTERM)
-        wait_all(self.app_containers, deadline)
-        for container in reversed(self.init_containers):
-            container.signal(signal.SIGTERM)
-        wait_all(self.init_containers, max(deadline, self.ctx.clock() + SIDECAR_STOP_S))
+        self._stop_group(self.app_containers, deadline)
+        self._stop_group(list(reversed(self.init_containers)), max(deadline, self.ctx.clock() + SIDECAR_STOP_S))
         return [c.name for c in self.containers if c.proc is not None]
+
+    def _stop_group(self, group: list[Container], deadline: float) -> None:
+        """The kubelet's way for each container: its preStop hook (all of the group's at once), then SIGTERM as soon
+        as that hook is over, or at ``deadline``; then wait (until ``deadline``) for the group to exit."""
+        clock = self.ctx.clock
+        pending = [(c, self._pre_stop(c, deadline - clock())) for c in group if c.running]
+        while pending:
+            over = clock() >= deadline
+            for container, hook in list(pending):
+                if hook is not None and not hook.done():
+                    if not over:
+                        continue
+                    hook.cancel()
+                container.signal(signal.SIGTERM)
+                pending.remove((container, hook))
+            if pending:
+                time.sleep(HOOK_POLL_S)
+        wait_all(group, deadline)
+
+    def _pre_stop(self, container: Container, grace: float) -> hooks.Hook | None:
+        where = f"{self.namespace}/{self.name}"
+        uid, gid, env, cwd = container.started_as or (None, None, {}, "/")  # (host ids already)
+
+        def run_exec(argv: list[str]) -> subprocess.Popen:
+            return self.ctx.net.spawn(self.sandbox, argv, uid=uid, gid=gid,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True)
+
+        def http_get(port: int, path: str, host: str | None, timeout: float) -> bool:
+            return probes.run(self.netns, host or self.ip or "", probes.ProbeSpec(port, path, max(timeout, 0.1)))
+
+        return hooks.pre_stop(where, container.spec, run_exec=run_exec, http_get=http_get,
+                              port_of=lambda port: self._port(container, port), grace=grace, clock=self.ctx.clock)
 
     def destroy(self, forget: bool) -> None:
         """Kill what is left, remove the namespace, veth, files and address; ``forget`` also drops the logs."""
@@ -277,6 +308,9 @@ class Sandbox:
                                           "hostIPs": [{"ip": self.ctx.host_ip}]}}
         env = build_env(current, container.spec, base)
         cwd = container.spec.get("workingDir") or "/"
+        if not container.runs and (container.spec.get("lifecycle") or {}).get("postStart"):
+            log.warning("pod %s/%s: container %s: lifecycle.postStart is not run by the local platform", self.namespace,
+                        self.name, container.name)
         try:
             argv = self._host_argv(command_line(container.spec, env))
             container.start(self._spawn, argv, env, self._host_id(uid), self._host_id(gid), cwd)

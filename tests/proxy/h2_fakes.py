@@ -120,6 +120,8 @@ class H2Server:
         self.closed = False
 
     def receive(self, data: bytes) -> None:
+        if self.conn.state_machine.state is h2.connection.ConnectionState.CLOSED:
+            return  # it sent GOAWAY (``close_connection``): h2 takes no frame then, and the fake reads none
         for event in self.conn.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
                 self.requests[event.stream_id] = list(event.headers)

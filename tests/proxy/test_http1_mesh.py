@@ -9,7 +9,10 @@ keep their own pooled connections to the apps.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
+
+import pytest
 
 from proxy_harness import App, EchoServer, Mesh, connection, read_request, run, samples, scrape, until
 
@@ -205,7 +208,9 @@ def test_endpoints_added_and_removed_take_effect_per_request(tmp_path: Path) -> 
     run(scenario())
 
 
-def test_synthesized_errors(tmp_path: Path) -> None:
+def test_synthesized_errors(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tether.proxy.core.http")
+
     async def scenario() -> None:
         async with Mesh(tmp_path) as mesh:
             server, client, svc = mesh.one_served_pod("web", 8080, 80)
@@ -218,6 +223,8 @@ def test_synthesized_errors(tmp_path: Path) -> None:
                 head, _ = await request(reader, writer, "GET", "/")
                 assert head.status == 502
                 assert header(head, b"l5d-proxy-error") is None and header(head, b"l5d-proxy-connection") is None
+                # ... and logs, as linkerd2-proxy's "Remote proxy error": the app sees only the status.
+                assert f"remote proxy error: endpoint {server.ip}:8080: i/o (ECONNREFUSED)" in caplog.text, caplog.text
                 # The inbound proxy closed its client (the outbound proxy); a balanced service's client stays.
                 head, _ = await request(reader, writer, "GET", "/")
                 assert head.status == 502

@@ -215,6 +215,26 @@ def test_a_stale_pooled_connection_is_tried_again_on_a_new_one() -> None:
             >> exchange(ADDR, 1, GET, OK))
 
 
+def test_a_stale_connections_resend_that_cannot_connect_is_routed_again() -> None:
+    """The endpoint went away meanwhile (a server proxy shutting down ends its connections and stops listening; an
+    upgraded request's stream refused or above its GOAWAY ends its leg the same way): the new connection fails, the
+    endpoint goes to the balancer's backoff and the request to another pick, as after any failed connect -- not
+    a 502 for a request another endpoint can serve."""
+    events: list[str] = []
+    play = Playbook(router(events), settings())
+    play.sink.idle.append(play.sink.new_up())
+    assert (play
+            >> DownData(GET)
+            << Checkout(ADDR, pooled=True)
+            << SendUp(0, GET)
+            >> UpEof(0)  # ended before any response
+            << Checkin(0, reuse=False)
+            << Checkout(ADDR)  # sent again on a new connection
+            >> ConnectFailed()  # refused: nobody listens there any more
+            >> exchange(ADDR, 1, GET, OK))  # the router's next pick (another endpoint, in a real balancer)
+    assert events == ["route", "failed", "release", "route", "rtt", "release"]
+
+
 def test_an_upstream_closing_before_its_head_is_502() -> None:
     events: list[str] = []
     assert (Playbook(router(events), settings())

@@ -586,3 +586,28 @@ def test_a_refused_stream_is_sent_again_once() -> None:
     Harness(always, {ADDRS[0]: lambda: H2Server(refuse)}).run(http2(Router(ADDRS[:1]), http_settings(observer=hooks)))
     assert always.resets.get(sid) == Codes.REFUSED_STREAM
     assert hooks.resets == [Codes.REFUSED_STREAM]  # tap's response_end says how the stream ended
+
+
+def test_a_stream_beyond_the_upstreams_goaway_is_sent_again() -> None:
+    """A GOAWAY whose last stream ID is below a stream's: the server did not process it (RFC 9113 §6.8; a server
+    shutting down with one GOAWAY, not hyper's two), so it is sent again, as a refused one, on a new pick (here a
+    new connection to the one endpoint) -- not answered 502 when the client proxy could send it elsewhere."""
+    served: list[int] = []
+
+    def going_away_first(server: H2Server, sid: int, request: list[tuple[bytes, bytes]], body: bytes) -> None:
+        if not served:
+            served.append(0)
+            server.conn.close_connection(last_stream_id=0)  # this stream (1) was not taken
+            return
+        served.append(sid)
+        respond(body=b"elsewhere")(server, sid, request, body)
+
+    client = Client()
+    sid = client.request(GET)
+    router = Router(ADDRS[:1])
+    settings = http_settings()
+    Harness(client, {ADDRS[0]: lambda: H2Server(going_away_first)}).run(http2(router, settings))
+    assert client.status(sid) == b"200" and client.bodies[sid] == b"elsewhere"
+    assert served == [0, 1]  # the second connection's first stream
+    assert router.log.count("release") == 2  # two picks
+    assert settings.metrics is not None and settings.metrics.snapshot()[LABELS].requests == 1

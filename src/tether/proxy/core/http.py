@@ -18,6 +18,7 @@ Callers: ``core.http1_proxy`` (HTTP/1), ``core.http2_proxy`` (HTTP/2), ``core.ex
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,8 @@ from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core.commands import Command, Revocable
 from tether.proxy.core.errors import ProxyError
 from tether.proxy.core.http_metrics import HttpMetrics
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tether.proxy.core.profiles import Route
@@ -223,9 +226,14 @@ def mesh_request_headers(headers: HeaderList, pick: Pick, settings: HttpSettings
 
 def strip_proxy_errors(headers: HeaderList, settings: HttpSettings) -> HeaderList:
     """A response's headers without the remote proxy's ``l5d-proxy-error`` and ``l5d-proxy-connection``
-    (outbound: they are for this proxy, not for the app)."""
+    (outbound: they are for this proxy, not for the app). The error is logged (INFO), as linkerd2-proxy logs
+    "Remote proxy error": the app sees only the status, so this log is where a 502 from a peer proxy is told
+    apart from one of this proxy's own."""
     if settings.strip_proxy_errors:
         for name, _ in headers:  # a copy only when there is one (a call less per response without)
             if name.lower() in PROXY_ERRORS:
+                for n, v in headers:
+                    if n.lower() == L5D_PROXY_ERROR:
+                        log.info("remote proxy error: %s", v.decode("latin-1"))
                 return [(n, v) for n, v in headers if n.lower() not in PROXY_ERRORS]
     return headers

@@ -32,7 +32,8 @@ rule's limit) allows (the body kept up to 64 KiB, ``MAX_REPLAY``), and the
 route metrics (proxy.md §7.5, §7.6, §9.2, §9.5); a policy rule's retries may
 also have a per-attempt timeout (``ex.attempt``: the attempt is dropped and
 retried) and a backoff before each retry (the same timer). An idle pooled connection that turns out closed
-is tried once more on a new one when what was sent can be sent again.
+is tried once more on a new one when what was sent can be sent again; when that connect fails, the request goes
+to another pick, as after any failed connect (the endpoint may be shutting down).
 
 Errors are answered as Linkerd answers them (``core.errors``: 502/503/504
 with ``l5d-proxy-error``; 400/431 for a request the codec refuses, which is
@@ -529,25 +530,18 @@ class Http1Proxy:
             self._close()
             return
         if not ex.resent and up.reused and not ex.overflow:
-            # An idle pooled connection the server had closed: what was kept is safe to send again.
+            # An idle pooled connection the server had closed: what was kept is safe to send again. On a new
+            # connection to the same endpoint; one that fails goes to another pick as any failed connect does
+            # (``_checked_out``): the endpoint may be going away (a server proxy shutting down ends its
+            # connections, then stops listening), and another can serve the request.
             ex.resent = True
             ex.unsent = list(ex.kept)
             ex.phase = Phase.CONNECTING
-            fresh = self.sink.checkout(pick.connect, pick.header, lambda reply: self._resent(ex, pick, reply))
+            fresh = self.sink.checkout(pick.connect, pick.header, lambda reply: self._checked_out(ex, pick, reply))
             if fresh is not None:
-                self._resent(ex, pick, fresh)
+                self._send(ex, pick, fresh)
             return
         self._outcome(ex, None, orig_proto.upstream_failed(ex.client, pick.connect.addr))
-
-    def _resent(self, ex: _Exchange, pick: Pick, reply: Upstream | Failed) -> None:
-        if self.ex is not ex or ex.pick is not pick or ex.phase is not Phase.CONNECTING:
-            if isinstance(reply, Upstream):
-                self.sink.checkin(reply, reuse=True)  # nothing was sent on it: free for another request
-            return
-        if isinstance(reply, Failed):
-            self._outcome(ex, None, errors.io_error(pick.connect.addr))
-            return
-        self._send(ex, pick, reply)
 
     # -- what an attempt came to ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ retries and timeouts, metrics) and ``core.http`` (the ``l5d-*`` rules). Its
 progress is a ``Phase``, moved only through ``TRANSITIONS`` (one table):
 
     ROUTING --PICKED--> CONNECTING --OPENED--> WAITING --HEAD--> RELAYING --END--> ENDING --DONE--> OVER
-    ROUTING/CONNECTING/WAITING --RETRY--> ROUTING        (another endpoint, a profile retry, REFUSED_STREAM)
+    ROUTING/CONNECTING/WAITING --RETRY--> ROUTING        (another endpoint, a profile retry, not processed)
     ROUTING/CONNECTING/WAITING/RELAYING --ANSWER--> ENDING   (the proxy answers: an error, the route's timeout)
     any --RESET--> OVER                                   (a reset either way; the client gone)
 
@@ -44,7 +44,8 @@ app (downgrade) has no window: it is not read while ``H1_BACKLOG`` bytes of
 its response wait for the client's window.
 
 Resets pass through with their code (REFUSED_STREAM before any response is
-sent again, once, when the request can be). Rapid reset (CVE-2023-44487):
+sent again, once, when the request can be; so is a stream above an upstream
+GOAWAY's last stream ID, which the server did not process either). Rapid reset (CVE-2023-44487):
 a stream reset in the same read as its HEADERS is never started, and past
 ``HttpSettings.h2_max_pending_resets`` streams reset before their response the connection
 ends with GOAWAY(ENHANCE_YOUR_CALM). Keep-alive: with
@@ -1038,16 +1039,10 @@ class Http2Proxy:
     def _upstream_reset(self, stream: _Stream, code: int) -> None:
         """The upstream reset its stream: reset the client's with the same code (NO_ERROR: once it has all).
 
-        REFUSED_STREAM before any response means the server did not process the request (RFC 9113 §8.7):
-        it is sent again, once, on a new pick, when it can be -- its body kept whole, or none.
+        REFUSED_STREAM before any response means the server did not process the request (``_unprocessed``).
         """
-        if code == ErrorCodes.REFUSED_STREAM and stream.phase is Phase.WAITING and not stream.refused:
-            if stream.kept is None and stream.req_end and not stream.body_seen:
-                stream.kept = []  # bodiless: nothing to keep
-            if stream.kept is not None:
-                stream.refused = True
-                self._again(stream, recount=False)  # one request for the endpoint metrics, as it was not served
-                return
+        if code == ErrorCodes.REFUSED_STREAM and self._unprocessed(stream):
+            return
         stream.discard = True
         self._drop_request(stream)
         if code == ErrorCodes.NO_ERROR and stream.phase is Phase.ENDING:
@@ -1057,13 +1052,28 @@ class Http2Proxy:
             return
         self._reset_down(stream, code)
 
+    def _unprocessed(self, stream: _Stream) -> bool:
+        """The upstream did not process the stream (RST_STREAM REFUSED_STREAM, RFC 9113 §8.7, or a stream above its
+        GOAWAY's last stream ID, §6.8): sent again, once, on a new pick (another endpoint, or a new connection),
+        when it can be -- before any response, its body kept whole, or none. False: it cannot be."""
+        if stream.phase is not Phase.WAITING or stream.refused:
+            return False
+        if stream.kept is None and stream.req_end and not stream.body_seen:
+            stream.kept = []  # bodiless: nothing to keep
+        if stream.kept is None:
+            return False
+        stream.refused = True
+        self._again(stream, recount=False)  # one request for the endpoint metrics, as it was not served
+        return True
+
     def _up_goaway(self, up: _Up, event: GoAway) -> None:
-        """The endpoint is going away: new streams go to a new connection; the ones it did not take fail."""
+        """The endpoint is going away: new streams go to a new connection; the ones it did not take are sent
+        again when they can be (``_unprocessed``), else fail."""
         up.draining = True
         if self.ups.get(up.key) is up:
             del self.ups[up.key]
         for usid, stream in list(up.streams.items()):
-            if usid > event.last_stream_id:
+            if usid > event.last_stream_id and not self._unprocessed(stream):
                 self._leg_failed(stream, errors.io_error(up.addr))
         waiting, up.waiting = up.waiting, deque()
         for stream in waiting:

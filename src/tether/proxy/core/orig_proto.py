@@ -22,9 +22,11 @@ chunked, ``Body``, ``EndOfMessage`` with the trailers) -- no HTTP/1 bytes
 in between, so nothing is parsed or serialised twice. A leg is kept in the
 core's pool between requests like any connection, so a warm request opens no
 connection and makes no task switch. A stream that fails (reset, GOAWAY past
-it, the connection lost) ends its leg as a closed connection would end: the
-core answers 502 (or breaks off the response it was relaying), in
-linkerd2-proxy's words when the stream failed with an HTTP/2 error code
+it, the connection lost) ends its leg as a closed pooled connection would end:
+before the response, the core sends the request once more on a new leg (a new
+connection to the endpoint, or another pick when that connect fails); else, or
+the second time, it answers 502 (or breaks off the response it was relaying),
+in linkerd2-proxy's words when the stream failed with an HTTP/2 error code
 (``upstream_failed``).
 
 The per-request path is kept short (calls per request, docs/benchmarks.md): a

@@ -8,7 +8,7 @@ from tether.platform.local.unapplied import pod_spec, unapplied_fields
 def test_every_kind_of_unapplied_field_is_named_with_its_path() -> None:
     spec = {
         "hostNetwork": True,
-        "initContainers": [{"name": "proxy", "lifecycle": {"preStop": {"exec": {"command": ["/bin/sleep", "5"]}}},
+        "initContainers": [{"name": "proxy", "lifecycle": {"preStop": {"tcpSocket": {"port": 80}}},
                             "startupProbe": {"httpGet": {"port": 4191}}}],
         "containers": [{"name": "app", "ports": [{"containerPort": 80}, {"containerPort": 53, "hostPort": 53}],
                         "readinessProbe": {"grpc": {"port": 9000}}, "lifecycle": {"postStart": {"exec": {}}}}],
@@ -20,7 +20,10 @@ def test_every_kind_of_unapplied_field_is_named_with_its_path() -> None:
 
 def test_what_the_platform_applies_is_not_named() -> None:
     spec = {"hostNetwork": False, "containers": [{"name": "app", "ports": [{"containerPort": 80, "hostPort": 0}],
-                                                  "livenessProbe": {"tcpSocket": {"port": 80}}}]}
+                                                  "livenessProbe": {"tcpSocket": {"port": 80}},
+                                                  "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}],
+            "initContainers": [{"name": "proxy",
+                                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sleep", "5"]}}}}]}
     assert unapplied_fields(spec) == []
 
 

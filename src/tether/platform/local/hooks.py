@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
+PRE_STOP_RUN = ("exec", "sleep", "httpGet")  # the handlers run (``unapplied`` names a preStop with none of them)
 RunExec = Callable[[list[str]], subprocess.Popen]
 HttpGet = Callable[[int, str, str | None, float], bool]  # port, path, host header, timeout -> succeeded
 

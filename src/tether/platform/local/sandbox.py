@@ -308,9 +308,6 @@ class Sandbox:
                                           "hostIPs": [{"ip": self.ctx.host_ip}]}}
         env = build_env(current, container.spec, base)
         cwd = container.spec.get("workingDir") or "/"
-        if not container.runs and (container.spec.get("lifecycle") or {}).get("postStart"):
-            log.warning("pod %s/%s: container %s: lifecycle.postStart is not run by the local platform", self.namespace,
-                        self.name, container.name)
         try:
             argv = self._host_argv(command_line(container.spec, env))
             container.start(self._spawn, argv, env, self._host_id(uid), self._host_id(gid), cwd)

@@ -3,15 +3,17 @@
 Every local pod has a network namespace of its own and runs its containers' commands on the host's
 filesystem (docs/local-platform.md), so a few fields a Kubernetes node would act on have no effect here:
 sharing the host's network namespace, forwarding a host port, ``exec`` and ``grpc`` probes (they count as
-passing) and lifecycle hooks. `tether apply` prints each as a ``Warning:`` line (as kubectl
-prints the API server's warnings) and the pod controller records them as one Warning Event
-``FieldsNotApplied`` on the pod it starts.
+passing), ``postStart`` hooks and ``preStop`` handlers other than the ones ``hooks`` runs. `tether apply`
+prints each as a ``Warning:`` line (as kubectl prints the API server's warnings) and the pod controller
+records them as one Warning Event ``FieldsNotApplied`` on the pod it starts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from tether.platform.local import hooks
 
 REASON = "FieldsNotApplied"
 
@@ -43,9 +45,12 @@ def unapplied_fields(spec: Mapping[str, Any]) -> list[str]:
                                      "passing)")
         lifecycle = container.get("lifecycle")
         if isinstance(lifecycle, Mapping):
-            for hook in ("postStart", "preStop"):
-                if hook in lifecycle:
-                    found.append(f"{path}.lifecycle.{hook}: lifecycle hooks are not run locally")
+            if "postStart" in lifecycle:
+                found.append(f"{path}.lifecycle.postStart: postStart hooks are not run locally")
+            pre_stop = lifecycle.get("preStop")
+            if isinstance(pre_stop, Mapping) and not any(kind in pre_stop for kind in hooks.PRE_STOP_RUN):
+                kinds = ", ".join(sorted(pre_stop)) or "an empty handler"
+                found.append(f"{path}.lifecycle.preStop: {kinds} is not run locally (only exec, sleep and httpGet)")
     return found
 
 

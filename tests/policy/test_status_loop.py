@@ -96,6 +96,13 @@ async def test_a_status_already_written_is_not_written_again(workdir: Path, pki:
         await stored(h.store, ROUTE, "r", lambda o: o is not None and o["metadata"]["generation"] == 2)
         assert await status.reconcile() == 0  # the status stands: no write
         assert observed.writes == 1
+        # Another writer drops our entry: the object moved on, so the loop looks again (a round that found
+        # nothing to write skips an object only while neither its version nor its wanted status moves).
+        clobbered = {**http_route("r", "web", rules=[{"matches": [{"path": {"value": "/other"}}]}]),
+                     "status": {"parents": []}}
+        h.apply(clobbered)
+        back = await stored(h.store, ROUTE, "r", lambda o: accepted(o) == ("False", "NoMatchingParent"))
+        assert back is not None and back["metadata"]["generation"] == 2
 
 
 async def test_a_write_waiting_for_another_process_holds_up_neither_grpc_nor_the_watches(

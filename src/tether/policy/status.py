@@ -26,7 +26,8 @@ from the status this writes (``tether.policy.inbound.facts.accepted_by``,
 ``tether.policy.outbound.facts.RouteFacts.accepted_by``), as Linkerd's do: the
 rule above decides it once, here.  ``StatusController`` keeps each object's status as the watch
 delivers it (``observe``), reconciles after changes (coalesced) and every
-``period`` seconds, and writes only what differs, guarded by the
+``period`` seconds (an object found in order is not merged again until its
+resourceVersion or its wanted status moves), and writes only what differs, guarded by the
 resourceVersion it saw (a concurrent change wins; the next round retries),
 through a ``StatusWriter``: ``LocalStatusWriter`` replaces the object in the
 store; on Kubernetes ``tether.policy.kubernetes_status`` patches the status
@@ -327,6 +328,9 @@ class StatusController:
         self._leading = leading
         self._clock = clock
         self._current: dict[Key, tuple[str, Any]] = {}  # (resourceVersion, status) as last seen or written
+        # (resourceVersion, desired) of each object whose status at that version was found to need nothing:
+        # the next round skips merging while neither moves (most objects, most rounds).
+        self._settled: dict[Key, tuple[str, Status]] = {}
         self._wake = asyncio.Event()
         self.idle = asyncio.Event()  # set while the loop waits for a change or to lead (nothing being written)
         self.rounds = 0
@@ -339,6 +343,7 @@ class StatusController:
         key = (type_key, namespace or "default", name)
         if event.type == "DELETED":
             self._current.pop(key, None)
+            self._settled.pop(key, None)
             return
         version = str(event.object["metadata"].get("resourceVersion") or "")
         known = self._current.get(key)
@@ -387,8 +392,11 @@ class StatusController:
             if current is None:
                 continue  # not seen by the watch (yet, or any more)
             version, status = current
+            if version and self._settled.get(key) == (version, wanted):
+                continue
             new = merged_status(status, wanted, now)
             if new is None:
+                self._settled[key] = (version, wanted)
                 continue
             kind = key[0].partition(".")[0]
             try:

@@ -49,8 +49,7 @@ def platform(tmp_path: Path) -> Iterator[uplab.Platform]:
     try:
         yield p
     finally:
-        p.teardown()
-        problems = before.leftovers(p.prefix)
+        problems = p.teardown() + before.leftovers(p.prefix)
         assert not problems, "\n".join(problems)
 
 

@@ -2,7 +2,8 @@
 
 Needs root, iproute2 and iptables (else every test that uses a platform is skipped).  At
 start the session removes what dead runs left; each platform is torn down by its finalizer
-(``tether down --purge``, then a fallback by name), which then checks that ``ip netns``,
+(``tether down --purge``, then a fallback by name), which then checks that ``tether down --purge``
+left none of the platform's processes, namespaces, links or files, and that ``ip netns``,
 ``ip link`` and the host's nat table are as before.
 """
 
@@ -53,8 +54,7 @@ def new_platform(clean_host: uplab.Snapshot, tmp_path_factory: pytest.TempPathFa
         platform = _make_platform(tmp_path_factory.mktemp("up"))
 
         def finish() -> None:
-            platform.teardown()
-            problems = clean_host.leftovers(platform.prefix)
+            problems = platform.teardown() + clean_host.leftovers(platform.prefix)
             assert not problems, "\n".join(problems)
 
         request.addfinalizer(finish)
@@ -71,6 +71,5 @@ def running(clean_host: uplab.Snapshot, tmp_path_factory: pytest.TempPathFactory
         platform.tether("up", *platform.up_args, "--restart-backoff", "0.5")
         yield platform
     finally:
-        platform.teardown()
-        problems = clean_host.leftovers(platform.prefix)
+        problems = platform.teardown() + clean_host.leftovers(platform.prefix)
         assert not problems, "\n".join(problems)

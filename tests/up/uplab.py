@@ -3,7 +3,9 @@
 Every name a run makes starts with ``tu<pid in hex><tag>`` (namespaces ``tu1a2bp-<pod>.<ns>``,
 veths ``tu1a2bp<hash>``, bridge ``tu1a2bpbr``), and its pod and service ranges are /27s picked
 from the pid and the tag, so runs in parallel (and a developer's own ``tether up``) never meet;
-``remove_dead_runs`` tears down what runs that are gone left behind.
+``remove_dead_runs`` tears down what runs that are gone left behind. ``Platform.teardown`` reports
+what ``tether down --purge`` left (processes, namespaces, links, files) and ``Snapshot.leftovers``
+what is still on the host after the fallback (namespaces, links, the host's nat table).
 """
 
 from __future__ import annotations
@@ -171,9 +173,12 @@ class Platform:
     def netns_of(self, pod: dict[str, Any]) -> str:
         return f"{self.prefix}-{pod['metadata']['name']}.{pod['metadata']['namespace']}"
 
-    def teardown(self) -> None:
-        """Everything this platform made goes, whatever state the test left it in."""
+    def teardown(self) -> list[str]:
+        """Everything this platform made goes, whatever state the test left it in: ``tether down --purge``, then a
+        fallback by name. Returns what ``tether down --purge`` had left (the fallback removed it since): a user has
+        no fallback, so that is a leak the caller reports."""
         subprocess.run([TETHER, "down", "--purge"], env=self.env, capture_output=True, timeout=120)
+        left = self.left_by_down()
         for pid in processes_matching([str(self.home)]):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -183,6 +188,28 @@ class Platform:
         for etc in Path("/etc/netns").glob(f"{self.prefix}-*"):
             subprocess.run(["rm", "-rf", str(etc)], check=False)
         subprocess.run(["rm", "-rf", f"/run/tether/{self.prefix}"], check=False)
+        return left
+
+    def left_by_down(self) -> list[str]:
+        """This platform's processes (by its state directory in their command line, or in one of its pods'
+        namespaces), namespaces, links, hosts files and run directory still there."""
+        problems = [f"process {pid} still running: {_cmdline(pid)}" for pid in processes_matching([str(self.home)])]
+        for name in sorted(n for n in netns_names() if n.startswith(self.prefix + "-")):
+            pids = _stdout(["ip", "netns", "pids", name]).split()
+            problems.append(f"network namespace {name} still there"
+                            + "".join(f"; process {pid}: {_cmdline(int(pid))}" for pid in pids))
+        problems += [f"link {n} still there" for n in sorted(link_names()) if n.startswith(self.prefix)]
+        problems += [f"{etc} still there" for etc in sorted(Path("/etc/netns").glob(f"{self.prefix}-*"))]
+        if Path(f"/run/tether/{self.prefix}").exists():
+            problems.append(f"/run/tether/{self.prefix} still there")
+        return [f"left by tether down --purge: {p}" for p in problems]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(gone since)"
 
 
 def ready(pod: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 from pathlib import Path
 
 import pytest
-from policy_helpers import NS, Harness, Pki, http_route, namespace, pod, ratelimit, server, stored
+from policy_helpers import NS, Harness, Pki, grpc_route, http_route, namespace, pod, ratelimit, server, stored
 
 from tether.platform.watch import ResourceEvent
 from tether.policy import PolicyConfig
@@ -85,6 +85,29 @@ async def test_an_http_route_on_a_service_port_with_a_grpc_route_is_conflicted(w
         await until(h, kinds.GRPC_ROUTE.key, "rpc", Accepted=("True", "Accepted"))
         h.delete("grpcroutes", "rpc")
         await until(h, kinds.GATEWAY_HTTP_ROUTE.key, "split", Accepted=("True", "Accepted"))
+
+
+async def test_an_http_route_on_a_server_with_a_grpc_route_is_conflicted_and_not_served(workdir: Path,
+                                                                                     pki: Pki) -> None:
+    # As Linkerd's status controller (parent_has_conflicting_routes, for every parent kind), read back by the
+    # inbound index: the HTTPRoute is left out of the Server's policy while the GRPCRoute is there.
+    async with Harness(workdir, pki, namespace(), pod(), server("web", protocol="HTTP/2"), http_route("r", "web"),
+                       status_writer=LocalStatusWriter) as h:
+        await until(h, kinds.POLICY_HTTP_ROUTE.key, "r", Accepted=("True", "Accepted"))
+        watch = h.watch(8080)
+        while [r["ref"] for r in (await watch.next())["http_routes"]] != ["HTTPRoute/r"]:
+            pass
+        h.apply(grpc_route("rpc", "web", "emojivoto.v1.EmojiService"))
+        obj = await until(h, kinds.POLICY_HTTP_ROUTE.key, "r", Accepted=("False", "RouteReasonConflicted"))
+        assert obj["status"]["parents"][0]["conditions"][0]["message"] == (
+            f"GRPCRoute {NS}/rpc is on the same Server (GRPCRoutes take precedence over HTTPRoutes)")
+        await until(h, kinds.GRPC_ROUTE.key, "rpc", Accepted=("True", "Accepted"))
+        while [r["ref"] for r in (await watch.next())["http_routes"]] != ["default:default"]:
+            pass
+        h.delete("grpcroutes", "rpc")
+        await until(h, kinds.POLICY_HTTP_ROUTE.key, "r", Accepted=("True", "Accepted"))
+        while [r["ref"] for r in (await watch.next())["http_routes"]] != ["HTTPRoute/r"]:
+            pass
 
 
 def stream_route(kind: str, name: str, backend: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ object, the status this controller owns:
 
 * routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
   Server, Service or EgressNetwork does not exist; ``RouteReasonConflicted`` for
-  a route on a Service or EgressNetwork port that a route of a kind of higher
+  a route on a Server, or a Service or EgressNetwork port, that a route of a kind of higher
   precedence also has -- GRPCRoute over HTTPRoute over TLSRoute over TCPRoute,
   Linkerd's order (GEP-1426), which is also the one the outbound policy serves;
   ``InvalidKind`` for another kind) and, but on a Server (Linkerd writes ``Accepted`` alone there),
@@ -120,12 +120,13 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
             _condition("Accepted", False, "InvalidKind", _invalid_kind(parent)),
             _condition("ResolvedRefs", True, "ResolvedRefs")]}
     what = rtype.kind
-    winner = None if not exists or rtype is kinds.SERVER else _winning_route_on(kind, parent, ns, inbound)
+    winner = None if not exists else _winning_route_on(kind, parent, ns, inbound)
     if not exists:
         accepted = _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist")
     elif winner is not None:
+        same = "Server" if rtype is kinds.SERVER else f"{what} port"
         accepted = _condition("Accepted", False, "RouteReasonConflicted",
-                              f"{winner} is on the same {what} port ({winner.partition(' ')[0]}s take precedence "
+                              f"{winner} is on the same {same} ({winner.partition(' ')[0]}s take precedence "
                               f"over {kind}s)")
     else:
         accepted = _condition("Accepted", True, "Accepted")
@@ -149,9 +150,11 @@ def _invalid_kind(parent: Any) -> str:
 
 
 def _winning_route_on(kind: str, parent: Any, namespace: str, inbound: InboundIndex) -> str | None:
-    """A route of a kind that takes precedence over ``kind`` on the same Service or EgressNetwork and port
-    (either port unset: any), as ``Kind ns/name``."""
-    rtype = kinds.SERVICE if parent.targets(kinds.SERVICE) else kinds.EGRESS_NETWORK
+    """A route of a kind that takes precedence over ``kind`` on the same Server, or Service or EgressNetwork
+    and port (either port unset: any), as ``Kind ns/name``.  Linkerd's status controller applies the rule to
+    every parent kind (``parent_has_conflicting_routes``), so an HTTPRoute on a Server a GRPCRoute also has
+    is not accepted there, and the inbound index, reading that back, leaves it out."""
+    rtype = next(t for t in (kinds.SERVER, kinds.SERVICE, kinds.EGRESS_NETWORK) if parent.targets(t))
     for winner in _PRECEDED_BY[kind]:
         for routes in inbound.objects[winner.key].values():
             for other in sorted(routes.values(), key=lambda r: r.order):

@@ -17,6 +17,7 @@ from policy_helpers import NS, Harness, Pki, grpc_route, http_route, namespace, 
 from tether.platform.watch import ResourceEvent
 from tether.policy import PolicyConfig
 from tether.policy.inbound.index import InboundIndex
+from tether.policy.outbound import OutboundIndex
 from tether.policy.status import CONTROLLER_NAME, LocalStatusWriter, desired_statuses, merged_status
 from tether.resources import kinds
 
@@ -224,3 +225,27 @@ def test_status_parent_refs_are_spelled_as_linkerds(written: dict[str, Any], exp
     desired = desired_statuses(index, {}, {})
     [parent] = desired[(kinds.GATEWAY_HTTP_ROUTE.key, NS, "r")]["parents"]
     assert parent["parentRef"] == expected
+
+
+@pytest.mark.parametrize(("spec", "accepted"), [
+    ({"clusterIP": "10.96.0.10"}, ("True", "Accepted", "")),
+    ({}, ("True", "Accepted", "")),  # not allocated yet (the local platform allocates after the write)
+    ({"clusterIP": "None"}, ("False", "NoMatchingParent", f"Service {NS}/web has no cluster IP (headless or "
+                                                          "ExternalName)")),
+    ({"type": "ExternalName", "externalName": "example.com"},
+     ("False", "NoMatchingParent", f"Service {NS}/web has no cluster IP (headless or ExternalName)")),
+])
+def test_a_service_without_a_cluster_ip_by_design_is_no_parent(spec: dict[str, Any],
+                                                               accepted: tuple[str, str, str]) -> None:
+    # As Linkerd's status controller (valid_parent_service): a proxy reaches a Service's routes by its cluster IP.
+    outbound = OutboundIndex(PolicyConfig())
+    svc = service("web")
+    svc["spec"] = {**svc["spec"], **spec}
+    outbound.apply(kinds.SERVICE.key, ResourceEvent("ADDED", svc, "1", time.monotonic()))
+    index = InboundIndex(PolicyConfig())
+    index.apply(kinds.GATEWAY_HTTP_ROUTE.key, ResourceEvent("ADDED", service_route("r", "web", "web"), "1",
+                                                            time.monotonic()))
+    index.flush()
+    [parent] = desired_statuses(index, outbound.services, {})[(kinds.GATEWAY_HTTP_ROUTE.key, NS, "r")]["parents"]
+    condition = parent["conditions"][0]
+    assert (condition["status"], condition["reason"], condition["message"]) == accepted

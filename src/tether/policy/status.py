@@ -6,7 +6,7 @@ rate limit) and the outbound index (Services, EgressNetworks) it computes, per
 object, the status this controller owns:
 
 * routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
-  Server, Service or EgressNetwork does not exist; ``RouteReasonConflicted`` for
+  Server, Service or EgressNetwork does not exist, or the Service is headless or ExternalName; ``RouteReasonConflicted`` for
   a route on a Server, or a Service or EgressNetwork port, that a route of a kind of higher
   precedence also has -- GRPCRoute over HTTPRoute over TLSRoute over TCPRoute,
   Linkerd's order (GEP-1426), which is also the one the outbound policy serves;
@@ -123,6 +123,10 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
     winner = None if not exists else _winning_route_on(kind, parent, ns, inbound)
     if not exists:
         accepted = _condition("Accepted", False, "NoMatchingParent", f"{what} {ns}/{parent.name} does not exist")
+    elif rtype is kinds.SERVICE and services[(ns, parent.name)].headless:
+        # Linkerd's valid_parent_service: the proxy reaches a Service's routes through its cluster IP.
+        accepted = _condition("Accepted", False, "NoMatchingParent", f"Service {ns}/{parent.name} has no cluster "
+                                                                     "IP (headless or ExternalName)")
     elif winner is not None:
         same = "Server" if rtype is kinds.SERVER else f"{what} port"
         accepted = _condition("Accepted", False, "RouteReasonConflicted",

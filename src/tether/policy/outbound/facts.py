@@ -106,6 +106,9 @@ class ServiceFacts:
     opaque_ports: PortSet | None
     settings: Settings
     problems: tuple[Problem, ...] = ()
+    # No cluster IP by design (``clusterIP: None``, or ``type: ExternalName``): no route's parent (Linkerd's
+    # status controller, ``valid_parent_service``).  One not allocated yet is not headless.
+    headless: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +281,7 @@ def _service(resource: Resource) -> ServiceFacts:
         opaque_ports=_opaque_ports(resource, names, problems),
         settings=_settings(resource, problems),
         problems=_log(problems),
+        headless=spec.cluster_ip == "None" or spec.type == "ExternalName",
     )
 
 

@@ -239,9 +239,15 @@ class Harness:
         def read_back() -> bool:
             desired = desired_statuses(index, outbound.services, outbound.egress_networks)
             for (type_key, ns, name), status in desired.items():
+                if type_key == kinds.EGRESS_NETWORK.key:
+                    # Read back too: a route's acceptance on it waits for the network's own.
+                    if outbound.egress_networks[(ns, name)].accepted != (
+                            status["conditions"][0]["status"] == "True"):
+                        return False
+                    continue
                 facts = index.objects.get(type_key, {}).get(ns, {}).get(name)
                 if facts is None:
-                    continue  # an EgressNetwork: the inbound index keeps none
+                    continue
                 if "parents" in status:
                     accepted = [p["parentRef"] for p in status["parents"] if p["conditions"][0]["status"] == "True"]
                     route = outbound.routes.get((type_key, ns, name))

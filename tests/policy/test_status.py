@@ -249,3 +249,31 @@ def test_a_service_without_a_cluster_ip_by_design_is_no_parent(spec: dict[str, A
     [parent] = desired_statuses(index, outbound.services, {})[(kinds.GATEWAY_HTTP_ROUTE.key, NS, "r")]["parents"]
     condition = parent["conditions"][0]
     assert (condition["status"], condition["reason"], condition["message"]) == accepted
+
+
+@pytest.mark.parametrize(("network_status", "accepted"), [
+    (None, ("False", "NoMatchingParent")),  # not written yet: the route waits a round
+    ("True", ("True", "Accepted")),
+    ("False", ("False", "NoMatchingParent")),  # say, EgressReasonNetworkOverlap
+])
+def test_a_route_on_an_egress_network_waits_for_the_networks_own_acceptance(network_status: str | None,
+                                                                            accepted: tuple[str, str]) -> None:
+    # As Linkerd's status controller (parent_condition_egress_network), from the network's status read back.
+    network: dict[str, Any] = {"apiVersion": "policy.linkerd.io/v1alpha1", "kind": "EgressNetwork",
+                               "metadata": {"name": "out", "namespace": NS}, "spec": {"trafficPolicy": "Allow"}}
+    if network_status is not None:
+        network["status"] = {"conditions": [{"type": "Accepted", "status": network_status, "reason": "R"}]}
+    outbound = OutboundIndex(PolicyConfig())
+    outbound.apply(kinds.EGRESS_NETWORK.key, ResourceEvent("ADDED", network, "1", time.monotonic()))
+    route = service_route("r", "web", "web")
+    route["spec"]["parentRefs"] = [{"group": "policy.linkerd.io", "kind": "EgressNetwork", "name": "out",
+                                    "port": 80}]
+    index = InboundIndex(PolicyConfig())
+    index.apply(kinds.GATEWAY_HTTP_ROUTE.key, ResourceEvent("ADDED", route, "1", time.monotonic()))
+    index.flush()
+    desired = desired_statuses(index, outbound.services, outbound.egress_networks)
+    [parent] = desired[(kinds.GATEWAY_HTTP_ROUTE.key, NS, "r")]["parents"]
+    condition = parent["conditions"][0]
+    assert (condition["status"], condition["reason"]) == accepted
+    if network_status != "True":
+        assert condition["message"] == f"EgressNetwork {NS}/out is not accepted (its status)"

@@ -6,7 +6,8 @@ rate limit) and the outbound index (Services, EgressNetworks) it computes, per
 object, the status this controller owns:
 
 * routes, per parent: ``Accepted`` (``Accepted``; ``NoMatchingParent`` when the
-  Server, Service or EgressNetwork does not exist, or the Service is headless or ExternalName; ``RouteReasonConflicted`` for
+  Server, Service or EgressNetwork does not exist, the Service is headless or ExternalName, or the
+  EgressNetwork's own status is not ``Accepted``; ``RouteReasonConflicted`` for
   a route on a Server, or a Service or EgressNetwork port, that a route of a kind of higher
   precedence also has -- GRPCRoute over HTTPRoute over TLSRoute over TCPRoute,
   Linkerd's order (GEP-1426), which is also the one the outbound policy serves;
@@ -127,6 +128,11 @@ def _route_parent(kind: str, route: Named, parent: Any, inbound: InboundIndex,
         # Linkerd's valid_parent_service: the proxy reaches a Service's routes through its cluster IP.
         accepted = _condition("Accepted", False, "NoMatchingParent", f"Service {ns}/{parent.name} has no cluster "
                                                                      "IP (headless or ExternalName)")
+    elif rtype is kinds.EGRESS_NETWORK and not egress[(ns, parent.name)].accepted:
+        # Linkerd's parent_condition_egress_network: its own Accepted status first (written by this controller,
+        # read back: a route on a new EgressNetwork is accepted the round after the network is).
+        accepted = _condition("Accepted", False, "NoMatchingParent", f"EgressNetwork {ns}/{parent.name} is not "
+                                                                     "accepted (its status)")
     elif winner is not None:
         same = "Server" if rtype is kinds.SERVER else f"{what} port"
         accepted = _condition("Accepted", False, "RouteReasonConflicted",

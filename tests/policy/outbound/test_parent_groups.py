@@ -68,7 +68,8 @@ def _server() -> dict[str, Any]:
             "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "port": 8080}}
 
 
-_OBJECTS = (service("web", "10.96.0.10"), egress_network("out", "Allow", [{"cidr": "1.2.3.0/24"}]), _server())
+_OBJECTS = (service("web", "10.96.0.10"), {**egress_network("out", "Allow", [{"cidr": "1.2.3.0/24"}]), "status": {
+    "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}}, _server())
 
 
 def _written(api: str, parent: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tether.resources import kinds
 from tether.resources.errors import ValidationError
 from tether.resources.model import Resource, parse
 from tether.resources.core import ServiceSpec
+from tether.resources.meta import ConditionsStatus
 from tether.resources.policy import EgressNetworkSpec, Network
 from tether.resources.references import ParentRef
 from tether.resources.routes import (
@@ -122,6 +123,9 @@ class EgressNetworkFacts:
     opaque_ports: PortSet | None
     settings: Settings
     problems: tuple[Problem, ...] = ()
+    # Its status says Accepted (read back): only then is it a route's parent (Linkerd's status controller,
+    # ``parent_condition_egress_network``).  Addresses resolve to it either way, as in Linkerd.
+    accepted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +309,8 @@ def _egress_network(resource: Resource) -> EgressNetworkFacts:
         opaque_ports=_opaque_ports(resource, {}, problems),
         settings=settings,
         problems=_log(problems),
+        accepted=isinstance(resource.status, ConditionsStatus) and any(
+            c.type == "Accepted" and c.is_true for c in resource.status.conditions),
     )
 
 

@@ -183,15 +183,6 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
     clock = metrics.clock if metrics is not None else _no_clock
     labelled: dict[tuple[str, str], str] = {}  # (request labels, authority) -> both: rendered once each
 
-    def authority_labelled(picked: Pick, authority: str) -> Pick:
-        key = (picked.labels, authority)
-        both = labelled.get(key)
-        if both is None:
-            if len(labelled) >= MAX_AUTHORITIES:  # a client chooses its names: bounded
-                labelled.clear()
-            both = labelled[key] = with_authority(picked.labels, authority)
-        return replace(picked, labels=both)
-
     def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
         began = clock()
         picked = yield from router(request)
@@ -209,7 +200,7 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
             assert not isinstance(found, Wait)
             profile_route = found
             if authority_labels and profiles.logical_authority:  # opt-in: the usual path makes no call here
-                picked = authority_labelled(picked, profiles.logical_authority)
+                picked = _authority_labelled(labelled, picked, profiles.logical_authority)
         if authorized is None or not authorized.route:
             return picked if profile_route is None else replace(picked, route=profile_route)
         assert metrics is not None
@@ -256,6 +247,19 @@ def routed(router: Router, *, authorized: Authorized | None, profiles: InboundPr
 
 
 MAX_AUTHORITIES = 1024  # label sets with an authority kept per connection
+
+
+def _authority_labelled(labelled: dict[tuple[str, str], str], picked: Pick, authority: str) -> Pick:
+    """``picked`` with ``authority`` in its labels; ``labelled`` keeps each connection's renderings (a module
+    function, not a closure beside ``route``: compiled, closures that call one another are a reference cycle,
+    here one per connection)."""
+    key = (picked.labels, authority)
+    both = labelled.get(key)
+    if both is None:
+        if len(labelled) >= MAX_AUTHORITIES:  # a client chooses its names: bounded
+            labelled.clear()
+        both = labelled[key] = with_authority(picked.labels, authority)
+    return replace(picked, labels=both)
 NO_STATUS = -1  # the ``statuses`` key of a request that ended in an error, without a status (``status=""``)
 
 

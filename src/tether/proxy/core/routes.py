@@ -79,32 +79,60 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
     when the connection ends); ``policies``: the target's client policy watch (``core.policy_routes``
     decides each request under its latest policy, unless a ServiceProfile with routes applies), counted in
     ``policy_metrics``."""
-    watch = resolution.watch
-    h2 = protocol is SessionProtocol.HTTP2
+    return _OutboundRouter(orig_dst, resolution, local_ips, connect_timeout, queue, loop_addrs, draw, protocol,
+                           named, policies, policy_metrics).route
 
-    # Per (endpoint, authority label): its connection and labels, its l5d-orig-proto upgrade, and whether it loops
-    # back, made once. Keyed by the endpoint's identity (the entry holds the endpoint, so its id is not reused
-    # meanwhile): hashing an Endpoint would run Python code (its dataclass __hash__, its address's) on every request.
-    plans: dict[tuple[int, str], tuple[Endpoint, Plan, str, bool, tuple[Any, bytes | None] | None]] = {}
 
-    def pick_endpoint(endpoint: Endpoint, authority: str, host: bytes, balancer: Balancer | None = None,
+class _OutboundRouter:
+    """One connection's outbound routing (``outbound_router``), as methods rather than closures that call one
+    another: compiled by mypyc, such closures share an environment that refers to them, a reference cycle per
+    connection that only the cyclic collector frees -- and the serving proxy runs it rarely, so a proxy under
+    connection churn grew (tests/proxy/test_http1_garbage.py)."""
+
+    def __init__(self, orig_dst: SocketAddr, resolution: Resolution, local_ips: frozenset[IpAddress],
+                 connect_timeout: float, queue: Queue, loop_addrs: frozenset[SocketAddr], draw: Callable[[], float],
+                 protocol: SessionProtocol, named: Callable[[str, int], ProfileSource] | None,
+                 policies: PolicySource | None, policy_metrics: PolicyMetrics | None) -> None:
+        self.orig_dst = orig_dst
+        self.resolution = resolution
+        self.local_ips = local_ips
+        self.connect_timeout = connect_timeout
+        self.queue = queue
+        self.loop_addrs = loop_addrs
+        self.draw = draw
+        self.protocol = protocol
+        self.named = named
+        self.policies = policies
+        self.policy_metrics = policy_metrics
+        self.watch = resolution.watch
+        self.h2 = protocol is SessionProtocol.HTTP2
+        # Per (endpoint, authority label): its connection and labels, its l5d-orig-proto upgrade, and whether it
+        # loops back, made once. Keyed by the endpoint's identity (the entry holds the endpoint, so its id is not
+        # reused meanwhile): hashing an Endpoint would run Python code (its dataclass __hash__, its address's) on
+        # every request.
+        self.plans: dict[tuple[int, str], tuple[Endpoint, Plan, str, bool, tuple[Any, bytes | None] | None]] = {}
+        self.seen = resolution
+        self.host = (resolution.authority or str(orig_dst)).encode()  # Host for a request without one
+
+    def pick_endpoint(self, endpoint: Endpoint, authority: str, host: bytes, balancer: Balancer | None = None,
                       slot: Slot | None = None) -> Pick | ProxyError:
         """The request goes to ``endpoint``; when ``balancer`` chose it (``slot``), it is counted in flight
         until the layer releases it, and its latency and outcome go back to the balancer."""
         key = (id(endpoint), authority)
-        known = plans.get(key)
+        known = self.plans.get(key)
         if known is None or known[0] is not endpoint:
-            route = plan(endpoint, local_ips=local_ips, protocol=protocol, timeout=connect_timeout,
+            route = plan(endpoint, local_ips=self.local_ips, protocol=self.protocol, timeout=self.connect_timeout,
                          authority=authority)
             upgrade = None
-            if protocol is SessionProtocol.HTTP1:
-                h2_route = upgrade_plan(endpoint, local_ips=local_ips, timeout=connect_timeout, authority=authority)
+            if self.protocol is SessionProtocol.HTTP1:
+                h2_route = upgrade_plan(endpoint, local_ips=self.local_ips, timeout=self.connect_timeout,
+                                        authority=authority)
                 if h2_route is not None:
                     upgrade = (h2_route.connect, h2_route.header)
-            if len(plans) > 1024:
-                plans.clear()
-            known = plans[key] = (endpoint, route, request_labels(route.connect.labels),
-                                  route.connect.addr in loop_addrs, upgrade)
+            if len(self.plans) > 1024:
+                self.plans.clear()
+            known = self.plans[key] = (endpoint, route, request_labels(route.connect.labels),
+                                       route.connect.addr in self.loop_addrs, upgrade)
         _, route, metric_labels, loops, upgrade = known
         if loops:
             return errors.loop(endpoint.addr)
@@ -128,7 +156,7 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         return Pick(route.connect, route.header, metric_labels, host, observe=slot.connected,
                     failed=lambda: balancer.failed(slot), release=release, outcome=outcome, upgrade=upgrade)
 
-    def profiled(current: Resolution, request: RequestHead, host: bytes) -> Generator[Command, Any,
+    def profiled(self, current: Resolution, request: RequestHead, host: bytes) -> Generator[Command, Any,
                                                                                       Pick | ProxyError]:
         profile = current.profile
         assert profile is not None
@@ -136,44 +164,44 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
         balancer, authority = current.balancer, current.authority
         split = profile.split
         if split:
-            backend = split.choose(draw())
+            backend = split.choose(self.draw())
             if not backend.balancer.has_endpoints and len(split.backends) > 1:
                 # Not ready: the share goes to the backends that have endpoints (if any has).
                 ready = [b for b in split.backends if b.balancer.has_endpoints]
                 if ready:
-                    backend = split.choose_among(draw(), ready)
+                    backend = split.choose_among(self.draw(), ready)
             balancer, authority = backend.balancer, backend.authority
         assert balancer is not None  # a profile comes with its service
         slot = balancer.pick()
         if slot is None:  # none to pick: the request waits (checked only here, no call on the usual path)
-            waited = yield from queued(balancer, queue, authority)
+            waited = yield from queued(balancer, self.queue, authority)
             if isinstance(waited, ProxyError):
                 return replace(waited, route=route)
             slot = waited
-        picked = pick_endpoint(slot.endpoint, authority, host, balancer, slot)
+        picked = self.pick_endpoint(slot.endpoint, authority, host, balancer, slot)
         if isinstance(picked, ProxyError):
             return replace(picked, route=route)
         picked.route = route
         return picked
 
-    def policied(policy: ClientPolicy, request: RequestHead, host: bytes) -> Generator[Command, Any,
+    def policied(self, policy: ClientPolicy, request: RequestHead, host: bytes) -> Generator[Command, Any,
                                                                                        Pick | ProxyError]:
-        decision = decide(policy, request, h2, draw, policy_metrics)
+        decision = decide(policy, request, self.h2, self.draw, self.policy_metrics)
         if isinstance(decision, ProxyError):
             return decision
         backend, route = decision.backend, decision.request_route
         picked: Pick | ProxyError
         if backend.endpoint is not None:
-            picked = pick_endpoint(backend.endpoint, backend.authority, host)
+            picked = self.pick_endpoint(backend.endpoint, backend.authority, host)
         else:
             balancer = backend.balancer
             slot = balancer.pick()
             if slot is None:  # none to pick: the request waits (checked only here, no call on the usual path)
-                waited = yield from queued(balancer, queue, backend.authority)
+                waited = yield from queued(balancer, self.queue, backend.authority)
                 if isinstance(waited, ProxyError):
                     return replace(waited, route=route)
                 slot = waited
-            picked = pick_endpoint(slot.endpoint, backend.authority, host, balancer, slot)
+            picked = self.pick_endpoint(slot.endpoint, backend.authority, host, balancer, slot)
         if isinstance(picked, ProxyError):
             return replace(picked, route=route)
         picked.route = route
@@ -196,32 +224,32 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
             picked.frames = series.frame
         return picked
 
-    def overridden(request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:
-        assert named is not None
+    def overridden(self, request: RequestHead, value: bytes) -> Generator[Command, Any, Pick | ProxyError]:
+        assert self.named is not None
         target = parse_override(value)
         if target is None:
             return errors.bad_override(value)
         authority, port = target
-        watch = named(authority, port)
+        watch = self.named(authority, port)
         if not watch.ready:
-            answer = yield Wait(watch, queue.failfast)
+            answer = yield Wait(watch, self.queue.failfast)
             if isinstance(answer, Failed):
                 return errors.failfast(authority)
         current = watch.resolution
         host = authority.encode()
         picked: Pick | ProxyError
         if current.profile is not None:
-            picked = yield from profiled(current, request, host)
+            picked = yield from self.profiled(current, request, host)
         elif current.balancer is not None:
             slot = current.balancer.pick()
             if slot is None:
-                waited = yield from queued(current.balancer, queue, authority)
+                waited = yield from queued(current.balancer, self.queue, authority)
                 if isinstance(waited, ProxyError):
                     return waited
                 slot = waited
-            picked = pick_endpoint(slot.endpoint, authority, host, current.balancer, slot)
+            picked = self.pick_endpoint(slot.endpoint, authority, host, current.balancer, slot)
         elif current.endpoint is not None:
-            picked = pick_endpoint(current.endpoint, authority, host)
+            picked = self.pick_endpoint(current.endpoint, authority, host)
         else:
             return errors.unknown_override(authority)
         if isinstance(picked, ProxyError):
@@ -231,37 +259,35 @@ def outbound_router(orig_dst: SocketAddr, resolution: Resolution, *, local_ips: 
             picked.route = OVERRIDE_ROUTE
         return picked
 
-    seen = resolution
-    host = (resolution.authority or str(orig_dst)).encode()  # Host for a request without one
 
-    def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
-        nonlocal seen, host
-        if named is not None:  # ingress mode only: the header is not looked at otherwise
+    def route(self, request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
+        if self.named is not None:  # ingress mode only: the header is not looked at otherwise
             override = _header(request, L5D_DST_OVERRIDE)
             if override is not None:
-                return (yield from overridden(request, override))
-        current = watch.resolution if watch is not None else resolution  # the latest profile, per request
-        if current is not seen:
-            seen = current
-            host = (current.authority or str(orig_dst)).encode()
+                return (yield from self.overridden(request, override))
+        watch = self.watch
+        current = watch.resolution if watch is not None else self.resolution  # the latest profile, per request
+        if current is not self.seen:
+            self.seen = current
+            self.host = (current.authority or str(self.orig_dst)).encode()
+        host = self.host
         if current.profile is not None:  # a ServiceProfile with routes or a split wins (never both)
-            return (yield from profiled(current, request, host))
+            return (yield from self.profiled(current, request, host))
+        policies = self.policies
         if policies is not None:
             policy = policies.policy
             if policy is not None:
-                return (yield from policied(policy, request, host))
+                return (yield from self.policied(policy, request, host))
         balancer = current.balancer
         if balancer is None:
-            return pick_endpoint(current.endpoint or Endpoint.forward(orig_dst), current.authority, host)
+            return self.pick_endpoint(current.endpoint or Endpoint.forward(self.orig_dst), current.authority, host)
         slot = balancer.pick()  # pure: no driver round trip when there are endpoints
         if slot is None:
-            waited = yield from queued(balancer, queue, current.authority or str(orig_dst))
+            waited = yield from queued(balancer, self.queue, current.authority or str(self.orig_dst))
             if isinstance(waited, ProxyError):
                 return waited
             slot = waited
-        return pick_endpoint(slot.endpoint, current.authority, host, balancer, slot)
-
-    return route
+        return self.pick_endpoint(slot.endpoint, current.authority, host, balancer, slot)
 
 
 def _header(request: RequestHead, name: bytes) -> bytes | None:

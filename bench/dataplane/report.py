@@ -278,7 +278,8 @@ def render(res: dict[str, Any], plots: Iterable[str] = ()) -> str:
     if pairs:
         out += ["## Ratios", "",
                 "Each row divides the first variant's figure by the second's (lower is better except for "
-                "throughput). Added latency is over direct; a ratio over an added latency not above zero is left out (–).", ""]
+                "throughput). Added latency is over direct; a ratio over an added latency not above zero is "
+                "left out (–).", ""]
         metrics = {n: summary_metrics(res, n) for n in names}
         cols = ["max throughput"] + [f"added p99 @ {r:,.0f}" for r in rates] + [
             "CPU / 1k req (max)", "CPU / 1k req (high)", "RSS under load (largest proxy)"]

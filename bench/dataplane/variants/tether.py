@@ -241,6 +241,10 @@ class _Tether(Variant):
             (work / f"identity-{sa}").mkdir(exist_ok=True)
             return {
                 "LINKERD2_PROXY_LOG": "warn",
+                # The checks after the run read counters of the whole run; a variant measured only early in a run
+                # of 17 minutes (HTTP/2 and gRPC have no latency runs) would otherwise have its idle series dropped
+                # after linkerd2-proxy's default 10 minutes, and the checks would read zeros.
+                "LINKERD2_PROXY_METRICS_RETAIN_IDLE": "4h",
                 "LINKERD2_PROXY_INBOUND_LISTEN_ADDR": f"{ip}:{inbound}",
                 "LINKERD2_PROXY_OUTBOUND_LISTEN_ADDR": f"{ip}:{outbound}",
                 "LINKERD2_PROXY_ADMIN_LISTEN_ADDR": f"{ip}:{admin}",

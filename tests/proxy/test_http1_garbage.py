@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from proxy_harness import Mesh, connection, run
@@ -29,10 +31,29 @@ DATA_PATH = ("tether.proxy.io.http1_io", "tether.proxy.core.http1_proxy", "tethe
              "tether.proxy.core.http_commands", "httptools", "uvloop")
 
 
-def data_path(obj: object) -> bool:
-    """Of a connection's objects: the modules above, and the core's decisions (compiled by mypyc, a router's
-    closures that called one another were a cycle per connection: ``core.routes.outbound_router``)."""
-    return (type(obj).__module__ or "").startswith(DATA_PATH + ("tether.proxy.core",))
+# Of a connection's objects: the modules above, and the core's decisions (compiled by mypyc, a router's closures
+# that called one another were a cycle per connection: ``core.routes.outbound_router``).
+CONNECTION = DATA_PATH + ("tether.proxy.core",)
+
+
+@contextmanager
+def cyclic_garbage() -> Iterator[Callable[[tuple[str, ...]], Counter[str]]]:
+    """For the block, a collection keeps what it would have freed (``gc.DEBUG_SAVEALL``); the block is given
+    ``cyclic(modules)``: collect, and count by type what was kept of the objects of ``modules`` (prefixes)."""
+    gc.collect()  # what came before the block is not the block's
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.garbage.clear()
+
+    def cyclic(modules: tuple[str, ...]) -> Counter[str]:
+        gc.collect()
+        return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
+                       if (type(o).__module__ or "").startswith(modules))
+
+    try:
+        yield cyclic
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
 
 
 async def closed_streams_lost() -> None:
@@ -50,10 +71,7 @@ def test_closed_connections_leave_no_cyclic_garbage(tmp_path: Path) -> None:
             async with Web(server.ip, 8080, "web-0"):
                 async with connection(svc, 80) as (reader, writer):  # discovery and policy settled first
                     assert (await request(reader, writer, "GET", "/warm"))[0].status == 200
-                gc.collect()
-                gc.set_debug(gc.DEBUG_SAVEALL)
-                try:
-                    gc.garbage.clear()
+                with cyclic_garbage() as cyclic:
                     # Keep-alive: several requests, then the client closes between requests.
                     async with connection(svc, 80) as (reader, writer):
                         for i in range(3):
@@ -88,13 +106,7 @@ def test_closed_connections_leave_no_cyclic_garbage(tmp_path: Path) -> None:
                     await a.idle()
                     await b.idle()
                     await closed_streams_lost()
-                    gc.collect()
-                    cyclic = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
-                                     if data_path(o))
-                finally:
-                    gc.set_debug(0)
-                    gc.garbage.clear()
-                assert cyclic == Counter()
+                    assert cyclic(CONNECTION) == Counter()
                 # And they were freed, not kept: no HTTP/1 connection is left in either proxy.
                 assert [o for o in gc.get_objects() if type(o) is Http1Io] == []
 
@@ -111,19 +123,10 @@ def test_requests_on_a_kept_alive_connection_leave_no_cyclic_garbage(tmp_path: P
             server, client, svc, b, a = await mesh.two_proxies("web", 8080, 80)
             async with Web(server.ip, 8080, "web-0"), connection(svc, 80) as (reader, writer):
                 assert (await request(reader, writer, "GET", "/warm"))[0].status == 200
-                gc.collect()
-                gc.set_debug(gc.DEBUG_SAVEALL)
-                try:
-                    gc.garbage.clear()
+                with cyclic_garbage() as cyclic:
                     for i in range(20):
                         assert (await request(reader, writer, "GET", f"/{i}"))[0].status == 200
-                    gc.collect()
-                    cyclic = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
-                                     if data_path(o))
-                finally:
-                    gc.set_debug(0)
-                    gc.garbage.clear()
-                assert cyclic == Counter()
+                    assert cyclic(CONNECTION) == Counter()
 
     run(scenario())
 

@@ -8,13 +8,12 @@ rarely (``tether.proxy.main``).
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from pathlib import Path
 
 import grpc
 from proxy_harness import Mesh, run
-from test_http1_garbage import closed_streams_lost
+from test_http1_garbage import closed_streams_lost, cyclic_garbage
 from test_http2_mesh import Names, grpc_server
 
 # What one HTTP/2 connection is made of on the data path (grpcio's own objects, the client's, are not in them).
@@ -33,10 +32,7 @@ def test_closed_http2_connections_leave_no_cyclic_garbage(tmp_path: Path) -> Non
             try:
                 async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:  # discovery settled first
                     await channel.unary_unary("/test.Names/Who")(b"warm", timeout=10)
-                gc.collect()
-                gc.set_debug(gc.DEBUG_SAVEALL)
-                try:
-                    gc.garbage.clear()
+                with cyclic_garbage() as cyclic:
                     for i in range(3):  # a channel is a connection: three, with a few calls each
                         async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:
                             for j in range(3):
@@ -45,13 +41,7 @@ def test_closed_http2_connections_leave_no_cyclic_garbage(tmp_path: Path) -> Non
                     await a.idle()
                     await b.idle()
                     await closed_streams_lost()
-                    gc.collect()
-                    cyclic = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
-                                     if (type(o).__module__ or "").startswith(CONNECTION))
-                finally:
-                    gc.set_debug(0)
-                    gc.garbage.clear()
-                assert cyclic == Counter()
+                    assert cyclic(CONNECTION) == Counter()
             finally:
                 await app.stop(None)
 
@@ -69,20 +59,11 @@ def test_streams_on_a_kept_connection_leave_no_cyclic_garbage(tmp_path: Path) ->
             try:
                 async with grpc.aio.insecure_channel(f"{svc}:9090") as channel:
                     await channel.unary_unary("/test.Names/Who")(b"warm", timeout=10)
-                    gc.collect()
-                    gc.set_debug(gc.DEBUG_SAVEALL)
-                    try:
-                        gc.garbage.clear()
+                    with cyclic_garbage() as cyclic:
                         for j in range(20):
                             assert (await channel.unary_unary("/test.Names/Who")(b"%d" % j, timeout=10)).endswith(
                                 b" %d" % j)
-                        gc.collect()
-                        cyclic = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage
-                                         if (type(o).__module__ or "").startswith(CONNECTION))
-                    finally:
-                        gc.set_debug(0)
-                        gc.garbage.clear()
-                    assert cyclic == Counter()
+                        assert cyclic(CONNECTION) == Counter()
             finally:
                 await app.stop(None)
 

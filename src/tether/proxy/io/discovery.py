@@ -189,13 +189,17 @@ class _Watch:
                 log.debug("discovery: stream %s ended; reconnecting", self.key)
             except RpcError as exc:
                 code = exc.code
-                if code in _FINAL_CODES:
+                if code in self.final_codes:
                     log.debug("discovery: %s answered %s: %s", self.key, code.name, exc.details)
                     self._final(code)
                     self.answered.set()
                     return
-                log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details)
-                self._failed()
+                if code is Code.NOT_FOUND:  # where it is not final: asked again, as a stream that failed
+                    log.debug("discovery: %s answered %s: %s; asking again", self.key, code.name, exc.details)
+                    self._not_found()
+                else:
+                    log.info("discovery: stream %s failed (%s: %s); retrying", self.key, code.name, exc.details)
+                    self._failed()
             except _NoChannel:
                 pass
             finally:
@@ -203,8 +207,13 @@ class _Watch:
             failures += 1
             await asyncio.sleep(self._discovery.backoff_delay(failures))
 
+    final_codes = _FINAL_CODES  # the answers that end the watch (it is not asked again while leased)
+
     def _failed(self) -> None:
         """The stream failed and is retried; what was answered keeps serving."""
+
+    def _not_found(self) -> None:  # pragma: no cover - only watches for which NOT_FOUND is not final
+        """The target does not exist now; it is asked again with backoff."""
 
     def _lease(self) -> Channel | None:
         return self._discovery.lease_channel()
@@ -230,7 +239,16 @@ class _NoChannel(Exception):
 
 
 class ServiceWatch(_Watch):
-    """``Destination.Get`` for ``name:port``, feeding one balancer."""
+    """``Destination.Get`` for ``name:port``, feeding one balancer.
+
+    ``NOT_FOUND`` (the destination knows no such Service) is not final here: the balancer is emptied and the
+    Service asked for again with backoff. A client policy or profile may name a Service before the destination
+    has seen it (each control-plane component follows the cluster on its own watch; a Service created a moment
+    ago is known to one before the other): a final answer would leave the balancer empty -- every request
+    failing fast -- for as long as traffic keeps the watch leased.
+    """
+
+    final_codes = _FINAL_CODES - {Code.NOT_FOUND}
 
     def __init__(self, discovery: Discovery, key: str) -> None:
         super().__init__(discovery, key)
@@ -267,6 +285,9 @@ class ServiceWatch(_Watch):
             self.balancer.reset()
 
     def _final(self, code: Code) -> None:
+        self.balancer.reset()
+
+    def _not_found(self) -> None:
         self.balancer.reset()
 
     def _forget(self) -> None:

@@ -181,6 +181,27 @@ async def test_cluster_ip_resolves_to_the_service(workdir: Path, pki: Pki) -> No
         assert _route_names(doc) == ["GET /"]
 
 
+async def test_an_address_that_becomes_a_cluster_ip_ends_its_endpoint_profile_stream(workdir: Path, pki: Pki) -> None:
+    # A pod can resolve a Service's name (and connect) before the destination has seen the Service; its proxy's
+    # GetProfile of the address is then an endpoint profile (no identity: forwarded in plaintext). Kept open, it
+    # would stay so for as long as traffic keeps the proxy's watch; ended, the proxy asks again for the Service.
+    async with Harness(workdir, pki, namespace(), profile()) as h:
+        stream = h.get_profile("10.96.0.10:80")
+        doc = await stream.next()
+        assert doc["fully_qualified_name"] == "" and doc["endpoint"] == {"addr": "10.96.0.10:80", "weight": 10000,
+                                                                         "metric_labels": {}}
+        h.apply(service(cluster_ip="10.96.0.10"))
+        assert await stream.code() == grpc.StatusCode.OK
+        again = await h.get_profile("10.96.0.10:80").next()
+        assert again["fully_qualified_name"] == FQDN and _route_names(again) == ["GET /"]
+        h.apply(service(cluster_ip="10.96.0.10", ports=[{"name": "http", "port": 80, "targetPort": 8081}]))
+        other = h.get_profile("10.96.0.11:80")  # an address no Service takes: its stream stays
+        assert (await other.next())["fully_qualified_name"] == ""
+        h.apply(service("db", cluster_ip="10.96.0.12"))
+        with pytest.raises(TimeoutError):
+            await other.next(timeout=0.5)
+
+
 @pytest.mark.parametrize(
     ("path", "code"),
     [

@@ -22,7 +22,7 @@ from datetime import timedelta
 from tether.api import destination_pb2 as pb
 from tether.api import http_types_pb2, meta_pb2
 from tether.destination.endpoint_translator import EndpointEncoder
-from tether.serving.stream import UpdateStream
+from tether.serving.stream import EndReason, UpdateStream
 from tether.destination.watcher.facts import ProfileFacts
 from tether.destination.watcher.listeners import Address
 from tether.naming import ServiceAuthority
@@ -167,3 +167,8 @@ class EndpointProfileTranslator:
         if encoded != self._last:
             self._last = encoded
             self._stream.send(encoded, at)
+
+    def became_service(self) -> None:
+        # Ended with OK, as a stream the server closes: the proxy asks again soon (keeping this answer
+        # meanwhile) and the server resolves the address to the Service then.
+        self._stream.end(EndReason.GONE)

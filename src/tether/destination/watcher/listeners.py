@@ -103,3 +103,6 @@ class OpaquePortsListener(Protocol):
 class WorkloadListener(Protocol):
     def update(self, target: Address, at: float | None) -> None:
         """What is at the watched IP:port now (``target.pod`` None when nothing runs there)."""
+
+    def became_service(self) -> None:
+        """The watched IP is a Service's cluster IP now: the stream must be asked for again (as a service)."""

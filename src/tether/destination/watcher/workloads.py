@@ -9,6 +9,12 @@ ExternalWorkload has that IP and declares that port.  The published ``Address`` 
 when nothing runs at the IP) and whether the port is opaque: by the pod's
 annotation, its namespace's, the defaults, or a Server with ``proxyProtocol:
 opaque``.  Listeners hear the current target at once, then each change.
+
+An IP that a Service takes as its cluster IP after it was subscribed to (``GetProfile`` on a Service's
+address asked before the destination saw the Service: each component follows the cluster on its own watch,
+and a pod can resolve the Service's name a moment earlier) is no endpoint: its listeners are told
+(``became_service``) so the stream ends and the proxy, asking again, gets the service's profile instead of
+forwarding to the address in plaintext for as long as its traffic keeps the stream open.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 from tether.destination.metrics import DestinationMetrics
 from tether.destination.watcher.cluster import Change, ClusterIndex
 from tether.destination.watcher.errors import ConflictingAddress
-from tether.destination.watcher.facts import ExternalWorkloadFacts, PodFacts
+from tether.destination.watcher.facts import ExternalWorkloadFacts, PodFacts, ServiceFacts
 from tether.destination.watcher.listeners import Address, WorkloadListener
 
 Target = tuple[str, int]
@@ -107,6 +113,14 @@ class WorkloadWatcher:
         elif change.kind in ("server", "namespace"):
             keys = [k for k, p in self._publishers.items() if p.target.pod is not None
                     and p.target.pod.namespace == change.namespace]
+        elif change.kind == "service" and isinstance(change.new, ServiceFacts):
+            old_ips = set(change.old.cluster_ips) if isinstance(change.old, ServiceFacts) else set()
+            for ip in set(change.new.cluster_ips) - old_ips:
+                for port in tuple(self._ports_by_ip.get(ip, ())):
+                    publisher = self._publishers.get((ip, port))
+                    for listener in tuple(publisher.listeners if publisher is not None else ()):
+                        listener.became_service()  # it unsubscribes as its stream ends
+            return
         else:
             return
         for key in keys:

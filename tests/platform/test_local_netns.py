@@ -12,7 +12,7 @@ import netlab
 import pytest
 
 from tether.platform.local.firewall import apply_rules
-from tether.platform.local.netns import CommandError, HostNet, LocalNetError, NetnsConfig, PodNet
+from tether.platform.local.netns import CommandError, HostNet, LocalNetError, NetnsConfig, PodNet, bridge_mac
 from tether.platform.local.proxy_init import ProxyInitConfig
 
 Keep = Callable[[socket.socket], socket.socket]
@@ -52,6 +52,20 @@ def test_pod_layout(make_pod: Callable[..., PodNet], lab: netlab.Lab) -> None:
     bridge_v4 = [a["local"] for a in _ip_json("addr", "show", lab.net.config.bridge)[0]["addr_info"] if a["family"] == "inet"]
     assert bridge_v4 == [str(lab.ipam.gateway.ip)]
     assert len(pod.host_veth) <= 15 and pod.host_veth.startswith(lab.net.config.prefix)
+
+
+def test_the_gateway_keeps_its_mac_as_pods_come_and_go(make_pod: Callable[..., PodNet], lab: netlab.Lab) -> None:
+    # A bridge left to itself takes the lowest MAC of its ports: a pod joining with a lower one changed the
+    # gateway's MAC under every other pod's ARP entry (they hear of it by one gratuitous ARP only).
+    bridge = lab.net.config.bridge
+    make_pod("mac")
+    want = bridge_mac(bridge)
+    assert _ip_json("link", "show", bridge)[0]["address"] == want
+    lowest = make_pod("low")
+    subprocess.run(["ip", "link", "set", lowest.host_veth, "address", "02:00:00:00:00:01"], check=True)
+    assert _ip_json("link", "show", bridge)[0]["address"] == want
+    lab.net.delete_pod(lowest.name)
+    assert _ip_json("link", "show", bridge)[0]["address"] == want
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Pods as Linux network namespaces on a host bridge, driven through iproute2's ``ip``.
 
-Role: create and delete the host bridge (carrying the pod range's gateway address) and pod
-namespaces: a veth pair whose host end is a bridge port and whose pod end is ``eth0`` with the
+Role: create and delete the host bridge (carrying the pod range's gateway address, at a MAC fixed by
+its name) and pod namespaces: a veth pair whose host end is a bridge port and whose pod end is ``eth0`` with the
 pod IP (and no IPv6: see ``create_pod``), a default route via the gateway, ``lo`` up.  Run processes inside a pod namespace,
 optionally as another uid/gid (the proxy runs as 2102).  Everything made here carries the
 configured name prefix, so ``teardown_all`` finds and removes it all, leftovers included.
@@ -73,6 +73,12 @@ def exec_argv(netns: str | None, argv: Sequence[str], *, uid: int | None = None,
     return [*prefix, *argv]
 
 
+def bridge_mac(bridge: str) -> str:
+    """The MAC address of bridge ``bridge``: fixed by its name, locally administered, unicast."""
+    digest = hashlib.sha256(bridge.encode()).digest()
+    return ":".join(f"{b:02x}" for b in ((digest[0] & 0xFC) | 0x02, *digest[1:6]))
+
+
 def netns_exists(netns: str) -> bool:
     return (NETNS_DIR / netns).exists()
 
@@ -126,6 +132,11 @@ class HostNet:
                     raise LocalNetError(f"pod range {gateway.network} overlaps host route {dst} on {route.get('dev')}")
         if bridge not in self._host_links():
             run(["ip", "link", "add", bridge, "type", "bridge"])
+        # A bridge without an address of its own takes the lowest of its ports' and changes it as pods come
+        # and go. Pods learn the new one only from the host's one gratuitous ARP; one that misses or ignores
+        # it (an entry updated less than ``locktime`` ago keeps its address) sends to a MAC the host drops,
+        # cut off from the gateway and the control plane until its entry is resolved again.
+        run(["ip", "link", "set", bridge, "address", bridge_mac(bridge)])
         run(["ip", "addr", "replace", str(gateway), "dev", bridge])
         run(["ip", "link", "set", bridge, "up"])
 

@@ -334,8 +334,10 @@ def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: st
     down = waits.ports.unreachable_ports if waits is not None else {}
     if permit is None:
         def route(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
-            balancer = down.get(target)
-            if balancer is not None:  # (the usual path: one lookup)
+            # Nothing unreachable (the usual path): no lookup. ``target`` is an interpreted dataclass over an
+            # ``ipaddress`` address: hashing it is two Python calls per request.
+            balancer = down.get(target) if down else None
+            if balancer is not None:
                 assert waits is not None
                 error = yield from wait_for_app(balancer, waits, target, request)
                 if error is not None:
@@ -347,7 +349,7 @@ def inbound_router(target: SocketAddr, connect_timeout: float, metric_labels: st
 
     def route_permitted(request: RequestHead) -> Generator[Command, Any, Pick | ProxyError]:
         key = permit()
-        balancer = down.get(target)
+        balancer = down.get(target) if down else None  # (no lookup, two Python calls, while none is unreachable)
         if balancer is not None:
             assert waits is not None
             error = yield from wait_for_app(balancer, waits, target, request)

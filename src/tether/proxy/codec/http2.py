@@ -841,8 +841,10 @@ class H2Endpoint:
         block = self._encoder.encode(headers if isinstance(headers, (list, tuple)) else list(headers))
         n = len(block)
         if n <= self.remote_max_frame:  # one frame (nearly always): packed here, a call less per message
-            self.out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, END_STREAM | END_HEADERS if end_stream
-                                          else END_HEADERS, stream_id) + block
+            out = self.out  # (head and block appended apiece: no third bytes object for their concatenation)
+            out += _FRAME_HEAD.pack(n >> 8, n & 0xFF, HEADERS, END_STREAM | END_HEADERS if end_stream
+                                    else END_HEADERS, stream_id)
+            out += block
         else:
             self._header_frames(stream_id, block, end_stream)
         if end_stream:
@@ -937,8 +939,8 @@ class H2Endpoint:
                         block = self._encoder.encode(box.trailers)
                         size = len(block)
                         if size <= self.remote_max_frame:  # one frame (nearly always): packed here, a call less
-                            out += _FRAME_HEAD.pack(size >> 8, size & 0xFF, HEADERS, END_STREAM | END_HEADERS,
-                                                    sid) + block
+                            out += _FRAME_HEAD.pack(size >> 8, size & 0xFF, HEADERS, END_STREAM | END_HEADERS, sid)
+                            out += block
                         else:
                             self._header_frames(sid, block, True)
                     else:

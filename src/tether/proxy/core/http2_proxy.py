@@ -537,16 +537,19 @@ class Http2Proxy:
         except H2ProtocolError:
             self.ended = True  # the codec queued the GOAWAY with the error's code; _after writes it
             return
-        # A stream reset in the same read as its HEADERS is never started: nothing goes upstream for it.
-        reset = set()
+        # A stream reset in the same read as its HEADERS is never started: nothing goes upstream for it. (The
+        # set only when a read has a reset: most have none, and an empty set per read is an object made and freed.)
+        reset: set[int] | None = None
         for event in events:  # (a loop, not a set comprehension: a call less per read)
             if isinstance(event, h2e.StreamReset):
+                if reset is None:
+                    reset = set()
                 reset.add(event.stream_id)
         for event in events:
             if self.ended:
                 return
             if isinstance(event, h2e.RequestReceived):
-                if event.stream_id in reset:
+                if reset is not None and event.stream_id in reset:
                     self._early_reset()
                 else:
                     self._request(event)
@@ -555,7 +558,7 @@ class Http2Proxy:
             elif isinstance(event, h2e.TrailersReceived):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None:
-                    stream.req_trailers = list(event.headers)
+                    stream.req_trailers = event.headers  # (the codec's copy, the event's to keep: not copied again)
             elif isinstance(event, h2e.StreamEnded):
                 stream = self.streams.get(event.stream_id)
                 if stream is not None and not stream.req_end:
@@ -883,8 +886,8 @@ class Http2Proxy:
         for i, event in enumerate(events):
             if isinstance(event, h2e.ResponseReceived):
                 stream = up.streams.get(event.stream_id)
-                if stream is not None:
-                    self._response_head(stream, list(event.headers), event.stream_ended is not None)
+                if stream is not None:  # (the codec's copy of the headers, the event's to keep: not copied again)
+                    self._response_head(stream, event.headers, event.stream_ended is not None)
             elif isinstance(event, h2e.InformationalResponseReceived):
                 stream = up.streams.get(event.stream_id)
                 if stream is not None and stream.status is None:
@@ -900,7 +903,7 @@ class Http2Proxy:
                 if stream is not None:
                     if stream.idle is not None:  # a frame of the stream: its idle timeout starts over
                         stream.active = self.settings.clock()
-                    stream.resp_trailers = list(event.headers)
+                    stream.resp_trailers = event.headers  # (the codec's copy: not copied again)
                     self._note_grpc_status(stream, stream.resp_trailers)
             elif isinstance(event, h2e.StreamEnded):
                 stream = up.streams.get(event.stream_id)

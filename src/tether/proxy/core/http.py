@@ -122,6 +122,23 @@ class Pick:
 Router = Callable[[RequestHead], Generator[Command, Any, "Pick | ProxyError"]]
 
 
+def logical_names(headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """A request's ``l5d-dst-canonical``, ``:authority`` and ``host`` values (the last of each; None: absent), in
+    one pass, lengths first, so most names are never lowered. What names an inbound request's logical service
+    (``core.inbound_profile_routes``, interpreted, asks once per request: the loop over every header is here,
+    compiled, where interpreted it was a few µs per request)."""
+    canonical = authority = host = None
+    for name, value in headers:
+        size = len(name)
+        if size == 17 and name.lower() == b"l5d-dst-canonical":
+            canonical = value
+        elif size == 10 and name == b":authority":
+            authority = value
+        elif size == 4 and name.lower() == b"host":
+            host = value
+    return canonical, authority, host
+
+
 class InFlight:
     """Requests of one direction (all connections) in flight; past ``limit`` a new one is shed with a 503.
 

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core.commands import Wait
+from tether.proxy.core.http import logical_names
 from tether.proxy.core.profiles import Profile, Route, discoverable, name_addr
 
 # "name:port" (the profile's lookup key; "" outside the suffixes), the port, and the name as linkerd2-proxy's
@@ -66,15 +67,7 @@ class InboundProfileRoutes:
         """``request``'s profile route, None when it takes none, or the ``Wait`` to yield before asking again
         with ``waited`` (the first answer for its service is not in yet). Its service is named here, inline:
         this runs once per inbound request."""
-        canonical = authority = host = None
-        for name, value in request.headers:  # one pass; lengths first, so most names are never lowered
-            size = len(name)
-            if size == 17 and name.lower() == b"l5d-dst-canonical":
-                canonical = value
-            elif size == 10 and name == b":authority":
-                authority = value
-            elif size == 4 and name.lower() == b"host":
-                host = value
+        canonical, authority, host = logical_names(request.headers)  # (compiled: this module is not)
         logical = None
         if canonical is not None:
             logical = self._canonical.get(canonical, _UNPARSED)

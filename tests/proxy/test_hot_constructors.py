@@ -1,4 +1,5 @@
-"""The objects every request makes (``RequestHead``, ``ResponseHead``, ``Pick``) have ``__init__`` written out.
+"""The objects every request makes (``RequestHead``, ``ResponseHead``, ``Body``, ``EndOfMessage``, ``Pick``) have
+``__init__`` written out.
 
 They are dataclasses (``dataclasses.replace``, equality and repr as before), but a dataclass's generated
 ``__init__`` is interpreted Python even in a module mypyc compiled; written out, it is compiled. These check
@@ -15,7 +16,7 @@ import pstats
 import pytest
 
 from tether.proxy import native
-from tether.proxy.codec.http1 import RequestHead, ResponseHead
+from tether.proxy.codec.http1 import Body, EndOfMessage, RequestHead, ResponseHead
 from tether.proxy.core.http import Pick, nothing, no_outcome, no_sample
 
 
@@ -44,6 +45,12 @@ def test_response_head_fields_defaults_and_replace() -> None:
     assert dataclasses.replace(head, status=204).status == 204
 
 
+def test_body_and_end_of_message() -> None:
+    assert Body(b"x").data == b"x" and Body(b"x") == Body(data=b"x") != Body(b"y")
+    assert EndOfMessage().trailers == () and EndOfMessage(((b"a", b"b"),)) == EndOfMessage(trailers=((b"a", b"b"),))
+    assert dataclasses.replace(EndOfMessage(), trailers=((b"a", b"b"),)).trailers == ((b"a", b"b"),)
+
+
 def test_pick_fields_defaults_and_replace() -> None:
     pick = Pick("connect", None, "labels", b"authority")
     assert (pick.observe, pick.failed, pick.release, pick.outcome, pick.unreachable) == (
@@ -65,6 +72,8 @@ def test_compiled_constructors_make_no_python_call() -> None:
     profiler.enable()
     RequestHead(b"GET", b"/")
     ResponseHead(200)
+    Body(b"x")
+    EndOfMessage()
     Pick(None, None, "", b"")
     profiler.disable()
     calls = [f"{name} ({file}:{line})" for (file, line, name) in pstats.Stats(profiler).stats  # type: ignore[attr-defined]

@@ -148,10 +148,16 @@ class ResponseHead(Event):
 class Body(Event):
     data: bytes
 
+    def __init__(self, data: bytes) -> None:  # written out, as RequestHead's: one or more per message
+        self.data = data
+
 
 @dataclass(slots=True)
 class EndOfMessage(Event):
     trailers: Headers = ()
+
+    def __init__(self, trailers: Headers = ()) -> None:  # written out, as RequestHead's: one per message
+        self.trailers = trailers
 
 
 @dataclass(slots=True)

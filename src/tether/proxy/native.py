@@ -33,8 +33,7 @@ from _blake2 import blake2b
 # its ErrorKind is an Enum with an __init__, which mypyc cannot compile (the compiled __init__ rejects the
 # members while the Enum class is being built). Not core/outbound.py: its per-connection carriers are closures made
 # at import (tcp_forward), whose compiled environment mypyc 2.4 leaves unset (AttributeError '__mypyc_env__'); it
-# runs once per connection, not per request. The io/ modules: what mypyc 2.4 refuses there, and how the code avoids
-# it, is in docs/proxy.md ("Compiled hot modules").
+# runs once per connection, not per request.
 COMPILED: tuple[str, ...] = (
     "codec/common.py",
     "codec/grpc_framing.py",

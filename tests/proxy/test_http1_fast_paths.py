@@ -15,7 +15,7 @@ from tether.proxy.codec.http1 import Http1Connection, RequestHead, ResponseHead,
 from tether.proxy.core.http import HttpSettings
 from tether.proxy.core.http1_headers import downstream_response, end_to_end
 from tether.proxy.core.http_metrics import HttpMetrics
-from tether.proxy.io.streams import Stream, new_stream
+from tether.proxy.io.streams import Stream
 
 
 class Clock:
@@ -152,7 +152,7 @@ def test_a_kept_series_that_expired_meanwhile_is_not_counted_into() -> None:
 def test_plaintext_streams_are_read_without_the_shared_buffer_tls_ones_with_it() -> None:
     loop = asyncio.new_event_loop()
     try:
-        plain, tls = new_stream(loop), new_stream(loop, tls=True)
+        plain, tls = Stream(loop), Stream(loop, tls=True)
         assert not isinstance(plain, asyncio.BufferedProtocol) and not plain.tls
         assert isinstance(tls, asyncio.BufferedProtocol) and isinstance(tls, Stream) and tls.tls
     finally:

@@ -15,9 +15,6 @@ import asyncio
 from collections.abc import Generator
 from typing import Any
 
-import pytest
-
-from tether.proxy import native
 from tether.proxy.codec.addrs import SocketAddr, parse_ip
 from tether.proxy.core import commands as cmd
 from tether.proxy.core.errors import ProxyError
@@ -28,11 +25,6 @@ from tether.proxy.core.profiles import MATCH_ALL
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.io.http1_io import Http1Io
 from tether.proxy.io.pool import Pool
-
-# Its driver, connection and streams are fakes: a compiled Http1Io checks that its arguments are of the compiled
-# classes. Under the compiled modules it runs interpreted, in tests/proxy/test_native.py.
-pytestmark = pytest.mark.skipif(native.status.startswith("compiled"),
-                                reason="fakes of compiled classes: run interpreted by test_native.py")
 
 SLOW = cmd.Connect(SocketAddr(parse_ip("10.0.0.1"), 8080), None, 1.0, "x")
 WARM = cmd.Connect(SocketAddr(parse_ip("10.0.0.2"), 8080), None, 1.0, "x")

@@ -89,15 +89,14 @@ def test_every_compiled_module_exists_and_is_type_checked() -> None:
     # looser types than the rest (and fail at run time where mypy would have said so).
     for relative in native.COMPILED:
         assert (ROOT / "src/tether/proxy" / relative).is_file(), relative
-        assert relative.startswith(("codec/", "core/", "io/")), relative
+        assert relative.startswith(("codec/", "core/")), relative
 
 
 def test_the_interpreted_codec_and_cores_pass_their_own_tests() -> None:
     # The fallback where no C compiler is: the same sources, interpreted, through the sans-IO tests.
     tests = ["tests/proxy/test_http1_codec.py", "tests/proxy/test_http2_codec.py",
              "tests/proxy/test_http2_playbook.py", "tests/proxy/test_http1_proxy.py",
-             "tests/proxy/test_http2_profiles.py",  # (its ack-counting tests run only interpreted)
-             "tests/proxy/test_http1_io_waits.py"]  # (runs only interpreted: fakes of compiled classes)
+             "tests/proxy/test_http2_profiles.py"]  # (its ack-counting tests run only interpreted)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env={**os.environ, native.PURE_ENV: "1"}, capture_output=True, text=True,
                           timeout=900)

@@ -59,12 +59,6 @@ COMPILED: tuple[str, ...] = (
     "core/retries.py",
     "core/route_headers.py",
     "core/routes.py",
-    "io/driver.py",
-    "io/http1_io.py",
-    "io/http2_io.py",
-    "io/pool.py",
-    "io/streams.py",
-    "io/upgrade_io.py",
 )
 
 PURE_ENV = "TETHER_PURE_PYTHON"

@@ -57,7 +57,7 @@ from tether.proxy.core import http_commands as http_cmd
 from tether.proxy.io.http1_io import Http1Io, IdleClients
 from tether.proxy.io.http2_io import Http2Io
 from tether.proxy.io.peek import detect_on, set_once
-from tether.proxy.io.streams import Stream, abort, errno_name, link, new_stream
+from tether.proxy.io.streams import Stream, abort, errno_name, link
 from tether.proxy.io.pool import IDLE_TIMEOUT, MAX_IDLE, Pool, Waiter
 from tether.proxy.io.upgrade_io import Upgrades
 from tether.proxy.core.metrics import Meter, Registry
@@ -226,7 +226,7 @@ class Driver:
             return cmd.Failed("no identity")
         ctx = contexts.server_transport if command.alpn else contexts.server
         loop = asyncio.get_running_loop()
-        stream = new_stream(loop, tls=True)
+        stream = Stream(loop, tls=True)
         conn.sock = None  # the transport owns it now, even if the handshake fails
         try:
             transport, _ = await loop.connect_accepted_socket(
@@ -315,7 +315,7 @@ class Driver:
                 return cmd.Failed("no identity")
             ctx = contexts.client_transport if tls.alpn else contexts.client
         loop = asyncio.get_running_loop()
-        stream = new_stream(loop, tls=ctx is not None)
+        stream = Stream(loop, tls=ctx is not None)
         start = loop.time()
         addr = command.addr
         sock = socket.socket(socket.AF_INET6 if addr.ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
@@ -602,12 +602,6 @@ def _writable(sock: socket.socket) -> asyncio.Future[None]:
     fd = sock.fileno()
     waiter: asyncio.Future[None] = loop.create_future()
     loop.add_writer(fd, set_once, waiter)
-    waiter.add_done_callback(partial(_stop_writer, loop, fd))
+    waiter.add_done_callback(lambda _: loop.remove_writer(fd))
     return waiter
-
-
-def _stop_writer(loop: asyncio.AbstractEventLoop, fd: int, _: object) -> None:
-    # Not a lambda returning remove_writer's result: typeshed says bool, uvloop returns None, and mypyc checks a
-    # compiled lambda's return value at run time.
-    loop.remove_writer(fd)
 

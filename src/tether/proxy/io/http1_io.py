@@ -26,12 +26,9 @@ Caller: ``io.driver.Driver`` (the ``ServeHttp1`` command).
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from mypy_extensions import mypyc_attr
 
 from tether.proxy.core.commands import Command, Connect, Failed, Revocable
 from tether.proxy.core.http import HttpSettings, Router
@@ -45,10 +42,6 @@ if TYPE_CHECKING:
     from tether.proxy.io.driver import Driver, _Conn
 
 
-# Not a native class under mypyc: mypyc (2.4) native classes take no weak reference (TypeError "cannot create weak
-# reference"), and its core holds it by a weakref.proxy (no cycle to leave to the cyclic collector). Its methods
-# are compiled all the same.
-@mypyc_attr(native_class=False)
 class Http1Io:
     """One accepted connection served as HTTP/1 (see the module docstring)."""
 
@@ -111,10 +104,7 @@ class Http1Io:
 
     # -- Stream handler (called from the streams' protocol callbacks) --------------------------------------------
 
-    # The handler's methods take ``object``, not ``Stream``: an upstream may be a ``LegStream`` (io.upgrade_io,
-    # an HTTP/1 request carried over an HTTP/2 connection), and a compiled (mypyc) method checks an argument
-    # typed with a compiled class at run time. Only identity is asked of the argument.
-    def on_data(self, stream: object, data: bytes) -> None:
+    def on_data(self, stream: Stream, data: bytes) -> None:
         if stream is self.down:
             self.core.down_data(data)
         elif self.up is not None and stream is self.up.io:
@@ -122,18 +112,18 @@ class Http1Io:
         if self.to_down or self.to_up:
             self.flush()
 
-    def on_eof(self, stream: object) -> None:
+    def on_eof(self, stream: Stream) -> None:
         if stream is self.down:
             self.core.down_eof()
         elif self.up is not None and stream is self.up.io:
             self.core.up_eof(self.up)
         self.flush()
 
-    def on_lost(self, stream: object) -> None:
+    def on_lost(self, stream: Stream) -> None:
         if stream is self.down:
             self.core.down_lost()
             self._finish()
-        elif self.up is not None and stream is self.up.io and not _eof(self.up):
+        elif self.up is not None and stream is self.up.io and not stream.eof:
             self.core.up_eof(self.up)
         self.flush()
 
@@ -158,7 +148,7 @@ class Http1Io:
                 stream.tx += len(data)
                 stream.transport.write(data)
 
-    def on_write_paused(self, stream: object) -> None:
+    def on_write_paused(self, stream: Stream) -> None:
         if stream is self.down:
             self.down_full = True
             self._up_reading()
@@ -166,7 +156,7 @@ class Http1Io:
             self.up_full = True
             self._down_reading()
 
-    def on_write_resumed(self, stream: object) -> None:
+    def on_write_resumed(self, stream: Stream) -> None:
         if stream is self.down:
             self.down_full = False
             self._up_reading()
@@ -225,8 +215,8 @@ class Http1Io:
         if up is not None:
             self._hold(up)
             return up
-        ready = _Ready(self, done)
-        waiter = ready.waiter = self.driver.pool_wait(self.conn.direction, connect, header, ready)
+        waiter = self.driver.pool_wait(self.conn.direction, connect, header,
+                                       lambda reply: self._ready(waiter, reply, done))
         self.waiting.add(waiter)
         return None
 
@@ -300,10 +290,18 @@ class Http1Io:
             self.pool.put(kept)
 
     def wait(self, command: Command, done: Callable[[Any], None]) -> None:
-        self.driver.run_then(self.conn, command, functools.partial(_then_flush, self, done))
+        def waited(reply: Any) -> None:
+            done(reply)
+            self.flush()
+
+        self.driver.run_then(self.conn, command, waited)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
-        return self.loop.call_later(delay, _fire_then_flush, self, callback)
+        def fire() -> None:
+            callback()
+            self.flush()
+
+        return self.loop.call_later(delay, fire)
 
     def count(self, name: str, labels: str) -> None:
         self.driver.count(name, labels)
@@ -325,8 +323,15 @@ class Http1Io:
         stream.buffer[:0] = to_down
         link(down, stream)
         both = asyncio.gather(down.done, stream.done)
-        stop = authz.watch(functools.partial(abort, down, stream)) if authz is not None else None
-        both.add_done_callback(functools.partial(_tunnel_ended, self, stop, done))
+        stop = authz.watch(lambda: abort(down, stream)) if authz is not None else None
+
+        def ended(_: object) -> None:
+            if stop is not None:
+                stop()
+            done()
+            self._finish()
+
+        both.add_done_callback(ended)
 
     def _finish(self) -> None:
         if not self.closed:
@@ -377,43 +382,3 @@ class IdleClients:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-# The callbacks of Http1Io's methods: module functions (with functools.partial) and a class, not closures:
-# mypyc 2.4 fails (an internal AssertionError) compiling a closure in a method of a non-native class.
-
-
-class _Ready:
-    """A waited check-out's callback: the pool's reply, with the wait it answers, to ``Http1Io._ready``."""
-
-    __slots__ = ("io", "done", "waiter")
-
-    def __init__(self, io: Http1Io, done: Callable[[Upstream | Failed], None]) -> None:
-        self.io = io
-        self.done = done
-        self.waiter: Waiter | None = None  # set as soon as the pool returns it (it never answers before)
-
-    def __call__(self, reply: Upstream | Failed) -> None:
-        assert self.waiter is not None
-        self.io._ready(self.waiter, reply, self.done)
-
-
-def _then_flush(io: Http1Io, done: Callable[[Any], None], reply: Any) -> None:
-    done(reply)
-    io.flush()
-
-
-def _fire_then_flush(io: Http1Io, callback: Callable[[], None]) -> None:
-    callback()
-    io.flush()
-
-
-def _tunnel_ended(io: Http1Io, stop: Callable[[], None] | None, done: Callable[[], None], _: object) -> None:
-    if stop is not None:
-        stop()
-    done()
-    io._finish()
-
-
-def _eof(up: Upstream) -> bool:
-    return bool(up.io.eof)

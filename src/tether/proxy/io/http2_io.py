@@ -21,12 +21,9 @@ Caller: ``io.driver.Driver`` (the ``ServeHttp2`` command).
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from mypy_extensions import mypyc_attr
 
 from tether.proxy.core.commands import Command, Connect, Failed
 from tether.proxy.core.http import HttpSettings, Router
@@ -44,10 +41,6 @@ if TYPE_CHECKING:
 FLOOD_LIMIT = 4 * 1024 * 1024
 
 
-# Not a native class under mypyc: mypyc (2.4) native classes take no weak reference (TypeError "cannot create weak
-# reference"), and its core holds it by a weakref.proxy (no cycle to leave to the cyclic collector). Its methods
-# are compiled all the same.
-@mypyc_attr(native_class=False)
 class Http2Io:
     """One accepted connection served as HTTP/2 (see the module docstring)."""
 
@@ -142,8 +135,7 @@ class Http2Io:
     def connect(self, connect: Connect, header: bytes | None, done: Callable[[Upstream | Failed], None]) -> None:
         job = asyncio.ensure_future(self.driver.open_upstream(connect, header))
         self.conn.jobs[job] = connect
-        # A partial, not a lambda: mypyc 2.4 fails compiling a closure in a method of a non-native class.
-        job.add_done_callback(functools.partial(_opened, self, done))
+        job.add_done_callback(lambda j: self._opened(j, done))
 
     def checkout(self, connect: Connect, header: bytes | None,
                  done: Callable[[Upstream | Failed], None]) -> Upstream | None:
@@ -220,7 +212,3 @@ class Http2Io:
             self.closed = True
             if not self.finished.done():
                 self.finished.set_result(None)
-
-
-def _opened(io: Http2Io, done: Callable[[Upstream | Failed], None], job: asyncio.Future[Upstream | Failed]) -> None:
-    io._opened(job, done)

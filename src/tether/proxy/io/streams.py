@@ -56,11 +56,14 @@ READ_BUFFER = memoryview(bytearray(256 * 1024))
 class Stream(asyncio.Protocol):
     """One side of a proxied connection: buffers until linked, then writes every read to its peer.
 
-    ``new_stream(loop, tls=True)`` makes a ``_TlsStream``: the same, read as an ``asyncio.BufferedProtocol`` (see
+    ``Stream(loop, tls=True)`` makes a ``_TlsStream``: the same, read as an ``asyncio.BufferedProtocol`` (see
     ``READ_BUFFER``). The TLS setting is known whenever a stream is made (before its transport exists)."""
 
     __slots__ = ("transport", "peer", "rx", "tx", "buffer", "eof", "lost", "errno", "tls", "done", "_waiter",
                  "source", "paused", "_drain", "_loop", "reading_paused", "handler")
+
+    def __new__(cls, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> Stream:
+        return object.__new__(_TlsStream if tls else cls)
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
@@ -226,12 +229,6 @@ class _TlsStream(Stream, asyncio.BufferedProtocol):
             handler.on_data(self, data)
             return
         self.data_received(data)
-
-
-def new_stream(loop: asyncio.AbstractEventLoop, *, tls: bool = False) -> Stream:
-    """A ``Stream``, or a ``_TlsStream`` for a TLS connection. A function, not ``Stream.__new__``: mypyc (2.4)
-    compiles no ``object.__new__`` for a class with a non-native base (asyncio.Protocol)."""
-    return _TlsStream(loop, tls=True) if tls else Stream(loop)
 
 
 def client_addr(stream: Stream) -> tuple[str, int] | None:

@@ -29,8 +29,6 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable
 
-from mypy_extensions import mypyc_attr
-
 from tether.proxy.codec.http2 import DEFAULT_PARAMS, Http2Params
 from tether.proxy.core.commands import Connect, Failed
 from tether.proxy.core.http_commands import Upstream
@@ -49,10 +47,6 @@ EVENTS = b"\x00"
 Opener = Callable[[Connect, bytes | None], Awaitable["Upstream | Failed"]]
 
 
-# Not a native class under mypyc: mypyc (2.4) native classes take no weak reference (TypeError "cannot create weak
-# reference"), and its leg and transport hold it by a weakref (no cycle to leave to the cyclic collector). Its
-# methods are compiled all the same.
-@mypyc_attr(native_class=False)
 class LegStream:
     """A ``Leg`` as a ``Stream`` for the HTTP/1 I/O side and the pool."""
 
@@ -125,10 +119,7 @@ class LegTransport:
             self.leg.close()
             self.link.after()
 
-    def abort(self) -> None:
-        # A method, not ``abort = close``: mypyc compiles no class attribute bound to a method (it warns and
-        # leaves it unset).
-        self.close()
+    abort = close
 
     def is_closing(self) -> bool:
         """Closed (by its user, or as its stream failed), or its connection takes no new stream (a GOAWAY): the

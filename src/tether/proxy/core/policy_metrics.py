@@ -386,9 +386,11 @@ def _hostname(hostname: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _outcome(grpc: bool, status: int, grpc_status: int | None, error: str) -> str:
-    """``http_status`` (or ``grpc_status``, by name) and ``error``."""
+    """``http_status`` (or ``grpc_status``, by name) and ``error``. A gRPC response without a status (an error, a
+    response the backend ended without trailers) and a code beyond the known ones are ``UNKNOWN``, as
+    linkerd2-proxy labels them (its ``GrpcRsp`` has no empty value); ``http_status`` is empty without a status."""
     if grpc:
-        code = "" if grpc_status is None else GRPC_CODES[grpc_status] if 0 <= grpc_status < len(GRPC_CODES) \
-            else str(grpc_status)
+        code = GRPC_CODES[grpc_status] if grpc_status is not None and 0 <= grpc_status < len(GRPC_CODES) \
+            else "UNKNOWN"
         return labels.render(("grpc_status", code), ("error", error))
     return labels.render(("http_status", str(status) if status else ""), ("error", error))

@@ -10,6 +10,7 @@ making one is no Python call.
 from __future__ import annotations
 
 import cProfile
+import inspect
 import dataclasses
 import pstats
 
@@ -79,3 +80,16 @@ def test_compiled_constructors_make_no_python_call() -> None:
     calls = [f"{name} ({file}:{line})" for (file, line, name) in pstats.Stats(profiler).stats  # type: ignore[attr-defined]
              if not file.startswith("~")]  # builtins are named "~"
     assert calls == []
+
+
+@pytest.mark.parametrize("cls", [RequestHead, ResponseHead, Body, EndOfMessage, Pick])
+def test_written_out_init_takes_the_fields_in_order_with_their_defaults(cls: type) -> None:
+    """The defaults are written twice (the field, the ``__init__``): they must not drift apart."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    if [p.kind for p in params] == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+        pytest.skip("a compiled __init__ shows no signature: test_native runs this module interpreted")
+    fields = dataclasses.fields(cls)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, f in zip(params, fields):
+        default = f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty
+        assert param.default == default, f"{cls.__name__}.{f.name}"

@@ -96,7 +96,8 @@ def test_the_interpreted_codec_and_cores_pass_their_own_tests() -> None:
     # The fallback where no C compiler is: the same sources, interpreted, through the sans-IO tests.
     tests = ["tests/proxy/test_http1_codec.py", "tests/proxy/test_http2_codec.py",
              "tests/proxy/test_http2_playbook.py", "tests/proxy/test_http1_proxy.py",
-             "tests/proxy/test_http2_profiles.py"]  # (its ack-counting tests run only interpreted)
+             "tests/proxy/test_http2_profiles.py",  # (its ack-counting tests run only interpreted)
+             "tests/proxy/test_hot_constructors.py"]  # (the written-out __init__s' signatures: interpreted only)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env={**os.environ, native.PURE_ENV: "1"}, capture_output=True, text=True,
                           timeout=900)

@@ -35,7 +35,9 @@ from tether.proxy.core.profiles import Profile, Route, discoverable, name_addr
 # inbound metrics label it (``authority``: without the port when it is 80).
 Logical = tuple[str, int, str]
 MAX_VALUES = 1024  # header values whose parse is kept (a client chooses them: bounded)
-_UNPARSED: Logical = ("", -1, "")  # not in a parse cache yet
+# Not in a parse cache yet: told by its port (-1, never a real one), not by identity, because mypyc does not keep a
+# tuple constant's identity (``is _UNPARSED`` was never true compiled, and every request parsed again).
+_UNPARSED: Logical = ("", -1, "")
 
 
 class ProfileSource(Protocol):
@@ -67,11 +69,11 @@ class InboundProfileRoutes:
         """``request``'s profile route, None when it takes none, or the ``Wait`` to yield before asking again
         with ``waited`` (the first answer for its service is not in yet). Its service is named here, inline:
         this runs once per inbound request."""
-        canonical, authority, host = logical_names(request.headers)  # (compiled: this module is not)
+        canonical, authority, host = logical_names(request.headers)
         logical = None
         if canonical is not None:
             logical = self._canonical.get(canonical, _UNPARSED)
-            if logical is _UNPARSED:
+            if logical is not None and logical[1] < 0:
                 logical = self._parsed(self._canonical, canonical, None)
         if logical is None:  # no canonical name: the URI's authority, else Host
             target = request.target
@@ -80,7 +82,7 @@ class InboundProfileRoutes:
             for given in (authority, host):
                 if given is not None:
                     logical = self._authority.get(given, _UNPARSED)
-                    if logical is _UNPARSED:
+                    if logical is not None and logical[1] < 0:
                         logical = self._parsed(self._authority, given, 80)
                     if logical is not None:
                         break

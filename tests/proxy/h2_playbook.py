@@ -418,7 +418,7 @@ def _apply(core: Http2Proxy, sink: H2Sink, event: object) -> None:
     elif isinstance(event, DownLost):
         core.down_lost()
     elif isinstance(event, UpEof):
-        core.up_eof(sink.ups[event.n])
+        core.up_eof(sink.ups[event.up])
     elif isinstance(event, Connected):
         done, n = sink.connects.pop(0)
         up = sink.ups[n] = Upstream(n, None, 0.001, reused=False)

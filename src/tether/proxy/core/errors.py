@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.proxy.codec.http1 import ResponseHead
+from tether.proxy.codec.http2_events import ErrorCodes
 
 REASONS = {301: b"Moved Permanently", 302: b"Found", 303: b"See Other", 307: b"Temporary Redirect",
            308: b"Permanent Redirect", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 429: b"Too Many Requests",
@@ -91,10 +92,43 @@ class ErrorKind(enum.Enum):
         self.meaning = meaning  # for docs and logs; the l5d-proxy-error text names the target (ProxyError.message)
 
 
+class RouteError(enum.Enum):
+    """Why a client policy route's request ended without a whole response: the ``error`` label of
+    ``outbound_{http,grpc}_route_request_statuses_total`` (proxy.md §9.5), as linkerd2-proxy's route metrics
+    name the error that reached them (its ``labels::Error``)."""
+
+    FAIL_FAST = "FAIL_FAST"  # no endpoint within the failfast timeout
+    LOAD_SHED = "LOAD_SHED"  # the balancer's queue was full
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # the rule's request timeout (the stream's deadline)
+    RESPONSE_HEADERS_TIMEOUT = "RESPONSE_HEADERS_TIMEOUT"  # the retry's per-attempt timeout, not retried
+    RESPONSE_STREAM_TIMEOUT = "RESPONSE_STREAM_TIMEOUT"  # the rule's response timeout
+    IDLE_TIMEOUT = "IDLE_TIMEOUT"  # the rule's idle timeout
+    CANCEL = "CANCEL"  # the upstream reset the stream: CANCEL
+    REFUSED = "REFUSED"  # ... REFUSED_STREAM (when not sent again)
+    ENHANCE_YOUR_CALM = "ENHANCE_YOUR_CALM"  # ... ENHANCE_YOUR_CALM
+    RESET = "RESET"  # ... any other code
+    GO_AWAY = "GO_AWAY"  # the upstream connection went away (GOAWAY) under the stream
+    IO = "IO"  # the upstream connection broke under the stream
+    UNKNOWN = "UNKNOWN"  # anything else
+
+
 # Errors raised between a route and its endpoints that the proxy answers itself: linkerd2-proxy's route metrics
-# record them as errors, without a status -- its client policy routes with this ``error`` label
-# (outbound_*_route_request_statuses_total), its ServiceProfile routes as ``error="unclassified"``.
-ROUTE_ERRORS = {ErrorKind.FAILFAST: "FAIL_FAST", ErrorKind.LOAD_SHED: "LOAD_SHED"}
+# see the error, not a response (its endpoint errors are answered below the route, by status) -- its client
+# policy routes label them so (outbound_*_route_request_statuses_total), its ServiceProfile routes record the
+# failfast and load-shed ones as ``error="unclassified"`` without a status (``UNSTATUSED``).
+ROUTE_ERRORS = {ErrorKind.FAILFAST: RouteError.FAIL_FAST, ErrorKind.LOAD_SHED: RouteError.LOAD_SHED,
+                ErrorKind.ATTEMPT_TIMEOUT: RouteError.RESPONSE_HEADERS_TIMEOUT,
+                ErrorKind.IDLE_TIMEOUT: RouteError.IDLE_TIMEOUT}
+UNSTATUSED = frozenset((ErrorKind.FAILFAST, ErrorKind.LOAD_SHED))
+
+# An upstream's RST_STREAM code as the route's error; any other code is RESET.
+_RESET_ERRORS = {int(ErrorCodes.CANCEL): RouteError.CANCEL, int(ErrorCodes.REFUSED_STREAM): RouteError.REFUSED,
+                 int(ErrorCodes.ENHANCE_YOUR_CALM): RouteError.ENHANCE_YOUR_CALM}
+
+
+def reset_error(code: int) -> RouteError:
+    """The route error of a stream the upstream reset with ``code``."""
+    return _RESET_ERRORS.get(code, RouteError.RESET)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from tether.proxy.codec.http1 import RequestHead
 from tether.proxy.core import errors
-from tether.proxy.core.errors import ErrorKind, ProxyError
+from tether.proxy.core.errors import ErrorKind, ProxyError, RouteError
 from tether.proxy.core.http import HeaderEdit, HttpSettings
 from tether.proxy.core.policy_metrics import FRAME_BUCKETS, histogram
 from tether.proxy.core.policy_routes import Attempts, PolicyRoute
@@ -143,25 +143,44 @@ def record(settings: HttpSettings, labels: str, status: int, success: bool, star
                          grpc_status=grpc_status, series=series)
 
 
-# The legacy route error labels as Linkerd 2.20's route metrics name them (proxy.md §9.5).
-_POLICY_ERRORS = {"timeout": "REQUEST_TIMEOUT", "idle": "IDLE_TIMEOUT", "unclassified": "UNKNOWN"}
+def timeout_spans_response(route: Route | None) -> bool:
+    """Whether ``route``'s timeout still runs once the response head came: a client policy rule's request and
+    response timeouts bound the whole stream, to the response's end (linkerd2-proxy's stream deadline and
+    response-end timeout); a ServiceProfile route's bounds the response head."""
+    return isinstance(route, PolicyRoute)
+
+
+def timeout_error(route: Route | None) -> RouteError:
+    """The route error of ``route``'s timeout passing (a client policy rule's request or response timeout)."""
+    return route.timeout_error if isinstance(route, PolicyRoute) else RouteError.REQUEST_TIMEOUT
 
 
 def record_route(settings: HttpSettings, route_labels: str, status: int, success: bool, start: float,
                  error: str = "", grpc_status: int | None = None, route: Route | None = None,
-                 answered: ProxyError | None = None) -> None:
+                 answered: ProxyError | None = None, route_error: RouteError | None = None) -> None:
     """``route_response_total`` and its latency for the exchange as the client saw it (a timeout is not an
-    actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics. ``answered``:
-    the error the proxy answered the request with, if any (``errors.ROUTE_ERRORS``: an error, no status)."""
-    routed_error = errors.ROUTE_ERRORS.get(answered.kind, "") if answered is not None else ""
-    if routed_error:
-        status, success, error, grpc_status = 0, False, "unclassified", None
+    actual response); on a client policy route (``route``), its ``outbound_*_route_*`` metrics.
+
+    ``error``: the ServiceProfile classification's label (``timeout``, ``h2(<CODE>)``, ``unclassified``);
+    ``route_error``: what a client policy route's metrics call it (unsaid with an ``error``: ``UNKNOWN``);
+    ``answered``: the error the proxy answered the request with, if any -- those of ``errors.ROUTE_ERRORS``
+    are errors to the route, not statuses."""
+    policy_status, policy_grpc = status, grpc_status
+    if answered is not None:
+        kind = answered.kind
+        if kind in errors.UNSTATUSED:
+            status, success, error, grpc_status = 0, False, "unclassified", None
+        answered_error = errors.ROUTE_ERRORS.get(kind)
+        if answered_error is None and kind is ErrorKind.RESPONSE_TIMEOUT:
+            answered_error = timeout_error(route)
+        if answered_error is not None:
+            route_error, policy_status, policy_grpc = route_error or answered_error, 0, None
     if isinstance(route, PolicyRoute):
         report = route.report
         if report is not None:  # the route's series, found inline (no call when known), and its retry's success
-            policy_error = routed_error or (_POLICY_ERRORS.get(error, "UNKNOWN") if error else "")
+            policy_error = route_error.value if route_error is not None else ("UNKNOWN" if error else "")
             (report.family.routes.get(report.key) or report.series()).ended(
-                status, grpc_status, settings.clock() - start, policy_error)
+                policy_status, policy_grpc, settings.clock() - start, policy_error)
             budget = route.budget
             if isinstance(budget, Attempts) and budget.retried and not policy_error \
                     and not route.is_failure(status, grpc_status):

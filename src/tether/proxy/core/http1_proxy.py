@@ -84,7 +84,7 @@ from tether.proxy.codec.http1 import (
 )
 from tether.proxy.core import errors, exchange, orig_proto
 from tether.proxy.core.commands import Command, Connect, Failed, Layer, Revocable
-from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.errors import ProxyError, RouteError
 from tether.proxy.core.http import MAX_REPLAY, ClientAddr, HttpSettings, Pick, Router, no_outcome, no_sample, nothing
 from tether.proxy.core.http1_headers import downstream_response, edited, informational, upstream_request
 from tether.proxy.core.http_commands import ServeHttp1, Upstream
@@ -588,7 +588,7 @@ class Http1Proxy:
                 return
             # The timeout wraps the retries: it has passed, so the request ends here.
             self._answer(ex, exchange.route_timeout(route), None, recorded=True)
-            self._route_response(ex, 0, False, "timeout")
+            self._route_response(ex, 0, False, "timeout", route_error=exchange.timeout_error(route))
             return
         if error is not None:
             self._answer(ex, error, pick)
@@ -632,24 +632,37 @@ class Http1Proxy:
             ex.up = None
         pick = ex.pick
         if ex.phase is Phase.RELAYING:
-            head = ex.head
-            assert head is not None and pick is not None
-            self.server.send_failed()
-            self._record(pick.labels, head.status, False, ex.start, "unclassified")
-            self._route_response(ex, head.status, False, "idle")
-            self._end(ex)
-            self._close()
+            self._break_off(ex, "idle", RouteError.IDLE_TIMEOUT)
             return
         metrics = self.settings.metrics
         if pick is not None and not ex.counted and metrics is not None:
             metrics.request(pick.labels)
         self._answer(ex, errors.idle_timeout(idle), pick)
-        self._route_response(ex, 0, False, "idle")
+        self._route_response(ex, 0, False, "idle", route_error=RouteError.IDLE_TIMEOUT)
+
+    def _break_off(self, ex: _Exchange, error: str, route_error: RouteError) -> None:
+        """A response under way is broken off (a timeout passed): the upstream and the client's connection
+        closed, the response recorded as failed with the status it had."""
+        if ex.up is not None:
+            self.sink.checkin(ex.up, reuse=False)
+            ex.up = None
+        head, pick = ex.head, ex.pick
+        assert head is not None and pick is not None
+        self.server.send_failed()
+        self._record(pick.labels, head.status, False, ex.start, "unclassified")
+        self._route_response(ex, head.status, False, error, route_error=route_error)
+        self._end(ex)
+        self._close()
 
     def _timed_out(self, ex: _Exchange) -> None:
-        """The route's timeout passed before the final response head: 504, the connection closed."""
+        """The route's timeout passed: before the final response head 504 (the connection closed on a
+        ServiceProfile route); after it (a client policy route's, which runs to the response's end) the response
+        is broken off."""
         ex.timer = None
-        if self.ex is not ex or ex.phase in (Phase.RELAYING, Phase.OVER):
+        if self.ex is not ex or ex.phase is Phase.OVER:
+            return
+        if ex.phase is Phase.RELAYING:
+            self._break_off(ex, "timeout", exchange.timeout_error(ex.route))
             return
         if ex.up is not None:
             self.sink.checkin(ex.up, reuse=False)
@@ -659,12 +672,12 @@ class Http1Proxy:
         if pick is not None and not ex.counted and metrics is not None:
             metrics.request(pick.labels)  # timed out while connecting: the request still counts
         self._answer(ex, exchange.route_timeout(ex.route), pick)
-        self._route_response(ex, 0, False, "timeout")
+        self._route_response(ex, 0, False, "timeout", route_error=exchange.timeout_error(ex.route))
 
     def _relay(self, ex: _Exchange, head: ResponseHead, success: bool) -> None:
         """From the final response head on: the response streamed to the client (or, after a protocol
         switch, the two connections joined)."""
-        if ex.timer is not None:
+        if ex.timer is not None and not exchange.timeout_spans_response(ex.route):
             ex.timer.cancel()
             ex.timer = None
         server = self.server
@@ -870,9 +883,9 @@ class Http1Proxy:
         exchange.record(self.settings, labels, status, success, start, error)
 
     def _route_response(self, ex: _Exchange, status: int, success: bool, error: str = "",
-                        answered: ProxyError | None = None) -> None:
+                        answered: ProxyError | None = None, route_error: RouteError | None = None) -> None:
         exchange.record_route(self.settings, ex.route_labels, status, success, ex.start, error, route=ex.route,
-                              answered=answered)
+                              answered=answered, route_error=route_error)
 
     def _end(self, ex: _Exchange, told: bool = False) -> None:
         """The exchange is over (however it ended): its timer, endpoint and in-flight count let go."""

@@ -96,7 +96,7 @@ from tether.proxy.codec.http2 import (
 )
 from tether.proxy.core import errors, exchange, orig_proto
 from tether.proxy.core.commands import Command, Connect, Failed, Layer
-from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.errors import ErrorKind, ProxyError, RouteError
 from tether.proxy.core.http import (
     MAX_REPLAY,
     PROXY_ERRORS,
@@ -209,7 +209,7 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
     **{(p, Step.RESET): _P.OVER for p in (_P.ROUTING, _P.CONNECTING, _P.WAITING, _P.RELAYING, _P.ENDING)},
 }
 _BEFORE_HEAD = (_P.ROUTING, _P.CONNECTING, _P.WAITING)
-_IDLE_WATCHED = (*_BEFORE_HEAD, _P.RELAYING)  # the phases a stream's idle timer applies in
+_TIMED = (*_BEFORE_HEAD, _P.RELAYING)  # the phases a stream's route timers (timeout, idle) apply in
 # A stream moves only by ``stream.phase = TRANSITIONS.get((stream.phase, step)) or _illegal(stream, step)``: the
 # lookup is written where the stream moves, not in a method, as every stream moves at least five times (five
 # Python calls per stream saved); a step the table does not allow from the phase raises.
@@ -966,7 +966,7 @@ class Http2Proxy:
         stream.phase = TRANSITIONS.get((stream.phase, Step.HEAD)) or _illegal(stream, Step.HEAD)
         if stream.attempt is not None:
             self._stop_attempt(stream)
-        if stream.timer is not None:
+        if stream.timer is not None and not exchange.timeout_spans_response(stream.route):
             stream.timer.cancel()
             stream.timer = None
         if self.settings.observer is not None:
@@ -1053,7 +1053,7 @@ class Http2Proxy:
             stream.reset_after = ErrorCodes.NO_ERROR
             self.touched.append(stream)
             return
-        self._reset_down(stream, code)
+        self._reset_down(stream, code, route_error=errors.reset_error(code))
 
     def _unprocessed(self, stream: _Stream) -> bool:
         """The upstream did not process the stream (RST_STREAM REFUSED_STREAM, RFC 9113 §8.7, or a stream above its
@@ -1139,14 +1139,19 @@ class Http2Proxy:
             stream.kept.append(data)
 
     def _timed_out(self, stream: _Stream) -> None:
-        """The route's timeout passed before the response head: the timeout error, the upstream stream reset
-        (CANCEL). The connection stays open (every stream stands alone)."""
+        """The route's timeout passed: before the response head the timeout error; after it (a client policy
+        route's, which runs to the response's end) the stream ends as after an idle timeout (reset, or a gRPC
+        response's trailers). The upstream stream is reset (CANCEL); the connection stays open (every stream
+        stands alone)."""
         stream.timer = None
-        if self.over or stream.phase not in _BEFORE_HEAD:
+        if self.over or stream.phase not in _TIMED:
             return
         assert stream.route is not None and stream.route.timeout is not None
         stream.timed_out = True
-        self._fail(stream, exchange.route_timeout(stream.route), attempt=False)
+        if stream.phase is Phase.RELAYING:
+            self._leg_failed(stream, exchange.route_timeout(stream.route))
+        else:
+            self._fail(stream, exchange.route_timeout(stream.route), attempt=False)
         self._after()
 
     def _attempt_timed_out(self, stream: _Stream, usid: int, timeout: float) -> None:
@@ -1163,7 +1168,7 @@ class Http2Proxy:
         stream timeouts end it -- 504 / DEADLINE_EXCEEDED before the response head (not retried), after it a
         gRPC response's trailers say DEADLINE_EXCEEDED and any other stream is reset (INTERNAL_ERROR)."""
         stream.idle = None
-        if self.over or stream.phase not in _IDLE_WATCHED:
+        if self.over or stream.phase not in _TIMED:
             return
         left = stream.active + idle - self.settings.clock()
         if left > 0:
@@ -1299,9 +1304,11 @@ class Http2Proxy:
             return
         if stream.phase is not Phase.RELAYING:
             return
+        # The route's metrics: the upstream connection broke under the stream (IO), or the proxy's own error.
+        route_error = RouteError.IO if error.kind is ErrorKind.UPSTREAM_CLOSED else errors.ROUTE_ERRORS.get(error.kind)
         if stream.grpc:
             # Linkerd reports an error after a gRPC response began in its trailers.
-            self._record(stream, stream.status or 0, False, "unclassified")
+            self._record(stream, stream.status or 0, False, "unclassified", route_error=route_error)
             stream.phase = TRANSITIONS.get((stream.phase, Step.ANSWER)) or _illegal(stream, Step.ANSWER)
             self.touched.append(stream)
             trailers = [(GRPC_STATUS, str(errors.grpc_status(error)).encode())]
@@ -1310,7 +1317,7 @@ class Http2Proxy:
             self.down.queue_end(stream.sid, trailers)
             self._flush_down(stream.sid)
         else:
-            self._reset_down(stream, ErrorCodes.INTERNAL_ERROR, error="unclassified")
+            self._reset_down(stream, ErrorCodes.INTERNAL_ERROR, error="unclassified", route_error=route_error)
 
     def _detach(self, stream: _Stream) -> None:
         """Forget the upstream leg (reset it if still open); request data from now on is dropped."""
@@ -1342,11 +1349,14 @@ class Http2Proxy:
 
     # -- the end of a stream --------------------------------------------------------------------------------------
 
-    def _reset_down(self, stream: _Stream, code: int, *, by_client: bool = False, error: str = "") -> None:
+    def _reset_down(self, stream: _Stream, code: int, *, by_client: bool = False, error: str = "",
+                    route_error: RouteError | None = None) -> None:
         """The stream ends in a reset with ``code``: a response under way is recorded as failed (``error``, else
-        ``h2(<CODE>)``), the client's stream reset (unless the client reset it: ``by_client``), the stream over."""
+        ``h2(<CODE>)``; ``route_error``: its client policy route's error, else UNKNOWN), the client's stream reset
+        (unless the client reset it: ``by_client``), the stream over."""
         if stream.phase is Phase.RELAYING:
-            self._record(stream, stream.status or 0, False, error or f"h2({error_name(code)})")
+            self._record(stream, stream.status or 0, False, error or f"h2({error_name(code)})",
+                         route_error=route_error)
         if by_client:
             self.down.drop(stream.sid)
         else:
@@ -1422,24 +1432,26 @@ class Http2Proxy:
             stream.pick = None
 
     def _record(self, stream: _Stream, status: int, success: bool, error: str = "", *, route: bool = True,
-                answered: ProxyError | None = None) -> None:
+                answered: ProxyError | None = None, route_error: RouteError | None = None) -> None:
         """The stream's response (``success`` by the default rule), under its endpoint and (``route``) its route;
         each once; ``answered``: the error the proxy answered it with. (One method for both: one call per
         stream.)"""
         if route and stream.route is not None and not stream.route_recorded:
             stream.route_recorded = True
             grpc = stream.grpc_status if stream.grpc else None
-            if stream.timed_out:
-                exchange.record_route(self.settings, stream.route_labels, 0, False, stream.start, "timeout",
-                                      route=stream.route)
+            if stream.timed_out:  # the response's status, if its head went out (a client policy route's)
+                relaying = stream.phase is Phase.RELAYING
+                exchange.record_route(self.settings, stream.route_labels, status if relaying else 0, False,
+                                      stream.start, "timeout", grpc if relaying else None, route=stream.route,
+                                      route_error=exchange.timeout_error(stream.route))
             elif stream.idled:  # as HTTP/1 records it: the response's status once its head went out, else none
                 exchange.record_route(self.settings, stream.route_labels,
                                       status if stream.phase is Phase.RELAYING else 0, False, stream.start, "idle",
-                                      grpc, route=stream.route)
+                                      grpc, route=stream.route, route_error=RouteError.IDLE_TIMEOUT)
             else:
                 ok = not error and not stream.route.is_failure(status, grpc)
                 exchange.record_route(self.settings, stream.route_labels, status, ok, stream.start, error, grpc,
-                                      route=stream.route, answered=answered)
+                                      route=stream.route, answered=answered, route_error=route_error)
         if stream.recorded:
             return
         stream.recorded = True

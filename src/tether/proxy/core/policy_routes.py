@@ -11,11 +11,13 @@ the response header rewrite, and the request's ``PolicyRoute``.
 ``PolicyRoute`` is what the HTTP layers already apply to a route
 (``core.profiles.Route``): ``timeout`` (the rule's request timeout, or its
 response timeout when shorter: a 504 before the response head, across every
-attempt), ``budget`` (the rule's retry limit, counted down per request:
-``Attempts``, with the rule's backoff before each retry: ``retry_delay``),
-``attempt_timeout`` (the rule's per-attempt timeout: a retryable 504) and
-``is_failure`` (the rule's retry conditions: HTTP status ranges or gRPC codes). It has no ``metric_labels``: the ServiceProfile
-``route_*`` series are not for policy routes.
+attempt; ``timeout_error`` names which in the route's metrics), ``budget``
+(the rule's retry limit, counted down per request: ``Attempts``, with the
+rule's backoff before each retry: ``retry_delay``), ``attempt_timeout`` (the
+rule's per-attempt timeout: a retryable 504) and ``is_failure`` (the rule's
+retry conditions: HTTP status ranges or gRPC codes). It has no
+``metric_labels``: the ServiceProfile ``route_*`` series are not for policy
+routes.
 
 Pure: ``draw`` is a uniform random in [0, 1). Callers: ``core.routes``.
 """
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from tether.proxy.codec.http1 import Headers, RequestHead
 from tether.proxy.core import errors, route_headers
 from tether.proxy.core.client_policy import ClientPolicy, OutboundRoute, OutboundRule, Retry, RouteBackend, Timeouts
-from tether.proxy.core.errors import ProxyError
+from tether.proxy.core.errors import ProxyError, RouteError
 from tether.proxy.core.route_filters import (
     FailureInjector,
     HeaderModifier,
@@ -134,6 +136,7 @@ class PolicyRoute(Route):
     route: OutboundRoute | None = None
     report: RouteReport | None = None
     idle: float | None = None  # the rule's idle timeout: no byte either way for that long ends the request
+    timeout_error: RouteError = RouteError.REQUEST_TIMEOUT  # what ``timeout`` passing is called (its metrics)
 
     def attempt_timeout(self) -> float | None:
         """The per-attempt timeout of the attempt about to be sent: none on the last one Linkerd would send
@@ -173,7 +176,6 @@ class _Prepared:
 
     report: RouteReport | None
     shared: PolicyRoute | None  # the request's route, when the rule has no retries (nothing per request)
-    timeout: float | None
     checks: tuple[RequestFilter, ...]  # redirects, failure injectors, invalid: in order
     modifiers: tuple[HeaderModifier, ...]
     rewrite: Rewrite | None
@@ -220,14 +222,13 @@ def _decide(route: OutboundRoute, rule: OutboundRule, prepared: _Prepared, repor
     """The decision for ``request`` made afresh: its route (its own when it has retries, l5d-* overrides or its
     own hostname label), its filters, the backend drawn, its rewrites; or what the proxy answers instead."""
     request_route = prepared.shared if prepared.shared is not None and report is prepared.report \
-        else _request_route(route, rule.retry, prepared.timeout, report, draw, rule.timeouts.idle)
+        else _request_route(route, rule.retry, rule.timeouts, report, draw)
     consumed = False
     if rule.allow_l5d_request_headers:  # the client's l5d-retry-*/l5d-*-timeout headers (core.route_headers)
         asked = route_headers.overrides(request, rule.retry, rule.timeouts)
         if asked is not None:
             consumed = True
-            request_route = _request_route(route, asked.retry, _timeout(asked.timeouts), report, draw,
-                                           asked.timeouts.idle)
+            request_route = _request_route(route, asked.retry, asked.timeouts, report, draw)
     if prepared.checks:
         refused = _filters(prepared.checks, rule, request, [], draw)
         if refused is not None:
@@ -253,12 +254,11 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
         else None
     modifiers = tuple(f for f in rule.filters if isinstance(f, HeaderModifier))
-    prepared = _Prepared(report, None, _timeout(rule.timeouts),
+    prepared = _Prepared(report, None,
                          tuple(f for f in rule.filters if not isinstance(f, HeaderModifier)), modifiers,
                          chain(modifiers), chain(rule.response_filters))
     if rule.retry is None or rule.retry.limit == 0:
-        prepared.shared = PolicyRoute(MATCH_ALL, timeout=prepared.timeout, retry=rule.retry, route=route,
-                                      report=report, idle=rule.timeouts.idle)
+        prepared.shared = _request_route(route, rule.retry, rule.timeouts, report, _no_draw)
         if not prepared.checks and not rule.allow_l5d_request_headers and len(rule.backends) == 1 \
                 and not rule.backends[0].filters:
             backend = rule.choose(0.0)  # with one backend, the same for every draw and every readiness
@@ -268,17 +268,23 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     return prepared
 
 
-def _request_route(route: OutboundRoute, retry: Retry | None, timeout: float | None, report: RouteReport | None,
-                   draw: Callable[[], float], idle: float | None) -> PolicyRoute:
-    """A request's own route: its retries are counted per request."""
+def _request_route(route: OutboundRoute, retry: Retry | None, timeouts: Timeouts, report: RouteReport | None,
+                   draw: Callable[[], float]) -> PolicyRoute:
+    """A request's own route (its retries counted per request), or a rule's shared one (no retries)."""
     budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
-    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report, idle=idle)
+    request, response = timeouts.request, timeouts.response
+    # The deadline for the response head: the request timeout, or the response timeout when shorter (then the
+    # error is the response stream's, as linkerd2-proxy's stream timeouts name it).
+    timeout: float | None = request or None
+    error = RouteError.REQUEST_TIMEOUT
+    if response and (not request or response < request):
+        timeout, error = response, RouteError.RESPONSE_STREAM_TIMEOUT
+    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report,
+                       idle=timeouts.idle, timeout_error=error)
 
 
-def _timeout(t: Timeouts) -> float | None:
-    """The deadline for the response head: the request timeout, or the response timeout when shorter."""
-    limits = [s for s in (t.request, t.response) if s]
-    return min(limits) if limits else None
+def _no_draw() -> float:
+    return 0.0  # a shared route has no retries: nothing is drawn
 
 
 def _then(first: Rewrite, second: Rewrite) -> Rewrite:

@@ -390,23 +390,31 @@ def test_failfast_and_load_shed_are_route_errors_without_a_status(reply: Any, st
             f'error="{name}"}} 1') in registry.render()
 
 
-def test_an_idle_grpc_response_ends_with_deadline_exceeded_trailers() -> None:
-    """A gRPC response on which nothing moves for the idle timeout ends as Linkerd ends a gRPC response that
-    failed after its head: trailers with DEADLINE_EXCEEDED, the upstream stream cancelled."""
+GRPC_CALL = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r"),
+             (b"content-type", b"application/grpc")]
+GRPC_HEAD = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+
+
+def grpc_call_headed(annotations: dict[str, str], clock: FakeClock) -> H2Playbook:
+    """A gRPC call on a client policy route with ``annotations`` (one of them a 1 s timer), up to its
+    response head relayed to the client."""
     import test_client_policy as cp
 
-    clock = FakeClock()
-    call = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r"),
-            (b"content-type", b"application/grpc")]
-    head = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-    assert (policy_playbook({"timeout.linkerd.io/idle": "1s"}, clock)
-            >> Down(Headers(1, call, end=True))
+    return (policy_playbook(annotations, clock)
+            >> Down(Headers(1, GRPC_CALL, end=True))
             << CallLater(1.0)
             << Connect(cp.UP)
             >> Connected()
-            << SendUp(0, Headers(1, call, end=True))
-            >> Up(0, Headers(1, head))
-            << SendDown(Headers(1, head))
+            << SendUp(0, Headers(1, GRPC_CALL, end=True))
+            >> Up(0, Headers(1, GRPC_HEAD))
+            << SendDown(Headers(1, GRPC_HEAD)))
+
+
+def test_an_idle_grpc_response_ends_with_deadline_exceeded_trailers() -> None:
+    """A gRPC response on which nothing moves for the idle timeout ends as Linkerd ends a gRPC response that
+    failed after its head: trailers with DEADLINE_EXCEEDED, the upstream stream cancelled."""
+    clock = FakeClock()
+    assert (grpc_call_headed({"timeout.linkerd.io/idle": "1s"}, clock)
             >> later(clock, 1.0)
             >> Fire()
             << SendDown(Headers(1, [(b"grpc-status", b"4"), (b"grpc-message", b"HTTP stream idle for 1s")],

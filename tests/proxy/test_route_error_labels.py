@@ -10,13 +10,14 @@ from __future__ import annotations
 import pytest
 from h2.errors import ErrorCodes
 from h2_fakes import FakeClock
-from h2_playbook import Checkin as H2Checkin, Connect, Connected, Count, Down, Fire, Headers, Rst, SendDown, SendUp, Up
+from h2_playbook import Checkin as H2Checkin
+from h2_playbook import Connect, Connected, Count, Down, Fire, H2Playbook, Headers, Rst, SendDown, SendUp, Up
 from playbook import CallLater, Checkin, Checkout, DownData, UpEof
 from playbook import Connected as H1Connected
 from playbook import Count as H1Count
 from playbook import SendDown as H1SendDown
 from playbook import SendUp as H1SendUp
-from test_http2_playbook import OK, POLICY_GET, policy_playbook
+from test_http2_playbook import OK, POLICY_GET, grpc_call_headed, policy_playbook
 
 import test_client_policy as cp
 from tether.proxy.core import errors
@@ -80,6 +81,17 @@ def test_an_http2_route_timeout_is_named_by_the_timeout_that_passed(annotations:
     assert statuses(registry) == [f'http_status="",error="{label}"}} 1']
 
 
+def headed(registry: Registry) -> H2Playbook:
+    """A request on a client policy route without timeouts, up to its response head relayed to the client."""
+    return (policy_playbook({}, FakeClock(), PolicyMetrics(registry))
+            >> Down(Headers(1, POLICY_GET, end=True))
+            << Connect(cp.UP)
+            >> Connected()
+            << SendUp(0, Headers(1, POLICY_GET, end=True))
+            >> Up(0, Headers(1, OK))
+            << SendDown(Headers(1, OK)))
+
+
 @pytest.mark.parametrize("code, label", [
     (ErrorCodes.CANCEL, "CANCEL"),
     (ErrorCodes.REFUSED_STREAM, "REFUSED"),  # after the response head: not sent again, an error
@@ -89,30 +101,16 @@ def test_an_http2_route_timeout_is_named_by_the_timeout_that_passed(annotations:
 def test_an_upstream_reset_under_a_response_is_named_by_its_code(code: ErrorCodes, label: str) -> None:
     """The upstream resets a stream whose response began: the client's stream is reset with the same code, and
     the route's metrics keep the status that came with the error the reset was."""
-    clock = FakeClock()
-    registry = Registry(retain_idle=600.0, clock=clock)
-    assert (policy_playbook({}, clock, PolicyMetrics(registry))
-            >> Down(Headers(1, POLICY_GET, end=True))
-            << Connect(cp.UP)
-            >> Connected()
-            << SendUp(0, Headers(1, POLICY_GET, end=True))
-            >> Up(0, Headers(1, OK))
-            << SendDown(Headers(1, OK))
+    registry = Registry(retain_idle=600.0, clock=FakeClock())
+    assert (headed(registry)
             >> Up(0, Rst(1, code))
             << SendDown(Rst(1, code)))
     assert statuses(registry) == [f'http_status="200",error="{label}"}} 1']
 
 
 def test_an_upstream_connection_lost_under_a_response_is_io() -> None:
-    clock = FakeClock()
-    registry = Registry(retain_idle=600.0, clock=clock)
-    assert (policy_playbook({}, clock, PolicyMetrics(registry))
-            >> Down(Headers(1, POLICY_GET, end=True))
-            << Connect(cp.UP)
-            >> Connected()
-            << SendUp(0, Headers(1, POLICY_GET, end=True))
-            >> Up(0, Headers(1, OK))
-            << SendDown(Headers(1, OK))
+    registry = Registry(retain_idle=600.0, clock=FakeClock())
+    assert (headed(registry)
             >> UpEof(0)
             << H2Checkin(0, reuse=False)
             << SendDown(Rst(1, ErrorCodes.INTERNAL_ERROR)))
@@ -176,18 +174,7 @@ def test_an_http2_response_still_streaming_at_the_timeout_is_reset() -> None:
 
 
 def test_a_grpc_response_still_streaming_at_the_timeout_ends_with_deadline_exceeded() -> None:
-    clock = FakeClock()
-    call = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"web"), (b":path", b"/r"),
-            (b"content-type", b"application/grpc")]
-    head = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-    assert (policy_playbook({"timeout.linkerd.io/request": "1s"}, clock)
-            >> Down(Headers(1, call, end=True))
-            << CallLater(1.0)
-            << Connect(cp.UP)
-            >> Connected()
-            << SendUp(0, Headers(1, call, end=True))
-            >> Up(0, Headers(1, head))
-            << SendDown(Headers(1, head))
+    assert (grpc_call_headed({"timeout.linkerd.io/request": "1s"}, FakeClock())
             >> Fire()
             << SendDown(Headers(1, [(b"grpc-status", b"4"),
                                     (b"grpc-message", b"HTTP response timeout after 1s")], end=True))
@@ -212,7 +199,6 @@ def test_a_response_that_ended_in_time_is_not_touched_by_the_timeout() -> None:
 
 def test_a_service_profile_routes_timeout_stops_at_the_response_head() -> None:
     """A ServiceProfile route's timeout bounds the response head only: a response streaming past it goes on."""
-    from h2_playbook import H2Playbook
     from test_http2_profiles import GRPC as CALL, Router as ProfileRouter, http_settings as profile_settings, profile
     from test_http2_proxy import ADDRS
 

@@ -10,6 +10,7 @@ is reported ok.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -286,7 +287,11 @@ def test_proxy_metrics_controller_metrics_identity_and_version(mesh: uplab.Platf
     ident = mesh.tether("identity", f"po/{web['metadata']['name']}", "-n", NS).stdout
     assert "subject:    CN=default.dg.serviceaccount.identity.linkerd.cluster.local" in ident
     assert "SANs:       DNS:default.dg.serviceaccount.identity.linkerd.cluster.local" in ident
-    assert "issuer:     CN=identity.linkerd.cluster.local" in ident and "hours left" in ident
+    assert "issuer:     CN=identity.linkerd.cluster.local" in ident
+    # The leaf's 24 h lifetime plus the clock-skew allowance (20 s), less the time since it was issued: shown as
+    # "1.0 days" within the allowance of issuance, as "23.9 hours" after it.
+    left = re.search(r"(\d+\.\d) (hours|days) left", ident)
+    assert left is not None and 23.0 <= float(left[1]) * (24 if left[2] == "days" else 1) <= 24.1
     version = mesh.tether("version", "--proxy", "-n", NS).stdout
     assert "Server version: 0.1.0" in version and "\t0.1.0 (7 pods)" in version
     assert mesh.tether("version", "--client", "--short").stdout == "0.1.0\n"

@@ -1,11 +1,14 @@
 """The ``error`` label of a client policy route's ``outbound_{http,grpc}_route_request_statuses_total``: what
 linkerd2-proxy's route metrics call the error that ended a request (its ``labels::Error``, proxy.md §9.5) --
-which timeout passed, how the upstream reset the stream, whether the connection broke under it.
+which timeout passed, how the upstream reset the stream, whether the connection broke under it; that a client
+policy rule's timeouts run to the response's end; and that its retries take a fail-fast as retryable.
 
 Playbooks of both cores (tests/proxy/playbook.py, tests/proxy/h2_playbook.py): no sockets.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from h2.errors import ErrorCodes
@@ -21,6 +24,7 @@ from test_http2_playbook import OK, POLICY_GET, grpc_call_headed, policy_playboo
 
 import test_client_policy as cp
 from tether.proxy.core import errors
+from tether.proxy.core.balancer import FULL
 from tether.proxy.core.errors import RouteError
 from tether.proxy.core.metrics import Registry
 from tether.proxy.core.policy_metrics import PolicyMetrics
@@ -212,3 +216,44 @@ def test_a_service_profile_routes_timeout_stops_at_the_response_head() -> None:
             << SendDown(Headers(1, OK)))
     assert book
     assert book.sink.timers and all(timer.cancelled for timer in book.sink.timers)  # nothing can fire now
+
+
+@pytest.mark.parametrize("reply, status, label, retried", [(None, b"504", "failfast", True),
+                                                           (FULL, b"503", "loadshed", False)])
+def test_a_fail_fast_is_retried_on_a_client_policy_route_and_load_shedding_is_not(
+        reply: Any, status: bytes, label: str, retried: bool) -> None:
+    """linkerd2-proxy's policy retries take a fail-fast error as retryable, whatever the rule's conditions (the
+    next attempt may draw another backend), and a load-shed one as final: a route with one retry tries a request
+    that failed fast once more after the backoff, then answers; the route's metrics count the retry and one
+    request, ``error="FAIL_FAST"``."""
+    from h2_playbook import Wait, Waited
+
+    from tether.proxy.core.balancer_queue import Queue
+    from tether.proxy.core.http import HttpSettings
+    from tether.proxy.core.http_metrics import HttpMetrics
+    from tether.proxy.core.routes import outbound_router
+
+    clock = FakeClock()
+    registry = Registry(retain_idle=600.0, clock=clock)
+    balancers = cp.Balancers({cp.WEB: "10.0.0.7"})
+    route = cp.http_route("r", "web", [{}], annotations={"retry.linkerd.io/http": "5xx",
+                                                         "retry.linkerd.io/limit": "1"})
+    policy = cp.policy_of(route, balancers=balancers)
+    for balancer in balancers.by_path.values():
+        balancer.reset([])
+    router = outbound_router(cp.ORIG, cp.Resolution(authority=cp.WEB), local_ips=frozenset(), connect_timeout=1.0,
+                             queue=Queue(), loop_addrs=frozenset(), draw=lambda: 0.0,
+                             policies=cp.PolicyWatch(policy), policy_metrics=PolicyMetrics(registry))
+    book = H2Playbook(router, HttpSettings("outbound", clock, HttpMetrics(clock, 600.0), strip_proxy_errors=True))
+    error = (errors.failfast if reply is None else errors.queue_full)(cp.WEB)
+    book >> Down(Headers(1, POLICY_GET, end=True)) << Wait() >> Waited(reply)
+    if retried:
+        book << CallLater(0.025) >> Fire() << Wait() >> Waited(reply)  # the backoff, then the second attempt
+    assert (book
+            << Count("outbound_http_errors_total", f'error="{label}"')
+            << SendDown(Headers(1, [(b":status", status), (b"content-length", b"0"),
+                                    (b"l5d-proxy-error", error.message.encode())], end=True)))
+    name = {"failfast": "FAIL_FAST", "loadshed": "LOAD_SHED"}[label]
+    assert statuses(registry) == [f'http_status="",error="{name}"}} 1']
+    retries = f'outbound_http_route_retry_requests_total{{{cp.PARENT},{cp.ROUTE},hostname=""}} 1'
+    assert (retries in registry.render()) is retried

@@ -49,7 +49,8 @@ class ErrorKind(enum.Enum):
     Value: (HTTP status, gRPC code, ``<direction>_http_errors_total{error}`` label ("" when not counted),
     whether a retryable route may retry it, what it means). Linkerd answers for an endpoint error below its retry layer
     (a 502/504 like any other, so retryable); fail-fast, load shedding and a route's timeout come from above
-    it and are not retried.
+    it and are not retried -- except a fail-fast on a client policy route, which linkerd2-proxy's policy retries
+    take as retryable whatever the rule's conditions (``core.exchange.settle_attempt``).
     """
 
     FAILFAST = (504, GRPC_DEADLINE_EXCEEDED, "failfast", False, "no endpoint within the failfast timeout")

@@ -102,9 +102,13 @@ def settle_attempt(settings: HttpSettings, route: Route, route_labels: str, star
     budget = route.budget
     if budget is None:  # a route without retries (most): final (as ``settle`` says), without classifying the
         return Settled.FINAL  # attempt or calling ``settle``: two calls fewer per request
-    # A per-attempt timeout is retried whatever the conditions say (Linkerd's response-headers timeout).
-    failure = route.is_failure(status, grpc_status) or error is not None and error.kind is ErrorKind.ATTEMPT_TIMEOUT
-    retryable = failure and replayable and (error is None or error.kind.retryable)
+    # A per-attempt timeout is retried whatever the conditions say (Linkerd's response-headers timeout); so is a
+    # fail-fast on a client policy route: linkerd2-proxy's policy retries take it as retryable, as the next attempt
+    # may draw another backend (its ServiceProfile routes and everyone's load shedding do not).
+    kind = error.kind if error is not None else None
+    forced = kind is ErrorKind.ATTEMPT_TIMEOUT or kind is ErrorKind.FAILFAST and isinstance(route, PolicyRoute)
+    failure = forced or route.is_failure(status, grpc_status)
+    retryable = failure and replayable and (kind is None or forced or kind.retryable)
     expired = (retryable and route.timeout is not None
                and settings.clock() >= start + route.timeout)
     metrics = settings.metrics

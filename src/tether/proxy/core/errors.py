@@ -96,7 +96,8 @@ class ErrorKind(enum.Enum):
 class RouteError(enum.Enum):
     """Why a client policy route's request ended without a whole response: the ``error`` label of
     ``outbound_{http,grpc}_route_request_statuses_total`` (proxy.md §9.5), as linkerd2-proxy's route metrics
-    name the error that reached them (its ``labels::Error``)."""
+    name the error that reached them (its ``labels::Error``). Its ``GO_AWAY`` has no member: a stream a GOAWAY
+    did not take is sent again, or answered (502) as the io error it is here."""
 
     FAIL_FAST = "FAIL_FAST"  # no endpoint within the failfast timeout
     LOAD_SHED = "LOAD_SHED"  # the balancer's queue was full
@@ -108,7 +109,6 @@ class RouteError(enum.Enum):
     REFUSED = "REFUSED"  # ... REFUSED_STREAM (when not sent again)
     ENHANCE_YOUR_CALM = "ENHANCE_YOUR_CALM"  # ... ENHANCE_YOUR_CALM
     RESET = "RESET"  # ... any other code
-    GO_AWAY = "GO_AWAY"  # the upstream connection went away (GOAWAY) under the stream
     IO = "IO"  # the upstream connection broke under the stream
     UNKNOWN = "UNKNOWN"  # anything else
 

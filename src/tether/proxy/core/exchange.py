@@ -175,14 +175,14 @@ def record_route(settings: HttpSettings, route_labels: str, status: int, success
         if kind in errors.UNSTATUSED:
             status, success, error, grpc_status = 0, False, "unclassified", None
         answered_error = errors.ROUTE_ERRORS.get(kind)
-        if answered_error is None and kind is ErrorKind.RESPONSE_TIMEOUT:
-            answered_error = timeout_error(route)
         if answered_error is not None:
             route_error, policy_status, policy_grpc = route_error or answered_error, 0, None
     if isinstance(route, PolicyRoute):
         report = route.report
         if report is not None:  # the route's series, found inline (no call when known), and its retry's success
-            policy_error = route_error.value if route_error is not None else ("UNKNOWN" if error else "")
+            if route_error is None and error:
+                route_error = RouteError.UNKNOWN
+            policy_error = route_error.value if route_error is not None else ""
             (report.family.routes.get(report.key) or report.series()).ended(
                 policy_status, policy_grpc, settings.clock() - start, policy_error)
             budget = route.budget

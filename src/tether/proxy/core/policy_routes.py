@@ -176,6 +176,7 @@ class _Prepared:
 
     report: RouteReport | None
     shared: PolicyRoute | None  # the request's route, when the rule has no retries (nothing per request)
+    deadline: tuple[float | None, RouteError]  # the rule's timeout and its name (``_deadline``)
     checks: tuple[RequestFilter, ...]  # redirects, failure injectors, invalid: in order
     modifiers: tuple[HeaderModifier, ...]
     rewrite: Rewrite | None
@@ -222,13 +223,14 @@ def _decide(route: OutboundRoute, rule: OutboundRule, prepared: _Prepared, repor
     """The decision for ``request`` made afresh: its route (its own when it has retries, l5d-* overrides or its
     own hostname label), its filters, the backend drawn, its rewrites; or what the proxy answers instead."""
     request_route = prepared.shared if prepared.shared is not None and report is prepared.report \
-        else _request_route(route, rule.retry, rule.timeouts, report, draw)
+        else _request_route(route, rule.retry, prepared.deadline, rule.timeouts.idle, report, draw)
     consumed = False
     if rule.allow_l5d_request_headers:  # the client's l5d-retry-*/l5d-*-timeout headers (core.route_headers)
         asked = route_headers.overrides(request, rule.retry, rule.timeouts)
         if asked is not None:
             consumed = True
-            request_route = _request_route(route, asked.retry, asked.timeouts, report, draw)
+            request_route = _request_route(route, asked.retry, _deadline(asked.timeouts), asked.timeouts.idle,
+                                           report, draw)
     if prepared.checks:
         refused = _filters(prepared.checks, rule, request, [], draw)
         if refused is not None:
@@ -254,11 +256,13 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     report = RouteReport(metrics, route.grpc, f"{policy.parent_labels},{route.labels}") if metrics is not None \
         else None
     modifiers = tuple(f for f in rule.filters if isinstance(f, HeaderModifier))
-    prepared = _Prepared(report, None,
+    prepared = _Prepared(report, None, _deadline(rule.timeouts),
                          tuple(f for f in rule.filters if not isinstance(f, HeaderModifier)), modifiers,
                          chain(modifiers), chain(rule.response_filters))
     if rule.retry is None or rule.retry.limit == 0:
-        prepared.shared = _request_route(route, rule.retry, rule.timeouts, report, _no_draw)
+        timeout, error = prepared.deadline
+        prepared.shared = PolicyRoute(MATCH_ALL, timeout=timeout, retry=rule.retry, route=route, report=report,
+                                      idle=rule.timeouts.idle, timeout_error=error)
         if not prepared.checks and not rule.allow_l5d_request_headers and len(rule.backends) == 1 \
                 and not rule.backends[0].filters:
             backend = rule.choose(0.0)  # with one backend, the same for every draw and every readiness
@@ -268,23 +272,21 @@ def _prepare(policy: ClientPolicy, route: OutboundRoute, rule: OutboundRule,
     return prepared
 
 
-def _request_route(route: OutboundRoute, retry: Retry | None, timeouts: Timeouts, report: RouteReport | None,
-                   draw: Callable[[], float]) -> PolicyRoute:
-    """A request's own route (its retries counted per request), or a rule's shared one (no retries)."""
+def _request_route(route: OutboundRoute, retry: Retry | None, deadline: tuple[float | None, RouteError],
+                   idle: float | None, report: RouteReport | None, draw: Callable[[], float]) -> PolicyRoute:
+    """A request's own route: its retries are counted per request."""
     budget = Attempts(retry.limit, report, retry.backoff, draw) if retry is not None and retry.limit > 0 else None
-    request, response = timeouts.request, timeouts.response
-    # The deadline for the response head: the request timeout, or the response timeout when shorter (then the
-    # error is the response stream's, as linkerd2-proxy's stream timeouts name it).
-    timeout: float | None = request or None
-    error = RouteError.REQUEST_TIMEOUT
-    if response and (not request or response < request):
-        timeout, error = response, RouteError.RESPONSE_STREAM_TIMEOUT
-    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report,
-                       idle=timeouts.idle, timeout_error=error)
+    timeout, error = deadline
+    return PolicyRoute(MATCH_ALL, timeout=timeout, budget=budget, retry=retry, route=route, report=report, idle=idle,
+                       timeout_error=error)
 
 
-def _no_draw() -> float:
-    return 0.0  # a shared route has no retries: nothing is drawn
+def _deadline(t: Timeouts) -> tuple[float | None, RouteError]:
+    """The route's timeout and what its passing is called: the request timeout, or the response timeout when
+    shorter (either runs from the request's start to the response's end here; see the module docstring)."""
+    if t.response and (not t.request or t.response < t.request):
+        return t.response, RouteError.RESPONSE_STREAM_TIMEOUT
+    return t.request or None, RouteError.REQUEST_TIMEOUT
 
 
 def _then(first: Rewrite, second: Rewrite) -> Rewrite:
